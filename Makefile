@@ -1,0 +1,38 @@
+# Torchscope: `make demo` records the sample runs and opens the dashboard; `make test` runs every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+RUNS ?= runs
+PORT ?= 8501
+
+.PHONY: demo test setup system-deps samples ui bench check clean
+
+$(BIN)/torchscope: requirements.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+setup: system-deps $(BIN)/torchscope
+
+# graphviz renders the computation graph; chromium drives the browser tests.
+system-deps:
+	@if ! command -v dot >/dev/null || ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq graphviz chromium >/dev/null; \
+	  else echo "install graphviz and chromium (apt-get install graphviz chromium)"; fi; fi
+
+samples: setup
+	$(BIN)/python -m sample_models.record --root $(RUNS)
+
+demo: samples
+	$(BIN)/torchscope ui --root $(RUNS) --port $(PORT)
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-output

@@ -1,0 +1,1 @@
+"""Torchscope's reader side: data loading, analysis, charts, the Streamlit app and the CLI."""

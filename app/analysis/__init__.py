@@ -1,0 +1,1 @@
+"""app.analysis: tables in, tables out. Pure functions, no UI, no plotting."""

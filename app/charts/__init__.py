@@ -1,0 +1,1 @@
+"""app.charts: tables → plotly figures (``make_*_figure``). No Streamlit calls."""

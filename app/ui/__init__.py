@@ -1,0 +1,1 @@
+"""app.ui: Streamlit glue shared by pages: bounded cache wrappers, run pickers, error display."""

@@ -1,0 +1,100 @@
+"""Names of every file and folder of the run format (run-format layer, stdlib only).
+
+This is the only module that spells the on-disk names. Writers (the agent) and readers (the
+app, the CLI) both go through these constants and helpers.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+__all__ = [
+    "MANIFEST",
+    "MANIFEST_LOCK",
+    "METRICS",
+    "SYSTEM",
+    "AGENT_ERRORS",
+    "TRACES_DIR",
+    "MEMORY_DIR",
+    "GRAPH_DIR",
+    "LOGS_DIR",
+    "CACHE_DIR",
+    "STDOUT_LOG",
+    "STDERR_LOG",
+    "TRACEBACK_LOG",
+    "GRAPH_DOT",
+    "GRAPH_SVG",
+    "MODULE_TREE",
+    "TRACE_FILE_RE",
+    "SNAPSHOT_FILE_RE",
+    "DEFAULT_ROOT",
+    "ROOT_ENV",
+    "trace_file_name",
+    "snapshot_file_name",
+    "list_trace_files",
+    "list_snapshot_files",
+    "resolve_root",
+]
+
+MANIFEST = "run.json"
+MANIFEST_LOCK = ".run.json.lock"
+METRICS = "metrics.jsonl"
+SYSTEM = "system.jsonl"
+AGENT_ERRORS = "agent_errors.jsonl"  # failures caught inside the agent, one JSON object a line
+
+TRACES_DIR = "traces"
+MEMORY_DIR = "memory"
+GRAPH_DIR = "graph"
+LOGS_DIR = "logs"
+CACHE_DIR = ".cache"
+
+STDOUT_LOG = f"{LOGS_DIR}/stdout.log"
+STDERR_LOG = f"{LOGS_DIR}/stderr.log"
+TRACEBACK_LOG = f"{LOGS_DIR}/traceback.txt"
+
+GRAPH_DOT = f"{GRAPH_DIR}/backward.dot"
+GRAPH_SVG = f"{GRAPH_DIR}/backward.svg"
+MODULE_TREE = f"{GRAPH_DIR}/modules.json"
+
+DEFAULT_ROOT = "runs"
+ROOT_ENV = "TORCHSCOPE_RUNS"
+
+# torch.profiler.tensorboard_trace_handler writes "<worker>.<time_ns>.pt.trace.json[.gz]";
+# TensorBoard's plugin, HTA and Perfetto all recognise that suffix.
+TRACE_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.pt\.trace\.json(?:\.gz)?$")
+SNAPSHOT_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.snapshot\.pickle$")
+
+
+def trace_file_name(worker: str, time_ns: int, *, gzip: bool = True) -> str:
+    """Return the trace file name tensorboard_trace_handler would use for ``worker``."""
+    return f"{worker}.{time_ns}.pt.trace.json" + (".gz" if gzip else "")
+
+
+def snapshot_file_name(worker: str, time_ns: int) -> str:
+    """Return the file name of a CUDA allocator snapshot under ``memory/``."""
+    return f"{worker}.{time_ns}.snapshot.pickle"
+
+
+def list_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Return the run's trace files, sorted by name (worker, then time)."""
+    folder = Path(run_dir) / TRACES_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and TRACE_FILE_RE.match(p.name))
+
+
+def list_snapshot_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Return the run's CUDA allocator snapshots, sorted by name."""
+    folder = Path(run_dir) / MEMORY_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and SNAPSHOT_FILE_RE.match(p.name))
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """Return the run store folder: ``root`` if given, else $TORCHSCOPE_RUNS, else ./runs."""
+    if root is not None and str(root) != "":
+        return Path(root).expanduser()
+    env = os.environ.get(ROOT_ENV)
+    return Path(env).expanduser() if env else Path(DEFAULT_ROOT)

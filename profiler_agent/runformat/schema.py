@@ -1,0 +1,206 @@
+"""The run manifest (run.json) as a typed, versioned record (run-format layer, stdlib only).
+
+Schema history (bump SCHEMA_VERSION and add a step to ``_MIGRATIONS`` on every change):
+
+- 0: pre-release manifests: ``start_time``/``end_time`` instead of ``started_at``/``ended_at``.
+- 1: current.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CorruptFileError, SchemaVersionError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RunStatus",
+    "ArtifactKind",
+    "Artifact",
+    "Manifest",
+    "manifest_from_dict",
+    "manifest_to_dict",
+]
+
+SCHEMA_VERSION = 1
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+    # Never written by the agent: readers derive it from a stale heartbeat and a dead process.
+    CRASHED = "crashed"
+
+
+class ArtifactKind(enum.StrEnum):
+    TRACE = "trace"
+    MEMORY_SNAPSHOT = "memory_snapshot"
+    GRAPH_DOT = "graph_dot"
+    GRAPH_SVG = "graph_svg"
+    MODULE_TREE = "module_tree"
+    METRICS = "metrics"
+    SYSTEM = "system"
+    LOG = "log"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    kind: ArtifactKind
+    path: str  # relative to the run folder, with '/' separators
+    rank: int | None = None
+    bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": str(self.kind), "path": self.path}
+        if self.rank is not None:
+            d["rank"] = self.rank
+        if self.bytes is not None:
+            d["bytes"] = self.bytes
+        return d
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One run's manifest. Unknown fields read from disk are kept in ``extra`` and written back."""
+
+    id: str
+    name: str
+    status: RunStatus = RunStatus.RUNNING
+    schema_version: int = SCHEMA_VERSION
+    started_at: float | None = None  # epoch seconds
+    ended_at: float | None = None
+    heartbeat: float | None = None  # epoch seconds, refreshed while the job runs
+    exit_code: int | None = None
+    command: tuple[str, ...] = ()
+    cwd: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    git: Mapping[str, Any] = field(default_factory=dict)  # {"commit": str, "dirty": bool}
+    versions: Mapping[str, Any] = field(default_factory=dict)  # python, torch, cuda, torchscope
+    devices: tuple[Mapping[str, Any], ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)  # hyperparameters
+    world_size: int = 1
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    artifacts: tuple[Artifact, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> Manifest:
+        """Return a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to end (or to the last heartbeat while running)."""
+        end = self.ended_at if self.ended_at is not None else self.heartbeat
+        if self.started_at is None or end is None:
+            return None
+        return max(0.0, end - self.started_at)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Manifest)} - {"extra"}
+
+
+def _migrate_0_to_1(d: dict[str, Any]) -> dict[str, Any]:
+    d = dict(d)
+    if "start_time" in d and "started_at" not in d:
+        d["started_at"] = d.pop("start_time")
+    if "end_time" in d and "ended_at" not in d:
+        d["ended_at"] = d.pop("end_time")
+    d["schema_version"] = 1
+    return d
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+
+
+def _expect(d: Mapping[str, Any], key: str, types: type | tuple[type, ...], source: str) -> Any:
+    value = d.get(key)
+    if value is not None and not isinstance(value, types):
+        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        raise CorruptFileError(f"{source}: field {key!r} should be {names}, got {type(value).__name__}")
+    return value
+
+
+def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> Manifest:
+    """Build a Manifest from parsed JSON, migrating older schema versions.
+
+    Raises SchemaVersionError for a newer schema, CorruptFileError for wrong field types.
+    """
+    if not isinstance(raw, Mapping):
+        raise CorruptFileError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    version = raw.get("schema_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptFileError(f"{source}: field 'schema_version' should be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{source}: schema_version {version} is newer than this Torchscope understands "
+            f"(up to {SCHEMA_VERSION}); upgrade Torchscope to read this run"
+        )
+    d = dict(raw)
+    while version < SCHEMA_VERSION:
+        d = _MIGRATIONS[version](d)
+        version = d["schema_version"]
+    for key in ("id", "name"):
+        if not isinstance(d.get(key), str) or not d[key]:
+            raise CorruptFileError(f"{source}: field {key!r} should be a non-empty string")
+    status_raw = _expect(d, "status", str, source) or RunStatus.RUNNING
+    try:
+        status = RunStatus(status_raw)
+    except ValueError:
+        valid = ", ".join(s.value for s in RunStatus)
+        raise CorruptFileError(f"{source}: field 'status' is {status_raw!r}; expected one of {valid}") from None
+    for key in ("started_at", "ended_at", "heartbeat"):
+        _expect(d, key, (int, float), source)
+    for key in ("git", "versions", "config"):
+        _expect(d, key, dict, source)
+    for key in ("command", "devices", "tags", "artifacts"):
+        _expect(d, key, list, source)
+    artifacts = []
+    for a in d.get("artifacts") or ():
+        if not isinstance(a, Mapping) or "path" not in a:
+            continue  # tolerant: skip malformed artifact entries rather than refuse the run
+        try:
+            kind = ArtifactKind(a.get("kind"))
+        except ValueError:
+            continue
+        artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=a.get("rank"), bytes=a.get("bytes")))
+    known = {k: d[k] for k in _FIELDS if k in d}
+    known.update(
+        status=status,
+        command=tuple(str(c) for c in d.get("command") or ()),
+        devices=tuple(d.get("devices") or ()),
+        tags=tuple(str(t) for t in d.get("tags") or ()),
+        artifacts=tuple(artifacts),
+        git=dict(d.get("git") or {}),
+        versions=dict(d.get("versions") or {}),
+        config=dict(d.get("config") or {}),
+        notes=str(d.get("notes") or ""),
+        world_size=int(d.get("world_size") or 1),
+    )
+    extra = {k: v for k, v in d.items() if k not in _FIELDS}
+    return Manifest(**known, extra=extra)
+
+
+def manifest_to_dict(m: Manifest) -> dict[str, Any]:
+    """Return the JSON-ready dict of a manifest, unknown fields included."""
+    d: dict[str, Any] = dict(m.extra)
+    for f in dataclasses.fields(Manifest):
+        if f.name == "extra":
+            continue
+        value = getattr(m, f.name)
+        if f.name == "artifacts":
+            value = [a.to_dict() for a in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        d[f.name] = value
+    return d
