@@ -1,0 +1,237 @@
+"""Runs and run stores as pandas tables (data layer: files → tables, via profiler_agent.runformat)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+__all__ = [
+    "RunData",
+    "StoreTable",
+    "STORE_COLUMNS",
+    "load_run",
+    "load_metrics",
+    "load_system",
+    "load_store",
+    "load_module_tree",
+    "read_text_artifact",
+]
+
+# One row per run in the store table (Runs page, `torchscope ls --json`).
+STORE_COLUMNS = [
+    "id",
+    "name",
+    "status",
+    "started_at",
+    "duration_s",
+    "steps",
+    "final_loss",
+    "mean_step_time_s",
+    "samples_per_s",
+    "peak_memory_bytes",
+    "device",
+    "tags",
+    "git_commit",
+    "path",
+]
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a page needs about one run, read once.
+
+    ``metrics`` has columns ``step``, ``time``, ``rank`` and one column per logged key
+    (``loss``, ``lr``, ``step_time_s``, ...), sorted by (rank, step). ``problems`` lists
+    human-readable messages about lines or files that had to be skipped.
+    """
+
+    path: Path
+    manifest: rf.Manifest
+    status: rf.RunStatus
+    metrics: pd.DataFrame
+    system: pd.DataFrame
+    agent_errors: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def trace_files(self) -> list[Path]:
+        return layout.list_trace_files(self.path)
+
+    @property
+    def snapshot_files(self) -> list[Path]:
+        return layout.list_snapshot_files(self.path)
+
+    @property
+    def graph_dot(self) -> Path | None:
+        p = self.path / layout.GRAPH_DOT
+        return p if p.is_file() else None
+
+    @property
+    def graph_svg(self) -> Path | None:
+        p = self.path / layout.GRAPH_SVG
+        return p if p.is_file() else None
+
+
+def _records_to_frame(records: list[dict[str, Any]], sort: list[str]) -> pd.DataFrame:
+    if not records:
+        return pd.DataFrame(columns=sort)
+    df = pd.DataFrame.from_records(records)
+    for col in sort:
+        if col not in df.columns:
+            df[col] = 0 if col == "rank" else pd.NA
+    # Logged values can be None or strings in a few lines; keep numeric columns numeric.
+    for col in df.columns:
+        if df[col].dtype == object:
+            converted = pd.to_numeric(df[col], errors="coerce")
+            if converted.notna().sum() == df[col].notna().sum():
+                df[col] = converted
+    return df.sort_values(sort, kind="stable").reset_index(drop=True)
+
+
+def load_metrics(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Return (metrics table, problems) from the run's metrics.jsonl; empty table if absent."""
+    read = rf.read_jsonl(Path(run_dir) / layout.METRICS)
+    df = _records_to_frame(read.records, ["rank", "step"])
+    return df, list(read.skipped)
+
+
+def load_system(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Return (system samples table sorted by time, problems) from system.jsonl."""
+    read = rf.read_jsonl(Path(run_dir) / layout.SYSTEM)
+    df = _records_to_frame(read.records, ["time"])
+    return df, list(read.skipped)
+
+
+def load_run(run_dir: str | os.PathLike[str], *, now: float | None = None) -> RunData:
+    """Read one run: manifest, effective status, metrics, system samples, agent errors.
+
+    Raises NotARunError, CorruptFileError or SchemaVersionError for the manifest; problems in
+    the JSON-lines files are reported in ``RunData.problems`` instead of raising.
+    """
+    run_dir = Path(run_dir)
+    manifest = rf.read_manifest(run_dir)
+    metrics, metric_problems = load_metrics(run_dir)
+    system, system_problems = load_system(run_dir)
+    errors = rf.read_jsonl(run_dir / layout.AGENT_ERRORS)
+    return RunData(
+        path=run_dir,
+        manifest=manifest,
+        status=rf.effective_status(manifest, now=now),
+        metrics=metrics,
+        system=system,
+        agent_errors=errors.records,
+        problems=[*metric_problems, *system_problems, *errors.skipped],
+    )
+
+
+def load_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """Return the parsed graph/modules.json of a run, or None when the run has none.
+
+    Raises CorruptFileError when the file exists but is not valid JSON.
+    """
+    path = Path(run_dir) / layout.MODULE_TREE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise rf.CorruptFileError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_text_artifact(run_dir: str | os.PathLike[str], name: str, *, max_bytes: int = 2_000_000) -> str | None:
+    """Return the tail (at most ``max_bytes``) of a text file of the run, e.g. layout.STDOUT_LOG."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if size > max_bytes:
+            f.seek(size - max_bytes)
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _last_finite(series: pd.Series) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna()
+    return float(values.iloc[-1]) if len(values) else None
+
+
+def _summarise(run: RunData) -> dict[str, Any]:
+    m = run.manifest
+    metrics = run.metrics
+    rank0 = metrics[metrics["rank"] == 0] if "rank" in metrics.columns and len(metrics) else metrics
+    steps = int(rank0["step"].max()) + 1 if "step" in rank0.columns and rank0["step"].notna().any() else 0
+    step_time = None
+    if "step_time_s" in rank0.columns:
+        times = pd.to_numeric(rank0["step_time_s"], errors="coerce").dropna()
+        step_time = float(times.median()) if len(times) else None
+    samples_per_s = None
+    if step_time and "samples" in rank0.columns:
+        samples = pd.to_numeric(rank0["samples"], errors="coerce").dropna()
+        if len(samples):
+            samples_per_s = float(samples.median()) / step_time * max(1, m.world_size)
+    peak = None
+    for col in ("peak_memory_bytes", "rss_bytes", "cuda_max_allocated_bytes"):
+        if col in run.system.columns:
+            v = pd.to_numeric(run.system[col], errors="coerce").max()
+            if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                peak = int(v)
+                break
+    device = ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices) or "cpu"
+    return {
+        "id": m.id,
+        "name": m.name,
+        "status": str(run.status),
+        "started_at": pd.to_datetime(m.started_at, unit="s", utc=True) if m.started_at else pd.NaT,
+        "duration_s": m.duration_s,
+        "steps": steps,
+        "final_loss": _last_finite(rank0["loss"]) if "loss" in rank0.columns else None,
+        "mean_step_time_s": step_time,
+        "samples_per_s": samples_per_s,
+        "peak_memory_bytes": peak,
+        "device": device,
+        "tags": ", ".join(m.tags),
+        "git_commit": str(m.git.get("commit") or "")[:10],
+        "path": str(run.path),
+    }
+
+
+@dataclass(frozen=True)
+class StoreTable:
+    """One row per readable run (columns STORE_COLUMNS), and a message per unreadable folder."""
+
+    root: Path
+    table: pd.DataFrame
+    problems: list[str]
+
+
+def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None = None) -> StoreTable:
+    """Summarise every run of a store, newest first.
+
+    Raises RunStoreNotFoundError when the store does not exist; an unreadable run becomes a
+    problem message and the others are still listed.
+    """
+    listing = rf.list_runs(root)
+    rows: list[dict[str, Any]] = []
+    problems = list(listing.problems)
+    for path, _ in listing.runs:
+        try:
+            run = load_run(path, now=now)
+        except rf.RunFormatError as e:  # changed between listing and reading
+            problems.append(str(e))
+            continue
+        rows.append(_summarise(run))
+        problems.extend(f"{path.name}: {p}" for p in run.problems)
+    table = pd.DataFrame(rows, columns=STORE_COLUMNS)
+    return StoreTable(root=listing.root, table=table, problems=problems)
