@@ -1,11 +1,12 @@
 """Bounded Streamlit caches around the pure loaders (UI layer: the only place st.cache_* is used).
-# Parameters that start with "_" are not hashed by st.cache_*; the signatures are passed
-# without underscore on purpose so that they are part of the cache key.
 
 Keys include the files' modification times so a run that is still being written shows its
 latest data on the next rerun, while unchanged runs are served from memory.
 """
 from __future__ import annotations
+
+# Parameters that start with "_" are not hashed by st.cache_*; the signatures are passed
+# without underscore on purpose so that they are part of the cache key.
 
 import os
 from pathlib import Path
