@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,10 @@ __all__ = [
     "load_store",
     "load_module_tree",
     "read_text_artifact",
+    "store_records",
+    "run_ranks",
+    "format_bytes",
+    "format_seconds",
 ]
 
 # One row per run in the store table (Runs page, `torchscope ls --json`).
@@ -171,7 +176,7 @@ def _summarise(run: RunData) -> dict[str, Any]:
     m = run.manifest
     metrics = run.metrics
     rank0 = metrics[metrics["rank"] == 0] if "rank" in metrics.columns and len(metrics) else metrics
-    steps = int(rank0["step"].max()) + 1 if "step" in rank0.columns and rank0["step"].notna().any() else 0
+    steps = int(rank0["step"].max()) + 1 if "step" in rank0.columns and rank0["step"].notna().any() else None
     step_time = None
     if "step_time_s" in rank0.columns:
         times = pd.to_numeric(rank0["step_time_s"], errors="coerce").dropna()
@@ -235,3 +240,78 @@ def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None 
         problems.extend(f"{path.name}: {p}" for p in run.problems)
     table = pd.DataFrame(rows, columns=STORE_COLUMNS)
     return StoreTable(root=listing.root, table=table, problems=problems)
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _json_value(value.item())
+    try:
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return value
+
+
+def store_records(store: StoreTable) -> list[dict[str, Any]]:
+    """The store table as JSON-ready dicts (keys STORE_COLUMNS; times ISO 8601, NaN → None).
+
+    ``tags`` is a list of strings here, not the comma-joined display string of the table.
+    """
+    out: list[dict[str, Any]] = []
+    for row in store.table.to_dict(orient="records"):
+        rec = {col: _json_value(row.get(col)) for col in STORE_COLUMNS}
+        rec["tags"] = [t.strip() for t in str(rec["tags"] or "").split(",") if t.strip()]
+        out.append(rec)
+    return out
+
+
+def run_ranks(run: RunData) -> list[int]:
+    """Every rank the run has data for: ranks of metrics lines and of trace files (by worker name)."""
+    ranks: set[int] = set()
+    if "rank" in run.metrics.columns and len(run.metrics):
+        ranks.update(int(r) for r in pd.to_numeric(run.metrics["rank"], errors="coerce").dropna().unique())
+    for path in run.trace_files:
+        match = layout.TRACE_FILE_RE.match(path.name)
+        found = _RANK_IN_NAME.search(match.group("worker")) if match else None
+        if found:
+            ranks.add(int(found.group(1)))
+    return sorted(ranks)
+
+
+# Worker names like "rank0", "rank-3", "host_1234.rank_7" (the agent's and torchrun users' habit).
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def format_bytes(n: float | int | None) -> str:
+    """1536 → '1.5 KiB'; None → '–'."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "–"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def format_seconds(s: float | int | None) -> str:
+    """0.0123 → '12.3 ms'; 75 → '1m 15s'; None → '–'."""
+    if s is None or (isinstance(s, float) and not math.isfinite(s)):
+        return "–"
+    s = float(s)
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    if s < 60:
+        return f"{s:.2f} s"
+    minutes, sec = divmod(int(round(s)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"

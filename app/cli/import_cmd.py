@@ -1,0 +1,33 @@
+"""`torchscope import`: turn a trace file or a torch-tb-profiler log folder into runs (CLI layer)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.data.tbprofiler import import_traces
+from profiler_agent.runformat import layout
+
+HELP = "import a trace file, a folder of traces or a torch-tb-profiler log folder as runs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a *.json[.gz] trace, a folder of traces (one run), or a tb-profiler "
+                                     "log folder (one run per sub-folder)")
+    parser.add_argument("--root", help=f"run store to import into (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})")
+    parser.add_argument("--name", help="run name (default: the file or folder name; with several runs, a prefix)")
+    parser.add_argument("--json", action="store_true", help='print {"runs": [{"id", "name", "path"}]}')
+
+
+def run(args: argparse.Namespace) -> int:
+    root = layout.resolve_root(args.root)
+    created = import_traces(args.path, root, name=args.name)
+    if args.json:
+        from profiler_agent.runformat import read_manifest
+
+        rows = [{"id": p.name, "name": read_manifest(p).name, "path": str(p)} for p in created]
+        print(json.dumps({"runs": rows}, indent=2))
+    else:
+        for p in created:
+            print(f"imported {p}")
+        print(f"{len(created)} run(s) in {root}; browse them with: torchscope ui --root {root}")
+    return 0

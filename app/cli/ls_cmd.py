@@ -1,0 +1,78 @@
+"""`torchscope ls`: list the runs of a store as a table or as JSON (CLI layer).
+
+``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
+has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from app.data import runs as runs_data
+from profiler_agent.runformat import layout
+
+HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
+
+# (header, STORE_COLUMNS key, formatter) of the text table.
+_TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("NAME", "name"),
+    ("STATUS", "status"),
+    ("STARTED", "started_at"),
+    ("DURATION", "duration_s"),
+    ("STEPS", "steps"),
+    ("LOSS", "final_loss"),
+    ("STEP TIME", "mean_step_time_s"),
+    ("PEAK MEM", "peak_memory_bytes"),
+    ("ID", "id"),
+)
+
+# Shown next to a status that needs attention, so it stands out in a terminal without colour.
+STATUS_MARKERS = {"crashed": "✗ ", "failed": "✗ ", "killed": "✗ ", "running": "● "}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", help=f"run store folder (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if key == "status":
+        return STATUS_MARKERS.get(str(value), "") + str(value)
+    if key == "started_at":
+        return str(value)[:19].replace("T", " ")
+    if key in ("duration_s", "mean_step_time_s"):
+        return runs_data.format_seconds(value)
+    if key == "peak_memory_bytes":
+        return runs_data.format_bytes(value)
+    if key == "final_loss":
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    """The runs as an aligned text table, one line per run."""
+    rows = [[h for h, _ in _TEXT_COLUMNS]]
+    rows += [[_cell(k, r.get(k)) for _, k in _TEXT_COLUMNS] for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    store = runs_data.load_store(args.root)
+    records = runs_data.store_records(store)
+    if args.json:
+        doc = {"root": str(store.root), "runs": records, "problems": store.problems}
+        print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+        return 0
+    if records:
+        print(format_table(records))
+    else:
+        print(f"no runs in {store.root}; record one with: torchscope run --root {store.root} --name NAME -- python train.py")
+    for p in store.problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return 0

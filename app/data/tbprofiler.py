@@ -1,0 +1,258 @@
+"""Profiler traces from outside Torchscope turned into runs (data layer: files → run folders).
+
+Handles a single Kineto/Chrome trace file, a folder of trace files (one per rank or worker,
+one run), and torch-tb-profiler's log folder (one sub-folder per run, one file per worker).
+The originals are never changed: traces are copied (``torchscope import``) or symlinked (the
+read-only mirror that ``torchscope ui --root <tb log folder>`` builds under the user's cache).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.errors import UsageError
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+__all__ = [
+    "TraceMeta",
+    "is_trace_file",
+    "find_tb_runs",
+    "read_trace_meta",
+    "import_traces",
+    "mirror_cache_dir",
+    "mirror_tb_folder",
+]
+
+IMPORTED_TAG = "imported"
+# Bytes of (decompressed) text read to find the metadata Kineto writes before "traceEvents".
+_HEAD_BYTES = 1 << 18
+
+
+def is_trace_file(path: Path) -> bool:
+    """True for ``*.json`` / ``*.json.gz`` files (Kineto writes ``*.pt.trace.json[.gz]``)."""
+    name = path.name
+    return path.is_file() and (name.endswith(".json") or name.endswith(".json.gz")) and name != layout.MANIFEST
+
+
+def find_tb_runs(folder: str | os.PathLike[str]) -> list[Path]:
+    """Sub-folders of ``folder`` that look like torch-tb-profiler runs: they hold files named like
+    tensorboard_trace_handler's output and no run manifest. Sorted by name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for child in sorted(folder.iterdir()):
+        if not child.is_dir() or child.name.startswith(".") or rf.is_run_dir(child):
+            continue
+        try:
+            if any(layout.TRACE_FILE_RE.match(f.name) and f.is_file() for f in child.iterdir()):
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """What a trace says about where it was recorded (from the fields before ``traceEvents``)."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    devices: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _open_text_head(path: Path) -> str:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            return f.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+    except (OSError, EOFError):
+        return ""
+
+
+def read_trace_meta(path: str | os.PathLike[str]) -> TraceMeta:
+    """Read rank, world size and devices from the head of a trace, without parsing its events.
+
+    Returns an empty TraceMeta when the head cannot be parsed (the trace engine will still
+    report the trace's own problems when it is opened).
+    """
+    head = _open_text_head(Path(path))
+    cut = head.find('"traceEvents"')
+    if cut < 0:
+        return TraceMeta()
+    prefix = head[:cut].rstrip().rstrip(",")
+    try:
+        meta = json.loads(prefix + "}") if prefix.lstrip().startswith("{") else {}
+    except json.JSONDecodeError:
+        return TraceMeta()
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    devices = tuple(
+        {"type": "cuda", "index": d.get("id"), "name": d.get("name"), "total_memory_bytes": d.get("totalGlobalMem")}
+        for d in meta.get("deviceProperties") or ()
+        if isinstance(d, dict)
+    )
+    rank = dist.get("rank")
+    ws = dist.get("world_size")
+    return TraceMeta(
+        rank=rank if isinstance(rank, int) else None,
+        world_size=ws if isinstance(ws, int) else None,
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        devices=devices,
+    )
+
+
+def _target_name(src: Path, used: set[str]) -> str:
+    if layout.TRACE_FILE_RE.match(src.name):
+        name = src.name
+    else:
+        worker = src.name.removesuffix(".gz").removesuffix(".json").replace(".", "_") or "trace"
+        name = layout.trace_file_name(worker, src.stat().st_mtime_ns, gzip=src.name.endswith(".gz"))
+    base, n = name, 1
+    while name in used:
+        worker = layout.TRACE_FILE_RE.match(base).group("worker")  # type: ignore[union-attr]
+        name = layout.trace_file_name(f"{worker}-{n}", time.time_ns(), gzip=base.endswith(".gz"))
+        n += 1
+    used.add(name)
+    return name
+
+
+def _signature(files: list[Path]) -> list[list[Any]]:
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
+def _copy(src: Path, target: Path) -> None:
+    # Contents and times only: a read-only original must not give a read-only copy.
+    shutil.copyfile(src, target)
+    st = src.stat()
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: bool) -> Path:
+    metas = [read_trace_meta(f) for f in files]
+    devices: tuple[dict[str, Any], ...] = next((m.devices for m in metas if m.devices), ())
+    world = max([m.world_size or 0 for m in metas] + [len(files)])
+    started = min(f.stat().st_mtime for f in files)
+    run_dir, _ = rf.create_run(
+        root,
+        name,
+        command=("torchscope", "import", str(source)),
+        tags=(IMPORTED_TAG,),
+        extra={"imported_from": str(source.resolve()), "source_signature": _signature(files)},
+    )
+    traces = run_dir / layout.TRACES_DIR
+    traces.mkdir()
+    used: set[str] = set()
+    artifacts = []
+    for src, meta in zip(files, metas):
+        target = traces / _target_name(src, used)
+        if link:
+            try:
+                target.symlink_to(src.resolve())
+            except OSError:
+                _copy(src, target)
+        else:
+            _copy(src, target)
+        artifacts.append(rf.Artifact(kind=rf.ArtifactKind.TRACE, path=f"{layout.TRACES_DIR}/{target.name}",
+                                     rank=meta.rank, bytes=src.stat().st_size))
+    rf.update_manifest(
+        run_dir,
+        status=rf.RunStatus.FINISHED,
+        started_at=started,
+        ended_at=None,  # a trace says when it was written, not how long the job ran
+        heartbeat=None,
+        pid=None,
+        exit_code=0,
+        devices=devices,
+        world_size=world,
+        artifacts=tuple(artifacts),
+    )
+    return run_dir
+
+
+def _groups(source: Path, name: str | None) -> list[tuple[str, Path, list[Path]]]:
+    """(run name, source, trace files) for every run ``source`` holds."""
+    if source.is_file():
+        if not is_trace_file(source):
+            raise UsageError(f"{source}: not a trace file (expected *.json or *.json.gz)")
+        return [(name or source.name.split(".")[0], source, [source])]
+    if not source.is_dir():
+        raise UsageError(f"{source}: no such file or folder")
+    if rf.is_run_dir(source):
+        raise UsageError(f"{source}: is already a Torchscope run; nothing to import")
+    subs = find_tb_runs(source)
+    if subs:
+        groups = []
+        for sub in subs:
+            files = sorted(f for f in sub.iterdir() if is_trace_file(f))
+            groups.append((f"{name}-{sub.name}" if name else sub.name, sub, files))
+        return groups
+    files = sorted(f for f in source.iterdir() if is_trace_file(f))
+    if not files:
+        raise UsageError(
+            f"{source}: no trace files found (expected *.pt.trace.json[.gz] files, or sub-folders of them "
+            "as torch-tb-profiler writes)"
+        )
+    return [(name or source.name, source, files)]
+
+
+def import_traces(
+    source: str | os.PathLike[str], root: str | os.PathLike[str], *, name: str | None = None, link: bool = False
+) -> list[Path]:
+    """Turn traces into finished runs under the store ``root``; return the new run folders.
+
+    ``source`` is a trace file, a folder of trace files (one run) or a torch-tb-profiler log
+    folder (one run per sub-folder). Traces are copied (symlinked when ``link``), renamed the way
+    tensorboard_trace_handler names them; the originals are untouched. Raises UsageError when
+    ``source`` holds no traces.
+    """
+    groups = _groups(Path(source), name)
+    return [_make_run(Path(root), run_name, src, files, link=link) for run_name, src, files in groups]
+
+
+def mirror_cache_dir(folder: str | os.PathLike[str]) -> Path:
+    """The store where the read-only mirror of a tb-profiler log folder lives:
+    ``$TORCHSCOPE_CACHE`` or ``~/.cache/torchscope``, then ``tb-mirror/<hash of the folder's path>``."""
+    base = Path(os.environ.get("TORCHSCOPE_CACHE") or Path.home() / ".cache" / "torchscope")
+    digest = hashlib.sha1(str(Path(folder).resolve()).encode()).hexdigest()[:16]
+    return base / "tb-mirror" / digest
+
+
+def mirror_tb_folder(folder: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Keep a store of symlinked runs in step with the tb-profiler sub-folders of ``folder``.
+
+    A sub-folder whose files changed is re-imported; one that disappeared is dropped. Returns
+    the mirror store, or None when ``folder`` holds no tb-profiler runs.
+    """
+    subs = find_tb_runs(folder)
+    if not subs:
+        return None
+    store = Path(cache_dir) if cache_dir else mirror_cache_dir(folder)
+    store.mkdir(parents=True, exist_ok=True)
+    existing: dict[str, tuple[Path, Any]] = {}
+    for run_dir, manifest in rf.list_runs(store).runs:
+        src = manifest.extra.get("imported_from")
+        if isinstance(src, str):
+            existing[src] = (run_dir, manifest.extra.get("source_signature"))
+    wanted = {str(s.resolve()): s for s in subs}
+    for src, (run_dir, _) in existing.items():
+        if src not in wanted:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    for src, sub in wanted.items():
+        files = sorted(f for f in sub.iterdir() if is_trace_file(f))
+        old = existing.get(src)
+        if old and old[1] == _signature(files):
+            continue
+        if old:
+            shutil.rmtree(old[0], ignore_errors=True)
+        _make_run(store, sub.name, sub, files, link=True)
+    return store
