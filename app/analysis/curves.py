@@ -1,0 +1,194 @@
+"""Metric curves: debiased EMA smoothing and spike-preserving downsampling (analysis layer).
+
+Input is the metrics table of ``app.data.runs.load_run`` (``step``, ``time``, ``rank`` and one
+column per logged key). Everything here is pure numpy/pandas so the Metrics tab, the CLI and
+the benchmark share it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "XAxis",
+    "CURVE_COLUMNS",
+    "INDEX_COLUMNS",
+    "list_curve_keys",
+    "debiased_ema",
+    "minmax_downsample_indices",
+    "compute_curve",
+]
+
+# Columns of the metrics table that are coordinates, not curves.
+INDEX_COLUMNS = ("step", "time", "rank")
+
+# Columns of compute_curve's result.
+CURVE_COLUMNS = ["rank", "step", "x", "value", "smoothed"]
+
+
+class XAxis(StrEnum):
+    """What the x-axis of a curve shows."""
+
+    STEP = "step"
+    WALL_TIME = "wall_time"  # absolute time of the sample (datetime, UTC)
+    RELATIVE_TIME = "relative_time"  # seconds since the rank's first sample
+
+
+def list_curve_keys(metrics: pd.DataFrame) -> list[str]:
+    """Return the logged keys that can be drawn as curves: numeric columns with at least one
+    finite value, other than step/time/rank, in the order they appear in the table."""
+    keys: list[str] = []
+    for col in metrics.columns:
+        if col in INDEX_COLUMNS:
+            continue
+        values = pd.to_numeric(metrics[col], errors="coerce")
+        if not pd.api.types.is_bool_dtype(metrics[col]) and np.isfinite(values.to_numpy(float, na_value=np.nan)).any():
+            keys.append(str(col))
+    return keys
+
+
+def debiased_ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndarray:
+    """Return TensorBoard's debiased exponential moving average of ``values``.
+
+    ``ema_t = w·ema_{t-1} + (1-w)·x_t`` starting from 0, divided by ``1 - w^n`` where n counts
+    the finite values seen so far, so the first point equals the first value instead of being
+    pulled toward 0. Non-finite values (NaN, inf) are skipped: the output there is NaN and the
+    average carries over. ``weight`` 0 returns the values unchanged.
+
+    Raises ValueError when weight is outside [0, 1).
+    """
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight!r}")
+    x = np.asarray(values, dtype=np.float64)
+    out = np.full(x.shape, np.nan)
+    finite = np.isfinite(x)
+    if weight == 0.0:
+        out[finite] = x[finite]
+        return out
+    xs = x[finite]
+    if xs.size == 0:
+        return out
+    # The recursion is a linear filter; scipy is not a dependency, so run it in a tight loop
+    # over the finite values only (1e6 points take well under a second).
+    ema = np.empty_like(xs)
+    acc = 0.0
+    one_minus = 1.0 - weight
+    for i, v in enumerate(xs.tolist()):
+        acc = weight * acc + one_minus * v
+        ema[i] = acc
+    n = np.arange(1, xs.size + 1, dtype=np.float64)
+    out[finite] = ema / (1.0 - np.power(weight, n))
+    return out
+
+
+def minmax_downsample_indices(y: np.ndarray | Sequence[float], max_points: int) -> np.ndarray:
+    """Return sorted row indices of at most ``max_points`` points that keep the curve's shape.
+
+    The series is cut into ``max_points // 2`` equal buckets and each bucket keeps its minimum
+    and its maximum (in their original order), plus the first and last points overall. Unlike a
+    stride sample this keeps every spike that stands out of its bucket, and always keeps the
+    global minimum and maximum. NaNs never win a bucket; a bucket of only NaNs keeps its first
+    row so gaps stay visible. Series no longer than ``max_points`` are returned whole.
+
+    Raises ValueError when max_points < 4.
+    """
+    if max_points < 4:
+        raise ValueError(f"max_points must be at least 4, got {max_points}")
+    y = np.asarray(y, dtype=np.float64)
+    n = y.size
+    if n <= max_points:
+        return np.arange(n)
+    buckets = max(1, (max_points - 2) // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts = edges[:-1]
+    finite = np.isfinite(y)
+    hi = np.where(finite, y, -np.inf)
+    lo = np.where(finite, y, np.inf)
+    # reduceat gives per-bucket extremes; the index of the extreme is recovered by comparing
+    # each row with its bucket's value and taking the first match.
+    bucket_of = np.repeat(np.arange(buckets), np.diff(edges))
+    max_val = np.maximum.reduceat(hi, starts)
+    min_val = np.minimum.reduceat(lo, starts)
+    is_max = hi == max_val[bucket_of]
+    is_min = lo == min_val[bucket_of]
+    idx_max = _first_true_per_bucket(is_max, bucket_of, buckets)
+    idx_min = _first_true_per_bucket(is_min, bucket_of, buckets)
+    keep = np.concatenate([idx_max, idx_min, starts[idx_max < 0], [0, n - 1]])
+    keep = keep[keep >= 0]
+    return np.unique(keep)
+
+
+def _first_true_per_bucket(mask: np.ndarray, bucket_of: np.ndarray, buckets: int) -> np.ndarray:
+    rows = np.flatnonzero(mask)
+    first = np.full(buckets, -1, dtype=np.int64)
+    # Reverse so that, for each bucket, the earliest row is written last and wins.
+    first[bucket_of[rows[::-1]]] = rows[::-1]
+    return first
+
+
+# Below this a ``time`` value is read as seconds since the run started, not a Unix time.
+_EPOCH_THRESHOLD_S = 1e8
+
+
+def _x_values(frame: pd.DataFrame, x_axis: XAxis, started_at: float | None) -> pd.Series:
+    if x_axis is XAxis.STEP:
+        return pd.to_numeric(frame["step"], errors="coerce")
+    t = pd.to_numeric(frame["time"], errors="coerce")
+    if x_axis is XAxis.RELATIVE_TIME:
+        return t - t.min()
+    if t.max() < _EPOCH_THRESHOLD_S:
+        t = t + (started_at or 0.0)
+    return pd.to_datetime(t, unit="s", utc=True)
+
+
+def compute_curve(
+    metrics: pd.DataFrame,
+    key: str,
+    *,
+    x_axis: XAxis = XAxis.STEP,
+    smoothing: float = 0.6,
+    max_points: int = 4000,
+    ranks: Sequence[int] | None = None,
+    started_at: float | None = None,
+) -> pd.DataFrame:
+    """Return one curve per rank, smoothed then downsampled, with columns CURVE_COLUMNS.
+
+    ``x`` is the step, the wall time (UTC datetimes) or the seconds since the rank's first
+    sample (``time`` values that are not Unix times are offset by ``started_at``, the run's
+    start as a Unix time); ``smoothed`` is the debiased EMA over the full series (computed before
+    downsampling so it does not depend on the zoom level); rows with no finite ``value`` are
+    dropped. ``ranks`` None keeps every rank. ``max_points`` is per rank.
+
+    Raises KeyError when ``key`` is not a column of ``metrics``, ValueError for a bad
+    smoothing weight or max_points.
+    """
+    if key not in metrics.columns:
+        raise KeyError(f"metric {key!r} is not logged; logged keys: {', '.join(list_curve_keys(metrics))}")
+    frame = metrics
+    if "rank" not in frame.columns:
+        frame = frame.assign(rank=0)
+    if ranks is not None:
+        frame = frame[frame["rank"].isin(list(ranks))]
+    parts: list[pd.DataFrame] = []
+    for rank, group in frame.groupby("rank", sort=True):
+        values = pd.to_numeric(group[key], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        ok = np.isfinite(values)
+        if not ok.any():
+            continue
+        group = group.loc[ok]
+        values = values[ok]
+        smoothed = debiased_ema(values, smoothing)
+        keep = minmax_downsample_indices(values, max_points)
+        x = _x_values(group, x_axis, started_at).to_numpy()[keep]
+        steps = pd.to_numeric(group["step"], errors="coerce").to_numpy()[keep] if "step" in group else keep
+        parts.append(
+            pd.DataFrame(
+                {"rank": int(rank), "step": steps, "x": x, "value": values[keep], "smoothed": smoothed[keep]}
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[CURVE_COLUMNS]

@@ -1,0 +1,83 @@
+"""Plotly figures of metric curves: smoothed line over a faint raw line, one colour per rank
+(charts layer: tables → figures, no Streamlit)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from app.analysis.curves import XAxis
+
+__all__ = ["make_curve_figure", "X_AXIS_TITLES"]
+
+X_AXIS_TITLES = {
+    XAxis.STEP: "step",
+    XAxis.WALL_TIME: "wall time (UTC)",
+    XAxis.RELATIVE_TIME: "time since first sample (s)",
+}
+
+_PALETTE = qualitative.Plotly
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def make_curve_figure(
+    curve: pd.DataFrame,
+    key: str,
+    *,
+    x_axis: XAxis = XAxis.STEP,
+    show_raw: bool = True,
+    log_y: bool = False,
+    height: int = 320,
+) -> go.Figure:
+    """Return a figure of ``curve`` (the table of ``compute_curve``) for the metric ``key``.
+
+    Each rank gets one colour: the raw values as a faint line behind, the smoothed values as a
+    solid line. WebGL traces keep 1e5+ points responsive.
+    """
+    fig = go.Figure()
+    for i, (rank, group) in enumerate(curve.groupby("rank", sort=True)):
+        colour = _PALETTE[i % len(_PALETTE)]
+        label = f"rank {rank}"
+        hover = "step %{customdata}<br>" + key + " %{y:.6g}<extra>" + label + "</extra>"
+        if show_raw:
+            fig.add_trace(
+                go.Scattergl(
+                    x=group["x"],
+                    y=group["value"],
+                    customdata=group["step"],
+                    mode="lines",
+                    line={"color": _rgba(colour, 0.25), "width": 1},
+                    name=f"{label} raw",
+                    legendgroup=label,
+                    showlegend=False,
+                    hovertemplate=hover.replace(key, f"{key} (raw)"),
+                )
+            )
+        fig.add_trace(
+            go.Scattergl(
+                x=group["x"],
+                y=group["smoothed"],
+                customdata=group["step"],
+                mode="lines",
+                line={"color": colour, "width": 2},
+                name=label,
+                legendgroup=label,
+                hovertemplate=hover.replace(key, f"{key} (smoothed)"),
+            )
+        )
+    fig.update_layout(
+        title={"text": key, "x": 0.01},
+        height=height,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        hovermode="closest",
+        legend={"orientation": "h", "y": -0.25},
+        showlegend=curve["rank"].nunique() > 1 if len(curve) else False,
+    )
+    fig.update_xaxes(title_text=X_AXIS_TITLES[x_axis])
+    fig.update_yaxes(title_text=key, type="log" if log_y else "linear")
+    return fig

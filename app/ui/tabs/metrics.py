@@ -1,0 +1,85 @@
+"""Run page tab "Metrics": every logged curve, smoothed, per rank (UI layer)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.analysis.curves import XAxis, compute_curve, list_curve_keys
+from app.charts.curves import make_curve_figure
+from app.ui.tabs import RunContext
+
+__all__ = ["TITLE", "render"]
+
+TITLE = "Metrics"
+
+# Most-read curves first; the rest keep the order they were logged in.
+_PREFERRED = ("loss", "val_loss", "lr", "grad_norm", "step_time_s", "samples")
+_AXIS_LABELS = {XAxis.STEP: "step", XAxis.WALL_TIME: "wall time", XAxis.RELATIVE_TIME: "relative time"}
+_MAX_POINTS = 4000
+
+
+def _ordered_keys(keys: list[str]) -> list[str]:
+    first = [k for k in _PREFERRED if k in keys]
+    return first + [k for k in keys if k not in first]
+
+
+def _rank_choice(ctx: RunContext, available: list[int]) -> list[int]:
+    if len(available) <= 1:
+        return available
+    default = [ctx.rank] if ctx.rank in available else available[:1]
+    chosen = st.multiselect(
+        "Ranks", available, default=default, key=ctx.key("metrics_ranks"),
+        help="Overlay several ranks to spot a straggler or a diverging replica.",
+    )
+    return [int(r) for r in chosen] or default
+
+
+def render(ctx: RunContext) -> None:
+    """Draw one chart per chosen metric, with smoothing, x-axis and rank controls."""
+    metrics = ctx.run.metrics
+    keys = list_curve_keys(metrics) if len(metrics) else []
+    if not keys:
+        st.info(
+            "This run has no logged metrics yet. Runs started with `torchscope run -- python train.py` "
+            "log loss, learning rate and step time automatically; with the API, call "
+            "`run.log(loss=..., lr=...)` once per step."
+        )
+        return
+    keys = _ordered_keys(keys)
+    c1, c2, c3 = st.columns([3, 2, 2])
+    chosen = c1.multiselect("Curves", keys, default=keys[: min(6, len(keys))], key=ctx.key("metrics_keys"))
+    axes = [XAxis.STEP] + ([XAxis.WALL_TIME, XAxis.RELATIVE_TIME] if "time" in metrics.columns else [])
+    x_axis = XAxis(
+        c2.radio("x-axis", axes, format_func=lambda a: _AXIS_LABELS[XAxis(a)], horizontal=True,
+                 key=ctx.key("metrics_x"))
+    )
+    smoothing = c3.slider(
+        "Smoothing", 0.0, 0.99, 0.6, 0.01, key=ctx.key("metrics_smoothing"),
+        help="Debiased exponential moving average, as in TensorBoard; the raw values stay faint behind.",
+    )
+    available = sorted(int(r) for r in metrics["rank"].dropna().unique()) if "rank" in metrics else [0]
+    ranks = _rank_choice(ctx, available)
+    log_y = st.toggle("Log scale (y)", value=False, key=ctx.key("metrics_log"))
+    if not chosen:
+        st.info("Pick at least one curve above.")
+        return
+    started = ctx.run.manifest.started_at
+    for key in chosen:
+        curve = compute_curve(
+            metrics, key, x_axis=x_axis, smoothing=smoothing, max_points=_MAX_POINTS, ranks=ranks,
+            started_at=float(started) if started else None,
+        )
+        if curve.empty:
+            st.info(f"No finite values of `{key}` for the chosen ranks.")
+            continue
+        fig = make_curve_figure(curve, key, x_axis=x_axis, log_y=log_y and bool((curve["value"] > 0).all()))
+        st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
+    n = int(metrics.groupby("rank").size().max()) if "rank" in metrics else len(metrics)
+    if n > _MAX_POINTS:
+        st.caption(
+            f"Curves with more than {_MAX_POINTS:,} points per rank are drawn from min/max buckets "
+            "(every spike kept); smoothing uses every point."
+        )
+    if ctx.run.problems:
+        with st.expander(f"{len(ctx.run.problems)} skipped line(s)"):
+            for p in ctx.run.problems:
+                st.text(p)
