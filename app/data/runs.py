@@ -5,6 +5,8 @@ import json
 import math
 import os
 import re
+import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,30 @@ __all__ = [
     "run_ranks",
     "format_bytes",
     "format_seconds",
+    "EXTRA_COLUMNS",
+    "summarise_run",
+    "store_from_rows",
+    "archive_run",
+    "delete_run",
+    "ARCHIVE_DIR",
+    "STATUS_MARKERS",
+    "filter_store",
 ]
+
+# Shown before a status wherever runs are listed, so running and crashed runs stand out.
+STATUS_MARKERS = {
+    "running": "● ",
+    "finished": "✓ ",
+    "failed": "✗ ",
+    "killed": "■ ",
+    "crashed": "✗ ",
+}
+
+# Columns the Runs page uses besides STORE_COLUMNS (not part of `ls --json`).
+EXTRA_COLUMNS = ["notes", "world_size", "search_text"]
+
+# Archived runs are moved here, inside the store; list_runs skips dot-folders.
+ARCHIVE_DIR = ".archive"
 
 # One row per run in the store table (Runs page, `torchscope ls --json`).
 STORE_COLUMNS = [
@@ -172,6 +197,18 @@ def _last_finite(series: pd.Series) -> float | None:
     return float(values.iloc[-1]) if len(values) else None
 
 
+def _search_text(m: rf.Manifest) -> str:
+    parts = [m.name, m.id, *m.tags, m.notes, *(f"{k}={v}" for k, v in m.config.items())]
+    return " ".join(str(p) for p in parts).lower()
+
+
+def summarise_run(run: RunData) -> dict[str, Any]:
+    """One row of the store table (keys STORE_COLUMNS + EXTRA_COLUMNS) for ``run``."""
+    row = _summarise(run)
+    row.update(notes=run.manifest.notes, world_size=run.manifest.world_size, search_text=_search_text(run.manifest))
+    return row
+
+
 def _summarise(run: RunData) -> dict[str, Any]:
     m = run.manifest
     metrics = run.metrics
@@ -236,10 +273,37 @@ def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None 
         except rf.RunFormatError as e:  # changed between listing and reading
             problems.append(str(e))
             continue
-        rows.append(_summarise(run))
+        rows.append(summarise_run(run))
         problems.extend(f"{path.name}: {p}" for p in run.problems)
-    table = pd.DataFrame(rows, columns=STORE_COLUMNS)
-    return StoreTable(root=listing.root, table=table, problems=problems)
+    return store_from_rows(listing.root, rows, problems)
+
+
+def store_from_rows(root: Path, rows: list[dict[str, Any]], problems: list[str]) -> StoreTable:
+    """Assemble a StoreTable from rows made by :func:`summarise_run`."""
+    table = pd.DataFrame(rows, columns=[*STORE_COLUMNS, *EXTRA_COLUMNS])
+    return StoreTable(root=root, table=table, problems=problems)
+
+
+def archive_run(run_dir: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+    """Move a run into ``<root>/.archive/`` (out of listings, nothing deleted); return its new path.
+
+    Raises NotARunError when ``run_dir`` is not a run.
+    """
+    run_dir = Path(run_dir)
+    rf.read_manifest(run_dir)  # refuse anything that is not a run
+    target = Path(root) / ARCHIVE_DIR / run_dir.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        target = target.with_name(f"{run_dir.name}-{int(time.time())}")
+    shutil.move(str(run_dir), str(target))
+    return target
+
+
+def delete_run(run_dir: str | os.PathLike[str]) -> None:
+    """Delete a run folder and everything in it. Raises NotARunError when it is not a run."""
+    run_dir = Path(run_dir)
+    rf.read_manifest(run_dir)
+    shutil.rmtree(run_dir)
 
 
 def _json_value(value: Any) -> Any:
@@ -315,3 +379,19 @@ def format_seconds(s: float | int | None) -> str:
     minutes, sec = divmod(int(round(s)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"
+
+
+def filter_store(table: pd.DataFrame, text: str = "", statuses: list[str] | None = None) -> pd.DataFrame:
+    """Rows whose name, id, tags, notes or config values contain every word of ``text``
+    (case-insensitive), and whose status is in ``statuses`` (all when None or empty)."""
+    out = table
+    if statuses:
+        out = out[out["status"].isin(statuses)]
+    words = text.lower().split()
+    if words and len(out):
+        haystack = out["search_text"] if "search_text" in out.columns else out["name"].str.lower()
+        mask = pd.Series(True, index=out.index)
+        for w in words:
+            mask &= haystack.fillna("").str.contains(w, regex=False)
+        out = out[mask]
+    return out

@@ -1,0 +1,45 @@
+"""The Runs page: every run of the store, filterable, with open / compare / tag / archive (UI layer)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.ui.layout import store_root
+from app.ui.runs_view import (
+    render_empty_store,
+    render_filters,
+    render_runs_table,
+    render_selection_actions,
+    render_store_problems,
+)
+from app.ui.store import cached_store_view
+from profiler_agent import runformat as rf
+
+
+def main() -> None:
+    st.title("Runs")
+    root = store_root()
+    try:
+        view = cached_store_view(root)
+    except rf.RunStoreNotFoundError:
+        render_empty_store(root, missing=True)
+        return
+    except rf.TorchscopeError as e:
+        st.error(str(e))
+        return
+    render_store_problems(view)
+    table = view.store.table
+    if table.empty:
+        render_empty_store(root, missing=False)
+        return
+    shown = render_filters(table)
+    st.caption(f"{len(shown)} of {len(table)} runs in `{view.store.root}`")
+    positions = render_runs_table(shown)
+    selected = shown.iloc[positions]
+    read_only = set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()
+    try:
+        render_selection_actions(selected, root, read_only=read_only)
+    except rf.TorchscopeError as e:
+        st.error(str(e))
+
+
+main()

@@ -1,0 +1,60 @@
+"""App-wide Streamlit pieces: session defaults, the sidebar store picker, page links (UI layer)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from profiler_agent.runformat import layout
+
+__all__ = [
+    "set_session_defaults",
+    "render_sidebar",
+    "store_root",
+    "record_hint",
+    "RUN_PAGE",
+    "RUNS_PAGE",
+    "COMPARE_PAGE",
+    "compare_page_exists",
+]
+
+_PAGES = Path(__file__).resolve().parents[1] / "app_pages"
+RUNS_PAGE = str(_PAGES / "runs.py")
+RUN_PAGE = str(_PAGES / "run.py")
+COMPARE_PAGE = str(_PAGES / "compare.py")
+
+
+def compare_page_exists() -> bool:
+    return Path(COMPARE_PAGE).is_file()
+
+
+def set_session_defaults() -> None:
+    """Global session_state defaults (pages use their own prefixed keys: runs_*, run_*, ...)."""
+    st.session_state.setdefault("root", str(layout.resolve_root(os.environ.get(layout.ROOT_ENV) or None)))
+    st.session_state.setdefault("refresh_s", 5)
+
+
+def store_root() -> Path:
+    """The run store the user is browsing."""
+    return layout.resolve_root(st.session_state.get("root") or None)
+
+
+def record_hint(root: Path) -> str:
+    """Markdown telling how to put runs into ``root``."""
+    return (
+        f"Record a run with `torchscope run --root {root} --name baseline -- python train.py`, "
+        f"import a trace or a tb-profiler log folder with `torchscope import PATH --root {root}`, "
+        f"or record the sample runs with `python -m sample_models.record --root {root}`."
+    )
+
+
+def render_sidebar() -> None:
+    """The run store picker, shown on every page."""
+    with st.sidebar:
+        st.text_input(
+            "Run store",
+            key="root",
+            help=f"Folder of runs (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT}). "
+            "A torch-tb-profiler log folder works too.",
+        )

@@ -1,0 +1,107 @@
+"""The Run page's pieces: run picker, header, rank selector and the tab strip (UI layer)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from app.data import runs as runs_data
+from app.ui.cache import cached_run
+from app.ui.layout import record_hint
+from app.ui.store import cached_store_view
+from app.ui.tabs import RunContext, load_tab_modules
+from profiler_agent import runformat as rf
+
+__all__ = ["render_run_picker", "render_run_header", "render_rank_selector", "render_tabs", "build_context"]
+
+
+def render_run_picker(root: Path) -> Path | None:
+    """Pick a run of the store, starting from the ``run`` query parameter; keep the URL in step.
+
+    Returns the chosen run folder, or None (after explaining why) when there is none.
+    """
+    try:
+        view = cached_store_view(root)
+    except rf.RunStoreNotFoundError:
+        st.info(f"No run store at `{root}` yet. " + record_hint(root))
+        return None
+    table = view.store.table
+    wanted = st.query_params.get("run")
+    if table.empty:
+        st.info(f"The run store `{root}` has no runs yet. " + record_hint(root))
+        return None
+    ids = list(table["id"])
+    labels = {i: f"{n} · {s} · {i}" for i, n, s in zip(table["id"], table["name"], table["status"])}
+    paths = dict(zip(table["id"], table["path"]))
+    if wanted and wanted not in ids:
+        try:  # a name, a unique prefix, or a run folder path
+            found = rf.find_run(wanted, root)
+            wanted = found.name if found.name in ids else None
+        except rf.TorchscopeError as e:
+            st.warning(f"Run `{wanted}` from the URL: {e}")
+            wanted = None
+    if wanted and st.session_state.get("run_picker") != wanted:
+        st.session_state["run_picker"] = wanted
+    if st.session_state.get("run_picker") not in ids:
+        st.session_state["run_picker"] = ids[0]
+    chosen = st.selectbox("Run", ids, key="run_picker", format_func=lambda i: labels.get(i, i))
+    if st.query_params.get("run") != chosen:
+        st.query_params["run"] = chosen
+    return Path(paths[chosen])
+
+
+def render_run_header(run: runs_data.RunData) -> None:
+    m = run.manifest
+    status = str(run.status)
+    marker = runs_data.STATUS_MARKERS.get(status, "")
+    st.title(m.name)
+    bits = [f"{marker}**{status}**", f"`{m.id}`"]
+    if m.started_at:
+        import datetime as _dt
+
+        bits.append(_dt.datetime.fromtimestamp(m.started_at, tz=_dt.UTC).strftime("started %Y-%m-%d %H:%M:%S UTC"))
+    if m.duration_s is not None:
+        bits.append(f"ran {runs_data.format_seconds(m.duration_s)}")
+    if m.tags:
+        bits.append("tags: " + ", ".join(f"`{t}`" for t in m.tags))
+    st.markdown(" · ".join(bits))
+    if status == "crashed":
+        st.warning("This run stopped sending heartbeats and its process is gone: it crashed. "
+                   "Everything it wrote until then is shown below.")
+    if run.problems:
+        with st.expander(f"⚠️ {len(run.problems)} line(s) of this run's files were skipped"):
+            st.warning("\n".join(f"- {p}" for p in run.problems[:100]))
+
+
+def render_rank_selector(ranks: list[int]) -> int | None:
+    """A rank picker when the run has several ranks; None means all ranks / the only one."""
+    if len(ranks) < 2:
+        return None
+    choice = st.selectbox("Rank", ["all", *ranks], key="run_rank",
+                          help="Charts and tables show this rank; 'all' shows every rank where it makes sense.")
+    return None if choice == "all" else int(choice)
+
+
+def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
+    run = cached_run(run_dir)
+    return RunContext(
+        run_dir=run_dir,
+        run=run,
+        rank=rank,
+        key_prefix="run_",
+        ranks=tuple(runs_data.run_ranks(run)),
+        root=root,
+        live=str(run.status) == "running",
+    )
+
+
+def render_tabs(ctx: RunContext) -> None:
+    """Every tab that exists, in order; a project error in one tab is shown inside it only."""
+    modules = load_tab_modules()
+    tabs = st.tabs([m.TITLE for _, m in modules])
+    for tab, (name, module) in zip(tabs, modules):
+        with tab:
+            try:
+                module.render(ctx)
+            except rf.TorchscopeError as e:
+                st.error(str(e))

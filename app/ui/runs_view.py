@@ -1,0 +1,158 @@
+"""The Runs page's pieces: store messages, the runs table with selection, actions (UI layer)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app.data import runs as runs_data
+from app.ui.layout import COMPARE_PAGE, RUN_PAGE, compare_page_exists, record_hint
+from app.ui.store import StoreView, clear_store_caches
+from profiler_agent import runformat as rf
+
+__all__ = [
+    "render_store_problems",
+    "render_filters",
+    "render_runs_table",
+    "render_selection_actions",
+    "display_table",
+]
+
+_COLUMN_CONFIG = {
+    "status": st.column_config.TextColumn("Status", help="● running, ✓ finished, ✗ failed or crashed, ■ killed"),
+    "name": st.column_config.TextColumn("Name"),
+    "tags": st.column_config.TextColumn("Tags"),
+    "started_at": st.column_config.DatetimeColumn("Started (UTC)", format="YYYY-MM-DD HH:mm:ss"),
+    "duration_s": st.column_config.NumberColumn("Duration (s)", format="%.1f"),
+    "steps": st.column_config.NumberColumn("Steps", format="%d"),
+    "final_loss": st.column_config.NumberColumn("Final loss", format="%.4g"),
+    "mean_step_time_ms": st.column_config.NumberColumn("Step time (ms)", format="%.2f",
+                                                       help="median step time of rank 0, from metrics"),
+    "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
+    "peak_memory_mib": st.column_config.NumberColumn("Peak memory (MiB)", format="%.1f"),
+    "device": st.column_config.TextColumn("Device"),
+    "git_commit": st.column_config.TextColumn("Git commit"),
+    "id": st.column_config.TextColumn("Run id"),
+}
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The store table with display units (ms, MiB) and status markers, in display column order."""
+    df = pd.DataFrame(index=table.index)
+    df["status"] = [runs_data.STATUS_MARKERS.get(s, "") + s for s in table["status"]]
+    for col in ("name", "tags", "started_at", "duration_s", "steps", "final_loss"):
+        df[col] = table[col]
+    df["mean_step_time_ms"] = pd.to_numeric(table["mean_step_time_s"], errors="coerce") * 1e3
+    df["samples_per_s"] = pd.to_numeric(table["samples_per_s"], errors="coerce")
+    df["peak_memory_mib"] = pd.to_numeric(table["peak_memory_bytes"], errors="coerce") / 2**20
+    for col in ("device", "git_commit", "id"):
+        df[col] = table[col]
+    df["steps"] = pd.to_numeric(df["steps"], errors="coerce").astype("Int64")
+    df["final_loss"] = pd.to_numeric(df["final_loss"], errors="coerce")
+    df["duration_s"] = pd.to_numeric(df["duration_s"], errors="coerce")
+    return df.reset_index(drop=True)
+
+
+def render_store_problems(view: StoreView) -> None:
+    problems = view.store.problems
+    if view.mirror is not None:
+        st.caption(
+            f"This folder holds torch-tb-profiler runs; they are listed read-only from a mirror in `{view.mirror}` "
+            "(symlinks to the original traces). Use `torchscope import` to make editable copies."
+        )
+    if problems:
+        with st.expander(f"⚠️ {len(problems)} problem(s) in this store: some folders or lines were skipped"):
+            st.warning("\n".join(f"- {p}" for p in problems[:200]))
+            if len(problems) > 200:
+                st.caption(f"… and {len(problems) - 200} more")
+
+
+def render_filters(table: pd.DataFrame) -> pd.DataFrame:
+    """Text and status filters; return the rows that pass."""
+    left, right = st.columns([3, 2])
+    text = left.text_input("Filter", key="runs_filter", placeholder="words in name, tags, notes or config (lr=0.01)")
+    statuses = sorted(table["status"].dropna().unique())
+    chosen = right.multiselect("Status", statuses, key="runs_status_filter")
+    return runs_data.filter_store(table, text, chosen)
+
+
+def render_runs_table(table: pd.DataFrame) -> list[int]:
+    """Show the table; return positions (in ``table``) of the selected rows."""
+    shown = display_table(table)
+    event = st.dataframe(
+        shown,
+        key="runs_table",
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="multi-row",
+        column_config=_COLUMN_CONFIG,
+        width="stretch",
+    )
+    rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    return [r for r in rows if 0 <= r < len(table)]
+
+
+def _open_buttons(selected: pd.DataFrame) -> None:
+    ids = list(selected["id"])
+    left, right = st.columns(2)
+    if left.button("Open run", key="runs_open", disabled=len(ids) != 1, type="primary"):
+        st.switch_page(RUN_PAGE, query_params={"run": ids[0]})
+    if compare_page_exists():
+        if right.button("Compare", key="runs_compare", disabled=len(ids) < 2,
+                        help="select two or more runs; the first selected is the baseline"):
+            st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(ids)})
+
+
+def _render_edit(row: pd.Series) -> None:
+    with st.form(key="runs_edit_form"):
+        st.markdown(f"**Tags and notes of** `{row['id']}`")
+        tags = st.text_input("Tags (comma-separated)", value=str(row["tags"] or ""), key="runs_edit_tags")
+        notes = st.text_area("Notes", value=str(row.get("notes") or ""), key="runs_edit_notes")
+        if st.form_submit_button("Save"):
+            new_tags = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
+            rf.update_manifest(Path(row["path"]), tags=new_tags, notes=notes)
+            clear_store_caches()
+            st.success(f"Saved tags and notes of {row['name']}.")
+            st.rerun()
+
+
+def _render_archive(selected: pd.DataFrame, root: Path) -> None:
+    n = len(selected)
+    with st.expander(f"Archive or delete {n} run(s)"):
+        action = st.radio("Action", ["Archive", "Delete"], key="runs_remove_action", horizontal=True,
+                          help=f"Archive moves runs into {root / runs_data.ARCHIVE_DIR}; delete removes them for good.")
+        st.write(", ".join(f"`{i}`" for i in selected["id"]))
+        sure = st.checkbox(f"Yes, {action.lower()} these {n} run(s)", key="runs_remove_confirm")
+        if st.button(action, key="runs_remove", disabled=not sure):
+            for path in selected["path"]:
+                if action == "Archive":
+                    runs_data.archive_run(path, root)
+                else:
+                    runs_data.delete_run(path)
+            clear_store_caches()
+            st.session_state.pop("runs_remove_confirm", None)
+            st.rerun()
+
+
+def render_selection_actions(selected: pd.DataFrame, root: Path, *, read_only: set[str]) -> None:
+    """Open / compare / edit / archive the selected runs. Runs in ``read_only`` (mirrored
+    tb-profiler runs) can be opened and compared but not changed."""
+    if selected.empty:
+        st.caption("Select runs in the table (click the left edge of a row) to open, compare, tag or archive them.")
+        return
+    _open_buttons(selected)
+    editable = selected[~selected["path"].isin(read_only)]
+    if len(editable) == 1:
+        _render_edit(editable.iloc[0])
+    if len(editable):
+        _render_archive(editable, root)
+    if len(editable) < len(selected):
+        st.caption("Runs mirrored from a tb-profiler folder are read-only here.")
+
+
+def render_empty_store(root: Path, *, missing: bool) -> None:
+    if missing:
+        st.info(f"No run store at `{root}` yet. " + record_hint(root))
+    else:
+        st.info(f"The run store `{root}` has no runs yet. " + record_hint(root))

@@ -1,0 +1,96 @@
+"""The run store as the Runs page sees it, cached per run (UI layer: st.cache_data wrappers).
+
+Each run's summary row is cached under its files' modification times, so a store of 1,000 runs
+re-reads only the runs that changed since the last rerun (manifests are listed each time; that
+is one small JSON file per run). A torch-tb-profiler log folder given as the store is mirrored
+into a read-only store of symlinked runs (see app.data.tbprofiler.mirror_tb_folder).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from app.data import runs as runs_data
+from app.data import tbprofiler
+from app.ui.cache import run_signature
+from profiler_agent import runformat as rf
+
+__all__ = ["StoreView", "cached_store_view", "clear_store_caches", "resolve_store_root"]
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """The runs to list: the store's own and, for a tb-profiler folder, its mirrored runs."""
+
+    store: runs_data.StoreTable
+    mirror: Path | None  # read-only mirror store, when the root holds tb-profiler runs
+
+
+@st.cache_data(max_entries=5000, ttl=3600, show_spinner=False)
+def _summary(path: str, sig: tuple[float, ...]) -> tuple[dict[str, Any] | None, list[str]]:
+    try:
+        run = runs_data.load_run(path)
+    except rf.RunFormatError as e:
+        return None, [str(e)]
+    return runs_data.summarise_run(run), [f"{Path(path).name}: {p}" for p in run.problems]
+
+
+@st.cache_data(max_entries=4, ttl=30, show_spinner=False)
+def _mirror(root: str, sig: tuple[Any, ...]) -> str | None:
+    mirror = tbprofiler.mirror_tb_folder(root)
+    return str(mirror) if mirror else None
+
+
+def _tb_signature(root: Path) -> tuple[Any, ...]:
+    subs = tbprofiler.find_tb_runs(root)
+    return tuple((str(s), s.stat().st_mtime_ns) for s in subs)
+
+
+def _rows(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    listing = rf.list_runs(root)
+    rows: list[dict[str, Any]] = []
+    problems = list(listing.problems)
+    for path, _ in listing.runs:
+        row, msgs = _summary(str(path), run_signature(path))
+        problems.extend(msgs)
+        if row is not None:
+            rows.append(row)
+    return rows, problems
+
+
+def cached_store_view(root: str | os.PathLike[str]) -> StoreView:
+    """Summary rows of every run under ``root`` (newest first) and the store's problems.
+
+    Raises RunStoreNotFoundError when ``root`` does not exist.
+    """
+    root = Path(root)
+    rows, problems = _rows(root)
+    mirror: Path | None = None
+    if root.is_dir():
+        sig = _tb_signature(root)
+        if sig:
+            found = _mirror(str(root), sig)
+            mirror = Path(found) if found else None
+    if mirror is not None:
+        tb_names = {Path(s).name for s, _ in _tb_signature(root)}
+        # The tb sub-folders are listed through the mirror, not as "not a run folder" problems.
+        problems = [p for p in problems if not any(f"/{n}:" in p for n in tb_names)]
+        more, more_problems = _rows(mirror)
+        rows += more
+        problems += more_problems
+    return StoreView(store=runs_data.store_from_rows(root, rows, problems), mirror=mirror)
+
+
+def clear_store_caches() -> None:
+    """Forget cached summaries (after editing, archiving or deleting runs)."""
+    _summary.clear()
+
+
+def resolve_store_root() -> Path:
+    """The store chosen in the sidebar (session_state ``root``), else $TORCHSCOPE_RUNS, else ./runs."""
+    value = st.session_state.get("root")
+    return rf.layout.resolve_root(value or None)
