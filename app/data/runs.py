@@ -224,7 +224,8 @@ def _summarise(run: RunData) -> dict[str, Any]:
         if len(samples):
             samples_per_s = float(samples.median()) / step_time * max(1, m.world_size)
     peak = None
-    for col in ("peak_memory_bytes", "rss_bytes", "cuda_max_allocated_bytes"):
+    # GPU runs: the allocator's peak; CPU runs: the process's resident set (system.jsonl).
+    for col in ("peak_memory_bytes", "gpu_max_allocated_bytes", "cuda_max_allocated_bytes", "rss_bytes"):
         if col in run.system.columns:
             v = pd.to_numeric(run.system[col], errors="coerce").max()
             if v is not None and not (isinstance(v, float) and math.isnan(v)):

@@ -1,0 +1,114 @@
+"""Headline numbers of one run and display-ready op tables (analysis layer: tables in, tables out)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+__all__ = ["StepTimeStats", "compute_step_time_stats", "compute_ops_view", "compute_ops_by_shape",
+           "compute_rank_rows", "compute_peak_memory"]
+
+
+@dataclass(frozen=True)
+class StepTimeStats:
+    """Step time of a run from its metrics (seconds). The first step is left out when there are
+    others: it carries one-off costs (CUDA context, allocator warm-up, compilation)."""
+
+    steps: int  # steps counted
+    mean_s: float
+    median_s: float
+    std_s: float
+    p10_s: float
+    p90_s: float
+    samples_per_s: float | None  # median samples per step / median step time, summed over ranks
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation (std / mean)."""
+        return self.std_s / self.mean_s if self.mean_s > 0 else math.nan
+
+
+def compute_rank_rows(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
+    """Rows of ``rank`` (all rows when ``rank`` is None or the table has no ``rank`` column)."""
+    if rank is None or "rank" not in df.columns:
+        return df
+    return df[pd.to_numeric(df["rank"], errors="coerce") == rank]
+
+
+def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> StepTimeStats | None:
+    """Step-time statistics of ``rank`` (every rank pooled when None); None without step times."""
+    if "step_time_s" not in metrics.columns or metrics.empty:
+        return None
+    rows = compute_rank_rows(metrics, rank)
+    rows = rows[pd.to_numeric(rows["step_time_s"], errors="coerce").notna()]
+    if rows.empty:
+        return None
+    if "step" in rows.columns and rows["step"].nunique() > 1:
+        rows = rows[rows["step"] != rows["step"].min()]
+    t = pd.to_numeric(rows["step_time_s"], errors="coerce")
+    samples_per_s = None
+    if "samples" in rows.columns:
+        per_rank = rows.groupby("rank") if "rank" in rows.columns else [(0, rows)]
+        rates = []
+        for _, part in per_rank:
+            s = pd.to_numeric(part["samples"], errors="coerce").median()
+            m = pd.to_numeric(part["step_time_s"], errors="coerce").median()
+            if pd.notna(s) and pd.notna(m) and m > 0:
+                rates.append(float(s) / float(m))
+        samples_per_s = sum(rates) if rates else None
+    return StepTimeStats(
+        steps=int(t.size),
+        mean_s=float(t.mean()),
+        median_s=float(t.median()),
+        std_s=float(t.std(ddof=1)) if t.size > 1 else 0.0,
+        p10_s=float(t.quantile(0.1)),
+        p90_s=float(t.quantile(0.9)),
+        samples_per_s=samples_per_s,
+    )
+
+
+def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[float | None, str]:
+    """(peak bytes, what it measures): GPU max allocated when sampled, else the process tree's RSS."""
+    rows = compute_rank_rows(system, rank)
+    for col, label in (("gpu_max_allocated_bytes", "GPU allocated"), ("gpu_allocated_bytes", "GPU allocated")):
+        if col in rows.columns and pd.to_numeric(rows[col], errors="coerce").notna().any():
+            return float(pd.to_numeric(rows[col], errors="coerce").max()), label
+    if "rss_bytes" in rows.columns and pd.to_numeric(rows["rss_bytes"], errors="coerce").notna().any():
+        rss = pd.to_numeric(rows["rss_bytes"], errors="coerce").fillna(0)
+        if "children_rss_bytes" in rows.columns:
+            rss = rss + pd.to_numeric(rows["children_rss_bytes"], errors="coerce").fillna(0)
+        return float(rss.max()), "RSS (process and children)"
+    return None, ""
+
+
+def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
+    """The op table with ``pct_of_step`` (self time / profiled steps' time, %) and a name filter.
+
+    ``text`` keeps ops whose name contains it (case-insensitive). Sorted by ``self_us``.
+    """
+    out = ops.copy()
+    total = None
+    if steps is not None and "duration_us" in steps.columns and len(steps):
+        total = float(pd.to_numeric(steps["duration_us"], errors="coerce").sum())
+    out["pct_of_step"] = out["self_us"] / total * 100 if total else math.nan
+    if text:
+        out = out[out["name"].astype(str).str.contains(text, case=False, regex=False)]
+    return out.sort_values("self_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def compute_ops_by_shape(events: pd.DataFrame) -> pd.DataFrame:
+    """CPU ops grouped by (name, input shapes): ``calls``, ``total_us``, ``mean_us``.
+
+    Total (inclusive) time only: self time needs the call tree, which the op table has.
+    """
+    cols = ["name", "input_shapes", "calls", "total_us", "mean_us"]
+    if events.empty or "input_shapes" not in events.columns:
+        return pd.DataFrame(columns=cols)
+    ev = events[events["cat"].astype(str) == "cpu_op"]
+    if ev.empty:
+        return pd.DataFrame(columns=cols)
+    g = (ev.groupby([ev["name"].astype(str), ev["input_shapes"].astype(str)], observed=True)["dur_us"]
+         .agg(calls="count", total_us="sum").reset_index())
+    g["mean_us"] = g["total_us"] / g["calls"]
+    return g.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[cols]

@@ -1,0 +1,73 @@
+"""Step-time charts: time per step from metrics, step breakdown as stacked bars (charts layer)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+__all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
+
+# (column of the trace engine's step table, label) — device view, as torch-tb-profiler's Overview.
+DEVICE_CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("kernel_us", "Kernel"),
+    ("memcpy_us", "Memcpy"),
+    ("memset_us", "Memset"),
+    ("communication_us", "Communication"),
+    ("runtime_us", "Runtime"),
+    ("dataloader_us", "DataLoader"),
+    ("cpu_exec_us", "CPU exec"),
+    ("other_us", "Other"),
+)
+# Training-loop view; "rest" is the step's time outside forward, backward and optimizer.
+LOOP_PHASES: tuple[tuple[str, str], ...] = (
+    ("dataloader_us", "Data loading"),
+    ("forward_us", "Forward"),
+    ("backward_us", "Backward"),
+    ("optimizer_us", "Optimizer"),
+    ("rest_us", "Rest of step"),
+)
+
+
+def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") -> go.Figure:
+    """Time of every step (ms) per rank, with each rank's median as a dashed line.
+
+    ``metrics`` needs columns ``step``, ``rank`` and ``value`` (seconds).
+    """
+    fig = go.Figure()
+    for rank, part in metrics.groupby("rank", sort=True):
+        y = pd.to_numeric(part[value], errors="coerce") * 1e3
+        fig.add_trace(go.Scattergl(x=part["step"], y=y, mode="lines+markers", name=f"rank {rank}",
+                                   marker={"size": 4}, hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>"))
+        med = y.median()
+        if pd.notna(med):
+            fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6,
+                          annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None)
+    fig.update_layout(xaxis_title="step", yaxis_title="step time (ms)", height=320,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"})
+    return fig
+
+
+def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str], ...]) -> go.Figure:
+    """Stacked bars, one per profiled step (x: ``step``; ms), one colour per category column.
+
+    Columns missing from ``steps`` are skipped; hover shows each part's share of the step.
+    """
+    fig = go.Figure()
+    x = [f"rank {r} · step {s}" if steps["rank"].nunique() > 1 else str(s)
+         for r, s in zip(steps["rank"], steps["step"])] if "rank" in steps else steps["step"].astype(str)
+    total = pd.to_numeric(steps.get("duration_us"), errors="coerce") if "duration_us" in steps else None
+    for col, label in categories:
+        if col == "rest_us" and col not in steps.columns and total is not None:
+            parts = [c for c, _ in categories if c != "rest_us" and c in steps.columns]
+            values = (total - steps[parts].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)).clip(lower=0)
+        elif col not in steps.columns:
+            continue
+        else:
+            values = pd.to_numeric(steps[col], errors="coerce").fillna(0.0)
+        ms = values / 1e3
+        share = (ms * 1e3 / total * 100).round(1) if total is not None else None
+        fig.add_trace(go.Bar(x=list(x), y=ms, name=label, customdata=share,
+                             hovertemplate=f"{label}: %{{y:.2f}} ms (%{{customdata}}% of step)<extra></extra>"))
+    fig.update_layout(barmode="stack", xaxis_title="profiled step", yaxis_title="time (ms)", height=360,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"},
+                      xaxis={"type": "category"})
+    return fig

@@ -1,0 +1,31 @@
+"""System sample charts: CPU %, memory and GPU over the run's time (charts layer)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+__all__ = ["make_system_figure"]
+
+
+def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, title: str) -> go.Figure:
+    """One line per (column, rank) against ``time`` (seconds since start).
+
+    ``unit`` is ``"percent"`` (plotted as is) or ``"bytes"`` (plotted in MiB).
+    """
+    fig = go.Figure()
+    scale = 1 / 2**20 if unit == "bytes" else 1.0
+    groups = system.groupby("rank", sort=True) if "rank" in system.columns else [(0, system)]
+    multi = "rank" in system.columns and system["rank"].nunique() > 1
+    for rank, part in groups:
+        for col in columns:
+            if col not in part.columns:
+                continue
+            y = pd.to_numeric(part[col], errors="coerce") * scale
+            if y.notna().sum() == 0:
+                continue
+            name = f"{col} · rank {rank}" if multi else col
+            fig.add_trace(go.Scattergl(x=part["time"], y=y, mode="lines", name=name))
+    fig.update_layout(title=title, xaxis_title="time since start (s)",
+                      yaxis_title="MiB" if unit == "bytes" else "%", height=300,
+                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h"})
+    return fig

@@ -1,0 +1,68 @@
+"""Run page tab "Config": hyperparameters and the environment the run was recorded in (UI layer)."""
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app.ui.tabs import RunContext
+
+__all__ = ["TITLE", "render", "flatten_config"]
+
+TITLE = "Config"
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Nested config as (dotted key, value as text) rows, sorted by key, so two runs diff line by line."""
+    rows: list[tuple[str, str]] = []
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            rows += flatten_config(value, prefix=f"{name}.")
+        else:
+            rows.append((name, value if isinstance(value, str) else json.dumps(value, default=str)))
+    return sorted(rows)
+
+
+def _kv(d: Mapping[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(flatten_config(d), columns=["key", "value"])
+
+
+def render(ctx: RunContext) -> None:
+    """Config table, then command, versions, git, host and devices."""
+    m = ctx.run.manifest
+    st.subheader("Hyperparameters")
+    if m.config:
+        st.dataframe(_kv(m.config), hide_index=True, width="stretch", key=ctx.key("config_table"))
+    else:
+        st.info("No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "
+                "with the API, pass `config={...}`.")
+    st.subheader("Command")
+    if m.command:
+        st.code(shlex.join(m.command), language="bash")
+    env = {
+        "host": m.host,
+        "cwd": m.cwd,
+        "pid": m.pid,
+        "exit_code": m.exit_code,
+        "world_size": m.world_size,
+        "git": dict(m.git),
+        "versions": dict(m.versions),
+    }
+    st.subheader("Environment")
+    st.dataframe(_kv({k: v for k, v in env.items() if v not in (None, {}, "")}), hide_index=True,
+                 width="stretch", key=ctx.key("config_env"))
+    if m.devices:
+        st.subheader("Devices")
+        st.dataframe(pd.DataFrame([dict(d) for d in m.devices]), hide_index=True, width="stretch",
+                     key=ctx.key("config_devices"))
+    if m.extra:
+        with st.expander("Other manifest fields"):
+            st.json(dict(m.extra), expanded=False)
+    if m.notes:
+        st.subheader("Notes")
+        st.text(m.notes)

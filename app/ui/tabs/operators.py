@@ -1,0 +1,84 @@
+"""Run page tab "Operators": op table (self/total time, calls, % of step), top-N chart, by shape (UI layer)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.analysis.run_summary import compute_ops_by_shape, compute_ops_view
+from app.charts.operators import make_top_ops_figure
+from app.ui.cache import cached_traces
+from app.ui.tabs import RunContext
+from app.ui.trace_view import load_trace_analysis, rank_rows
+
+__all__ = ["TITLE", "render"]
+
+TITLE = "Operators"
+
+_VALUES = {"self_us": "Self time", "total_us": "Total time", "device_self_us": "Device self time"}
+_COLUMNS = {
+    "name": st.column_config.TextColumn("Operator"),
+    "calls": st.column_config.NumberColumn("Calls", format="%d"),
+    "self_ms": st.column_config.NumberColumn("Self (ms)", format="%.3f", help="time in the op itself, children excluded"),
+    "total_ms": st.column_config.NumberColumn("Total (ms)", format="%.3f", help="time including child ops"),
+    "device_self_ms": st.column_config.NumberColumn("Device self (ms)", format="%.3f",
+                                                    help="GPU kernel time launched by the op"),
+    "mean_ms": st.column_config.NumberColumn("Mean self (ms)", format="%.4f"),
+    "pct_of_step": st.column_config.NumberColumn("% of step", format="%.2f",
+                                                 help="self time / time of the profiled steps"),
+}
+
+
+def _table(ops):  # noqa: ANN001, ANN202 - a DataFrame in, a DataFrame out
+    shown = ops[["name", "calls"]].copy()
+    for col in ("self_us", "total_us", "device_self_us", "mean_us"):
+        if col in ops.columns:
+            shown[col.replace("_us", "_ms")] = ops[col] / 1e3
+    shown["pct_of_step"] = ops["pct_of_step"]
+    return shown
+
+
+def _render_by_shape(ctx: RunContext) -> None:
+    traces = cached_traces(ctx.run_dir)
+    chosen = [t for t in traces if ctx.rank is None or t.rank == ctx.rank]
+    if not chosen:
+        st.info("No trace for this rank.")
+        return
+    import pandas as pd
+
+    by_shape = compute_ops_by_shape(pd.concat([t.events for t in chosen], ignore_index=True))
+    if by_shape.empty or (by_shape["input_shapes"].astype(str).str.len() == 0).all():
+        st.info("These traces have no input shapes: record with `record_shapes=True` "
+                "(`torchscope run` records them by default) to group operators by input shape.")
+        return
+    text = st.session_state.get(ctx.key("ops_search"), "")
+    if text:
+        by_shape = by_shape[by_shape["name"].str.contains(text, case=False, regex=False)]
+    by_shape = by_shape.assign(total_ms=by_shape["total_us"] / 1e3, mean_ms=by_shape["mean_us"] / 1e3)
+    st.dataframe(by_shape[["name", "input_shapes", "calls", "total_ms", "mean_ms"]].head(500), hide_index=True,
+                 width="stretch", key=ctx.key("ops_shape_table"),
+                 column_config={"total_ms": st.column_config.NumberColumn("Total (ms)", format="%.3f"),
+                                "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f")})
+
+
+def render(ctx: RunContext) -> None:
+    """Searchable op table, a top-N chart and an optional grouping by input shape."""
+    analysis = load_trace_analysis(ctx)
+    if analysis is None:
+        return
+    ops = rank_rows(analysis.ops, ctx.rank)
+    if ops.empty:
+        st.info("No CPU operators in this run's traces (was `torch.profiler` recording CPU activity?).")
+        return
+    c1, c2, c3 = st.columns([3, 2, 2])
+    text = c1.text_input("Search operators", key=ctx.key("ops_search"), placeholder="e.g. conv, matmul, copy_")
+    value = c2.radio("Rank by", [k for k in _VALUES if k in ops.columns], format_func=_VALUES.get,
+                     horizontal=True, key=ctx.key("ops_value"))
+    n = c3.slider("Top N", 5, 50, 15, key=ctx.key("ops_top_n"))
+    view = compute_ops_view(ops, rank_rows(analysis.steps, ctx.rank), text)
+    if view.empty:
+        st.info(f"No operator matches “{text}”.")
+        return
+    st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
+    st.dataframe(_table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table"))
+    st.caption(f"{len(view)} operators" + (" (all ranks pooled)" if ctx.rank is None and len(ctx.ranks) > 1 else ""))
+    if st.toggle("Group by input shape", key=ctx.key("ops_by_shape")):
+        _render_by_shape(ctx)

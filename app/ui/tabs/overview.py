@@ -1,0 +1,79 @@
+"""Run page tab "Overview": headline numbers, time per step, step-time breakdown (UI layer)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.analysis.run_summary import compute_peak_memory, compute_rank_rows, compute_step_time_stats
+from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
+from app.data.runs import format_bytes, format_seconds
+from app.ui.tabs import RunContext
+from app.ui.trace_view import load_trace_analysis, rank_rows
+
+__all__ = ["TITLE", "render"]
+
+TITLE = "Overview"
+
+
+def _render_headline(ctx: RunContext) -> None:
+    run = ctx.run
+    stats = compute_step_time_stats(run.metrics, ctx.rank)
+    peak, peak_kind = compute_peak_memory(run.system, ctx.rank)
+    cols = st.columns(6)
+    if stats:
+        cols[0].metric("Median step time", format_seconds(stats.median_s),
+                       help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
+                            f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
+                            f"over {stats.steps} steps (first step left out)")
+        cols[1].metric("Spread (p10–p90)", f"{format_seconds(stats.p10_s)} – {format_seconds(stats.p90_s)}",
+                       help=f"coefficient of variation {stats.cv:.1%}")
+        cols[2].metric("Samples/s", f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
+                       help="median samples per step / median step time, summed over ranks")
+    else:
+        cols[0].metric("Median step time", "–")
+        cols[1].metric("Spread (p10–p90)", "–")
+        cols[2].metric("Samples/s", "–")
+    cols[3].metric("Peak memory", format_bytes(peak), help=peak_kind or "no system samples in this run")
+    loss = compute_rank_rows(run.metrics, ctx.rank)
+    final = loss["loss"].dropna().iloc[-1] if "loss" in loss.columns and loss["loss"].notna().any() else None
+    cols[4].metric("Final loss", f"{final:.4g}" if final is not None else "–")
+    devices = ", ".join(str(d.get("name") or d.get("type") or "?") for d in run.manifest.devices) or "cpu"
+    cols[5].metric("Device", devices if len(devices) < 24 else devices[:22] + "…", help=devices)
+    if ctx.run.manifest.world_size > 1:
+        st.caption(f"World size {ctx.run.manifest.world_size}; "
+                   + ("numbers above pool every rank" if ctx.rank is None else f"numbers above are rank {ctx.rank}'s"))
+
+
+def _render_step_times(ctx: RunContext) -> None:
+    metrics = compute_rank_rows(ctx.run.metrics, ctx.rank)
+    if "step_time_s" not in metrics.columns or metrics["step_time_s"].notna().sum() == 0:
+        st.info("No step times in this run's metrics. `torchscope run` measures them from optimizer "
+                "steps; with the API, call `run.step()` once per iteration.")
+        return
+    st.subheader("Time per step")
+    st.plotly_chart(make_step_time_figure(metrics.dropna(subset=["step_time_s"])), width="stretch",
+                    key=ctx.key("overview_step_time"))
+
+
+def _render_breakdown(ctx: RunContext) -> None:
+    st.subheader("Where a step's time goes")
+    analysis = load_trace_analysis(ctx)
+    if analysis is None:
+        return
+    steps = rank_rows(analysis.steps, ctx.rank)
+    if steps.empty:
+        st.info("The traces hold no profiler steps (no `ProfilerStep#N` ranges): call `prof.step()` "
+                "once per iteration when profiling by hand, or record with `torchscope run`.")
+        return
+    view = st.radio("View", ["Device categories", "Training-loop phases"], horizontal=True,
+                    key=ctx.key("overview_breakdown_view"),
+                    help="Device categories follow torch-tb-profiler's Overview; phases split the step into "
+                         "data loading, forward, backward and optimizer. See docs/trace-engine.md.")
+    categories = DEVICE_CATEGORIES if view == "Device categories" else LOOP_PHASES
+    st.plotly_chart(make_breakdown_figure(steps, categories), width="stretch", key=ctx.key("overview_breakdown"))
+
+
+def render(ctx: RunContext) -> None:
+    """Headline numbers, the per-step time chart and the profiled steps' breakdown."""
+    _render_headline(ctx)
+    _render_step_times(ctx)
+    _render_breakdown(ctx)
