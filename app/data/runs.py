@@ -121,11 +121,14 @@ def _records_to_frame(records: list[dict[str, Any]], sort: list[str]) -> pd.Data
     for col in sort:
         if col not in df.columns:
             df[col] = 0 if col == "rank" else pd.NA
-    # Logged values can be None or strings in a few lines; keep numeric columns numeric.
+    if "rank" in df.columns:  # single-process jobs may not write a rank: it is rank 0
+        df["rank"] = pd.to_numeric(df["rank"], errors="coerce").fillna(0).astype("int64")
+    # Logged values can be None or strings in a few lines; a column that is mostly numbers is
+    # numeric, the odd string becoming NaN (charts and statistics skip it).
     for col in df.columns:
         if df[col].dtype == object:
             converted = pd.to_numeric(df[col], errors="coerce")
-            if converted.notna().sum() == df[col].notna().sum():
+            if converted.notna().sum() * 2 >= df[col].notna().sum() and converted.notna().any():
                 df[col] = converted
     return df.sort_values(sort, kind="stable").reset_index(drop=True)
 

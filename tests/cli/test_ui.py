@@ -1,0 +1,67 @@
+"""`torchscope ui`: binds to 127.0.0.1, passes the store, serves the app."""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from app.cli import build_parser
+from app.cli.ui_cmd import APP_SCRIPT, build_command
+from profiler_agent.runformat import layout
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["ui", *argv])
+
+
+def test_defaults_bind_localhost_and_pass_root(tmp_path):
+    cmd, env = build_command(_args("--root", str(tmp_path)))
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.port") + 1] == "8501"
+    assert str(APP_SCRIPT) in cmd and APP_SCRIPT.is_file()
+    assert env[layout.ROOT_ENV] == str(tmp_path.resolve())
+
+
+def test_host_and_port_options(tmp_path):
+    cmd, _ = build_command(_args("--root", str(tmp_path), "--host", "0.0.0.0", "--port", "9999", "--no-browser"))
+    assert cmd[cmd.index("--server.address") + 1] == "0.0.0.0"
+    assert cmd[cmd.index("--server.port") + 1] == "9999"
+    assert cmd[cmd.index("--server.headless") + 1] == "true"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ui_serves_the_app(fixture_store, tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "ui", "--root", str(fixture_store[0]), "--port", str(port), "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(tmp_path)},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("torchscope ui did not come up in 60 s")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            assert r.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -1,0 +1,171 @@
+"""Shared test fixtures: hand-made run stores, runs imported from ../shared/data, real agent runs.
+
+Session-scoped stores are read-only for tests: a test that changes runs copies the store first
+(``copy_store``) or builds its own with ``make_run``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+DEAD_PID = 2**22 + 12345  # above the default pid_max: never a live process
+
+
+def write_run(
+    root: Path,
+    name: str,
+    *,
+    steps: int = 20,
+    ranks: int = 1,
+    status: rf.RunStatus = rf.RunStatus.FINISHED,
+    step_time_s: float = 0.05,
+    config: dict[str, Any] | None = None,
+    tags: tuple[str, ...] = (),
+    system: bool = True,
+    logs: bool = True,
+    **fields: Any,
+) -> Path:
+    """Write a complete, realistic run the way the agent lays it out; return its folder."""
+    run_dir, manifest = rf.create_run(root, name, command=["python", "train.py", "--lr", "0.01"],
+                                      config=config or {"lr": 0.01, "batch_size": 32, "optimizer": "sgd"},
+                                      tags=tags, world_size=ranks,
+                                      versions={"python": sys.version.split()[0], "torch": "2.13.0"},
+                                      git={"commit": "0123456789abcdef", "dirty": False})
+    t0 = manifest.started_at or time.time()
+    with rf.JsonlWriter(run_dir / layout.METRICS) as w:
+        for rank in range(ranks):
+            for step in range(steps):
+                jitter = 1.0 + 0.1 * ((step * 7 + rank) % 5) / 5
+                w.write({"step": step, "time": t0 + step * step_time_s, "rank": rank,
+                         "loss": 2.0 / (1 + step), "lr": 0.01, "samples": 32,
+                         "step_time_s": step_time_s * (3.0 if step == 0 else jitter)})
+    if system:
+        with rf.JsonlWriter(run_dir / layout.SYSTEM) as w:
+            for rank in range(ranks):
+                for i in range(10):
+                    w.write({"time": i * 0.5, "rank": rank, "pid": 1000 + rank, "cpu_percent": 90.0 + i,
+                             "rss_bytes": (200 + 10 * i) * 2**20, "children_rss_bytes": 0,
+                             "system_cpu_percent": 50.0, "system_memory_used_bytes": 4 * 2**30})
+    if logs:
+        (run_dir / layout.LOGS_DIR).mkdir(exist_ok=True)
+        (run_dir / layout.STDOUT_LOG).write_text("".join(f"epoch 0 step {i} loss {2.0 / (1 + i):.3f}\n"
+                                                         for i in range(steps)))
+        (run_dir / layout.STDERR_LOG).write_text("warning: <b>not html</b>\n")
+    end = t0 + steps * step_time_s
+    changes: dict[str, Any] = {"status": status, "heartbeat": end}
+    if status is not rf.RunStatus.RUNNING:
+        changes.update(ended_at=end, exit_code=0 if status is rf.RunStatus.FINISHED else 1)
+    changes.update(fields)
+    rf.update_manifest(run_dir, **changes)
+    return run_dir
+
+
+def build_fixture_store(root: Path) -> dict[str, Path]:
+    """A store with one run of each kind a user meets; returns name → run folder."""
+    runs = {
+        "baseline": write_run(root, "baseline", tags=("base",)),
+        "optimized": write_run(root, "optimized", step_time_s=0.03, tags=("amp",),
+                               config={"lr": 0.02, "batch_size": 64, "optimizer": "adam"}),
+        "ddp": write_run(root, "ddp", ranks=2),
+        "failed": write_run(root, "failed", status=rf.RunStatus.FAILED, steps=3),
+        "crashed": write_run(root, "crashed", status=rf.RunStatus.RUNNING, steps=4, heartbeat=time.time() - 3600,
+                             started_at=time.time() - 3700, pid=DEAD_PID),
+        "live": write_run(root, "live", status=rf.RunStatus.RUNNING, steps=5, heartbeat=time.time() + 3600),
+    }
+    failed = runs["failed"]
+    (failed / layout.TRACEBACK_LOG).write_text('Traceback (most recent call last):\n  File "train.py", line 3\n'
+                                              "RuntimeError: CUDA out of memory\n")
+    with rf.JsonlWriter(failed / layout.AGENT_ERRORS) as w:
+        w.write({"time": 1.0, "where": "system sampler", "error": "RuntimeError: boom"})
+    return runs
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (real GPU and multi-rank traces); tests needing it skip when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} not present")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def fixture_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """(store root, name → run folder) of hand-made runs: finished, two ranks, failed, crashed, live."""
+    root = tmp_path_factory.mktemp("fixture_store")
+    return root, build_fixture_store(root)
+
+
+@pytest.fixture(scope="session")
+def imported_store(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, dict[str, Path]]:
+    """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks."""
+    from app.data.tbprofiler import import_traces
+
+    root = tmp_path_factory.mktemp("imported_store")
+    traces = shared_data / "traces"
+    gpu = import_traces(traces / "gpu_before_after" / "control.json.gz", root, name="gpu-control")[0]
+    two = import_traces(traces / "two_ranks", root, name="two-ranks")[0]
+    return root, {"gpu-control": gpu, "two-ranks": two}
+
+
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of real runs recorded by the agent from sample_models (baseline and optimized).
+
+    Skips when sample_models.record is not available.
+    """
+    if importlib.util.find_spec("sample_models.record") is None:
+        pytest.skip("sample_models.record is not available")
+    root = tmp_path_factory.mktemp("sample_store")
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    args = [sys.executable, "-m", "sample_models.record", "--root", str(root)]
+    if "--quick" in subprocess.run([*args, "--help"], capture_output=True, text=True, env=env).stdout:
+        args.append("--quick")
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"sample_models.record failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return root
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: ``make_run(name, **kwargs)`` writes a run into a fresh store at ``tmp_path / "runs"``."""
+    root = tmp_path / "runs"
+    root.mkdir(exist_ok=True)
+
+    def make(name: str = "run", **kwargs: Any) -> Path:
+        return write_run(root, name, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def copy_store(tmp_path: Path) -> Callable[[Path], Path]:
+    """Copy a (session) store into this test's tmp folder, keeping symlinks, and return the copy."""
+
+    def copy(src: Path) -> Path:
+        dst = tmp_path / f"copy-{src.name}"
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
+    return copy
+
+
+@pytest.fixture
+def no_store_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Remove $TORCHSCOPE_RUNS so a test decides the store itself."""
+    monkeypatch.delenv(layout.ROOT_ENV, raising=False)
+    yield
