@@ -1,0 +1,118 @@
+"""Operator table: calls, self and total host time, device time per op (analysis layer, pure).
+
+Definitions (the same as ``torch.profiler``'s ``key_averages()``):
+
+- the host events of one thread form a tree by interval containment (sorted by start, longest
+  first); ``total_us`` is an event's duration, ``self_us`` its duration minus its direct
+  children's (runtime calls such as ``cudaLaunchKernel`` are children too, as in torch);
+- ``device_self_us`` is the time of the kernels, memcpys and memsets launched by runtime calls
+  that are direct children of the op (linked by correlation id), as torch-tb-profiler counts it;
+- ``share`` is ``self_us`` over the summed duration of the trace's steps.
+``ProfilerStep#N`` spans are tree nodes (they are parents) but not rows of the table.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.analysis.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, _name_mask, cat_in,
+                                    is_device_activity, is_runtime)
+
+__all__ = ["OP_COLUMNS", "HOST_CATS", "compute_op_table", "compute_op_events", "op_tree"]
+
+OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
+HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
+
+
+def op_tree(host: pd.DataFrame) -> np.ndarray:
+    """Parent row position (or -1) of each host event, per (pid, tid), by interval containment.
+
+    ``host`` must be sorted by (ts_us ascending, dur_us descending) as load_trace leaves it.
+    """
+    n = len(host)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    thread = (host["pid"].astype(str) + "/" + host["tid"].astype(str)).to_numpy()
+    starts = host["ts_us"].to_numpy(float)
+    ends = starts + host["dur_us"].to_numpy(float)
+    order = np.argsort(pd.factorize(thread)[0], kind="stable")  # group threads, keep time order inside
+    st, en, po = starts[order].tolist(), ends[order].tolist(), order.tolist()
+    th = pd.factorize(thread)[0][order].tolist()
+    stack: list[int] = []
+    prev = -1
+    for k in range(n):
+        if th[k] != prev:
+            stack, prev = [], th[k]
+        s = st[k]
+        while stack and en[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent[po[k]] = po[stack[-1]]
+        stack.append(k)
+    return parent
+
+
+def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
+    """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns."""
+    host = events[cat_in(events, HOST_CATS)].reset_index(drop=True)
+    parent = op_tree(host)
+    dur = host["dur_us"].to_numpy(float)
+    has_parent = parent >= 0
+    child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(host))
+    self_us = np.clip(dur - child_sum, 0, None)
+    device = np.zeros(len(host))
+    dev = events[is_device_activity(events) & events["correlation"].notna().to_numpy()]
+    rt_mask = is_runtime(host) & host["correlation"].notna().to_numpy()
+    if len(dev) and rt_mask.any():
+        dev_by_corr = dev.groupby("correlation", observed=True)["dur_us"].sum()
+        rt_pos = np.nonzero(rt_mask)[0]
+        rt_dev = host.loc[rt_mask, "correlation"].map(dev_by_corr).fillna(0.0).to_numpy(float)
+        owner = parent[rt_pos]
+        ok = owner >= 0
+        device += np.bincount(owner[ok], weights=rt_dev[ok], minlength=len(host))
+    return host.assign(parent=parent, self_us=self_us, device_self_us=device)
+
+
+def _step_total(trace: Any) -> float:
+    from app.analysis.steps import find_steps
+
+    spans = find_steps(trace.events)
+    return float(np.sum(spans.end - spans.start)) if len(spans.start) else 0.0
+
+
+def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
+    """Return one row per op name (or per (name, input_shapes) with ``group_by="shape"``).
+
+    Columns OP_COLUMNS (+ ``input_shapes`` when grouped by shape), sorted by ``self_us``
+    descending; several traces (ranks) are summed.
+    """
+    if group_by not in (None, "shape"):
+        raise ValueError(f"group_by must be None or 'shape', got {group_by!r}")
+    items = traces if isinstance(traces, (list, tuple)) else [traces]
+    frames, total_steps = [], 0.0
+    for t in items:
+        ev = compute_op_events(t.events)
+        ev = ev[~_name_mask(ev, lambda n: n.startswith("ProfilerStep#"))]
+        frames.append(ev)
+        total_steps += _step_total(t) if steps_us is None else 0.0
+    if steps_us is not None:
+        total_steps = steps_us
+    keys = ["name", "input_shapes"] if group_by == "shape" else ["name"]
+    cols = OP_COLUMNS + (["input_shapes"] if group_by == "shape" else [])
+    if not frames or not sum(len(f) for f in frames):
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", "input_shapes") else float)
+                             for c in cols})
+    ev = pd.concat(frames, ignore_index=True)
+    for k in keys + ["cat"]:
+        ev[k] = ev[k].astype(str)
+    g = ev.groupby(keys, sort=False).agg(calls=("dur_us", "size"), self_us=("self_us", "sum"),
+                                          total_us=("dur_us", "sum"), device_self_us=("device_self_us", "sum"),
+                                          category=("cat", "first")).reset_index()
+    g["mean_us"] = g["total_us"] / g["calls"]
+    denom = total_steps if total_steps > 0 else float(g["self_us"].sum()) or 1.0
+    g["share"] = g["self_us"] / denom
+    g["calls"] = g["calls"].astype(int)
+    return g[cols].sort_values(["self_us", "name"], ascending=[False, True], ignore_index=True)

@@ -1,0 +1,93 @@
+"""Everything ``torchscope analyze`` reports about a set of traces, in one object (analysis layer).
+
+``analyze_traces(traces)`` computes steps (both breakdowns), ops, kernels and memory peaks once;
+``TraceAnalysis.to_json()`` is the documented, stable CLI document::
+
+    {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
+     "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}}}
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from app.analysis.breakdown import compute_breakdown
+from app.analysis.kernels import compute_kernel_table
+from app.analysis.memory import compute_memory_peaks
+from app.analysis.ops import compute_op_table
+from app.analysis.steps import compute_steps
+
+__all__ = ["TraceAnalysis", "analyze_traces", "JSON_STEP_KEYS"]
+
+JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_us", "memcpy_us", "memset_us",
+                  "communication_us", "runtime_us", "dataloader_us", "cpu_exec_us", "other_us", "forward_us",
+                  "backward_us", "optimizer_us"]
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 3)
+    if hasattr(v, "item"):  # numpy scalar
+        return _clean(v.item())
+    return v
+
+
+def _records(df: pd.DataFrame, cols: Sequence[str]) -> list[dict[str, Any]]:
+    cols = [c for c in cols if c in df.columns]
+    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    """Results of analyze_traces; tables are pandas DataFrames, ``memory`` is keyed by device."""
+
+    traces: list[dict[str, Any]]
+    steps: pd.DataFrame
+    breakdown: pd.DataFrame
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    memory_peaks: pd.DataFrame
+
+    @property
+    def memory(self) -> dict[str, dict[str, int]]:
+        """``{device: {peak_allocated_bytes, peak_reserved_bytes}}``; with several ranks the key
+        is ``rank<R>/<device>``."""
+        multi = self.memory_peaks["rank"].nunique() > 1
+        out = {}
+        for r in self.memory_peaks.itertuples(index=False):
+            key = f"rank{r.rank}/{r.device}" if multi else str(r.device)
+            out[key] = {"peak_allocated_bytes": int(r.peak_allocated_bytes),
+                        "peak_reserved_bytes": int(r.peak_reserved_bytes)}
+        return out
+
+    def to_json(self, *, max_ops: int | None = None, max_kernels: int | None = None) -> dict[str, Any]:
+        """The CLI document (see the module docstring); field names are stable."""
+        ops = self.ops if max_ops is None else self.ops.head(max_ops)
+        kernels = self.kernels if max_kernels is None else self.kernels.head(max_kernels)
+        return {
+            "traces": self.traces,
+            "steps": _records(self.steps, JSON_STEP_KEYS),
+            "ops": _records(ops, ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share"]),
+            "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
+            "memory": self.memory,
+        }
+
+
+def analyze_traces(traces: Sequence[Any]) -> TraceAnalysis:
+    """Compute steps, breakdown, ops, kernels and memory peaks of TraceTables (one per rank)."""
+    traces = list(traces)
+    steps = compute_steps(traces)
+    step_total = float(steps["duration_us"].sum()) if len(steps) else None
+    return TraceAnalysis(
+        traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events), "warnings": list(t.warnings)}
+                for t in traces],
+        steps=steps,
+        breakdown=compute_breakdown(traces, steps),
+        ops=compute_op_table(traces, steps_us=step_total),
+        kernels=compute_kernel_table(traces),
+        memory_peaks=compute_memory_peaks(traces),
+    )

@@ -1,0 +1,157 @@
+"""`torchscope analyze PATH`: steps, time breakdown, top ops and kernels, memory peaks (CLI layer).
+
+PATH is a run folder, a run id/name in the store, a trace file, or a folder of trace files.
+``--json`` prints one document (``TraceAnalysis.to_json``; fields in docs/trace-engine.md);
+without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from app.errors import UsageError
+
+HELP = "analyse profiler traces: steps, time breakdown, top ops and kernels, memory peaks"
+
+_BAR_MIN_BYTES = 32 << 20  # below this, ingest is quick enough not to need a bar
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="run folder or id, trace file (.json/.json.gz), or folder of traces")
+    parser.add_argument("--rank", type=int, default=None, help="only this rank")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument("--top", type=int, default=15, help="rows of the op and kernel tables (text output)")
+    parser.add_argument("--root", help="run store, to resolve a run id or name")
+    parser.add_argument("--no-cache", action="store_true", help="parse the traces again, ignoring the cache")
+
+
+class _Bar:
+    """A one-line progress bar on stderr, only for a terminal and only for large inputs."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.last = 0.0
+        self.started = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < _BAR_MIN_BYTES:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and done < total:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        width = 30
+        fill = int(frac * width)
+        mb = 1 << 20
+        sys.stderr.write(f"\rreading traces [{'#' * fill}{'.' * (width - fill)}] {done / mb:,.0f}/{total / mb:,.0f} MB "
+                         f"{now - self.started:4.1f}s")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _resolve(path: str, root: str | None) -> Path:
+    p = Path(path)
+    if p.exists():
+        return p
+    from profiler_agent.runformat import find_run
+    from profiler_agent.runformat.errors import TorchscopeError
+
+    try:
+        return find_run(path, root)
+    except TorchscopeError:
+        raise UsageError(f"{path}: no such file, folder or run") from None
+
+
+def _fmt_us(v: float) -> str:
+    if v != v:
+        return "–"
+    return f"{v / 1e3:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} µs"
+
+
+def _table(df: pd.DataFrame, cols: list[tuple[str, str, Any]]) -> str:
+    rows = [[h for h, _, _ in cols]]
+    for r in df.itertuples(index=False):
+        rows.append([f(getattr(r, k)) for _, k, f in cols])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def format_text(analysis: Any, top: int) -> str:
+    from app.analysis.steps import DEVICE_CATEGORIES
+
+    out = []
+    for t in analysis.traces:
+        out.append(f"trace {t['path']}  rank {t['rank']}  {t['events']:,} events")
+        out += [f"  warning: {w}" for w in t["warnings"]]
+    st = analysis.steps
+    if st.empty:
+        out.append("\nno steps found")
+    else:
+        cols = [("RANK", "rank", str), ("STEP", "step", str), ("DURATION", "duration_us", _fmt_us)]
+        cols += [(c.upper().replace("_", " "), f"{c}_us", _fmt_us) for c in DEVICE_CATEGORIES]
+        cols += [(c.upper(), f"{c}_us", _fmt_us) for c in ("forward", "backward", "optimizer")]
+        out += ["", "Steps (device view as torch-tb-profiler's Overview; training-loop view)", _table(st, cols)]
+    ops = analysis.ops.head(top).assign(name=lambda d: d["name"].map(_short))
+    if len(ops):
+        out += ["", f"Top {len(ops)} ops by self time", _table(ops, [
+            ("OP", "name", str), ("CALLS", "calls", str), ("SELF", "self_us", _fmt_us),
+            ("TOTAL", "total_us", _fmt_us), ("DEVICE", "device_self_us", _fmt_us),
+            ("SHARE", "share", lambda v: f"{v:.1%}")])]
+    kern = analysis.kernels.head(top).assign(name=lambda d: d["name"].map(_short))
+    if len(kern):
+        out += ["", f"Top {len(kern)} kernels by total time", _table(kern, [
+            ("KERNEL", "name", str), ("CALLS", "calls", str), ("TOTAL", "total_us", _fmt_us),
+            ("MEAN", "mean_us", _fmt_us), ("SHARE", "share", lambda v: f"{v:.1%}")])]
+    if analysis.memory:
+        out += ["", "Memory peaks"]
+        for dev, m in analysis.memory.items():
+            out.append(f"  {dev}: allocated {m['peak_allocated_bytes'] / 2**20:,.1f} MiB, "
+                       f"reserved {m['peak_reserved_bytes'] / 2**20:,.1f} MiB")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.analysis.trace_summary import analyze_traces
+    from app.data.trace import load_traces
+
+    path = _resolve(args.path, getattr(args, "root", None))
+    bar = _Bar()
+    try:
+        traces = load_traces(path, progress=bar, use_cache=not args.no_cache)
+    finally:
+        bar.close()
+    if args.rank is not None:
+        ranks = sorted({t.rank for t in traces})
+        traces = [t for t in traces if t.rank == args.rank]
+        if not traces:
+            raise UsageError(f"--rank {args.rank}: {path} has traces of ranks {ranks}")
+    analysis = analyze_traces(traces)
+    if args.json:
+        json.dump(analysis.to_json(), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        print(format_text(analysis, args.top))
+    return 0

@@ -1,0 +1,197 @@
+"""Kineto/Chrome profiler traces as pandas tables, read once through a columnar cache (data layer).
+
+``load_trace`` parses a trace file (``.json`` or ``.json.gz``, torch 1.8 → 2.x, CPU, CUDA, ROCm)
+with the streaming parser in ``trace_parse``, cleans it (drops events without a timestamp,
+clamps negative durations, sorts by time), stores the tables as Parquet in the cache and returns
+them; later calls read only the Parquet. ``load_traces`` accepts a run folder, a trace file or a
+folder of traces (one file per rank/worker, or torch-tb-profiler's one sub-folder per run).
+See docs/architecture.md "Trace tables" for the columns.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from app.data import trace_cache
+from app.data.trace_parse import parse_trace_file
+from app.errors import TraceError, UsageError
+from profiler_agent.runformat import layout
+
+__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "rank_from_name", "Progress"]
+
+Progress = Callable[[int, int], None]
+
+# Names like "rank-34.Jul_15...", "rank_3", "rank3", "host.rank7", "sampled_rank-1.json.gz".
+_RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass(frozen=True)
+class TraceTables:
+    """One trace file as tables; see docs/architecture.md "Trace tables" for every column."""
+
+    path: Path
+    rank: int
+    meta: dict[str, Any]
+    warnings: list[str]
+    events: pd.DataFrame
+    memory: pd.DataFrame
+    flows: pd.DataFrame
+    counters: pd.DataFrame
+    threads: pd.DataFrame
+    n_events: int = 0  # events in the file, of every phase (the events table keeps only "X")
+    from_cache: bool = field(default=False, compare=False)
+
+
+def rank_from_name(name: str) -> int | None:
+    """Return the rank written in a file name (``rank-3``, ``rank_3``, ``rank3``), else None."""
+    m = _RANK_RE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _rank(path: Path, meta: dict[str, Any]) -> int:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict):
+        r = info.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+            return r
+    found = rank_from_name(path.name)
+    return found if found is not None else 0
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    # Integer columns with nulls stay integers (Int64) instead of turning into floats.
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get, ignore_metadata=True)
+
+
+def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table:
+    """Drop X events without a timestamp, clamp bad durations to 0, sort by (ts, -dur)."""
+    n = events.num_rows
+    if n == 0:
+        return events
+    events = events.filter(pc.is_valid(events["ts_us"]))
+    if events.num_rows < n:
+        warnings.append(f"{path}: skipped {n - events.num_rows:,} complete events without a timestamp 'ts'")
+    dur = events["dur_us"]
+    bad = pc.sum(pc.or_kleene(pc.is_null(dur), pc.less(dur, 0))).as_py() or 0
+    nan = pc.sum(pc.is_nan(dur.fill_null(0.0))).as_py() or 0
+    if bad or nan:
+        warnings.append(f"{path}: {bad + nan:,} events have a missing, negative or invalid 'dur'; counted as 0 µs")
+        fixed = pc.if_else(pc.or_kleene(pc.is_nan(dur.fill_null(-1.0)), pc.less(dur.fill_null(-1.0), 0)), 0.0, dur)
+        events = events.set_column(events.schema.get_field_index("dur_us"), "dur_us", fixed)
+    # Parents before children at equal start times: sort by start, then longest first.
+    order = pc.sort_indices(events, sort_keys=[("ts_us", "ascending"), ("dur_us", "descending")])
+    return events.take(order)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    if table.num_rows == 0 or "ts_us" not in table.column_names:
+        return table
+    table = table.filter(pc.is_valid(table["ts_us"]))
+    return table.take(pc.sort_indices(table, sort_keys=[("ts_us", "ascending")]))
+
+
+def _ingest(path: Path, progress: Progress | None) -> trace_cache.CachedTrace:
+    parsed = parse_trace_file(path, progress)
+    warnings = list(parsed.warnings)
+    tables = {
+        "events": _clean_events(parsed.events, path, warnings),
+        "memory": _sorted(parsed.memory),
+        "flows": _sorted(parsed.flows),
+        "counters": _sorted(parsed.counters),
+        "threads": parsed.threads,
+    }
+    if parsed.n_events == 0 and not warnings:
+        warnings.append(f"{path}: the trace has no events")
+    return trace_cache.CachedTrace(tables, parsed.meta, warnings, parsed.n_events)
+
+
+def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
+               progress: Progress | None = None, use_cache: bool = True) -> TraceTables:
+    """Return the tables of one trace file, from the cache when the file has not changed.
+
+    Raises TraceError (naming the file and the problem) when nothing can be read from it.
+    Recoverable problems (truncation, odd fields) are listed in ``warnings`` instead.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such trace file")
+    entry = trace_cache.cache_entry_dir(p, Path(cache_dir) if cache_dir is not None else None)
+    cached = trace_cache.read_cached(entry) if use_cache else None
+    from_cache = cached is not None
+    if cached is None:
+        try:
+            cached = _ingest(p, progress)
+        except OSError as e:
+            raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
+        except MemoryError:
+            raise TraceError(f"{p}: not enough memory to read this trace") from None
+        if use_cache:
+            trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings, cached.n_events)
+    elif progress is not None:
+        size = p.stat().st_size
+        progress(size, size)
+    t = cached.tables
+    return TraceTables(
+        path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
+        events=_to_pandas(t["events"]), memory=_to_pandas(t["memory"]), flows=_to_pandas(t["flows"]),
+        counters=_to_pandas(t["counters"]), threads=_to_pandas(t["threads"]), n_events=cached.n_events,
+        from_cache=from_cache,
+    )
+
+
+def _is_trace_name(name: str) -> bool:
+    return not name.startswith(".") and name.endswith(_TRACE_SUFFIXES)
+
+
+def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
+    """Return the trace files that ``path`` designates (run folder, file, folder of traces).
+
+    Raises UsageError when the path does not exist or holds no trace file.
+    """
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise UsageError(f"{p}: no such file or folder")
+    found = layout.list_trace_files(p)
+    if not found and (p / layout.TRACES_DIR).is_dir():  # a run whose traces do not follow the name pattern
+        found = sorted(f for f in (p / layout.TRACES_DIR).iterdir() if f.is_file() and _is_trace_name(f.name))
+    if not found:
+        found = sorted(f for f in p.iterdir() if f.is_file() and _is_trace_name(f.name))
+    if not found:  # torch-tb-profiler layout: one sub-folder per run, one file per worker
+        for sub in sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")):
+            found += sorted(f for f in sub.iterdir() if f.is_file() and _is_trace_name(f.name))
+    if not found:
+        raise UsageError(f"{p}: no trace files (*.json, *.json.gz) in this folder, its '{layout.TRACES_DIR}/' "
+                         "or its sub-folders")
+    return found
+
+
+def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
+                progress: Progress | None = None, use_cache: bool = True) -> list[TraceTables]:
+    """Return one TraceTables per trace file under ``path``, sorted by (rank, file name).
+
+    ``progress(done_bytes, total_bytes)`` is called over all files together.
+    """
+    paths = list_trace_paths(path)
+    sizes = [f.stat().st_size for f in paths]
+    total = sum(sizes)
+    done = 0
+    out = []
+    for f, size in zip(paths, sizes):
+        sub = None
+        if progress is not None:
+            base = done
+            sub = lambda d, _t, base=base: progress(base + d, total)  # noqa: E731
+        out.append(load_trace(f, cache_dir=cache_dir, progress=sub, use_cache=use_cache))
+        done += size
+    return sorted(out, key=lambda t: (t.rank, t.path.name))

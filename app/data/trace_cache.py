@@ -1,0 +1,111 @@
+"""Columnar cache of ingested traces: Parquet files keyed by (path, size, mtime, format) (data layer).
+
+A trace inside a run (``<run>/traces/``) is cached in ``<run>/.cache/``; any other trace, or a
+run folder that cannot be written, goes to ``$TORCHSCOPE_CACHE`` or ``~/.cache/torchscope``.
+The key changes when the file changes (size or mtime) or when CACHE_VERSION is bumped, so a stale
+entry is never read; entries are written to a temporary folder and renamed into place, so a
+reader never sees half an entry. Deleting a cache folder is always safe.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from profiler_agent.runformat import layout
+
+__all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "CachedTrace", "cache_entry_dir", "read_cached",
+           "write_cached", "default_cache_dir"]
+
+# Bump when the parser, the kept fields or the table schemas change.
+CACHE_VERSION = 3
+CACHE_ENV = "TORCHSCOPE_CACHE"
+TABLES = ("events", "memory", "flows", "counters", "threads")
+_META = "meta.json"
+_SUB = "traces"
+
+
+@dataclass(frozen=True)
+class CachedTrace:
+    tables: dict[str, pa.Table]
+    meta: dict[str, Any]
+    warnings: list[str]
+    n_events: int
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "torchscope"
+
+
+def _writable(folder: Path) -> bool:
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    return os.access(probe, os.W_OK)
+
+
+def _key(path: Path) -> str:
+    st = path.stat()
+    raw = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{CACHE_VERSION}"
+    return hashlib.sha1(raw.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def cache_entry_dir(path: Path, cache_dir: Path | None = None) -> Path:
+    """Return the folder that holds (or will hold) the cached tables of ``path``."""
+    if cache_dir is None:
+        parent = path.resolve().parent
+        if parent.name == layout.TRACES_DIR and _writable(parent.parent / layout.CACHE_DIR):
+            cache_dir = parent.parent / layout.CACHE_DIR
+        else:
+            cache_dir = default_cache_dir()
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.name)[:80]
+    return Path(cache_dir) / _SUB / f"{safe}-{_key(path)}"
+
+
+def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> CachedTrace | None:
+    """Return the cached tables, or None when there is no complete, readable entry."""
+    meta_file = entry / _META
+    if not meta_file.is_file():
+        return None
+    try:
+        doc = json.loads(meta_file.read_text(encoding="utf-8"))
+        if doc.get("cache_version") != CACHE_VERSION:
+            return None
+        tables = {
+            name: pq.read_table(entry / f"{name}.parquet", columns=(columns or {}).get(name))
+            for name in TABLES
+        }
+    except (OSError, ValueError, pa.ArrowException):
+        return None  # a damaged entry is rebuilt, never trusted
+    return CachedTrace(tables, doc.get("meta", {}), doc.get("warnings", []), int(doc.get("n_events", 0)))
+
+
+def write_cached(entry: Path, tables: dict[str, pa.Table], meta: dict[str, Any], warnings: list[str],
+                 n_events: int) -> bool:
+    """Write an entry atomically; return False (and leave nothing behind) if the folder is not writable."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    except OSError:
+        return False
+    try:
+        for name in TABLES:
+            pq.write_table(tables[name], tmp / f"{name}.parquet", compression="zstd", compression_level=1)
+        doc = {"cache_version": CACHE_VERSION, "meta": meta, "warnings": warnings, "n_events": n_events}
+        (tmp / _META).write_text(json.dumps(doc, default=str), encoding="utf-8")
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+        return True
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False

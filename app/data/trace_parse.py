@@ -1,0 +1,447 @@
+"""Streaming Kineto/Chrome trace parser: bytes → columnar Arrow tables (data layer).
+
+The file is read in bounded pieces (gzip decompressed on the fly); the ``traceEvents`` array is cut
+at event boundaries and each piece is decoded with msgspec into small typed structs, turned into
+Arrow columns and dropped. Peak memory is therefore the output columns plus one piece, not the
+whole JSON object tree (see docs/trace-engine.md for the measurements behind this choice).
+
+A cut is only accepted when the piece decodes as a JSON array: a cut inside a string or inside a
+nested object can never decode, so validating by decoding is exact. The same rule recovers the
+events of a truncated file (a job killed while writing): the longest prefix that decodes is kept
+and a warning says where the file ended.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from app.errors import TraceError
+
+__all__ = ["ParsedTrace", "parse_trace_file", "PIECE_BYTES", "KINETO_FIELDS"]
+
+Progress = Callable[[int, int], None]
+
+PIECE_BYTES = 8 << 20  # decompressed bytes decoded at a time; bounds peak memory
+_READ_BYTES = 1 << 20  # compressed bytes read at a time
+_MAX_BACKOFF = 64  # boundary candidates tried before a piece is declared undecodable
+
+# `}` , `{` between two events (any whitespace); `}` `]` at the end of the array.
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_ARRAY_END = re.compile(rb"\}\s*\]|\[\s*\]")
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+_EMPTY = msgspec.Raw(b"")
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    """The few ``args`` fields the engine keeps; every other key is skipped while decoding."""
+
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    external_id_lc: int | None = msgspec.field(default=None, name="external id")
+    correlation: int | None = None
+    device: int | None = None
+    stream: int | str | None = None  # ROCm writes it as a string
+    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
+    input_dims_lc: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input dims")
+    input_type: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input type")
+    nbytes: int | None = msgspec.field(default=None, name="bytes")
+    mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
+    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    addr: int | None = msgspec.field(default=None, name="Addr")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    sequence: int | None = msgspec.field(default=None, name="Sequence number")
+    fwd_tid: int | None = msgspec.field(default=None, name="Fwd thread id")
+    name: str | None = None  # process_name / thread_name metadata
+    sort_index: int | None = None
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: _Args = _NO_ARGS
+
+
+# The Kineto fields read, versioned with the cache (docs/trace-engine.md lists them).
+KINETO_FIELDS = tuple(_Event.__struct_fields__) + tuple(
+    getattr(f, "encode_name", f) for f in msgspec.structs.fields(_Args)
+)
+
+_TYPED = msgspec.json.Decoder(list[_Event])
+_UNTYPED = msgspec.json.Decoder()
+
+
+@dataclass
+class ParsedTrace:
+    """What one pass over a trace file gives: metadata, warnings and Arrow tables by kind."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    events: pa.Table | None = None
+    memory: pa.Table | None = None
+    flows: pa.Table | None = None
+    counters: pa.Table | None = None
+    threads: pa.Table | None = None
+    n_events: int = 0
+
+
+# ---------------------------------------------------------------- reading bytes
+
+
+def _read_pieces(path: Path, warnings: list[str], progress: Progress | None) -> Iterator[bytes]:
+    """Yield the decompressed bytes of ``path`` in pieces; a broken gzip ends the stream early."""
+    total = path.stat().st_size
+    done = 0
+    with path.open("rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        gz = head == b"\x1f\x8b"
+        dec = zlib.decompressobj(47) if gz else None
+        while True:
+            raw = f.read(_READ_BYTES)
+            done += len(raw)
+            if progress is not None:
+                progress(done, total)
+            if not raw:
+                if dec is not None and not dec.eof:
+                    warnings.append(
+                        f"{path}: the gzip stream is truncated at compressed byte {done:,}; "
+                        "reading what was written before the cut"
+                    )
+                return
+            if dec is None:
+                yield raw
+                continue
+            try:
+                out = dec.decompress(raw)
+                while dec.eof and dec.unused_data:  # concatenated gzip members
+                    rest = dec.unused_data
+                    dec = zlib.decompressobj(47)
+                    out += dec.decompress(rest)
+            except zlib.error as e:
+                warnings.append(f"{path}: the gzip data is corrupt near compressed byte {done:,} ({e}); "
+                                "reading what was decompressed before it")
+                return
+            if out:
+                yield out
+
+
+# ---------------------------------------------------------------- decoding pieces
+
+
+class _Undecodable(Exception):
+    pass
+
+
+def _decode_array(data: bytes, warnings: list[str], path: Path) -> list[Any]:
+    """Decode a JSON array of events: typed fast path, untyped fallback for odd field types."""
+    try:
+        return _TYPED.decode(data)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as e:
+        if "UTF-8" not in str(e):
+            raise _Undecodable(str(e)) from None
+        data = data.decode("utf-8", "replace").encode("utf-8")
+        _note_once(warnings, f"{path}: some names are not valid UTF-8; replaced the bad bytes with U+FFFD")
+        try:
+            return _TYPED.decode(data)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as e2:
+            raise _Undecodable(str(e2)) from None
+    try:
+        raw = _UNTYPED.decode(data)
+    except msgspec.DecodeError as e:
+        raise _Undecodable(str(e)) from None
+    _note_once(warnings, f"{path}: some events have fields of an unexpected type; they were read leniently")
+    return [_lenient(e) for e in raw if isinstance(e, dict)]
+
+
+def _note_once(warnings: list[str], msg: str) -> None:
+    if msg not in warnings:
+        warnings.append(msg)
+
+
+def _num(v: Any, kind: type) -> Any:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return kind(v)
+    if isinstance(v, str):
+        try:
+            return kind(float(v))
+        except ValueError:
+            return None
+    return None
+
+
+def _raw(v: Any) -> msgspec.Raw:
+    return _EMPTY if v is None else msgspec.Raw(msgspec.json.encode(v))
+
+
+def _lenient(d: dict[str, Any]) -> _Event:
+    """Build an _Event from a dict whose fields may have unexpected types (coerce or drop)."""
+    a = d.get("args")
+    args = _NO_ARGS
+    if isinstance(a, dict):
+        g = a.get
+        args = _Args(
+            external_id=_num(g("External id"), int), external_id_lc=_num(g("external id"), int),
+            correlation=_num(g("correlation"), int), device=_num(g("device"), int),
+            stream=_num(g("stream"), int), input_dims=_raw(g("Input Dims")),
+            input_dims_lc=_raw(g("Input dims")), input_type=_raw(g("Input type")),
+            nbytes=_num(g("bytes"), int), mem_bytes=_num(g("Bytes"), int),
+            total_allocated=_num(g("Total Allocated"), int), total_reserved=_num(g("Total Reserved"), int),
+            addr=_num(g("Addr"), int), device_type=_num(g("Device Type"), int),
+            device_id=_num(g("Device Id"), int), sequence=_num(g("Sequence number"), int),
+            fwd_tid=_num(g("Fwd thread id"), int),
+            name=g("name") if isinstance(g("name"), str) else None, sort_index=_num(g("sort_index"), int),
+        )
+    pid, tid, eid = d.get("pid"), d.get("tid"), d.get("id")
+    return _Event(
+        ph=str(d.get("ph") or ""), cat=_str(d.get("cat")), name=_str(d.get("name")),
+        pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
+        tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,
+        ts=_num(d.get("ts"), float), dur=_num(d.get("dur"), float),
+        id=eid if isinstance(eid, (int, str)) and not isinstance(eid, bool) else None, args=args,
+    )
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) or v is None else str(v)
+
+
+def _counters_from(data: bytes) -> list[dict[str, Any]]:
+    """``C`` events keep arbitrary ``args`` keys, so they are decoded untyped (they are rare)."""
+    try:
+        raw = _UNTYPED.decode(data)
+    except msgspec.DecodeError:
+        return []
+    out = []
+    for e in raw:
+        if isinstance(e, dict) and e.get("ph") == "C" and isinstance(e.get("args"), dict):
+            for k, v in e["args"].items():
+                val = _num(v, float)
+                if val is not None:
+                    out.append({"name": f"{e.get('name')}.{k}" if len(e["args"]) > 1 else str(e.get("name")),
+                                "ts_us": _num(e.get("ts"), float), "pid": str(e.get("pid")), "value": val})
+    return out
+
+
+# ---------------------------------------------------------------- the pass over the file
+
+
+class _Sink:
+    """Collects the Arrow tables of each decoded piece and counts events."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[pa.Table]] = {"events": [], "memory": [], "flows": [], "threads": []}
+        self.counter_rows: list[dict[str, Any]] = []
+        self.n_events = 0
+
+    def add(self, evs: list[Any], data: bytes) -> None:
+        from app.data.trace_columns import columns_from_events
+
+        self.n_events += len(evs)
+        for kind, table in columns_from_events(evs).items():
+            if table.num_rows:
+                self.parts[kind].append(table)
+        if b'"C"' in data:
+            self.counter_rows.extend(_counters_from(data))
+
+
+def _try(buf: bytes, end: int, warnings: list[str], path: Path) -> list[Any] | None:
+    try:
+        return _decode_array(b"[" + buf[:end] + b"]", warnings, path)
+    except _Undecodable:
+        return None
+
+
+def _longest_prefix(buf: bytes, warnings: list[str], path: Path) -> tuple[int, list[Any]]:
+    """Return (end, events) for the longest run of whole events at the start of ``buf``.
+
+    Decodability is monotone in the cut position (every cut before a corruption decodes, none
+    after it), so a binary search over boundary candidates finds it in a few decodes.
+    """
+    cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
+    cands += [m.start() + 1 for m in _ARRAY_END.finditer(buf) if buf[m.start():m.start() + 1] == b"}"]
+    cands = sorted(set(cands))
+    lo, hi, best, best_evs = 0, len(cands) - 1, 0, []
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        evs = _try(buf, cands[mid], warnings, path)
+        if evs is None:
+            hi = mid - 1
+        else:
+            best, best_evs, lo = cands[mid], evs, mid + 1
+    return best, best_evs
+
+
+def _find_start(buf: bytes) -> tuple[int, bool] | None:
+    """Return (offset of the first event byte, top-level is an object) or None if not yet known."""
+    s = buf.lstrip(b"\xef\xbb\xbf \t\r\n")
+    skipped = len(buf) - len(s)
+    if s[:1] == b"[":
+        return skipped + 1, False
+    if s[:1] != b"{":
+        raise ValueError("it does not start with a JSON object or array")
+    m = _EVENTS_KEY.search(buf)
+    return (m.end(), True) if m else None
+
+
+def _meta_from(header: bytes) -> dict[str, Any]:
+    """Decode the object's fields before ``traceEvents`` (``{ "a": 1, `` → ``{"a": 1}``)."""
+    text = header.rstrip().rstrip(b",")
+    try:
+        doc = _UNTYPED.decode(text + b"}")
+    except msgspec.DecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
+    """Validate what follows the events array; return its fields, or None if it is not a valid end."""
+    t = tail.strip()
+    if not is_object:
+        return {} if t == b"" else None
+    if t == b"}":
+        return {}
+    if not t.startswith(b","):
+        return None
+    try:
+        doc = _UNTYPED.decode(b"{" + t[1:])
+    except msgspec.DecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _finish(buf: bytes, is_object: bool, warnings: list[str], path: Path) -> tuple[list[Any], dict[str, Any]] | None:
+    """At end of input: the events array must close, followed by the object's last fields."""
+    ends = list(_ARRAY_END.finditer(buf))
+    for m in reversed(ends[-_MAX_BACKOFF:]):
+        meta = _tail_meta(buf[m.end():], is_object)
+        if meta is None:
+            continue
+        if buf[m.start():m.start() + 1] == b"[":  # empty array: `[ ]`
+            if buf[:m.start()].strip() == b"":
+                return [], meta
+            continue
+        evs = _try(buf, m.start() + 1, warnings, path)
+        if evs is not None:
+            return evs, meta
+    return None
+
+
+def parse_trace_file(path: Path, progress: Progress | None = None) -> ParsedTrace:
+    """Read ``path`` once and return its tables; raise TraceError when nothing can be recovered."""
+    out = ParsedTrace()
+    sink = _Sink()
+    pieces = _read_pieces(path, out.warnings, progress)
+    buf = b""
+    base = 0  # absolute (decompressed) offset of buf[0]
+    start = None
+    for piece in pieces:
+        buf += piece
+        if start is None:
+            try:
+                start = _find_start(buf)
+            except ValueError as e:
+                raise TraceError(f"{path}: not a Chrome/Kineto trace: {e}") from None
+            if start is None:
+                continue
+            off, is_object = start
+            if is_object:
+                out.meta = _meta_from(buf[:off - len(b"[")].rsplit(b'"traceEvents"', 1)[0])
+            buf, base = buf[off:], base + off
+        if len(buf) < PIECE_BYTES:
+            continue
+        cut, evs = _cut(buf, out.warnings, path)
+        if cut is None:
+            end, evs = _longest_prefix(buf, out.warnings, path)
+            sink.add(evs, buf[:end])
+            out.warnings.append(_recovered(sink.n_events, base + end, "the file is corrupt after it"))
+            _close(pieces)
+            return _done(out, sink)
+        sink.add(evs, buf[:cut])
+        nxt = buf.index(b"{", cut)
+        buf, base = buf[nxt:], base + nxt
+    if start is None:
+        raise TraceError(_no_events_message(path, buf))
+    finished = _finish(buf, start[1], out.warnings, path)
+    if finished is not None:
+        evs, tail = finished
+        sink.add(evs, buf)
+        out.meta.update(tail)
+    else:
+        end, evs = _longest_prefix(buf, out.warnings, path)
+        sink.add(evs, buf[:end])
+        out.warnings.append(_recovered(sink.n_events, base + end, "the file ends mid-event"))
+    return _done(out, sink)
+
+
+def _cut(buf: bytes, warnings: list[str], path: Path) -> tuple[int | None, list[Any]]:
+    """Decode the longest whole-event prefix ending at one of the last boundary candidates."""
+    window = max(0, len(buf) - (1 << 20))
+    cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, window)]
+    if not cands:
+        cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
+    for end in reversed(cands[-_MAX_BACKOFF:]):
+        evs = _try(buf, end, warnings, path)
+        if evs is not None:
+            return end, evs
+    return None, []
+
+
+def _recovered(n: int, at: int, why: str) -> str:
+    return f"recovered {n:,} events before byte {at:,}; {why}"
+
+
+def _close(pieces: Iterator[bytes]) -> None:
+    close = getattr(pieces, "close", None)
+    if close is not None:
+        close()
+
+
+def _no_events_message(path: Path, buf: bytes) -> str:
+    try:
+        doc = _UNTYPED.decode(buf)
+    except msgspec.DecodeError as e:
+        if not buf.strip():
+            return f"{path}: the file is empty"
+        return f"{path}: not a Chrome/Kineto trace: no traceEvents array found ({e})"
+    if isinstance(doc, dict):
+        return f"{path}: not a Chrome/Kineto trace: the JSON object has no 'traceEvents' list (keys: {sorted(doc)[:8]})"
+    return f"{path}: not a Chrome/Kineto trace: expected a JSON object with 'traceEvents', got {type(doc).__name__}"
+
+
+def _done(out: ParsedTrace, sink: _Sink) -> ParsedTrace:
+    from app.data.trace_columns import (COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA, MEMORY_SCHEMA,
+                                        THREAD_SCHEMA, counters_table)
+
+    schemas = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "threads": THREAD_SCHEMA}
+    for kind, schema in schemas.items():
+        parts = sink.parts[kind]
+        table = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else schema.empty_table()
+        setattr(out, kind, table)
+    out.counters = counters_table(sink.counter_rows) if sink.counter_rows else COUNTER_SCHEMA.empty_table()
+    out.n_events = sink.n_events
+    return out
