@@ -1,0 +1,234 @@
+"""CUDA allocator snapshots and memory categories as tables (analysis layer).
+
+Snapshot input is the plain dict of ``app.data.snapshot.load_snapshot`` (torch's
+``_dump_snapshot`` format: ``segments`` with ``blocks``, and ``device_traces[device]`` entries
+with ``action``, ``addr``, ``size``, ``frames``, optionally ``time_us``). Category input is
+``app.data.snapshot.load_memory_timeline_raw``.
+
+The device trace is a ring buffer: memory allocated before its first entry shows up only in
+``segments``. Timelines therefore start from a baseline chosen so that the last point equals
+the memory the snapshot's segments hold at the end (as torch's MemoryViz does).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.analysis.curves import minmax_downsample_indices
+
+__all__ = [
+    "SNAPSHOT_TIMELINE_COLUMNS",
+    "ALLOCATION_COLUMNS",
+    "snapshot_devices",
+    "compute_segment_summary",
+    "compute_snapshot_timeline",
+    "compute_largest_allocations",
+    "format_frames",
+    "compute_category_timeline",
+    "compute_category_peak",
+]
+
+SNAPSHOT_TIMELINE_COLUMNS = ["event", "time_us", "action", "addr", "size_bytes", "allocated_bytes",
+                             "reserved_bytes"]
+ALLOCATION_COLUMNS = ["size_bytes", "addr", "alive_at_end", "alloc_event", "free_event", "top_frame", "stack"]
+
+# Frames of the allocator, the interpreter and the dispatcher say nothing about the user's
+# code (same filter as torch/cuda/_memory_viz.py).
+_OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                   "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+_OMIT_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c", "Objects/call.c",
+               "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h")
+_INTERNAL_FILES = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen", "/lib/python3")
+
+
+def _traces(snapshot: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    return [t for t in snapshot.get("device_traces", []) if isinstance(t, list)]
+
+
+def snapshot_devices(snapshot: dict[str, Any]) -> list[int]:
+    """Return the device indexes that have segments or trace entries, sorted."""
+    devices = {int(seg.get("device", 0)) for seg in snapshot.get("segments", [])}
+    devices |= {i for i, t in enumerate(_traces(snapshot)) if t}
+    return sorted(devices)
+
+
+def compute_segment_summary(snapshot: dict[str, Any]) -> pd.DataFrame:
+    """Return one row per device: ``segments``, ``reserved_bytes`` (cudaMalloc'd),
+    ``allocated_bytes`` (blocks in use by tensors), ``active_bytes`` (in use or awaiting a
+    cross-stream free), ``cached_free_bytes`` (reserved but inactive), ``largest_free_block_bytes``."""
+    rows: dict[int, dict[str, int]] = {}
+    for seg in snapshot.get("segments", []):
+        dev = int(seg.get("device", 0))
+        r = rows.setdefault(dev, {"segments": 0, "reserved_bytes": 0, "allocated_bytes": 0, "active_bytes": 0,
+                                  "cached_free_bytes": 0, "largest_free_block_bytes": 0})
+        r["segments"] += 1
+        r["reserved_bytes"] += int(seg.get("total_size", 0))
+        for b in seg.get("blocks", []):
+            size, state = int(b.get("size", 0)), b.get("state")
+            if state == "active_allocated":
+                r["allocated_bytes"] += size
+            if state in ("active_allocated", "active_awaiting_free"):
+                r["active_bytes"] += size
+            if state == "inactive":
+                r["cached_free_bytes"] += size
+                r["largest_free_block_bytes"] = max(r["largest_free_block_bytes"], size)
+    frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("device").reset_index()
+    return frame if len(frame) else pd.DataFrame(columns=["device", "segments", "reserved_bytes",
+                                                          "allocated_bytes", "active_bytes", "cached_free_bytes",
+                                                          "largest_free_block_bytes"])
+
+
+def _end_state(snapshot: dict[str, Any], device: int) -> tuple[int, int]:
+    """(active bytes, reserved bytes) of the device's segments at snapshot time."""
+    active = reserved = 0
+    for seg in snapshot.get("segments", []):
+        if int(seg.get("device", 0)) != device:
+            continue
+        reserved += int(seg.get("total_size", 0))
+        active += sum(int(b.get("size", 0)) for b in seg.get("blocks", [])
+                      if b.get("state") in ("active_allocated", "active_awaiting_free"))
+    return active, reserved
+
+
+_ALLOC_DELTA = {"alloc": 1, "free_completed": -1}
+_SEGMENT_DELTA = {"segment_alloc": 1, "segment_free": -1, "segment_map": 1, "segment_unmap": -1}
+
+
+def compute_snapshot_timeline(snapshot: dict[str, Any], device: int) -> pd.DataFrame:
+    """Return one row per trace entry of ``device`` with the memory after it.
+
+    ``allocated_bytes`` rises at ``alloc`` and falls at ``free_completed`` (the block is
+    reusable); ``reserved_bytes`` follows ``segment_alloc``/``segment_free``. ``time_us`` is the
+    entry's timestamp when torch recorded one, else NaN (the x-axis is then the event number).
+    Empty when the snapshot was taken without ``_record_memory_history``.
+    """
+    traces = _traces(snapshot)
+    entries = traces[device] if device < len(traces) else []
+    if not entries:
+        return pd.DataFrame(columns=SNAPSHOT_TIMELINE_COLUMNS)
+    action = [str(e.get("action", "")) for e in entries]
+    size = np.array([int(e.get("size", 0) or 0) for e in entries], dtype=np.int64)
+    alloc_delta = np.array([_ALLOC_DELTA.get(a, 0) for a in action], dtype=np.int64) * size
+    seg_delta = np.array([_SEGMENT_DELTA.get(a, 0) for a in action], dtype=np.int64) * size
+    end_active, end_reserved = _end_state(snapshot, device)
+    allocated = np.cumsum(alloc_delta)
+    reserved = np.cumsum(seg_delta)
+    allocated += max(0, end_active - int(allocated[-1]))
+    reserved += max(0, end_reserved - int(reserved[-1]))
+    times = [e.get("time_us") for e in entries]
+    return pd.DataFrame({
+        "event": np.arange(len(entries)),
+        "time_us": pd.to_numeric(pd.Series(times, dtype=object), errors="coerce").astype(np.float64),
+        "action": action,
+        "addr": pd.array([e.get("addr") for e in entries], dtype="Int64"),
+        "size_bytes": size,
+        "allocated_bytes": allocated,
+        "reserved_bytes": np.maximum(reserved, allocated),
+    })[SNAPSHOT_TIMELINE_COLUMNS]
+
+
+def _keep_frame(frame: dict[str, Any]) -> bool:
+    name, filename = str(frame.get("name", "")), str(frame.get("filename", ""))
+    return not any(o in name for o in _OMIT_FUNCTIONS) and not any(o in filename for o in _OMIT_FILES)
+
+
+def format_frames(frames: list[dict[str, Any]], *, limit: int = 12) -> tuple[str, str]:
+    """Return (top frame, stack text) of an allocation's frames, innermost first.
+
+    The top frame is the innermost Python frame outside torch and site-packages (the user's
+    line that caused the allocation), else the innermost kept frame; the stack lists at most
+    ``limit`` kept frames as ``file:line:function``.
+    """
+    kept = [f for f in frames if isinstance(f, dict) and _keep_frame(f)]
+    if not kept:
+        return "", ""
+
+    def fmt(f: dict[str, Any]) -> str:
+        return f"{str(f.get('filename', '?')).rsplit('/', 1)[-1]}:{f.get('line', '?')}:{f.get('name', '?')}"
+
+    user = [f for f in kept if str(f.get("filename", "")).endswith(".py")
+            and not any(s in str(f.get("filename", "")) for s in _INTERNAL_FILES)]
+    top = fmt(user[0]) if user else fmt(kept[0])
+    return top, "\n".join(fmt(f) for f in kept[:limit])
+
+
+def compute_largest_allocations(snapshot: dict[str, Any], device: int, *, top: int = 20) -> pd.DataFrame:
+    """Return the ``top`` largest allocations of ``device``, largest first (ALLOCATION_COLUMNS).
+
+    Allocations come from the device trace (``alloc`` paired with the next ``free_completed``
+    at the same address) and from the active blocks still in the segments (``alive_at_end``).
+    ``alloc_event``/``free_event`` are trace entry numbers (-1 when outside the trace).
+    """
+    rows: list[dict[str, Any]] = []
+    traces = _traces(snapshot)
+    open_at: dict[int, int] = {}
+    for i, e in enumerate(traces[device] if device < len(traces) else []):
+        act, addr = e.get("action"), e.get("addr")
+        if act == "alloc" and addr is not None:
+            open_at[int(addr)] = len(rows)
+            rows.append({"size_bytes": int(e.get("size", 0)), "addr": int(addr), "alive_at_end": True,
+                         "alloc_event": i, "free_event": -1, "frames": e.get("frames", [])})
+        elif act == "free_completed" and addr is not None and int(addr) in open_at:
+            r = rows[open_at.pop(int(addr))]
+            r["alive_at_end"], r["free_event"] = False, i
+    for seg in snapshot.get("segments", []):
+        if int(seg.get("device", 0)) != device:
+            continue
+        addr = int(seg.get("address", 0))
+        for b in seg.get("blocks", []):
+            b_addr = int(b.get("address", addr))
+            if b.get("state") == "active_allocated" and b_addr not in open_at:
+                rows.append({"size_bytes": int(b.get("requested_size", b.get("size", 0))), "addr": b_addr,
+                             "alive_at_end": True, "alloc_event": -1, "free_event": -1,
+                             "frames": b.get("frames", [])})
+            addr = b_addr + int(b.get("size", 0))
+    if not rows:
+        return pd.DataFrame(columns=ALLOCATION_COLUMNS)
+    frame = pd.DataFrame(rows).nlargest(top, "size_bytes", keep="first")
+    formatted = [format_frames(f if isinstance(f, list) else []) for f in frame["frames"]]
+    frame["top_frame"] = [t for t, _ in formatted]
+    frame["stack"] = [s for _, s in formatted]
+    return frame[ALLOCATION_COLUMNS].reset_index(drop=True)
+
+
+def compute_category_timeline(raw: pd.DataFrame, *, max_points: int = 4000) -> pd.DataFrame:
+    """Return memory held per category over time from a raw memory timeline.
+
+    One row per distinct timestamp (at most ``max_points``, picked so that the peaks of the
+    total survive): ``ts_ns``, ``time_ms`` (since the first timestamped record), one
+    ``<category>_bytes`` column per category that appears, and ``total_bytes``. Preexisting
+    memory (time -1) is counted from the first point on.
+    """
+    if raw.empty:
+        return pd.DataFrame(columns=["ts_ns", "time_ms", "total_bytes"])
+    ts_raw = raw["ts_ns"].to_numpy(np.int64)
+    timed = ts_raw >= 0  # int64 throughout: float64 would round nanosecond timestamps
+    first = int(ts_raw[timed].min()) if timed.any() else 0
+    ts = pd.Series(np.where(timed, ts_raw, first))
+    cats = [str(c) for c in raw["category"].cat.categories if (raw["category"] == c).any()]
+    deltas = pd.DataFrame({f"{c}_bytes": np.where(raw["category"] == c, raw["bytes"], 0) for c in cats})
+    held = deltas.cumsum().assign(ts_ns=ts.to_numpy()).groupby("ts_ns", sort=True).last().reset_index()
+    held["total_bytes"] = held[[f"{c}_bytes" for c in cats]].sum(axis=1)
+    keep = minmax_downsample_indices(held["total_bytes"].to_numpy(np.float64), max(4, max_points))
+    held = held.iloc[keep].reset_index(drop=True)
+    held.insert(1, "time_ms", (held["ts_ns"] - first) / 1e6)
+    return held
+
+
+def compute_category_peak(categories: pd.DataFrame) -> pd.DataFrame:
+    """Return the breakdown at the peak of ``total_bytes``: one row per category with
+    ``category``, ``bytes``, ``share`` (of the total), largest first; plus ``time_ms`` of the peak."""
+    if categories.empty:
+        return pd.DataFrame(columns=["category", "bytes", "share", "time_ms"])
+    row = categories.loc[categories["total_bytes"].idxmax()]
+    cols = [c for c in categories.columns if c.endswith("_bytes") and c != "total_bytes"]
+    total = float(row["total_bytes"]) or 1.0
+    out = pd.DataFrame({
+        "category": [c.removesuffix("_bytes") for c in cols],
+        "bytes": [int(row[c]) for c in cols],
+    })
+    out["share"] = out["bytes"] / total
+    out["time_ms"] = float(row["time_ms"])
+    return out.sort_values("bytes", ascending=False, kind="stable").reset_index(drop=True)

@@ -1,0 +1,226 @@
+"""One step of a trace as drawable timeline lanes, and the ops around an instant (analysis layer).
+
+Input is the ``events``/``threads`` tables of ``app.data.trace.TraceTables``. Lanes are host
+threads (named from the trace's thread/process metadata) and device streams; nested host ops
+get a depth so that they stack like in Perfetto. A browser draws a few tens of thousands of
+rectangles smoothly, so :func:`compute_timeline` keeps the longest ``max_events`` and reports
+what it dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "STEP_PATTERN",
+    "DEVICE_CATEGORIES",
+    "TIMELINE_COLUMNS",
+    "Timeline",
+    "compute_step_windows",
+    "compute_timeline",
+    "compute_ops_at",
+]
+
+STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+# Event categories that run on a device stream rather than a host thread.
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_profiler_range"})
+_LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "privateuse1_runtime"})
+_HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "ac2g"})
+
+TIMELINE_COLUMNS = ["lane", "depth", "name", "cat", "start_ms", "dur_us", "input_shapes"]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The drawable events of one window.
+
+    ``events`` has TIMELINE_COLUMNS: ``start_ms`` is relative to ``start_us``; ``lanes`` lists
+    lane names top to bottom (host threads, then device streams); ``total_events`` events
+    overlapped the window, ``hidden_events`` of them were dropped (all no longer than
+    ``hidden_max_dur_us``) to stay within the drawing budget.
+    """
+
+    events: pd.DataFrame
+    lanes: list[str]
+    start_us: float
+    end_us: float
+    total_events: int
+    hidden_events: int
+    hidden_max_dur_us: float
+
+    @property
+    def shown_events(self) -> int:
+        return self.total_events - self.hidden_events
+
+
+def compute_step_windows(events: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per ``ProfilerStep#N`` annotation: ``step``, ``start_us``, ``end_us``,
+    ``duration_us``, sorted by step.
+
+    ``end_us`` is extended to the end of the last device event launched from inside the step
+    (kernels run after the host has moved on), so the window shows the step's whole GPU work.
+    Empty when the trace has no step annotations.
+    """
+    columns = ["step", "start_us", "end_us", "duration_us"]
+    if events.empty:
+        return pd.DataFrame(columns=columns)
+    names = events["name"].astype(str)
+    steps = names.str.extract(STEP_PATTERN, expand=False)
+    marked = events.loc[steps.notna(), ["ts_us", "dur_us"]].assign(step=steps.dropna().astype(int))
+    if marked.empty:
+        return pd.DataFrame(columns=columns)
+    marked["end_us"] = marked["ts_us"] + marked["dur_us"]
+    windows = marked.groupby("step").agg(start_us=("ts_us", "min"), end_us=("end_us", "max")).reset_index()
+    windows["end_us"] = [
+        max(end, _device_tail(events, start, end)) for start, end in zip(windows["start_us"], windows["end_us"])
+    ]
+    windows["duration_us"] = windows["end_us"] - windows["start_us"]
+    return windows[columns].sort_values("step").reset_index(drop=True)
+
+
+def _device_tail(events: pd.DataFrame, start_us: float, end_us: float) -> float:
+    cat = events["cat"].astype(str)
+    if "correlation" not in events.columns:
+        return end_us
+    launches = events[cat.isin(_LAUNCH_CATEGORIES) & (events["ts_us"] >= start_us) & (events["ts_us"] < end_us)]
+    if launches.empty:
+        return end_us
+    device = events[cat.isin(DEVICE_CATEGORIES) & events["correlation"].isin(launches["correlation"].dropna())]
+    if device.empty:
+        return end_us
+    return float((device["ts_us"] + device["dur_us"]).max())
+
+
+def _lane_names(events: pd.DataFrame, threads: pd.DataFrame | None) -> pd.Series:
+    """One lane label per event: 'GPU d · stream s' on devices, '<process> · <thread>' on hosts."""
+    pid = events["pid"].astype(str)
+    tid = events["tid"].astype(str)
+    process_names: dict[str, str] = {}
+    thread_names: dict[tuple[str, str], str] = {}
+    if threads is not None and not threads.empty:
+        for row in threads.itertuples(index=False):
+            if str(row.kind) == "process":
+                process_names[str(row.pid)] = str(row.name)
+            else:
+                thread_names[(str(row.pid), str(row.tid))] = str(row.name)
+    on_device = events["cat"].astype(str).isin(DEVICE_CATEGORIES)
+    labels = []
+    for p, t, dev, d, s in zip(pid, tid, on_device, _ints(events, "device"), _ints(events, "stream")):
+        if dev:
+            labels.append(f"GPU {d if d >= 0 else p} · stream {s if s >= 0 else t}")
+        else:
+            proc = process_names.get(p, f"process {p}")
+            labels.append(f"{proc} · {thread_names.get((p, t), f'thread {t}')}")
+    return pd.Series(labels, index=events.index, dtype=object)
+
+
+def _ints(events: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in events.columns:
+        return np.full(len(events), -1, dtype=np.int64)
+    return pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+
+
+def _depths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Nesting depth of intervals sorted by (start, -duration): how many still-open intervals
+    contain each start. O(n · depth) with a stack of open end times."""
+    depth = np.zeros(len(starts), dtype=np.int32)
+    stack: list[float] = []
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        while stack and stack[-1] <= s:
+            stack.pop()
+        depth[i] = len(stack)
+        stack.append(e)
+    return depth
+
+
+def compute_timeline(
+    events: pd.DataFrame,
+    threads: pd.DataFrame | None,
+    start_us: float,
+    end_us: float,
+    *,
+    max_events: int = 20_000,
+) -> Timeline:
+    """Return the events overlapping [start_us, end_us] laid out in lanes, at most
+    ``max_events`` of them (the longest; shorter ones are counted in ``hidden_events``).
+
+    Raises ValueError when the window is empty or max_events < 1.
+    """
+    if not end_us > start_us:
+        raise ValueError(f"timeline window must have end_us > start_us, got [{start_us}, {end_us}]")
+    if max_events < 1:
+        raise ValueError(f"max_events must be positive, got {max_events}")
+    ends = events["ts_us"] + events["dur_us"].fillna(0.0)
+    inside = events[(events["ts_us"] < end_us) & (ends > start_us)]
+    total = len(inside)
+    hidden_max = 0.0
+    if total > max_events:
+        order = np.argsort(-inside["dur_us"].to_numpy(np.float64), kind="stable")
+        hidden_max = float(inside["dur_us"].iloc[order[max_events:]].max())
+        inside = inside.iloc[np.sort(order[:max_events])]
+    lanes = _lane_names(inside, threads)
+    frame = pd.DataFrame(
+        {
+            "lane": lanes.to_numpy(),
+            "name": inside["name"].astype(str).to_numpy(),
+            "cat": inside["cat"].astype(str).to_numpy(),
+            "ts_us": inside["ts_us"].to_numpy(np.float64),
+            "dur_us": inside["dur_us"].fillna(0.0).to_numpy(np.float64),
+            "input_shapes": inside["input_shapes"].astype(str).to_numpy()
+            if "input_shapes" in inside.columns else "",
+        }
+    )
+    frame = frame.sort_values(["lane", "ts_us", "dur_us"], ascending=[True, True, False], kind="stable")
+    depth = np.zeros(len(frame), dtype=np.int32)
+    for _, positions in frame.groupby("lane", sort=False).indices.items():
+        sub = frame.iloc[positions]
+        depth[positions] = _depths(sub["ts_us"].to_numpy(), (sub["ts_us"] + sub["dur_us"]).to_numpy())
+    frame["depth"] = depth
+    frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
+    host = sorted(lane for lane in frame["lane"].unique() if not lane.startswith("GPU "))
+    device = sorted(lane for lane in frame["lane"].unique() if lane.startswith("GPU "))
+    return Timeline(
+        events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
+        lanes=host + device,
+        start_us=float(start_us),
+        end_us=float(end_us),
+        total_events=total,
+        hidden_events=total - len(frame),
+        hidden_max_dur_us=hidden_max,
+    )
+
+
+def compute_ops_at(events: pd.DataFrame, ts_us: float, *, before: int = 10) -> pd.DataFrame:
+    """Return the host ops around the instant ``ts_us`` (e.g. a memory peak).
+
+    Rows are the ops whose interval contains the instant (``relation`` "running", outermost
+    first) followed by the ``before`` ops that ended last before it ("ended before", most
+    recent first). Columns: ``relation``, ``name``, ``ts_us``, ``dur_us``, ``ends_before_us``
+    (how long before the instant the op ended; 0 for running ops), ``input_shapes``.
+    """
+    columns = ["relation", "name", "ts_us", "dur_us", "ends_before_us", "input_shapes"]
+    if events.empty:
+        return pd.DataFrame(columns=columns)
+    cat = events["cat"].astype(str)
+    ops = events[cat.isin(_HOST_OP_CATEGORIES) & ~events["name"].astype(str).str.match(STEP_PATTERN)]
+    end = ops["ts_us"] + ops["dur_us"].fillna(0.0)
+    running = ops[(ops["ts_us"] <= ts_us) & (end >= ts_us)].sort_values("dur_us", ascending=False)
+    ended = ops[end < ts_us].assign(_end=end[end < ts_us]).nlargest(before, "_end")
+    shapes = "input_shapes" in ops.columns
+
+    def rows(frame: pd.DataFrame, relation: str, gap: pd.Series | float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "relation": relation,
+                "name": frame["name"].astype(str).to_numpy(),
+                "ts_us": frame["ts_us"].to_numpy(np.float64),
+                "dur_us": frame["dur_us"].to_numpy(np.float64),
+                "ends_before_us": np.asarray(gap, dtype=np.float64) * np.ones(len(frame)),
+                "input_shapes": frame["input_shapes"].astype(str).to_numpy() if shapes else "",
+            }
+        )
+
+    parts = [rows(running, "running", 0.0), rows(ended, "ended before", ts_us - ended["_end"])]
+    return pd.concat(parts, ignore_index=True)[columns]

@@ -1,0 +1,74 @@
+"""Bounded Streamlit caches for the Run page's deep tabs: step windows, snapshots, memory
+categories, module tree (UI layer; the pure functions they wrap know nothing of Streamlit)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app.analysis.timeline import compute_step_windows
+from app.data import snapshot as snapshot_data
+from app.data.runs import load_module_tree
+from app.ui.cache import cached_traces, run_signature
+
+__all__ = [
+    "file_signature",
+    "cached_step_windows",
+    "cached_snapshot",
+    "cached_memory_categories",
+    "cached_module_tree",
+]
+
+
+def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:
+    """(mtime, size) of a file, or (0, -1) when it is missing: part of a cache key."""
+    try:
+        st_ = Path(path).stat()
+    except OSError:
+        return (0.0, -1)
+    return (st_.st_mtime, st_.st_size)
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _step_windows(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFrame:
+    return compute_step_windows(cached_traces(run_dir)[index].events)
+
+
+def cached_step_windows(run_dir: str | os.PathLike[str], index: int) -> pd.DataFrame:
+    """Step windows of the ``index``-th trace of the run (see compute_step_windows)."""
+    return _step_windows(str(run_dir), run_signature(run_dir), index)
+
+
+@st.cache_resource(max_entries=4, ttl=900, show_spinner=False)
+def _snapshot(path: str, sig: tuple[float, int]) -> dict[str, Any]:
+    return snapshot_data.load_snapshot(path)
+
+
+def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A CUDA allocator snapshot, read with the restricted unpickler (treat as read-only)."""
+    return _snapshot(str(path), file_signature(path))
+
+
+@st.cache_data(max_entries=4, ttl=900, show_spinner=False)
+def _memory_categories(path: str, sig: tuple[float, int]) -> pd.DataFrame:
+    return snapshot_data.load_memory_timeline_raw(path)
+
+
+def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """The raw ``export_memory_timeline`` records of ``path`` as a table."""
+    return _memory_categories(str(path), file_signature(path))
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _module_tree(run_dir: str, sig: tuple[float, int]) -> dict[str, Any] | None:
+    return load_module_tree(run_dir)
+
+
+def cached_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run's parsed module tree (graph/modules.json), or None."""
+    from profiler_agent.runformat import layout
+
+    return _module_tree(str(run_dir), file_signature(Path(run_dir) / layout.MODULE_TREE))

@@ -1,0 +1,115 @@
+"""Run page tab "Timeline": one profiled step as thread/stream lanes (UI layer)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from app.analysis.timeline import compute_timeline
+from app.charts.timeline import make_timeline_figure
+from app.ui.cache import cached_traces
+from app.ui.deep_cache import cached_step_windows
+from app.ui.tabs import RunContext
+from profiler_agent.runformat import layout
+
+__all__ = ["TITLE", "render", "has_traces"]
+
+TITLE = "Timeline"
+
+# Above this a trace file is not offered as a download from the page (the browser would hold
+# it in memory); its path is shown instead.
+_MAX_DOWNLOAD_BYTES = 300 * 1024 * 1024
+_BUDGETS = (5_000, 10_000, 20_000, 50_000)
+
+NO_TRACE_HELP = (
+    "This run has no profiler trace. Traces are recorded in profiling windows: "
+    "`torchscope run --profile-steps 5 -- python train.py` (or `profile=True` with the API) "
+    "writes Kineto traces under the run's `traces/` folder."
+)
+
+
+def has_traces(run_dir: Path) -> bool:
+    """True when the run has trace files (named by the run format, or any JSON in traces/)."""
+    if layout.list_trace_files(run_dir):
+        return True
+    folder = run_dir / layout.TRACES_DIR
+    return folder.is_dir() and any(p.name.endswith((".json", ".json.gz")) for p in folder.iterdir())
+
+
+def _pick_trace(ctx: RunContext, traces: list[Any]) -> int:
+    ranks = [t.rank for t in traces]
+    if ctx.rank is not None and ctx.rank in ranks:
+        default = ranks.index(ctx.rank)
+    else:
+        default = 0
+    if len(traces) == 1:
+        return 0
+    return st.selectbox(
+        "Trace", range(len(traces)), index=default, key=ctx.key("timeline_trace"),
+        format_func=lambda i: f"rank {traces[i].rank} · {traces[i].path.name}",
+    )
+
+
+def _render_download(ctx: RunContext, path: Path) -> None:
+    size = path.stat().st_size
+    c1, c2 = st.columns([1, 3])
+    if size <= _MAX_DOWNLOAD_BYTES:
+        c1.download_button(
+            "Download raw trace", data=lambda: path.read_bytes(), file_name=path.name,
+            mime="application/gzip" if path.name.endswith(".gz") else "application/json",
+            key=ctx.key(f"timeline_dl_{path.name}"), on_click="ignore",
+        )
+    else:
+        c1.caption(f"Trace file ({size / 2**20:,.0f} MiB): `{path}`")
+    c2.caption(
+        "Every event, flow arrow and counter: open the file at https://ui.perfetto.dev "
+        "(drag and drop; it stays in your browser) or in chrome://tracing. "
+        "TensorBoard's profiler plugin and HTA read the same file."
+    )
+
+
+def render(ctx: RunContext) -> None:
+    """Pick a trace and a step, draw it, say what was left out, offer the raw file."""
+    if not has_traces(ctx.run_dir):
+        st.info(NO_TRACE_HELP)
+        return
+    with st.spinner("Reading traces…"):
+        traces = cached_traces(ctx.run_dir)
+    index = _pick_trace(ctx, traces)
+    trace = traces[index]
+    for w in trace.warnings:
+        st.warning(w)
+    if trace.events.empty:
+        st.info(f"`{trace.path.name}` holds no complete events to draw.")
+        _render_download(ctx, trace.path)
+        return
+    windows = cached_step_windows(ctx.run_dir, index)
+    c1, c2 = st.columns([3, 1])
+    if len(windows):
+        labels = [f"step {s} · {d / 1000:,.1f} ms" for s, d in zip(windows["step"], windows["duration_us"])]
+        pos = c1.selectbox("Step", range(len(windows)), format_func=lambda i: labels[i],
+                           key=ctx.key("timeline_step"))
+        start, end = float(windows["start_us"].iloc[pos]), float(windows["end_us"].iloc[pos])
+        title = f"step {windows['step'].iloc[pos]} · rank {trace.rank}"
+    else:
+        c1.caption("No `ProfilerStep#` annotations in this trace: showing the whole trace.")
+        start = float(trace.events["ts_us"].min())
+        end = float((trace.events["ts_us"] + trace.events["dur_us"]).max())
+        end = end if end > start else start + 1.0
+        title = f"whole trace · rank {trace.rank}"
+    budget = c2.select_slider("Events drawn at most", _BUDGETS, value=20_000, key=ctx.key("timeline_budget"),
+                              help="The longest events are kept; a browser draws more only slowly.")
+    timeline = compute_timeline(trace.events, trace.threads, start, end, max_events=int(budget))
+    if timeline.hidden_events:
+        st.warning(
+            f"Showing the {timeline.shown_events:,} longest of {timeline.total_events:,} events; "
+            f"{timeline.hidden_events:,} events of at most {timeline.hidden_max_dur_us:,.1f} µs are hidden. "
+            "Raise the limit, or open the raw trace in Perfetto to see all of them."
+        )
+    else:
+        st.caption(f"{timeline.total_events:,} events in {len(timeline.lanes)} lanes. "
+                   "Drag to zoom, double-click to reset, hover the middle of an event for details.")
+    fig = make_timeline_figure(timeline, title=title)
+    st.plotly_chart(fig, width="stretch", key=ctx.key("timeline_fig"), config={"scrollZoom": True})
+    _render_download(ctx, trace.path)
