@@ -1,0 +1,241 @@
+"""A comparison of a candidate with a baseline: verdicts, breakdown, ops, kernels, config (analysis layer).
+
+``diff_sides(baseline, candidate)`` answers: is the candidate faster (median steady-state step
+time, 95 % bootstrap interval on the ratio), by how much, why (breakdown, operator and kernel
+deltas per step) and at what cost (peak memory, loss and other logged metrics). Every verdict
+and table is documented in docs/compare.md; ``compare_json.comparison_to_json`` gives the
+``torchscope diff --json`` document.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.analysis import compare_steps as cs
+from app.analysis.compare_inputs import CompareSide
+from app.analysis.compare_runs import diff_config
+from app.analysis.compare_tables import OpGrouping, diff_breakdown, diff_kernels, diff_ops, profiled_step_count
+from app.analysis.graph_diff import diff_module_trees
+from app.analysis.stats import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_THRESHOLD,
+    Direction,
+    RatioEstimate,
+    Verdict,
+    bootstrap_ratio_of_medians,
+    classify_ratio,
+)
+
+__all__ = ["CompareOptions", "Comparison", "VERDICT_COLUMNS", "diff_sides"]
+
+VERDICT_COLUMNS = ["quantity", "unit", "baseline", "candidate", "ratio", "ci_lo", "ci_hi", "verdict", "note"]
+_TIME_WORDS = {Verdict.BETTER: Verdict.FASTER, Verdict.WORSE: Verdict.SLOWER}
+_MEMORY_WORDS = {Verdict.BETTER: Verdict.LESS, Verdict.WORSE: Verdict.MORE}
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """Knobs of a comparison; the defaults are the documented ones."""
+
+    warmup_steps: int | None = None  # None: automatic (see compare_steps.auto_warmup)
+    threshold: float = DEFAULT_THRESHOLD  # practical significance, as a fraction
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    confidence: float = 0.95
+    op_grouping: OpGrouping = OpGrouping.NAME
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of ``diff_sides``; tables are pandas DataFrames, documented in docs/compare.md."""
+
+    baseline: CompareSide
+    candidate: CompareSide
+    options: CompareOptions
+    step_source: tuple[str, str]
+    step_times: tuple[pd.DataFrame, pd.DataFrame]
+    step_time: RatioEstimate | None
+    step_verdict: Verdict
+    throughput: RatioEstimate | None
+    throughput_unit: str
+    throughput_verdict: Verdict
+    peak_memory: tuple[cs.PeakMemory, cs.PeakMemory]
+    memory_verdict: Verdict
+    verdicts: pd.DataFrame
+    metrics: pd.DataFrame
+    breakdown: pd.DataFrame
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    config: pd.DataFrame
+    modules: pd.DataFrame
+    profiled_steps: tuple[int, int]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def memory_ratio(self) -> float | None:
+        a, b = self.peak_memory
+        return _safe_ratio(b.bytes, a.bytes)
+
+
+def _safe_ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or not den or not math.isfinite(num) or not math.isfinite(den):
+        return None
+    return float(num) / float(den)
+
+
+def _bootstrap(a: np.ndarray, b: np.ndarray, o: CompareOptions) -> RatioEstimate | None:
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a) == 0 or len(b) == 0:
+        return None
+    return bootstrap_ratio_of_medians(a, b, resamples=o.resamples, confidence=o.confidence, seed=o.seed)
+
+
+def _verdict_row(quantity: str, unit: str, est: RatioEstimate | None, verdict: Verdict, note: str = "") -> dict:
+    if est is None:
+        return {"quantity": quantity, "unit": unit, "baseline": np.nan, "candidate": np.nan, "ratio": np.nan,
+                "ci_lo": np.nan, "ci_hi": np.nan, "verdict": str(verdict), "note": note}
+    return {"quantity": quantity, "unit": unit, "baseline": est.baseline, "candidate": est.candidate,
+            "ratio": est.ratio, "ci_lo": est.lo, "ci_hi": est.hi, "verdict": str(verdict), "note": note}
+
+
+def _metric_keys(a: CompareSide, b: CompareSide) -> list[str]:
+    if a.run is None or b.run is None:
+        return []
+    skip = {"step", "time", "rank", "step_time_s", "samples", "profiled"}
+    keys = []
+    for col in a.run.metrics.columns:
+        if col in skip or col not in b.run.metrics.columns:
+            continue
+        if pd.to_numeric(a.run.metrics[col], errors="coerce").notna().any():
+            keys.append(str(col))
+    return keys
+
+
+def _rank0(side: CompareSide, key: str) -> np.ndarray:
+    m = side.run.metrics
+    if "rank" in m.columns and (m["rank"] == 0).any():
+        m = m[m["rank"] == 0]
+    v = pd.to_numeric(m[key], errors="coerce").to_numpy(float, na_value=np.nan)
+    return v[np.isfinite(v)]
+
+
+def _compare_metrics(a: CompareSide, b: CompareSide, o: CompareOptions) -> pd.DataFrame:
+    """One row per logged metric both runs have: final (last-window median) and best values."""
+    rows = []
+    for key in _metric_keys(a, b):
+        va, vb = _rank0(a, key), _rank0(b, key)
+        if len(va) == 0 or len(vb) == 0:
+            continue
+        direction = cs.metric_direction(key)
+        wa, wb = cs.final_window(va), cs.final_window(vb)
+        positive = (wa > 0).all() and (wb > 0).all()
+        est = _bootstrap(wa, wb, o) if positive else None
+        verdict = classify_ratio(est.ratio, est.lo, est.hi, direction=direction, threshold=o.threshold) \
+            if est is not None else Verdict.UNKNOWN
+        best = np.min if direction is not Direction.HIGHER else np.max
+        rows.append({"metric": key, "direction": str(direction),
+                     "baseline_final": float(np.median(wa)), "candidate_final": float(np.median(wb)),
+                     "ratio": est.ratio if est else np.nan, "ci_lo": est.lo if est else np.nan,
+                     "ci_hi": est.hi if est else np.nan, "verdict": str(verdict),
+                     "baseline_best": float(best(va)), "candidate_best": float(best(vb)),
+                     "window": f"{len(wa)}/{len(wb)}"})
+    cols = ["metric", "direction", "baseline_final", "candidate_final", "ratio", "ci_lo", "ci_hi", "verdict",
+            "baseline_best", "candidate_best", "window"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str, Any]:
+    ta, src_a = cs.compute_step_times(a, o.warmup_steps)
+    tb, src_b = cs.compute_step_times(b, o.warmup_steps)
+    notes = []
+    if src_a != src_b:
+        notes.append(f"step times come from {src_a} (baseline) and {src_b} (candidate); trace steps "
+                     "include profiler overhead, so the ratio is less reliable")
+    est = _bootstrap(cs.kept_step_times(ta), cs.kept_step_times(tb), o)
+    verdict = Verdict.UNKNOWN
+    if est is not None:
+        verdict = _TIME_WORDS.get(classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold), Verdict.SAME)
+        if classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold) is Verdict.UNKNOWN:
+            verdict = Verdict.UNKNOWN
+    (tp_a, unit_a), (tp_b, unit_b) = cs.kept_throughput(ta), cs.kept_throughput(tb)
+    if unit_a != unit_b:
+        tp_a, tp_b, unit_a = 1.0 / cs.kept_step_times(ta), 1.0 / cs.kept_step_times(tb), "steps_per_s"
+    tp = _bootstrap(tp_a, tp_b, o)
+    tp_verdict = Verdict.UNKNOWN
+    if tp is not None:
+        raw = classify_ratio(tp.ratio, tp.lo, tp.hi, direction=Direction.HIGHER, threshold=o.threshold)
+        tp_verdict = _TIME_WORDS.get(raw, raw)
+    return {"tables": (ta, tb), "sources": (str(src_a), str(src_b)), "est": est, "verdict": verdict,
+            "tp": tp, "tp_unit": unit_a, "tp_verdict": tp_verdict, "notes": notes}
+
+
+def _memory_verdict(mem: tuple[cs.PeakMemory, cs.PeakMemory], o: CompareOptions) -> Verdict:
+    ratio = _safe_ratio(mem[1].bytes, mem[0].bytes)
+    if ratio is None:
+        return Verdict.UNKNOWN
+    raw = classify_ratio(ratio, threshold=o.threshold)
+    return _MEMORY_WORDS.get(raw, raw)
+
+
+def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame) -> pd.DataFrame:
+    rows = [
+        _verdict_row("step time (median)", "s", steps["est"], steps["verdict"],
+                     f"steady state, from {steps['sources'][0]}"),
+        _verdict_row("throughput (median)", steps["tp_unit"].replace("_per_", "/"), steps["tp"], steps["tp_verdict"]),
+    ]
+    ratio = _safe_ratio(mem[1].bytes, mem[0].bytes)
+    rows.append({"quantity": "peak memory", "unit": "bytes", "baseline": mem[0].bytes or np.nan,
+                 "candidate": mem[1].bytes or np.nan, "ratio": ratio if ratio is not None else np.nan,
+                 "ci_lo": np.nan, "ci_hi": np.nan, "verdict": str(mem_verdict), "note": mem[0].source})
+    for r in metrics.itertuples(index=False):
+        rows.append({"quantity": f"{r.metric} (final)", "unit": "", "baseline": r.baseline_final,
+                     "candidate": r.candidate_final, "ratio": r.ratio, "ci_lo": r.ci_lo, "ci_hi": r.ci_hi,
+                     "verdict": r.verdict, "note": f"median of the last {r.window} values"})
+        if r.direction != str(Direction.NONE):
+            rows.append({"quantity": f"{r.metric} (best)", "unit": "", "baseline": r.baseline_best,
+                         "candidate": r.candidate_best, "ratio": _safe_ratio(r.candidate_best, r.baseline_best)
+                         or np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "verdict": "", "note": r.direction + " is better"})
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None) -> Comparison:
+    """Compare ``candidate`` with ``baseline``; see the module docstring and docs/compare.md.
+
+    Never raises for missing data: a quantity one side lacks gets verdict ``n/a`` and a note.
+    """
+    o = options or CompareOptions()
+    steps = _step_section(baseline, candidate, o)
+    notes: list[str] = list(steps["notes"])
+    if steps["est"] is None:
+        notes.append("no step times on one side (neither step_time_s metrics nor ProfilerStep events)")
+    mem = cs.compute_peak_memory(baseline, candidate)
+    mem_verdict = _memory_verdict(mem, o)
+    metrics = _compare_metrics(baseline, candidate, o)
+    a, b = baseline.analysis, candidate.analysis
+    have_traces = a is not None and b is not None
+    if not have_traces:
+        notes.append("breakdown, operators and kernels need traces on both sides")
+    empty = pd.DataFrame()
+    manifests = [s.run.manifest if s.run is not None else None for s in (baseline, candidate)]
+    return Comparison(
+        baseline=baseline, candidate=candidate, options=o,
+        step_source=steps["sources"], step_times=steps["tables"],
+        step_time=steps["est"], step_verdict=steps["verdict"],
+        throughput=steps["tp"], throughput_unit=steps["tp_unit"], throughput_verdict=steps["tp_verdict"],
+        peak_memory=mem, memory_verdict=mem_verdict,
+        verdicts=_verdict_table(steps, mem, mem_verdict, metrics), metrics=metrics,
+        breakdown=diff_breakdown(a, b) if have_traces else empty,
+        ops=diff_ops(a, b, grouping=o.op_grouping, baseline_traces=baseline.traces,
+                     candidate_traces=candidate.traces) if have_traces else empty,
+        kernels=diff_kernels(a, b) if have_traces else empty,
+        config=diff_config(manifests, [baseline.label, candidate.label]),
+        modules=diff_module_trees(baseline.module_tree, candidate.module_tree),
+        profiled_steps=(profiled_step_count(a) if a is not None else 0, profiled_step_count(b) if b is not None else 0),
+        notes=notes + [f"baseline: {p}" for p in baseline.problems] + [f"candidate: {p}" for p in candidate.problems],
+    )
+

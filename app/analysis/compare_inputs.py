@@ -1,0 +1,118 @@
+"""One side of a comparison: a run or bare traces, loaded once (analysis layer, reads via app.data).
+
+A side is what ``torchscope diff`` accepts as BASELINE or CANDIDATE: a run (folder, id or
+unique name prefix, resolved with ``find_run``) or anything ``torchscope analyze`` accepts (a
+trace file, a folder of traces). The page builds sides from its cached loaders instead.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from app.data.runs import RunData, load_module_tree, load_run
+from app.errors import TraceError, UsageError
+from profiler_agent import runformat as rf
+
+__all__ = ["SideKind", "CompareSide", "load_side", "side_from_run", "analyze_side_traces"]
+
+
+class SideKind(StrEnum):
+    RUN = "run"
+    TRACES = "traces"
+
+
+@dataclass(frozen=True)
+class CompareSide:
+    """Everything a comparison reads about one side.
+
+    ``analysis`` is a ``TraceAnalysis`` (steps, ops, kernels, memory) or None when the side has
+    no traces; ``traces`` are its ``TraceTables`` (for shape grouping and memory timelines).
+    ``problems`` are messages about data that could not be used (shown, never fatal).
+    """
+
+    label: str
+    path: Path
+    kind: SideKind
+    run: RunData | None = None
+    analysis: Any | None = None
+    traces: tuple[Any, ...] = ()
+    module_tree: dict[str, Any] | None = None
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def id(self) -> str:
+        return self.run.manifest.id if self.run is not None else str(self.path)
+
+
+def analyze_side_traces(path: str | os.PathLike[str]) -> tuple[tuple[Any, ...], Any]:
+    """Load and analyse the traces under ``path``; return (traces, TraceAnalysis).
+
+    Raises TraceError when a trace cannot be read and AnalysisError when it cannot be analysed.
+    """
+    from app.analysis.trace_summary import analyze_traces
+    from app.data.trace import load_traces
+
+    traces = tuple(load_traces(path))
+    return traces, analyze_traces(list(traces))
+
+
+def side_from_run(
+    run: RunData,
+    *,
+    traces: tuple[Any, ...] = (),
+    analysis: Any | None = None,
+    module_tree: dict[str, Any] | None = None,
+    problems: tuple[str, ...] = (),
+) -> CompareSide:
+    """Wrap already-loaded data of a run as a side (used by the page's cached loaders)."""
+    return CompareSide(
+        label=run.manifest.name or run.manifest.id,
+        path=run.path,
+        kind=SideKind.RUN,
+        run=run,
+        analysis=analysis,
+        traces=traces,
+        module_tree=module_tree,
+        problems=tuple(problems),
+    )
+
+
+def _load_run_side(path: Path, with_traces: bool) -> CompareSide:
+    run = load_run(path)
+    problems: list[str] = list(run.problems)
+    traces: tuple[Any, ...] = ()
+    analysis = None
+    if with_traces and run.trace_files:
+        try:
+            traces, analysis = analyze_side_traces(path)
+        except TraceError as e:  # the metrics still allow a step-time verdict
+            problems.append(f"traces not used: {e}")
+    try:
+        tree = load_module_tree(path)
+    except rf.CorruptFileError as e:
+        tree = None
+        problems.append(str(e))
+    return side_from_run(run, traces=traces, analysis=analysis, module_tree=tree, problems=tuple(problems))
+
+
+def load_side(
+    ref: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, with_traces: bool = True
+) -> CompareSide:
+    """Resolve ``ref`` (run folder, run id or name prefix, trace file, folder of traces) and load it.
+
+    Raises RunNotFoundError when ``ref`` is neither a path nor a run of the store, TraceError
+    when bare traces cannot be read, UsageError when a folder holds neither a run nor traces.
+    """
+    path = Path(ref)
+    if rf.is_run_dir(path):
+        return _load_run_side(path, with_traces)
+    if path.exists():
+        traces, analysis = analyze_side_traces(path)
+        if not traces:
+            raise UsageError(f"{path}: no run and no trace files found there")
+        name = path.name.split(".")[0] if path.is_file() else path.name
+        return CompareSide(label=name or str(path), path=path, kind=SideKind.TRACES, analysis=analysis, traces=traces)
+    return _load_run_side(rf.find_run(str(ref), root), with_traces)

@@ -1,0 +1,193 @@
+"""Steady-state step times, throughput, peak memory and logged metrics of two sides (analysis layer).
+
+Step times come from the run's metrics (``step_time_s`` per step; the slowest rank of a step
+counts) and, for bare traces, from the trace's ``ProfilerStep`` durations. Warm-up steps and
+steps inside profiler windows are dropped explicitly; the table keeps them with the reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import pandas as pd
+
+from app.analysis.compare_inputs import CompareSide
+from app.analysis.stats import Direction
+
+__all__ = [
+    "StepSource",
+    "STEP_TIME_COLUMNS",
+    "compute_step_times",
+    "auto_warmup",
+    "kept_step_times",
+    "kept_throughput",
+    "PeakMemory",
+    "compute_peak_memory",
+    "metric_direction",
+    "final_window",
+]
+
+STEP_TIME_COLUMNS = ["step", "step_time_s", "samples", "kept", "reason"]
+# Auto warm-up for metrics: drop the first steps (one-off costs: allocator growth, cudnn
+# autotuning, lazy init, first DataLoader batch) but always keep at least MIN_KEPT steps.
+_AUTO_WARMUP_MAX = 5
+MIN_KEPT = 3
+
+
+class StepSource(StrEnum):
+    METRICS = "metrics"  # step_time_s logged per step (all steps of the job)
+    TRACE = "trace"  # ProfilerStep durations (profiled steps only)
+    NONE = "none"
+
+
+def auto_warmup(n_steps: int, source: StepSource) -> int:
+    """Steps dropped at the start when the user does not say: min(5, n/10) for metrics (the
+    profiler's own warm-up already precedes traced steps, so 0 for traces), never leaving
+    fewer than MIN_KEPT steps."""
+    if source is not StepSource.METRICS:
+        return 0
+    return max(0, min(_AUTO_WARMUP_MAX, n_steps // 10, n_steps - MIN_KEPT))
+
+
+def _profiled_steps(side: CompareSide) -> set[int]:
+    # The agent numbers ProfilerStep#N like its own steps, so traced steps are metrics steps.
+    steps = getattr(side.analysis, "steps", None)
+    if steps is None or len(steps) == 0 or "step" not in steps.columns:
+        return set()
+    return {int(s) for s in pd.to_numeric(steps["step"], errors="coerce").dropna()}
+
+
+def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
+    m = metrics[["step", "step_time_s", *(c for c in ("samples", "profiled") if c in metrics.columns)]].copy()
+    m["step_time_s"] = pd.to_numeric(m["step_time_s"], errors="coerce")
+    m = m[np.isfinite(m["step_time_s"].to_numpy(float, na_value=np.nan)) & (m["step_time_s"] > 0)]
+    agg: dict[str, str] = {"step_time_s": "max"}  # a synchronous step lasts as long as its slowest rank
+    if "samples" in m.columns:
+        m["samples"] = pd.to_numeric(m["samples"], errors="coerce")
+        agg["samples"] = "sum"  # samples of all ranks together
+    if "profiled" in m.columns:
+        m["profiled"] = m["profiled"].fillna(False).astype(bool)
+        agg["profiled"] = "max"
+    return m.groupby("step", sort=True).agg(agg).reset_index()
+
+
+def _from_trace(side: CompareSide) -> pd.DataFrame:
+    steps = side.analysis.steps
+    t = steps[["step", "duration_us"]].copy()
+    t["step_time_s"] = pd.to_numeric(t["duration_us"], errors="coerce") / 1e6
+    t = t[np.isfinite(t["step_time_s"].to_numpy(float, na_value=np.nan)) & (t["step_time_s"] > 0)]
+    return t.groupby("step", sort=True).agg(step_time_s=("step_time_s", "max")).reset_index()
+
+
+def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tuple[pd.DataFrame, StepSource]:
+    """Return (per-step table with STEP_TIME_COLUMNS, source) for one side.
+
+    ``kept`` marks the steady-state steps used by the verdicts; ``reason`` says why a step was
+    dropped (``warm-up``, ``profiled``). ``warmup_steps`` None picks ``auto_warmup``.
+    """
+    metrics = side.run.metrics if side.run is not None else None
+    if metrics is not None and "step_time_s" in metrics.columns and "step" in metrics.columns:
+        table, source = _from_metrics(metrics), StepSource.METRICS
+    elif getattr(side.analysis, "steps", None) is not None and len(side.analysis.steps):
+        table, source = _from_trace(side), StepSource.TRACE
+    else:
+        return pd.DataFrame(columns=STEP_TIME_COLUMNS), StepSource.NONE
+    if len(table) == 0:
+        return pd.DataFrame(columns=STEP_TIME_COLUMNS), StepSource.NONE
+    if "samples" not in table.columns:
+        table["samples"] = np.nan
+    k = auto_warmup(len(table), source) if warmup_steps is None else max(0, int(warmup_steps))
+    reason = np.full(len(table), "", dtype=object)
+    if source is StepSource.METRICS:
+        profiled = table["step"].isin(_profiled_steps(side)).to_numpy()
+        if "profiled" in table.columns:
+            profiled |= table["profiled"].to_numpy(bool)
+        if profiled.all():  # every step was profiled: nothing unprofiled to compare
+            profiled[:] = False
+        reason[profiled] = "profiled"
+    reason[: min(k, len(table))] = "warm-up"
+    table["reason"] = reason
+    table["kept"] = reason == ""
+    return table[STEP_TIME_COLUMNS].reset_index(drop=True), source
+
+
+def kept_step_times(table: pd.DataFrame) -> np.ndarray:
+    """The steady-state step times (seconds) of a compute_step_times table."""
+    return table.loc[table["kept"].astype(bool), "step_time_s"].to_numpy(float)
+
+
+def kept_throughput(table: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Per-step throughput of the kept steps and its unit: samples/s when samples are logged
+    on every kept step, else steps/s."""
+    kept = table[table["kept"].astype(bool)]
+    samples = pd.to_numeric(kept["samples"], errors="coerce").to_numpy(float)
+    times = kept["step_time_s"].to_numpy(float)
+    with np.errstate(over="ignore", divide="ignore"):  # sub-microsecond steps of hand-made traces
+        if len(samples) and np.isfinite(samples).all() and (samples > 0).all():
+            return samples / times, "samples_per_s"
+        return 1.0 / times, "steps_per_s"
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """Peak memory of one side from one source (the same source is used for both sides)."""
+
+    bytes: float | None
+    source: str  # "trace_allocated", "system:<column>" or "none"
+
+
+# Columns of system.jsonl that hold a memory level, best first (device memory before host RSS).
+_SYSTEM_MEMORY_COLUMNS = ("cuda_max_allocated_bytes", "cuda_allocated_bytes", "gpu_memory_used_bytes",
+                          "peak_memory_bytes", "rss_bytes")
+
+
+def _memory_sources(side: CompareSide) -> dict[str, float]:
+    found: dict[str, float] = {}
+    mem = getattr(side.analysis, "memory", None)
+    if mem is not None and len(mem) and "peak_allocated_bytes" in mem.columns:
+        peak = pd.to_numeric(mem["peak_allocated_bytes"], errors="coerce").max()
+        if pd.notna(peak) and peak > 0:
+            found["trace_allocated"] = float(peak)
+    system = side.run.system if side.run is not None else None
+    if system is not None:
+        for col in _SYSTEM_MEMORY_COLUMNS:
+            if col in system.columns:
+                peak = pd.to_numeric(system[col], errors="coerce").max()
+                if pd.notna(peak) and peak > 0:
+                    found[f"system:{col}"] = float(peak)
+    return found
+
+
+def compute_peak_memory(baseline: CompareSide, candidate: CompareSide) -> tuple[PeakMemory, PeakMemory]:
+    """Peak memory of both sides from the first source both have (trace allocator events, then
+    the system samples' device memory, then host RSS)."""
+    a, b = _memory_sources(baseline), _memory_sources(candidate)
+    order = ["trace_allocated", *(f"system:{c}" for c in _SYSTEM_MEMORY_COLUMNS)]
+    for source in order:
+        if source in a and source in b:
+            return PeakMemory(a[source], source), PeakMemory(b[source], source)
+    return PeakMemory(None, "none"), PeakMemory(None, "none")
+
+
+_LOWER_WORDS = ("loss", "error", "err", "perplexity", "ppl", "wer", "cer", "mse", "mae", "nll")
+_HIGHER_WORDS = ("acc", "accuracy", "f1", "auc", "precision", "recall", "bleu", "score", "map", "iou")
+
+
+def metric_direction(key: str) -> Direction:
+    """Which way is better for a logged metric, from its name (``val_loss`` → lower)."""
+    words = key.lower().replace("-", "_").replace("/", "_").split("_")
+    if any(w in _LOWER_WORDS for w in words):
+        return Direction.LOWER
+    if any(w in _HIGHER_WORDS for w in words):
+        return Direction.HIGHER
+    return Direction.NONE
+
+
+def final_window(values: np.ndarray) -> np.ndarray:
+    """The last values that define a "final" metric: the last 10 % (1 to 20 values), so one
+    noisy last batch does not decide."""
+    n = len(values)
+    w = max(1, min(20, math.ceil(n / 10)))
+    return values[n - w:]

@@ -1,0 +1,210 @@
+"""Tests of the comparison (app.analysis.compare*): verdicts, steady state, breakdown, op diff, JSON."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.analysis.compare import CompareOptions, diff_sides
+from app.analysis.compare_inputs import CompareSide, SideKind, load_side
+from app.analysis.compare_json import comparison_to_json
+from app.analysis.compare_steps import compute_step_times
+from app.data.runs import load_run
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+CATS = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def make_run(root: Path, name: str, step_times: list[float], *, config: dict | None = None,
+             loss: list[float] | None = None, samples: int = 32, rss: float | None = None) -> Path:
+    run_dir, _ = rf.create_run(root, name, config=config or {"lr": 0.01})
+    with rf.JsonlWriter(run_dir / layout.METRICS) as w:
+        for i, t in enumerate(step_times):
+            rec = {"step": i, "time": float(i), "rank": 0, "step_time_s": t, "samples": samples}
+            if loss is not None:
+                rec["loss"] = loss[i]
+            w.write(rec)
+    if rss is not None:
+        with rf.JsonlWriter(run_dir / layout.SYSTEM) as w:
+            w.write({"time": 0.0, "rss_bytes": rss})
+    return run_dir
+
+
+def fake_analysis(cats: dict[str, float], ops: dict[str, tuple[int, float]], steps: int = 4,
+                  kernels: dict[str, float] | None = None, peak: float | None = None) -> SimpleNamespace:
+    """A TraceAnalysis stand-in: ``steps`` identical steps with the given per-step category times."""
+    rows = []
+    for s in range(steps):
+        row = {"rank": 0, "step": 10 + s, **{f"{c}_us": cats.get(c, 0.0) for c in CATS}}
+        row["duration_us"] = sum(row[f"{c}_us"] for c in CATS)
+        row.update(forward_us=cats.get("forward", 0.0), backward_us=cats.get("backward", 0.0),
+                   optimizer_us=cats.get("optimizer", 0.0))
+        rows.append(row)
+    op_rows = [{"name": n, "calls": c * steps, "self_us": us * steps, "total_us": us * steps,
+                "device_self_us": 0.0} for n, (c, us) in ops.items()]
+    k_rows = [{"name": n, "calls": steps, "total_us": us * steps} for n, us in (kernels or {}).items()]
+    mem = pd.DataFrame([{"device": 0, "peak_allocated_bytes": peak, "peak_reserved_bytes": peak}]) if peak else \
+        pd.DataFrame(columns=["device", "peak_allocated_bytes"])
+    return SimpleNamespace(steps=pd.DataFrame(rows), ops=pd.DataFrame(op_rows, columns=["name", "calls", "self_us",
+                           "total_us", "device_self_us"]), kernels=pd.DataFrame(k_rows, columns=["name", "calls",
+                           "total_us"]), memory=mem)
+
+
+def side(run_dir: Path | None, analysis=None, label: str | None = None) -> CompareSide:
+    run = load_run(run_dir) if run_dir is not None else None
+    return CompareSide(label=label or (run.name if run else "traces"), path=run_dir or Path("t.json"),
+                       kind=SideKind.RUN if run else SideKind.TRACES, run=run, analysis=analysis)
+
+
+@pytest.fixture()
+def noisy():
+    rng = np.random.default_rng(0)
+    return lambda mean, n=60, cv=0.04: list(np.abs(rng.normal(mean, mean * cv, n)))
+
+
+def test_faster_candidate_is_reported_faster(tmp_path: Path, noisy) -> None:
+    base = make_run(tmp_path, "baseline", [0.5] + noisy(0.100), loss=list(np.linspace(2, 1, 61)))
+    cand = make_run(tmp_path, "optimized", [0.5] + noisy(0.070), loss=list(np.linspace(2, 1.01, 61)))
+    cmp = diff_sides(side(base), side(cand))
+    assert cmp.step_verdict == "faster"
+    assert cmp.step_time.hi < 1.0 and 0.65 < cmp.step_time.ratio < 0.75
+    assert cmp.throughput_verdict == "faster" and cmp.throughput.ratio > 1.3
+    # The slow first step is dropped as warm-up and never reaches the statistic.
+    ta = cmp.step_times[0]
+    assert ta.loc[0, "reason"] == "warm-up" and not ta.loc[0, "kept"]
+    assert cmp.step_time.n_baseline == int(ta["kept"].sum())
+    loss = cmp.metrics.set_index("metric").loc["loss"]
+    assert loss["verdict"] == "same"  # 1 % worse final loss is below the threshold
+
+
+def test_run_compared_with_itself_is_same(tmp_path: Path, noisy) -> None:
+    base = make_run(tmp_path, "baseline", noisy(0.1), rss=1e9)
+    cmp = diff_sides(side(base), side(base))
+    assert cmp.step_verdict == "same" and cmp.step_time.ratio == 1.0
+    assert cmp.memory_verdict == "same" and cmp.memory_ratio == 1.0
+    assert cmp.config.empty
+
+
+def test_two_seeds_of_one_config_are_same(tmp_path: Path, noisy) -> None:
+    a = make_run(tmp_path, "seed0", noisy(0.1), config={"lr": 0.1, "seed": 0})
+    b = make_run(tmp_path, "seed1", noisy(0.1), config={"lr": 0.1, "seed": 1})
+    cmp = diff_sides(side(a), side(b))
+    assert cmp.step_verdict == "same"
+    assert cmp.step_time.lo <= 1.0 <= cmp.step_time.hi
+    assert list(cmp.config["key"]) == ["config.seed"]
+
+
+def test_profiled_steps_are_excluded_from_metrics(tmp_path: Path) -> None:
+    times = [0.1] * 30
+    for s in (10, 11, 12, 13):
+        times[s] = 0.5  # the profiler slows its window down
+    run = make_run(tmp_path, "r", times)
+    table, source = compute_step_times(side(run, fake_analysis({"cpu_exec": 1.0}, {})), warmup_steps=0)
+    assert source == "metrics"
+    assert set(table.loc[table["reason"] == "profiled", "step"]) == {10, 11, 12, 13}
+    assert (table.loc[table["kept"], "step_time_s"] == 0.1).all()
+
+
+def test_memory_gate_numbers_and_verdict(tmp_path: Path, noisy) -> None:
+    a = make_run(tmp_path, "a", noisy(0.1), rss=1.0e9)
+    b = make_run(tmp_path, "b", noisy(0.1), rss=1.3e9)
+    cmp = diff_sides(side(a), side(b))
+    assert cmp.memory_verdict == "more" and cmp.memory_ratio == pytest.approx(1.3)
+    assert cmp.peak_memory[0].source == "system:rss_bytes"
+
+
+def test_breakdown_waterfall_adds_up_and_ops_are_per_step(tmp_path: Path) -> None:
+    a = fake_analysis({"cpu_exec": 800.0, "dataloader": 400.0, "forward": 500.0, "backward": 600.0},
+                      {"aten::conv2d": (4, 500.0), "aten::relu": (4, 20.0), "aten::copy_": (2, 10.0)}, steps=3)
+    b = fake_analysis({"cpu_exec": 500.0, "dataloader": 50.0, "forward": 300.0, "backward": 350.0},
+                      {"aten::conv2d": (8, 200.0), "aten::relu": (4, 21.0), "aten::add_": (1, 5.0)}, steps=5)
+    cmp = diff_sides(side(None, a, "a"), side(None, b, "b"))
+    dev = cmp.breakdown[cmp.breakdown["view"] == "device"].set_index("category")
+    assert dev.loc["step", "baseline_us"] == pytest.approx(1200.0)
+    parts = dev.drop(index="step")
+    assert dev.loc["step", "baseline_us"] + parts["delta_us"].sum() == pytest.approx(dev.loc["step", "candidate_us"])
+    assert parts["delta_us"].abs().idxmax() == "dataloader"
+    ops = cmp.ops.set_index("name")
+    assert ops.index[0] == "aten::conv2d"  # biggest |delta| first
+    assert ops.loc["aten::conv2d", "baseline_self_us"] == pytest.approx(500.0)  # per step, not per trace
+    assert ops.loc["aten::conv2d", "candidate_calls"] == pytest.approx(8.0)
+    assert ops.loc["aten::copy_", "change"] == "removed" and ops.loc["aten::add_", "change"] == "added"
+    assert cmp.step_source == ("trace", "trace") and cmp.step_verdict == "faster"
+
+
+def test_json_document_is_complete_and_valid(tmp_path: Path, noisy) -> None:
+    base = make_run(tmp_path, "baseline", noisy(0.1), rss=1e9)
+    cand = make_run(tmp_path, "cand", noisy(0.08), rss=1e9)
+    a = fake_analysis({"cpu_exec": 100.0}, {"aten::mm": (1, 50.0)}, kernels={"gemm": 30.0}, peak=2e9)
+    b = fake_analysis({"cpu_exec": 80.0}, {"aten::mm": (1, 40.0)}, kernels={"gemm": 20.0}, peak=1e9)
+    doc = comparison_to_json(diff_sides(side(base, a), side(cand, b)))
+    json.dumps(doc, allow_nan=False)
+    st_ = doc["step_time"]
+    assert st_["verdict"] == "faster" and st_["ci95"][1] < 1.0 and st_["ratio"] == pytest.approx(
+        st_["candidate_s"] / st_["baseline_s"])
+    assert doc["peak_memory"] == {"baseline_bytes": 2e9, "candidate_bytes": 1e9, "ratio": 0.5, "verdict": "less",
+                                  "source": "trace_allocated"}
+    assert {r["category"] for r in doc["breakdown_delta"]} >= {"cpu_exec", "kernel"}
+    assert doc["ops"][0]["name"] == "aten::mm" and doc["ops"][0]["delta_us"] == pytest.approx(-10.0)
+    assert doc["kernels"][0]["delta_us"] == pytest.approx(-10.0)
+    b = doc["baseline"]
+    assert b["steps_kept"] + b["steps_warmup"] + b["steps_profiled_excluded"] == b["steps"] == 60
+    assert b["steps_profiled_excluded"] == 4  # steps 10..13 are ProfilerSteps of the trace
+
+
+def test_missing_data_gives_na_not_errors(tmp_path: Path) -> None:
+    run_dir, _ = rf.create_run(tmp_path, "empty")
+    cmp = diff_sides(side(run_dir), side(run_dir))
+    assert cmp.step_verdict == "n/a" and cmp.memory_verdict == "n/a"
+    doc = comparison_to_json(cmp)
+    assert doc["step_time"]["ratio"] is None and doc["ops"] == []
+    assert any("traces" in n for n in doc["notes"])
+
+
+def test_load_side_resolves_names_and_rejects_unknown(tmp_path: Path, noisy) -> None:
+    make_run(tmp_path, "baseline", noisy(0.1))
+    s = load_side("baseline", tmp_path)
+    assert s.kind == "run" and s.label == "baseline"
+    with pytest.raises(rf.RunNotFoundError):
+        load_side("nope", tmp_path)
+
+
+cat_values = st.floats(0.0, 5000.0, allow_nan=False)
+analysis_strategy = st.builds(
+    lambda cats, ops, steps: fake_analysis(dict(zip(CATS, cats, strict=False)), ops, steps=steps),
+    st.lists(cat_values, min_size=len(CATS), max_size=len(CATS)),
+    st.dictionaries(st.sampled_from(["aten::mm", "aten::conv2d", "aten::relu", "aten::add", "aten::copy_"]),
+                    st.tuples(st.integers(1, 5), st.floats(0.0, 1000.0)), max_size=5),
+    st.integers(1, 6),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(analysis_strategy, analysis_strategy)
+def test_diff_a_b_mirrors_diff_b_a(tmp_path: Path, a, b) -> None:
+    ab = diff_sides(side(None, a, "a"), side(None, b, "b"), CompareOptions(resamples=200))
+    ba = diff_sides(side(None, b, "b"), side(None, a, "a"), CompareOptions(resamples=200))
+    if ab.step_time is not None and ab.step_time.ratio > 0 and math.isfinite(ab.step_time.ratio):
+        assert ab.step_time.ratio * ba.step_time.ratio == pytest.approx(1.0)
+        if ab.step_time.has_interval:
+            assert ab.step_time.lo * ba.step_time.hi == pytest.approx(1.0)
+        flip = {"faster": "slower", "slower": "faster", "same": "same", "n/a": "n/a"}
+        assert flip[str(ab.step_verdict)] == str(ba.step_verdict) or "same" in (ab.step_verdict, ba.step_verdict)
+    bd_ab = ab.breakdown.set_index(["view", "category"])["delta_us"]
+    bd_ba = ba.breakdown.set_index(["view", "category"])["delta_us"]
+    pd.testing.assert_series_equal(bd_ab.sort_index(), -bd_ba.sort_index(), check_exact=False, atol=1e-6)
+    ops_ab = ab.ops.set_index("name")
+    ops_ba = ba.ops.set_index("name")
+    assert set(ops_ab.index) == set(ops_ba.index)
+    for name in ops_ab.index:
+        assert ops_ab.loc[name, "delta_us"] == pytest.approx(-ops_ba.loc[name, "delta_us"], abs=1e-9)
+        swap = {"added": "removed", "removed": "added", "both": "both"}
+        assert swap[ops_ab.loc[name, "change"]] == ops_ba.loc[name, "change"]
