@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-__all__ = ["StepTimeStats", "compute_step_time_stats", "compute_ops_view", "compute_ops_by_shape",
+__all__ = ["StepTimeStats", "compute_step_time_stats", "compute_ops_view",
            "compute_rank_rows", "compute_peak_memory"]
 
 
@@ -91,24 +91,12 @@ def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = 
     total = None
     if steps is not None and "duration_us" in steps.columns and len(steps):
         total = float(pd.to_numeric(steps["duration_us"], errors="coerce").sum())
-    out["pct_of_step"] = out["self_us"] / total * 100 if total else math.nan
+    if total:
+        out["pct_of_step"] = out["self_us"] / total * 100
+    elif "share" in out.columns:  # the trace engine's share of step time (or of all op time)
+        out["pct_of_step"] = out["share"] * 100
+    else:
+        out["pct_of_step"] = math.nan
     if text:
         out = out[out["name"].astype(str).str.contains(text, case=False, regex=False)]
     return out.sort_values("self_us", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def compute_ops_by_shape(events: pd.DataFrame) -> pd.DataFrame:
-    """CPU ops grouped by (name, input shapes): ``calls``, ``total_us``, ``mean_us``.
-
-    Total (inclusive) time only: self time needs the call tree, which the op table has.
-    """
-    cols = ["name", "input_shapes", "calls", "total_us", "mean_us"]
-    if events.empty or "input_shapes" not in events.columns:
-        return pd.DataFrame(columns=cols)
-    ev = events[events["cat"].astype(str) == "cpu_op"]
-    if ev.empty:
-        return pd.DataFrame(columns=cols)
-    g = (ev.groupby([ev["name"].astype(str), ev["input_shapes"].astype(str)], observed=True)["dur_us"]
-         .agg(calls="count", total_us="sum").reset_index())
-    g["mean_us"] = g["total_us"] / g["calls"]
-    return g.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[cols]

@@ -33,20 +33,33 @@ def render_run_picker(root: Path) -> Path | None:
     ids = list(table["id"])
     labels = {i: f"{n} · {s} · {i}" for i, n, s in zip(table["id"], table["name"], table["status"])}
     paths = dict(zip(table["id"], table["path"]))
-    if wanted and wanted not in ids:
-        try:  # a name, a unique prefix, or a run folder path
-            found = rf.find_run(wanted, root)
-            wanted = found.name if found.name in ids else None
-        except rf.TorchscopeError as e:
-            st.warning(f"Run `{wanted}` from the URL: {e}")
-            wanted = None
-    if wanted and st.session_state.get("run_picker") != wanted:
-        st.session_state["run_picker"] = wanted
+    # The URL wins only when it changed since this page last wrote it (a link was followed);
+    # otherwise the picker's own choice stands.
+    if wanted and wanted != st.session_state.get("run_url_seen"):
+        st.session_state["run_url_seen"] = wanted
+        if wanted not in ids:
+            try:  # a name, a unique prefix, or a run folder (possibly outside the store)
+                found = rf.find_run(wanted, root)
+                manifest = rf.read_manifest(found)  # raises why an unlisted folder is not a run
+                if found.name not in ids:
+                    st.session_state["run_extra"] = (found.name, str(found), f"{manifest.name} · {found}")
+                wanted = found.name
+            except rf.TorchscopeError as e:
+                st.warning(f"Run `{wanted}` from the URL: {e}")
+                wanted = None
+        if wanted:
+            st.session_state["run_picker"] = wanted
+    extra = st.session_state.get("run_extra")
+    if extra and extra[0] not in ids:
+        ids.append(extra[0])
+        paths[extra[0]] = extra[1]
+        labels[extra[0]] = extra[2]
     if st.session_state.get("run_picker") not in ids:
         st.session_state["run_picker"] = ids[0]
     chosen = st.selectbox("Run", ids, key="run_picker", format_func=lambda i: labels.get(i, i))
     if st.query_params.get("run") != chosen:
         st.query_params["run"] = chosen
+        st.session_state["run_url_seen"] = chosen
     return Path(paths[chosen])
 
 

@@ -7,10 +7,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.ui.cache import cached_trace_analysis
+from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
-__all__ = ["NO_TRACE_HINT", "load_trace_analysis", "rank_rows"]
+__all__ = ["NO_TRACE_HINT", "load_trace_analysis", "rank_rows", "cached_op_table", "cached_kernel_table"]
 
 NO_TRACE_HINT = (
     "No profiler trace in this run. `torchscope run` records traces in profiler windows a few "
@@ -40,3 +40,29 @@ def rank_rows(df: pd.DataFrame | None, rank: int | None) -> pd.DataFrame:
     if rank is None or "rank" not in df.columns:
         return df
     return df[df["rank"] == rank]
+
+
+@st.cache_data(max_entries=32, ttl=900, show_spinner=False)
+def _op_table(path: str, sig: tuple[float, ...], rank: int | None, group_by: str | None) -> pd.DataFrame:
+    from app.analysis.ops import compute_op_table
+
+    traces = [t for t in cached_traces(path) if rank is None or t.rank == rank]
+    return compute_op_table(traces, group_by=group_by)
+
+
+def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataFrame:
+    """The op table of the chosen rank (all ranks summed when ``ctx.rank`` is None);
+    ``group_by="shape"`` splits each op by input shapes."""
+    return _op_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank, group_by)
+
+
+@st.cache_data(max_entries=32, ttl=900, show_spinner=False)
+def _kernel_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
+    from app.analysis.kernels import compute_kernel_table
+
+    return compute_kernel_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+
+
+def cached_kernel_table(ctx: RunContext) -> pd.DataFrame:
+    """The kernel table of the chosen rank (all ranks summed when ``ctx.rank`` is None)."""
+    return _kernel_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank)

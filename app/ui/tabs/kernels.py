@@ -5,7 +5,7 @@ import streamlit as st
 
 from app.charts.kernels import make_gpu_busy_figure, make_kernel_share_figure
 from app.ui.tabs import RunContext
-from app.ui.trace_view import load_trace_analysis, rank_rows
+from app.ui.trace_view import cached_kernel_table, load_trace_analysis, rank_rows
 
 __all__ = ["TITLE", "render"]
 
@@ -25,7 +25,7 @@ def render(ctx: RunContext) -> None:
     analysis = load_trace_analysis(ctx)
     if analysis is None:
         return
-    kernels = rank_rows(analysis.kernels, ctx.rank)
+    kernels = cached_kernel_table(ctx) if ctx.rank is not None else analysis.kernels
     if kernels.empty:
         st.info("No GPU kernels in this run's traces: the job ran on the CPU (or CUDA activity was not "
                 "recorded). Operators and their CPU time are in the Operators tab.")

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.run_summary import compute_ops_by_shape, compute_ops_view
+from app.analysis.run_summary import compute_ops_view
 from app.charts.operators import make_top_ops_figure
-from app.ui.cache import cached_traces
 from app.ui.tabs import RunContext
-from app.ui.trace_view import load_trace_analysis, rank_rows
+from app.ui.trace_view import cached_op_table, load_trace_analysis, rank_rows
 
 __all__ = ["TITLE", "render"]
 
@@ -21,7 +20,7 @@ _COLUMNS = {
     "total_ms": st.column_config.NumberColumn("Total (ms)", format="%.3f", help="time including child ops"),
     "device_self_ms": st.column_config.NumberColumn("Device self (ms)", format="%.3f",
                                                     help="GPU kernel time launched by the op"),
-    "mean_ms": st.column_config.NumberColumn("Mean self (ms)", format="%.4f"),
+    "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f", help="total time / calls"),
     "pct_of_step": st.column_config.NumberColumn("% of step", format="%.2f",
                                                  help="self time / time of the profiled steps"),
 }
@@ -36,27 +35,21 @@ def _table(ops):  # noqa: ANN001, ANN202 - a DataFrame in, a DataFrame out
     return shown
 
 
-def _render_by_shape(ctx: RunContext) -> None:
-    traces = cached_traces(ctx.run_dir)
-    chosen = [t for t in traces if ctx.rank is None or t.rank == ctx.rank]
-    if not chosen:
-        st.info("No trace for this rank.")
-        return
-    import pandas as pd
-
-    by_shape = compute_ops_by_shape(pd.concat([t.events for t in chosen], ignore_index=True))
+def _render_by_shape(ctx: RunContext, text: str) -> None:
+    by_shape = cached_op_table(ctx, group_by="shape")
     if by_shape.empty or (by_shape["input_shapes"].astype(str).str.len() == 0).all():
         st.info("These traces have no input shapes: record with `record_shapes=True` "
                 "(`torchscope run` records them by default) to group operators by input shape.")
         return
-    text = st.session_state.get(ctx.key("ops_search"), "")
     if text:
-        by_shape = by_shape[by_shape["name"].str.contains(text, case=False, regex=False)]
-    by_shape = by_shape.assign(total_ms=by_shape["total_us"] / 1e3, mean_ms=by_shape["mean_us"] / 1e3)
-    st.dataframe(by_shape[["name", "input_shapes", "calls", "total_ms", "mean_ms"]].head(500), hide_index=True,
-                 width="stretch", key=ctx.key("ops_shape_table"),
-                 column_config={"total_ms": st.column_config.NumberColumn("Total (ms)", format="%.3f"),
-                                "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f")})
+        by_shape = by_shape[by_shape["name"].astype(str).str.contains(text, case=False, regex=False)]
+    shown = by_shape[["name", "input_shapes"]].copy()
+    shown["calls"] = by_shape["calls"]
+    shown["self_ms"] = by_shape["self_us"] / 1e3
+    shown["total_ms"] = by_shape["total_us"] / 1e3
+    shown["mean_ms"] = by_shape["mean_us"] / 1e3
+    st.dataframe(shown.head(1000), hide_index=True, width="stretch", key=ctx.key("ops_shape_table"),
+                 column_config={**_COLUMNS, "input_shapes": st.column_config.TextColumn("Input shapes")})
 
 
 def render(ctx: RunContext) -> None:
@@ -64,7 +57,7 @@ def render(ctx: RunContext) -> None:
     analysis = load_trace_analysis(ctx)
     if analysis is None:
         return
-    ops = rank_rows(analysis.ops, ctx.rank)
+    ops = cached_op_table(ctx) if ctx.rank is not None else analysis.ops
     if ops.empty:
         st.info("No CPU operators in this run's traces (was `torch.profiler` recording CPU activity?).")
         return
@@ -79,6 +72,7 @@ def render(ctx: RunContext) -> None:
         return
     st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
     st.dataframe(_table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table"))
-    st.caption(f"{len(view)} operators" + (" (all ranks pooled)" if ctx.rank is None and len(ctx.ranks) > 1 else ""))
+    st.caption(f"{len(view)} operators" + (" (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else "")
+               + "; % of step = self time / wall time of the profiled steps.")
     if st.toggle("Group by input shape", key=ctx.key("ops_by_shape")):
-        _render_by_shape(ctx)
+        _render_by_shape(ctx, text)

@@ -1,0 +1,185 @@
+"""The Run page with AppTest: picker and URL, rank selector, and the Overview, Operators, Kernels,
+System, Logs and Config tabs on hand-made runs, real GPU/multi-rank traces and agent runs."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from profiler_agent.runformat import layout
+from tests.app.helpers import assert_clean, open_app, texts
+
+HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace_summary") is not None
+needs_trace_engine = pytest.mark.skipif(not HAS_TRACE_ENGINE, reason="trace engine not installed")
+
+
+def _tab(at, title):  # noqa: ANN001, ANN202
+    return next(t for t in at.tabs if t.label == title)
+
+
+def test_picker_follows_url_and_writes_it(monkeypatch, fixture_store):
+    root, runs = fixture_store
+    at = open_app(monkeypatch, root, run=runs["optimized"].name)
+    assert_clean(at)
+    assert at.title[0].value == "optimized"
+    at.selectbox(key="run_picker").set_value(runs["baseline"].name).run()
+    assert at.title[0].value == "baseline"
+    assert runs["baseline"].name in str(at.query_params["run"])
+
+
+def test_run_by_name_in_url(monkeypatch, fixture_store):
+    root, runs = fixture_store
+    at = open_app(monkeypatch, root, run="ddp")
+    assert_clean(at)
+    assert at.selectbox(key="run_picker").value == runs["ddp"].name
+
+
+def test_unknown_run_in_url_warns_and_shows_newest(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="no-such-run")
+    assert not at.exception
+    assert "no-such-run" in texts(at.warning)
+    assert at.title  # the newest run is shown instead
+
+
+def test_tabs_in_contract_order(monkeypatch, fixture_store):
+    from app.ui.tabs import TAB_MODULES, load_tab_modules
+
+    at = open_app(monkeypatch, fixture_store[0], run="baseline")
+    labels = [t.label for t in at.tabs]
+    expected = [m.TITLE for _, m in load_tab_modules(TAB_MODULES)]
+    assert labels[: len(expected)] == expected
+    for mine in ("Overview", "Operators", "Kernels", "System", "Logs", "Config"):
+        assert mine in labels
+
+
+def test_overview_headline_numbers(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="baseline")
+    assert not at.exception
+    tab = _tab(at, "Overview")
+    metrics = {m.label: m.value for m in tab.metric}
+    assert metrics["Median step time"].endswith("ms") and metrics["Median step time"].startswith("5")
+    assert metrics["Peak memory"] == "290.0 MiB"
+    assert metrics["Final loss"] == "0.1"
+    assert metrics["Samples/s"] != "–"
+    assert "No profiler trace" in texts(tab.info)  # hand-made run: no traces, says how to get one
+
+
+def test_rank_selector_for_two_ranks(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="ddp")
+    assert at.selectbox(key="run_rank").options == ["all", "0", "1"]
+    at.selectbox(key="run_rank").set_value(1).run()
+    assert_clean(at)
+    assert "rank 1" in texts(_tab(at, "Overview").caption)
+
+
+def test_system_tab_charts_samples(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="baseline")
+    tab = _tab(at, "System")
+    assert not tab.info
+    assert "10 samples" in texts(tab.caption)
+
+
+def test_system_tab_without_samples_explains(monkeypatch, make_run):
+    run_dir = make_run("nosys", system=False)
+    at = open_app(monkeypatch, run_dir.parent, run="nosys")
+    assert_clean(at)
+    assert "No system samples" in texts(_tab(at, "System").info)
+
+
+def test_logs_tab_of_failed_run(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="failed")
+    assert not at.exception
+    tab = _tab(at, "Logs")
+    assert "failed with exit code 1" in texts(tab.error)
+    code = texts(tab.code)
+    assert "CUDA out of memory" in code and "<b>not html</b>" in code
+    assert "RuntimeError: boom" in tab.dataframe[0].value.to_string()
+
+
+def test_logs_and_config_of_crashed_run(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="crashed")
+    assert "crashed" in texts(at.warning)
+    assert "The job crashed" in texts(_tab(at, "Logs").error)
+    config = _tab(at, "Config")
+    table = config.dataframe[0].value
+    assert dict(zip(table["key"], table["value"]))["lr"] == "0.01"
+    assert "python train.py --lr 0.01" in texts(config.code)
+
+
+def test_live_run_has_auto_refresh(monkeypatch, fixture_store):
+    at = open_app(monkeypatch, fixture_store[0], run="live")
+    assert_clean(at)
+    assert at.toggle(key="run_autorefresh").value is True
+    at.toggle(key="run_autorefresh").set_value(False).run()
+    assert_clean(at)
+    assert at.title[0].value == "live"
+
+
+def test_garbage_metrics_still_render(monkeypatch, make_run):
+    run_dir = make_run("messy")
+    with open(run_dir / layout.METRICS, "ab") as f:
+        f.write(b'not json\n{"step": 50, "loss": "nan?", "step_time_s": null}\n{"step": 51')
+    at = open_app(monkeypatch, run_dir.parent, run="messy")
+    assert not at.exception
+    assert "metrics.jsonl line" in texts(at.warning)
+
+
+def test_newer_schema_run_in_url_is_a_clear_message(monkeypatch, make_run):
+    import json
+
+    run_dir = make_run("future")
+    make_run("present")
+    data = json.loads((run_dir / layout.MANIFEST).read_text())
+    data["schema_version"] = 42
+    (run_dir / layout.MANIFEST).write_text(json.dumps(data))
+    at = open_app(monkeypatch, run_dir.parent, run=str(run_dir))
+    assert not at.exception
+    assert "schema_version 42" in texts(at.warning) + texts(at.error)
+
+
+@needs_trace_engine
+def test_gpu_trace_tabs(monkeypatch, imported_store):
+    root, _ = imported_store
+    at = open_app(monkeypatch, root, run="gpu-control", timeout=240)
+    assert_clean(at)
+    overview = _tab(at, "Overview")
+    assert not [i for i in overview.info if "No profiler trace" in i.value]
+    ops = _tab(at, "Operators")
+    table = ops.dataframe[0].value
+    assert len(table) > 10 and (table["self_ms"].diff().dropna() <= 1e-9).all()
+    kernels = _tab(at, "Kernels")
+    assert len(kernels.dataframe[0].value) > 0
+    assert not kernels.info
+    assert len(overview.get("plotly_chart")) >= 1  # the breakdown of the profiled steps
+    at.radio(key="run_overview_breakdown_view").set_value("Training-loop phases").run()
+    assert_clean(at)
+    at.text_input(key="run_ops_search").input("aten::").run()
+    assert all("aten::" in n for n in _tab(at, "Operators").dataframe[0].value["name"])
+    at.toggle(key="run_ops_by_shape").set_value(True).run()
+    assert_clean(at)
+    by_shape = _tab(at, "Operators").dataframe[1].value
+    assert "input_shapes" in by_shape.columns and len(by_shape) >= len(_tab(at, "Operators").dataframe[0].value)
+
+
+@needs_trace_engine
+def test_two_rank_trace_rank_selector(monkeypatch, imported_store):
+    root, _ = imported_store
+    at = open_app(monkeypatch, root, run="two-ranks", timeout=240)
+    assert_clean(at)
+    both = _tab(at, "Operators").dataframe[0].value
+    at.selectbox(key="run_rank").set_value(1).run()
+    assert_clean(at)
+    one = _tab(at, "Operators").dataframe[0].value
+    assert 0 < one["calls"].sum() < both["calls"].sum()  # rank 1 alone has fewer calls than both ranks
+
+
+def test_agent_runs_render_every_tab(monkeypatch, sample_store):
+    from profiler_agent import runformat as rf
+
+    listing = rf.list_runs(sample_store)
+    assert listing.runs, "sample_models.record recorded no runs"
+    for run_dir, manifest in listing.runs:
+        at = open_app(monkeypatch, sample_store, run=run_dir.name, timeout=240)
+        assert_clean(at)
+        overview = _tab(at, "Overview")
+        assert {m.label: m.value for m in overview.metric}["Median step time"] != "–", manifest.name

@@ -1,0 +1,129 @@
+"""The app entry and the Runs page with AppTest: catalog, filters, selection actions, bad stores."""
+from __future__ import annotations
+
+import json
+
+from app.data import runs as runs_data
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+from tests.app.helpers import assert_clean, open_app, texts
+
+
+def test_app_lists_every_run(monkeypatch, fixture_store):
+    root, runs = fixture_store
+    at = open_app(monkeypatch, root)
+    assert_clean(at)
+    assert at.title[0].value == "Runs"
+    df = at.dataframe[0].value
+    assert set(df["name"]) == set(runs)
+    statuses = dict(zip(df["name"], df["status"]))
+    assert statuses["crashed"] == "✗ crashed" and statuses["live"] == "● running"
+    assert f"{len(runs)} of {len(runs)} runs" in texts(at.caption)
+    assert at.sidebar.text_input(key="root").value == str(root)
+
+
+def test_filter_narrows_the_table(monkeypatch, fixture_store):
+    root, _ = fixture_store
+    at = open_app(monkeypatch, root)
+    at.text_input(key="runs_filter").input("adam").run()
+    assert_clean(at)
+    assert list(at.dataframe[0].value["name"]) == ["optimized"]
+    at.text_input(key="runs_filter").input("").run()
+    at.multiselect(key="runs_status_filter").select("crashed").run()
+    assert list(at.dataframe[0].value["name"]) == ["crashed"]
+
+
+def _select(at, names):  # noqa: ANN001, ANN202
+    df = at.dataframe[0].value
+    rows = [int(i) for i in df.index[df["name"].isin(names)]]
+    at.session_state["runs_table"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    return at.run()
+
+
+def test_open_selected_run_goes_to_run_page(monkeypatch, fixture_store):
+    root, runs = fixture_store
+    at = _select(open_app(monkeypatch, root), ["baseline"])
+    at.button(key="runs_open").click().run()
+    assert_clean(at)
+    assert at.query_params["run"] == [runs["baseline"].name] or at.query_params["run"] == runs["baseline"].name
+    assert at.title[0].value == "baseline"
+
+
+def test_edit_tags_and_notes_saved_in_manifest(monkeypatch, make_run):
+    run_dir = make_run("tagme", tags=("old",))
+    at = _select(open_app(monkeypatch, run_dir.parent), ["tagme"])
+    at.text_input(key="runs_edit_tags").input("amp, fast ,amp")
+    at.text_area(key="runs_edit_notes").input("tried <script>alert(1)</script> amp")
+    at.button[[b.label for b in at.button].index("Save")].click().run()
+    assert_clean(at)
+    m = rf.read_manifest(run_dir)
+    assert m.tags == ("amp", "fast")
+    assert m.notes.startswith("tried <script>")
+    assert "amp, fast" in list(at.dataframe[0].value["tags"])
+
+
+def test_archive_needs_confirmation(monkeypatch, make_run):
+    keep, gone = make_run("keep"), make_run("gone")
+    root = keep.parent
+    at = _select(open_app(monkeypatch, root), ["gone"])
+    assert at.button(key="runs_remove").disabled
+    at.checkbox(key="runs_remove_confirm").check().run()
+    at.button(key="runs_remove").click().run()
+    assert_clean(at)
+    assert not gone.exists() and (root / runs_data.ARCHIVE_DIR / gone.name).is_dir()
+    assert list(at.dataframe[0].value["name"]) == ["keep"]
+
+
+def test_delete_removes_run(monkeypatch, make_run):
+    keep, gone = make_run("keep"), make_run("gone")
+    at = _select(open_app(monkeypatch, keep.parent), ["gone"])
+    at.radio(key="runs_remove_action").set_value("Delete").run()
+    at.checkbox(key="runs_remove_confirm").check().run()
+    at.button(key="runs_remove").click().run()
+    assert_clean(at)
+    assert not gone.exists() and not (keep.parent / runs_data.ARCHIVE_DIR).exists()
+
+
+def test_missing_store_explains_how_to_record(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path / "nope")
+    assert_clean(at)
+    info = texts(at.info)
+    assert "No run store" in info and "torchscope run" in info
+
+
+def test_empty_store_explains_how_to_record(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path)
+    assert_clean(at)
+    assert "has no runs yet" in texts(at.info) and "sample_models.record" in texts(at.info)
+
+
+def test_bad_folders_are_listed_as_problems(monkeypatch, make_run):
+    good = make_run("good")
+    root = good.parent
+    (root / "not-a-run").mkdir()
+    newer = make_run("newer")
+    data = json.loads((newer / layout.MANIFEST).read_text())
+    data["schema_version"] = 99
+    (newer / layout.MANIFEST).write_text(json.dumps(data))
+    (make_run("garbage") / layout.METRICS).write_bytes(b"garbage\n\x00\x01\n")
+    at = open_app(monkeypatch, root)
+    assert not at.exception
+    assert set(at.dataframe[0].value["name"]) == {"good", "garbage"}
+    warning = texts(at.warning)
+    assert "not-a-run" in warning and "schema_version 99" in warning and "metrics.jsonl line 1" in warning
+
+
+def test_tb_profiler_folder_is_listed_read_only(monkeypatch, shared_data, tmp_path):
+    tb = tmp_path / "tb"
+    (tb / "exp1").mkdir(parents=True)
+    src = next((shared_data / "traces" / "cpu_only").iterdir())
+    (tb / "exp1" / src.name).write_bytes(src.read_bytes())
+    monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
+    at = open_app(monkeypatch, tb)
+    assert_clean(at)
+    assert list(at.dataframe[0].value["name"]) == ["exp1"]
+    assert "read-only" in texts(at.caption)
+    assert not at.warning  # the tb sub-folder is not reported as "not a run"
+    at = _select(at, ["exp1"])
+    assert "read-only" in texts(at.caption)
+    assert not [b for b in at.button if b.key == "runs_remove"]
