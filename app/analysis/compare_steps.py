@@ -135,7 +135,7 @@ class PeakMemory:
     """Peak memory of one side from one source (the same source is used for both sides)."""
 
     bytes: float | None
-    source: str  # "trace_allocated", "system:<column>" or "none"
+    source: str  # "trace_allocated:<device kind>", "system:<column>" or "none"
 
 
 # Columns of system.jsonl that hold a memory level, best first (device memory before host RSS).
@@ -143,13 +143,23 @@ _SYSTEM_MEMORY_COLUMNS = ("cuda_max_allocated_bytes", "cuda_allocated_bytes", "g
                           "peak_memory_bytes", "rss_bytes")
 
 
+def _trace_peaks(analysis: object) -> dict[str, float]:
+    peaks = getattr(analysis, "memory_peaks", None)
+    if peaks is None:  # older TraceAnalysis-like objects carry the peaks table as ``memory``
+        peaks = getattr(analysis, "memory", None)
+    if not isinstance(peaks, pd.DataFrame) or len(peaks) == 0 or "peak_allocated_bytes" not in peaks.columns:
+        return {}
+    dev = peaks["device"].astype(str).str.split(":").str[0] if "device" in peaks.columns else "device"
+    values = pd.to_numeric(peaks["peak_allocated_bytes"], errors="coerce")
+    out: dict[str, float] = {}
+    for kind, v in values.groupby(dev if isinstance(dev, pd.Series) else [dev] * len(values)).max().items():
+        if pd.notna(v) and v > 0:  # per device kind: the largest peak of any rank / device id
+            out[f"trace_allocated:{kind}"] = float(v)
+    return out
+
+
 def _memory_sources(side: CompareSide) -> dict[str, float]:
-    found: dict[str, float] = {}
-    mem = getattr(side.analysis, "memory", None)
-    if mem is not None and len(mem) and "peak_allocated_bytes" in mem.columns:
-        peak = pd.to_numeric(mem["peak_allocated_bytes"], errors="coerce").max()
-        if pd.notna(peak) and peak > 0:
-            found["trace_allocated"] = float(peak)
+    found = _trace_peaks(side.analysis)
     system = side.run.system if side.run is not None else None
     if system is not None:
         for col in _SYSTEM_MEMORY_COLUMNS:
@@ -164,7 +174,9 @@ def compute_peak_memory(baseline: CompareSide, candidate: CompareSide) -> tuple[
     """Peak memory of both sides from the first source both have (trace allocator events, then
     the system samples' device memory, then host RSS)."""
     a, b = _memory_sources(baseline), _memory_sources(candidate)
-    order = ["trace_allocated", *(f"system:{c}" for c in _SYSTEM_MEMORY_COLUMNS)]
+    # Device memory from the allocator events first (cuda before cpu), then the sampled levels.
+    traced = sorted((k for k in a if k.startswith("trace_allocated:")), key=lambda k: k.endswith(":cpu"))
+    order = [*traced, *(f"system:{c}" for c in _SYSTEM_MEMORY_COLUMNS)]
     for source in order:
         if source in a and source in b:
             return PeakMemory(a[source], source), PeakMemory(b[source], source)

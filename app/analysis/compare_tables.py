@@ -135,8 +135,7 @@ def _op_table(analysis: Any, traces: Sequence[Any], grouping: OpGrouping) -> pd.
         return ops if ops is not None else pd.DataFrame(columns=["name"])
     from app.analysis.trace_summary import compute_op_table
 
-    parts = [compute_op_table(t, group_by="shape") for t in traces]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["name"])
+    return compute_op_table(list(traces), group_by="shape")
 
 
 def diff_ops(

@@ -51,11 +51,11 @@ def fake_analysis(cats: dict[str, float], ops: dict[str, tuple[int, float]], ste
     op_rows = [{"name": n, "calls": c * steps, "self_us": us * steps, "total_us": us * steps,
                 "device_self_us": 0.0} for n, (c, us) in ops.items()]
     k_rows = [{"name": n, "calls": steps, "total_us": us * steps} for n, us in (kernels or {}).items()]
-    mem = pd.DataFrame([{"device": 0, "peak_allocated_bytes": peak, "peak_reserved_bytes": peak}]) if peak else \
+    mem = pd.DataFrame([{"rank": 0, "device": "cuda:0", "peak_allocated_bytes": peak, "peak_reserved_bytes": peak}]) if peak else \
         pd.DataFrame(columns=["device", "peak_allocated_bytes"])
     return SimpleNamespace(steps=pd.DataFrame(rows), ops=pd.DataFrame(op_rows, columns=["name", "calls", "self_us",
                            "total_us", "device_self_us"]), kernels=pd.DataFrame(k_rows, columns=["name", "calls",
-                           "total_us"]), memory=mem)
+                           "total_us"]), memory_peaks=mem)
 
 
 def side(run_dir: Path | None, analysis=None, label: str | None = None) -> CompareSide:
@@ -151,7 +151,7 @@ def test_json_document_is_complete_and_valid(tmp_path: Path, noisy) -> None:
     assert st_["verdict"] == "faster" and st_["ci95"][1] < 1.0 and st_["ratio"] == pytest.approx(
         st_["candidate_s"] / st_["baseline_s"])
     assert doc["peak_memory"] == {"baseline_bytes": 2e9, "candidate_bytes": 1e9, "ratio": 0.5, "verdict": "less",
-                                  "source": "trace_allocated"}
+                                  "source": "trace_allocated:cuda"}
     assert {r["category"] for r in doc["breakdown_delta"]} >= {"cpu_exec", "kernel"}
     assert doc["ops"][0]["name"] == "aten::mm" and doc["ops"][0]["delta_us"] == pytest.approx(-10.0)
     assert doc["kernels"][0]["delta_us"] == pytest.approx(-10.0)

@@ -1,0 +1,243 @@
+"""A comparison as text: terminal table, Markdown for a PR comment, self-contained HTML (analysis layer).
+
+Pure string building. The HTML page receives its figures as ready HTML fragments (made by
+``app.charts.compare.figures_to_html``) and escapes every string that comes from a run (names,
+config values, op names) with ``html.escape``; Markdown cells are escaped too, so a hostile op
+name cannot break the table or inject markup into a PR comment.
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from app.analysis.compare import Comparison
+
+__all__ = ["format_value", "format_ratio", "short_name", "format_verdict_text", "format_report_markdown", "format_report_html",
+           "headline"]
+
+_ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "more": "⚠️", "worse": "⚠️", "same": "➖",
+          "changed": "↔️", "n/a": "·"}
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def format_value(v: Any, unit: str = "") -> str:
+    """A number for people: seconds as s/ms/µs, bytes as KiB…GiB, others with 4 significant digits."""
+    if not _finite(v):
+        return "–"
+    x = float(v)
+    if unit == "s":
+        return f"{x:.3f} s" if abs(x) >= 1 else f"{x * 1e3:.2f} ms" if abs(x) >= 1e-3 else f"{x * 1e6:.1f} µs"
+    if unit == "us":
+        return f"{x / 1e3:,.2f} ms" if abs(x) >= 1e3 else f"{x:,.1f} µs"
+    if unit == "bytes":
+        for scale, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if abs(x) >= scale:
+                return f"{x / scale:,.2f} {name}"
+        return f"{x:,.0f} B"
+    return f"{x:,.4g}" + (f" {unit}" if unit else "")
+
+
+def _collapse(text: str, open_: str, close: str) -> str:
+    """Replace every outermost ``open_ … close`` group by ``open_…close``."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == open_:
+            if depth == 0:
+                out.append(open_ + "…")
+            depth += 1
+        elif ch == close and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(close)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def short_name(name: Any, width: int = 80) -> str:
+    """An op or kernel name that fits a table cell: template and argument lists collapsed
+    (``gemm<…>(…)``), then cut to ``width`` characters."""
+    text = str(name)
+    if len(text) > width:
+        text = _collapse(_collapse(text.removeprefix("void "), "<", ">"), "(", ")")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
+    """``0.712× [0.70, 0.73]`` (the interval only when known)."""
+    if not _finite(ratio):
+        return "–"
+    text = f"{float(ratio):.3f}×"
+    if _finite(lo) and _finite(hi):
+        text += f" [{float(lo):.3f}, {float(hi):.3f}]"
+    return text
+
+
+def headline(cmp: Comparison) -> str:
+    """One sentence: "optimized is 1.41× faster than baseline (95 % CI 1.38–1.45×)" or why not."""
+    est, b, c = cmp.step_time, cmp.baseline.label, cmp.candidate.label
+    if est is None or not _finite(est.ratio):
+        return f"{c} vs {b}: no step times to compare"
+    ci = f" (95 % CI of the time ratio {est.lo:.3f}–{est.hi:.3f})" if est.has_interval else ""
+    if cmp.step_verdict == "faster":
+        return f"{c} is {1 / est.ratio:.2f}× faster than {b}: median step {format_value(est.candidate, 's')} " \
+               f"vs {format_value(est.baseline, 's')}{ci}"
+    if cmp.step_verdict == "slower":
+        return f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
+               f"vs {format_value(est.baseline, 's')}{ci}"
+    return f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{ci})"
+
+
+def _verdict_rows(cmp: Comparison) -> list[list[str]]:
+    rows = []
+    for r in cmp.verdicts.itertuples(index=False):
+        unit = r.unit if r.unit in ("s", "bytes") else ""
+        suffix = "" if unit else (f" {r.unit}" if r.unit else "")
+        rows.append([str(r.quantity), format_value(r.baseline, unit) + suffix, format_value(r.candidate, unit) + suffix,
+                     format_ratio(r.ratio, r.ci_lo, r.ci_hi), str(r.verdict)])
+    return rows
+
+
+def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(header)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+_VERDICT_HEADER = ["quantity", "baseline", "candidate", "ratio [95% CI]", "verdict"]
+
+
+def _top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]]:
+    if df is None or len(df) == 0:
+        return []
+    out = []
+    for rec in df.head(top).to_dict(orient="records"):
+        out.append([_signed(rec[c]) if c.startswith("delta") else format_value(rec[c], "us") if c.endswith("_us") else (
+            f"{rec[c]:.2f}" if isinstance(rec[c], float) else short_name(rec[c], 100)) for c in cols])
+    return out
+
+
+def _signed(v: Any) -> str:
+    text = format_value(v, "us")
+    return "+" + text if _finite(v) and float(v) > 0 else text
+
+
+def format_verdict_text(cmp: Comparison, *, top: int = 10) -> str:
+    """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
+    parts = [f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
+             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp), "",
+             _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
+    bd = cmp.breakdown
+    if len(bd):
+        dev = bd[bd["view"] == "device"]
+        parts += ["", "per-step breakdown (trace):",
+                  _text_table(["category", "baseline", "candidate", "delta"],
+                              _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]
+    if len(cmp.ops):
+        parts += ["", f"top {top} operator changes (self time per step):",
+                  _text_table(["op", "baseline", "candidate", "delta", "change"],
+                              _top_rows(cmp.ops, ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
+                                        top))]
+    if len(cmp.kernels):
+        parts += ["", f"top {top} kernel changes (time per step):",
+                  _text_table(["kernel", "baseline", "candidate", "delta", "change"],
+                              _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
+    parts += [""] + [f"note: {n}" for n in cmp.notes]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _md(text: Any) -> str:
+    s = html.escape(str(text), quote=False).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    return s.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*").replace("_", "\\_")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def format_report_markdown(cmp: Comparison, *, top: int = 10) -> str:
+    """A Markdown comparison for a PR comment: headline, verdicts, breakdown, top op/kernel changes,
+    changed config keys. Every cell is escaped."""
+    rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in _verdict_rows(cmp)]
+    out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
+           f"**{_md(headline(cmp))}**", "", _md_table(_VERDICT_HEADER, rows)]
+    bd = cmp.breakdown
+    if len(bd):
+        dev = bd[(bd["view"] == "device") & (bd["delta_us"].abs() > 0)]
+        out += ["", "#### Where the time went (per step, from the traces)", "",
+                _md_table(["category", "baseline", "candidate", "delta"],
+                          _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]
+    if len(cmp.ops):
+        out += ["", f"#### Top {top} operator changes (self time per step)", "",
+                _md_table(["op", "baseline", "candidate", "delta", "change"],
+                          _top_rows(cmp.ops, ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
+                                    top))]
+    if len(cmp.kernels):
+        out += ["", f"#### Top {top} kernel changes (per step)", "",
+                _md_table(["kernel", "baseline", "candidate", "delta", "change"],
+                          _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
+    if len(cmp.config):
+        out += ["", "#### Config and environment that differ", "",
+                _md_table(list(cmp.config.columns), cmp.config.astype(str).values.tolist())]
+    if cmp.notes:
+        out += ["", *(f"- {_md(n)}" for n in cmp.notes)]
+    out += ["", f"<sub>median steady-state step time, {cmp.options.resamples} bootstrap resamples, "
+                f"verdict threshold {cmp.options.threshold:.0%}; see docs/compare.md</sub>"]
+    return "\n".join(out) + "\n"
+
+
+def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
+    if df is None or len(df) == 0:
+        return "<p class='empty'>no data</p>"
+    part = df.head(top) if top else df
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in part.columns)
+    body = []
+    for rec in part.itertuples(index=False):
+        cells = []
+        for c, v in zip(part.columns, rec, strict=True):
+            text = format_value(v, "us") if str(c).endswith("_us") else format_value(v, "bytes") \
+                if str(c).endswith("_bytes") else (f"{v:.4g}" if isinstance(v, float) else short_name(v, 160))
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
+th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;font-size:.9rem}th{background:#f4f4f4}
+h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}.headline{font-size:1.1rem;font-weight:600}"""
+
+
+def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (), *, top: int = 30) -> str:
+    """A self-contained HTML page: headline, verdicts, figures (HTML fragments, inserted as given),
+    breakdown, operators, kernels, metrics, module and config diffs. Every run-provided
+    string is escaped; the figure fragments must come from plotly (``figures_to_html``)."""
+    verdicts = pd.DataFrame(_verdict_rows(cmp), columns=_VERDICT_HEADER)
+    sections = [("Verdicts", _html_table(verdicts))]
+    sections += [(title, fragment) for title, fragment in figures]
+    sections += [("Per-step breakdown", _html_table(cmp.breakdown)),
+                 ("Operators (per step)", _html_table(cmp.ops, top=top)),
+                 ("Kernels (per step)", _html_table(cmp.kernels, top=top)),
+                 ("Logged metrics", _html_table(cmp.metrics)),
+                 ("Model structure", _html_table(cmp.modules)),
+                 ("Config and environment that differ", _html_table(cmp.config))]
+    title = html.escape(f"{cmp.candidate.label} vs {cmp.baseline.label}")
+    body = "".join(f"<h2>{html.escape(t)}</h2>\n{content}\n" for t, content in sections)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in cmp.notes)
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Torchscope: {title}</title>"
+            f"<style>{_CSS}</style></head><body><h1>Torchscope comparison: {title}</h1>"
+            f"<p class='headline'>{html.escape(headline(cmp))}</p>{body}"
+            f"{'<h2>Notes</h2><ul>' + notes + '</ul>' if notes else ''}</body></html>\n")

@@ -1,0 +1,104 @@
+"""`torchscope diff BASELINE CANDIDATE`: is the candidate faster, by how much, why, at what cost (CLI layer).
+
+Prints the verdict table (or ``--json``, documented in docs/compare.md) and works as a CI gate:
+exit 1 when ``--fail-if-slower PCT`` is given and the candidate's median step time is more than
+PCT % above the baseline's *and* the slowdown is significant (verdict ``slower``), or when
+``--fail-if-more-memory PCT`` is given and the peak memory grew by more than PCT %.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.analysis.compare import CompareOptions, Comparison, diff_sides
+from app.analysis.compare_inputs import load_side
+from app.analysis.compare_json import comparison_to_json
+from app.analysis.compare_tables import OpGrouping
+from app.analysis.report import format_verdict_text
+from app.errors import UsageError
+
+HELP = "compare a candidate run or trace with a baseline: verdicts with confidence, breakdown and op deltas"
+
+__all__ = ["HELP", "add_arguments", "run", "add_compare_arguments", "options_from_args", "load_comparison",
+           "gate_failures"]
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by ``diff`` and ``report``."""
+    parser.add_argument("baseline", help="run folder, id or name prefix, trace file, or folder of traces")
+    parser.add_argument("candidate", help="the run or traces to judge against the baseline")
+    parser.add_argument("--root", help="run store, to resolve run ids and names (default $TORCHSCOPE_RUNS or ./runs)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="K",
+                        help="steps dropped at the start (default: automatic, see docs/compare.md)")
+    parser.add_argument("--threshold", type=float, default=2.0, metavar="PCT",
+                        help="smallest change (in %%) that counts as a difference (default 2)")
+    parser.add_argument("--by", choices=[g.value for g in OpGrouping], default="name",
+                        help="match operators by name, or by name and input shapes")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--top", type=int, default=10, help="rows of the op and kernel tables")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_compare_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document (fields in docs/compare.md)")
+    parser.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
+                        help="exit 1 when the step time is significantly more than PCT %% slower")
+    parser.add_argument("--fail-if-more-memory", type=float, default=None, metavar="PCT",
+                        help="exit 1 when the peak memory grew by more than PCT %%")
+
+
+def options_from_args(args: argparse.Namespace) -> CompareOptions:
+    """CompareOptions from the shared arguments; raises UsageError for impossible values."""
+    if args.threshold < 0 or args.threshold >= 100:
+        raise UsageError(f"--threshold {args.threshold}: expected a percentage in [0, 100)")
+    if args.resamples < 1000:
+        raise UsageError(f"--resamples {args.resamples}: expected at least 1000")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError(f"--warmup {args.warmup}: expected 0 or more steps")
+    return CompareOptions(warmup_steps=args.warmup, threshold=args.threshold / 100.0, resamples=args.resamples,
+                          seed=args.seed, op_grouping=OpGrouping(args.by))
+
+
+def load_comparison(args: argparse.Namespace) -> Comparison:
+    """Load both sides named on the command line and compare them."""
+    options = options_from_args(args)
+    baseline = load_side(args.baseline, args.root)
+    candidate = load_side(args.candidate, args.root)
+    return diff_sides(baseline, candidate, options)
+
+
+def gate_failures(cmp: Comparison, fail_if_slower: float | None, fail_if_more_memory: float | None) -> list[str]:
+    """Messages of the CI gates that fail (empty when every requested gate passes)."""
+    failures = []
+    est = cmp.step_time
+    if fail_if_slower is not None and est is not None and str(cmp.step_verdict) == "slower" \
+            and est.ratio > 1.0 + fail_if_slower / 100.0:
+        failures.append(f"step time is {100 * (est.ratio - 1):.1f}% slower (95% CI of the ratio "
+                        f"{est.lo:.3f}-{est.hi:.3f}); the gate allows {fail_if_slower:g}%")
+    ratio = cmp.memory_ratio
+    if fail_if_more_memory is not None and ratio is not None and str(cmp.memory_verdict) == "more" \
+            and ratio > 1.0 + fail_if_more_memory / 100.0:
+        failures.append(f"peak memory grew by {100 * (ratio - 1):.1f}% ({cmp.peak_memory[0].source}); "
+                        f"the gate allows {fail_if_more_memory:g}%")
+    return failures
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag in ("fail_if_slower", "fail_if_more_memory"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} {value}: expected a percentage >= 0")
+    cmp = load_comparison(args)
+    failures = gate_failures(cmp, args.fail_if_slower, args.fail_if_more_memory)
+    if args.json:
+        doc = comparison_to_json(cmp)
+        doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
+                        "failures": failures}
+        sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_verdict_text(cmp, top=args.top))
+        for f in failures:
+            sys.stdout.write(f"GATE FAILED: {f}\n")
+    return 1 if failures else 0

@@ -1,0 +1,56 @@
+"""`torchscope report BASELINE CANDIDATE [-o out.html|out.md]`: share a comparison (CLI layer).
+
+``.html`` gives one self-contained page (interactive plotly figures, plotly.js inlined, no
+network needed); ``.md`` (or no ``-o``: stdout) gives Markdown for a pull-request comment.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.analysis.report import format_report_html, format_report_markdown
+from app.cli.diff_cmd import add_compare_arguments, load_comparison
+from app.errors import UsageError
+from profiler_agent.runformat import atomic_write_text
+
+HELP = "export a comparison as a self-contained HTML page or as Markdown for a PR comment"
+
+_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_compare_arguments(parser)
+    parser.add_argument("-o", "--output", help="file to write: .html or .md (default: Markdown on stdout)")
+    parser.add_argument("--format", choices=["html", "md"], default=None, help="override the format implied by -o")
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    if not args.output:
+        return "md"
+    suffix = Path(args.output).suffix.lower()
+    if suffix not in _FORMATS:
+        raise UsageError(f"-o {args.output}: unknown extension {suffix!r}; use .html or .md (or --format)")
+    return _FORMATS[suffix]
+
+
+def run(args: argparse.Namespace) -> int:
+    fmt = _format(args)
+    cmp = load_comparison(args)
+    if fmt == "html":
+        from app.charts.compare import figures_to_html, make_report_figures
+
+        text = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), top=max(args.top, 30))
+    else:
+        text = format_report_markdown(cmp, top=args.top)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if not out.parent.exists():
+        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    atomic_write_text(out, text)
+    print(f"wrote {out} ({out.stat().st_size / 1024:,.0f} KiB)", file=sys.stderr)
+    return 0
