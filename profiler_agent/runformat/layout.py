@@ -31,6 +31,8 @@ __all__ = [
     "DEFAULT_ROOT",
     "ROOT_ENV",
     "trace_file_name",
+    "worker_name",
+    "rank_from_worker",
     "snapshot_file_name",
     "list_trace_files",
     "list_snapshot_files",
@@ -69,6 +71,24 @@ SNAPSHOT_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.snapshot\.pic
 def trace_file_name(worker: str, time_ns: int, *, gzip: bool = True) -> str:
     """Return the trace file name tensorboard_trace_handler would use for ``worker``."""
     return f"{worker}.{time_ns}.pt.trace.json" + (".gz" if gzip else "")
+
+
+_WORKER_RANK_RE = re.compile(r"_rank(?P<rank>\d+)$")
+
+
+def worker_name(host: str, pid: int, rank: int) -> str:
+    """Return the worker part of trace and snapshot names: ``<host>_<pid>_rank<rank>``.
+
+    tensorboard_trace_handler uses ``<host>_<pid>``; the rank suffix lets readers tell the ranks
+    of a multi-process job apart even when a trace lacks ``distributedInfo``.
+    """
+    return f"{host}_{pid}_rank{rank}"
+
+
+def rank_from_worker(worker: str) -> int | None:
+    """Return the rank encoded by :func:`worker_name`, or None for other worker names."""
+    m = _WORKER_RANK_RE.search(worker)
+    return int(m.group("rank")) if m else None
 
 
 def snapshot_file_name(worker: str, time_ns: int) -> str:

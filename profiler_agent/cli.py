@@ -1,0 +1,43 @@
+"""Command-line options of ``run`` shared by ``torchscope run`` and ``python -m profiler_agent run`` (agent layer)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .launcher import LaunchRequest, launch
+from .options import add_agent_arguments, options_from_args
+from .runformat import TorchscopeError
+
+__all__ = ["HELP", "add_run_arguments", "run_from_args"]
+
+HELP = "run a training command and record it as a run (no code change): torchscope run -- python train.py"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the run's naming options and the profiler flags to ``parser``."""
+    parser.add_argument("--name", help="run name (default: the script's name)")
+    parser.add_argument("--root", help="run store folder (default: $TORCHSCOPE_RUNS or ./runs)")
+    parser.add_argument("--tags", nargs="*", default=[], help="labels for the run")
+    parser.add_argument("--notes", default="", help="free text stored with the run")
+    add_agent_arguments(parser)
+    parser.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command to run")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Launch the command in ``args.command_args``; return its exit code."""
+    command = [c for c in (getattr(args, "command_args", None) or [])]
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        options = options_from_args(args)
+    except ValueError as e:
+        raise TorchscopeError(str(e)) from None
+    request = LaunchRequest(
+        command=tuple(command),
+        name=args.name,
+        root=Path(args.root) if args.root else None,
+        tags=tuple(args.tags or ()),
+        notes=args.notes,
+        options=options,
+    )
+    return launch(request)

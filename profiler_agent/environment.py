@@ -1,0 +1,118 @@
+"""What the manifest records about where a run ran: git, versions, devices, ranks (agent layer).
+
+``describe_launch`` needs only the standard library (the launcher never imports torch);
+``describe_torch`` is called inside the instrumented process once torch is loaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+__all__ = ["RankInfo", "read_rank_info", "read_git_info", "describe_launch", "describe_torch"]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in a distributed job, from torchrun's environment variables."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+
+def _env_int(environ: dict[str, str] | os._Environ[str], key: str, default: int) -> int:
+    try:
+        return int(environ.get(key, default))
+    except ValueError:
+        return default
+
+
+def read_rank_info(environ: dict[str, str] | None = None) -> RankInfo:
+    """Return RANK / LOCAL_RANK / WORLD_SIZE from the environment (0, 0, 1 when absent)."""
+    env = os.environ if environ is None else environ
+    return RankInfo(
+        rank=_env_int(env, "RANK", 0),
+        local_rank=_env_int(env, "LOCAL_RANK", 0),
+        world_size=max(1, _env_int(env, "WORLD_SIZE", 1)),
+    )
+
+
+def read_git_info(cwd: str | None = None) -> dict[str, Any]:
+    """Return {"commit", "dirty", "branch"} of the repository holding ``cwd``, or {} outside git."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    info: dict[str, Any] = {"commit": commit, "dirty": bool(status)}
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch and branch != "HEAD":
+        info["branch"] = branch
+    return info
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe_launch() -> dict[str, Any]:
+    """Manifest fields known before the job starts, without importing torch."""
+    versions = {
+        "python": platform.python_version(),
+        "torch": _dist_version("torch"),
+        "torchscope": _dist_version("torchscope"),
+        "platform": platform.platform(),
+    }
+    return {
+        "git": read_git_info(os.getcwd()),
+        "versions": {k: v for k, v in versions.items() if v},
+        "world_size": read_rank_info().world_size,
+    }
+
+
+def describe_torch() -> dict[str, Any]:
+    """Versions and devices as seen by torch in this process (imports torch)."""
+    import torch
+
+    versions: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    if getattr(torch.version, "hip", None):
+        versions["hip"] = torch.version.hip
+    with contextlib.suppress(Exception):
+        if torch.backends.cudnn.is_available():
+            versions["cudnn"] = torch.backends.cudnn.version()
+    devices: list[dict[str, Any]] = [
+        {"type": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count(),
+         "threads": torch.get_num_threads()}
+    ]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            devices.append({
+                "type": "cuda",
+                "index": i,
+                "name": props.name,
+                "total_memory_bytes": int(props.total_memory),
+                "capability": f"{props.major}.{props.minor}",
+                "multi_processor_count": int(props.multi_processor_count),
+            })
+    return {"versions": versions, "devices": devices, "executable": sys.executable}

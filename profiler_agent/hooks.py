@@ -1,0 +1,139 @@
+"""Global hooks that feed a Session without any change to the user's code (agent layer).
+
+- optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``):
+  iteration boundaries, learning rates, gradient norm;
+- ``torch.autograd.backward`` wrapped (``Tensor.backward`` calls it): the scalar loss;
+- global module forward hooks during the first iteration only: the top-level modules, their
+  batch size and every module's output shape; afterwards a single forward pre-hook on the
+  model's root counts samples, so later iterations pay one Python call per forward;
+
+(argparse results are captured by ``argcapture``, which must not import torch.)
+Every hook body runs under the session's failure guard.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as module_globals
+from torch.optim import optimizer as optimizer_globals
+from torch.utils.hooks import RemovableHandle
+
+from .session import Session
+
+__all__ = ["install_hooks", "batch_size_of"]
+
+
+def batch_size_of(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> int | None:
+    """First dimension of the first tensor argument (positional first), or None."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() >= 1 else None
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return int(value[0].shape[0]) if value[0].dim() >= 1 else None
+        if isinstance(value, dict):
+            for inner in value.values():
+                if isinstance(inner, torch.Tensor) and inner.dim() >= 1:
+                    return int(inner.shape[0])
+    return None
+
+
+def _output_shape(output: Any) -> tuple[int, ...] | None:
+    if isinstance(output, torch.Tensor):
+        return tuple(output.shape)
+    if isinstance(output, (list, tuple)) and output and isinstance(output[0], torch.Tensor):
+        return tuple(output[0].shape)
+    return None
+
+
+class _Hooks:
+    """The handles of the hooks installed for one session, so they can be removed."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.handles: list[RemovableHandle] = []
+        self.discovery: list[RemovableHandle] = []
+        self.root_handle: RemovableHandle | None = None
+        self.depth = threading.local()
+        self.original_backward: Callable[..., Any] | None = None
+
+    # -- first iteration: which modules are top-level, and their shapes ----------------------
+
+    def forward_pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        depth = getattr(self.depth, "value", 0)
+        self.depth.value = depth + 1
+        if depth == 0 and module.training and torch.is_grad_enabled():
+            with self.session.failures.guard("forward hook"):
+                self.session.on_forward(module, batch_size_of(args), top_level=True)
+
+    def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self.depth.value = max(0, getattr(self.depth, "value", 1) - 1)
+        if module.training and id(module) not in self.session.output_shapes:
+            shape = _output_shape(output)
+            if shape is not None:
+                self.session.output_shapes[id(module)] = shape
+
+    def root_found(self, root: torch.nn.Module | None) -> None:
+        for handle in self.discovery:
+            handle.remove()
+        self.discovery.clear()
+        if root is not None:
+            self.root_handle = root.register_forward_pre_hook(self.root_pre, with_kwargs=True)
+
+    def root_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if module.training and torch.is_grad_enabled():
+            with self.session.failures.guard("forward hook"):
+                self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
+
+    # -- every iteration --------------------------------------------------------------------
+
+    def optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        with self.session.failures.guard("optimizer hook"):
+            self.session.on_optimizer_pre_step(optimizer)
+
+    def optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        with self.session.failures.guard("optimizer hook"):
+            self.session.on_optimizer_step(optimizer)
+
+    def uninstall(self) -> None:
+        for handle in (*self.handles, *self.discovery, *([self.root_handle] if self.root_handle else [])):
+            handle.remove()
+        self.handles.clear()
+        self.discovery.clear()
+        self.root_handle = None
+        if self.original_backward is not None and getattr(torch.autograd.backward, "__torchscope__", False):
+            torch.autograd.backward = self.original_backward
+        self.session.on_root_found = None
+
+
+def _wrap_backward(hooks: _Hooks) -> None:
+    original = torch.autograd.backward
+    hooks.original_backward = original
+
+    @functools.wraps(original)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        session = hooks.session
+        if not session.disabled:
+            with session.failures.guard("backward hook"):
+                loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
+                    session.on_backward(loss)
+        return original(tensors, *args, **kwargs)
+
+    backward.__torchscope__ = True  # type: ignore[attr-defined]
+    torch.autograd.backward = backward
+
+
+def install_hooks(session: Session) -> Callable[[], None]:
+    """Install the global hooks feeding ``session``; return a function that removes them."""
+    hooks = _Hooks(session)
+    hooks.handles.append(optimizer_globals.register_optimizer_step_pre_hook(hooks.optimizer_pre))
+    hooks.handles.append(optimizer_globals.register_optimizer_step_post_hook(hooks.optimizer_post))
+    hooks.discovery.append(module_globals.register_module_forward_pre_hook(hooks.forward_pre))
+    hooks.discovery.append(module_globals.register_module_forward_hook(hooks.forward_post, always_call=True))
+    _wrap_backward(hooks)
+    session.on_root_found = hooks.root_found
+    return hooks.uninstall

@@ -1,0 +1,229 @@
+"""The zero-code launcher behind ``torchscope run``: create the run, start the job instrumented, mark the end (agent layer).
+
+The launcher never imports torch. It creates the run folder, starts the user's command with
+the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
+job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
+SIGINT/SIGTERM, and finally writes the status. It returns the job's exit code unchanged
+(128 + N for a job killed by signal N, as a shell reports it).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from .environment import describe_launch
+from .heartbeat import Heartbeat
+from .options import AGENT_HOME_ENV, AgentOptions, write_env_options
+from .runformat import (
+    Artifact,
+    ArtifactKind,
+    RunStatus,
+    TorchscopeError,
+    add_artifact,
+    create_run,
+    layout,
+    update_manifest,
+)
+
+__all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+_PACKAGE_HOME = Path(__file__).resolve().parent.parent
+_KILL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGHUP}
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to run and where to record it."""
+
+    command: tuple[str, ...]
+    name: str | None = None
+    root: Path | None = None
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    options: AgentOptions = field(default_factory=AgentOptions)
+
+
+def default_run_name(command: tuple[str, ...]) -> str:
+    """A name from the command: the script (``train`` for ``python train.py``) or the module."""
+    args = list(command)
+    if args and Path(args[0]).name.startswith("python"):
+        args = args[1:]
+        while args and args[0].startswith("-") and args[0] != "-m":
+            args = args[1:]
+        if args[:1] == ["-m"] and len(args) > 1:
+            return args[1].rsplit(".", 1)[-1]
+    return Path(args[0]).stem if args else "run"
+
+
+def launch(request: LaunchRequest) -> int:
+    """Run the job instrumented and return its exit code. Raises TorchscopeError without a command."""
+    if not request.command:
+        raise TorchscopeError("no command to run; usage: torchscope run [options] -- python train.py ...")
+    root = layout.resolve_root(request.root)
+    name = request.name or default_run_name(request.command)
+    try:
+        run_dir, manifest = create_run(root, name, command=list(request.command), tags=list(request.tags),
+                                       notes=request.notes, **describe_launch())
+    except OSError as e:
+        # The job matters more than its record: run it plain.
+        print(f"torchscope run: cannot create a run in {root} ({e}); running the command without recording",
+              file=sys.stderr)
+        return _run_plain(request.command)
+    print(f"torchscope run: recording {run_dir}", file=sys.stderr)
+    return _Job(run_dir, request, t0=manifest.started_at or time.time()).run()
+
+
+def _run_plain(command: tuple[str, ...]) -> int:
+    try:
+        return _exit_code(subprocess.call(list(command)))
+    except OSError as e:
+        print(f"torchscope run: cannot start {command[0]!r}: {e}", file=sys.stderr)
+        return 127
+
+
+def _exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _child_env(run_dir: Path, options: AgentOptions, t0: float) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(BOOTSTRAP_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[AGENT_HOME_ENV] = str(_PACKAGE_HOME)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # the job's output reaches the terminal and logs live
+    write_env_options(env, str(run_dir.resolve()), options, owner_pid=os.getpid(), t0=t0)
+    return env
+
+
+def _die_with_parent() -> None:
+    # Linux: if the launcher is killed (even SIGKILL) the job gets SIGTERM, flushes and stops.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class _Job:
+    """One wrapped command from start to final status."""
+
+    def __init__(self, run_dir: Path, request: LaunchRequest, *, t0: float) -> None:
+        self.run_dir = run_dir
+        self.request = request
+        self.t0 = t0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.signals: list[int] = []
+
+    def run(self) -> int:
+        status, code = RunStatus.FAILED, 1
+        previous: dict[int, object] = {}
+        try:
+            try:
+                self.proc = subprocess.Popen(  # noqa: S603 - the user's own command
+                    list(self.request.command), env=_child_env(self.run_dir, self.request.options, self.t0),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                )
+            except OSError as e:
+                print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
+                code = 127
+                return code
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+            pid = self.proc.pid
+            with contextlib.suppress(Exception):
+                update_manifest(self.run_dir, lambda m: m.replace(extra={**m.extra, "job_pid": pid}))
+            heartbeat = Heartbeat(self.run_dir).start()
+            tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
+                    self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]
+            returncode = self.proc.wait()
+            for tee in tees:
+                tee.join()
+            heartbeat.stop()
+            code = _exit_code(returncode)
+            status = self._status(returncode)
+            return code
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+            self._finish(status, code)
+
+    def _status(self, returncode: int) -> RunStatus:
+        if self.signals:
+            return RunStatus.KILLED
+        if returncode < 0:
+            return RunStatus.KILLED if -returncode in _KILL_SIGNALS else RunStatus.FAILED
+        return RunStatus.FINISHED if returncode == 0 else RunStatus.FAILED
+
+    def _finish(self, status: RunStatus, code: int) -> None:
+        now = time.time()
+        try:
+            for log in (layout.STDOUT_LOG, layout.STDERR_LOG):
+                if (self.run_dir / log).is_file():
+                    add_artifact(self.run_dir, Artifact(ArtifactKind.LOG, log,
+                                                        bytes=(self.run_dir / log).stat().st_size))
+            update_manifest(self.run_dir, status=status, ended_at=now, heartbeat=now, exit_code=code)
+        except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
+            print(f"torchscope run: could not mark the run {status} ({e})", file=sys.stderr)
+        else:
+            print(f"torchscope run: {status} (exit code {code}) → {self.run_dir}", file=sys.stderr)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals.append(signum)
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if len(self.signals) >= 3:
+            proc.kill()  # asked three times: stop waiting for a clean exit
+        elif not (signum == signal.SIGINT and _terminal_sent_it()):
+            proc.send_signal(signum)
+
+    def _tee(self, source: IO[bytes] | None, terminal: IO[str], rel: str) -> threading.Thread:
+        log: IO[bytes] | None = None
+        with contextlib.suppress(OSError):
+            (self.run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            log = open(self.run_dir / rel, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
+        thread = threading.Thread(target=_copy_stream, args=(source, terminal, log), daemon=True,
+                                  name=f"torchscope-tee-{Path(rel).stem}")
+        thread.start()
+        return thread
+
+
+def _terminal_sent_it() -> bool:
+    """True when Ctrl-C at a terminal already sent SIGINT to the job (same foreground group)."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _copy_stream(source: IO[bytes] | None, terminal: IO[str], log: IO[bytes] | None) -> None:
+    if source is None:
+        return
+    out = getattr(terminal, "buffer", None)
+    fd = source.fileno()
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            if out is not None:
+                with contextlib.suppress(Exception):
+                    out.write(chunk)
+                    out.flush()
+            if log is not None:
+                try:
+                    log.write(chunk)
+                except OSError:
+                    log = None  # disk full: keep showing the output, stop logging it
+    finally:
+        with contextlib.suppress(OSError):
+            source.close()
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()

@@ -1,0 +1,179 @@
+"""Profiler windows: torch.profiler runs only for scheduled iterations and writes gzipped Kineto traces (agent layer).
+
+A window is a fresh ``torch.profiler.profile`` created just before its warm-up iteration and
+dropped after its last active one, so iterations outside windows pay nothing. Its step labels
+(``ProfilerStep#N``) use the agent's own step numbers, so traces and metrics.jsonl line up.
+On CUDA the allocator history is recorded during the window and a snapshot is dumped to
+memory/ at its end.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .failures import FailureLog
+from .options import AgentOptions, ProfileSchedule
+from .runformat import Artifact, ArtifactKind, add_artifact, layout
+
+__all__ = ["ProfilerWindows"]
+
+# Enough allocator events for a few steps of a large model without unbounded memory.
+_MEMORY_HISTORY_ENTRIES = 100_000
+
+
+class ProfilerWindows:
+    """Starts and stops torch.profiler windows as the job's iterations advance."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        options: AgentOptions,
+        failures: FailureLog,
+        *,
+        worker: str,
+        rank: int,
+    ) -> None:
+        self._run_dir = run_dir
+        self._options = options
+        self._failures = failures
+        self._worker = worker
+        self._rank = rank
+        self._prof: torch.profiler.profile | None = None
+        self._last_step = -1
+        self._requests: list[ProfileSchedule] = []  # extra windows asked for through the API
+        self._cuda_history = False
+        self.traces_written: list[Path] = []
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    def request_window(self, warmup: int = 1, active: int = 3) -> None:
+        """Profile ``active`` iterations after ``warmup``, starting at the next iteration."""
+        self._requests.append(ProfileSchedule(wait=0, warmup=warmup, active=active, repeat=1))
+
+    def on_step(self, step: int) -> None:
+        """Called when iteration ``step`` has ended (the next one, ``step + 1``, begins)."""
+        self._last_step = step
+        if self._prof is not None:
+            with self._failures.guard("profiler step"):
+                self._prof.step()
+            if self._prof is not None and self._window_over():
+                self._finish()
+            return
+        upcoming = step + 1
+        if self._requests:
+            self._start(upcoming, self._requests.pop(0))
+        elif self._options.profile and self._options.schedule.window_start(upcoming):
+            self._start(upcoming, self._options.schedule)
+
+    def close(self) -> None:
+        """Stop a window that is still open (the job ended inside it); its trace is saved."""
+        if self._prof is not None:
+            self._finish()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _window_over(self) -> bool:
+        assert self._prof is not None
+        return self._prof.current_action == torch.profiler.ProfilerAction.NONE
+
+    def _start(self, first_step: int, sched: ProfileSchedule) -> None:
+        with self._failures.guard("profiler start"):
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            schedule = torch.profiler.schedule(
+                wait=0, warmup=sched.warmup, active=sched.active, repeat=1, skip_first=first_step
+            ) if sched.warmup else _no_warmup_schedule(first_step, sched.active)
+            prof = torch.profiler.profile(
+                activities=activities,
+                schedule=schedule,
+                on_trace_ready=self._write_trace,
+                record_shapes=self._options.record_shapes,
+                profile_memory=self._options.profile_memory,
+                with_stack=self._options.with_stack,
+            )
+            # Number the profiler's steps like ours so ProfilerStep#N is iteration N.
+            prof.step_num = first_step
+            prof.current_action = schedule(first_step)
+            if hasattr(prof, "_prev_schedule_action"):
+                prof._prev_schedule_action = prof.current_action
+            self._start_cuda_history()
+            prof.start()
+            self._prof = prof
+
+    def _finish(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with self._failures.guard("profiler stop"):
+                prof.stop()
+        self._stop_cuda_history()
+
+    def _write_trace(self, prof: torch.profiler.profile) -> None:
+        with self._failures.guard("trace export"):
+            traces = self._run_dir / layout.TRACES_DIR
+            traces.mkdir(parents=True, exist_ok=True)
+            name = layout.trace_file_name(self._worker, time.time_ns())
+            raw = traces / f".{name}.{os.getpid()}.json.tmp"
+            packed = traces / f".{name}.{os.getpid()}.gz.tmp"
+            try:
+                prof.export_chrome_trace(str(raw))
+                with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=5) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(packed, traces / name)
+            finally:
+                for tmp in (raw, packed):
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+            path = traces / name
+            self.traces_written.append(path)
+            rel = f"{layout.TRACES_DIR}/{name}"
+            add_artifact(self._run_dir, Artifact(ArtifactKind.TRACE, rel, rank=self._rank,
+                                                 bytes=path.stat().st_size))
+        self._dump_cuda_snapshot()
+
+    def _start_cuda_history(self) -> None:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        with self._failures.guard("cuda memory history"):
+            torch.cuda.memory._record_memory_history(max_entries=_MEMORY_HISTORY_ENTRIES)
+            self._cuda_history = True
+
+    def _dump_cuda_snapshot(self) -> None:
+        if not self._cuda_history:
+            return
+        with self._failures.guard("cuda memory snapshot"):
+            folder = self._run_dir / layout.MEMORY_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            name = layout.snapshot_file_name(self._worker, time.time_ns())
+            tmp = folder / f".{name}.tmp"
+            torch.cuda.memory._dump_snapshot(str(tmp))
+            os.replace(tmp, folder / name)
+            add_artifact(self._run_dir, Artifact(ArtifactKind.MEMORY_SNAPSHOT, f"{layout.MEMORY_DIR}/{name}",
+                                                 rank=self._rank, bytes=(folder / name).stat().st_size))
+
+    def _stop_cuda_history(self) -> None:
+        if self._cuda_history:
+            self._cuda_history = False
+            with self._failures.guard("cuda memory history"):
+                torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def _no_warmup_schedule(first_step: int, active: int) -> Callable[[int], torch.profiler.ProfilerAction]:
+    # torch.profiler.schedule warns when warmup is 0; an explicit 0 is the user's informed choice.
+    last = first_step + active - 1
+
+    def schedule(step: int) -> torch.profiler.ProfilerAction:
+        if step < first_step or step > last:
+            return torch.profiler.ProfilerAction.NONE
+        return torch.profiler.ProfilerAction.RECORD_AND_SAVE if step == last else torch.profiler.ProfilerAction.RECORD
+
+    return schedule

@@ -1,0 +1,286 @@
+"""The agent inside one training process: turns hook events into steps, metrics and artifacts (agent layer).
+
+One :class:`Session` per process writes into one run folder. The zero-code bootstrap and the
+Python API both drive it: hooks (``hooks.py``) report forwards, backwards and optimizer steps;
+an iteration ends at the primary optimizer's step (or at ``Run.step()`` in manual mode).
+Nothing is written until the first step, so processes that never train (DataLoader workers,
+launchers such as torchrun) leave no trace in the run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import graph
+from .environment import describe_torch, read_rank_info
+from .failures import FailureLog
+from .metrics import MetricsLog
+from .options import AgentOptions
+from .profiling import ProfilerWindows
+from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
+from .system import SystemSampler
+
+__all__ = ["Session", "get_session", "set_session"]
+
+_SESSION: Session | None = None
+
+
+def get_session() -> Session | None:
+    """Return this process's active session, if any."""
+    return _SESSION
+
+
+def set_session(session: Session | None) -> None:
+    global _SESSION
+    _SESSION = session
+
+
+class Session:
+    """Everything the agent knows and writes for one process of one run."""
+
+    def __init__(self, run_dir: Path, options: AgentOptions, *, t0: float | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.options = options
+        info = read_rank_info()
+        self.rank = info.rank
+        self.world_size = info.world_size
+        self.worker = layout.worker_name(socket.gethostname(), os.getpid(), self.rank)
+        self.t0 = t0 if t0 is not None else time.time()
+        self.failures = FailureLog(self.run_dir, rank=self.rank)
+        self.metrics = MetricsLog(self.run_dir, self.failures, rank=self.rank, t0=self.t0)
+        self.windows = ProfilerWindows(self.run_dir, options, self.failures, worker=self.worker, rank=self.rank)
+        self.step = 0  # iterations completed so far; the current iteration's number
+        self.manual = False  # True when the API's Run.step() ends iterations
+        self.disabled = False
+        self.closed = False
+        self._lock = threading.RLock()
+        self._started = False
+        self._iteration_start: float | None = None  # perf_counter at the start of this iteration
+        self._losses: list[torch.Tensor] = []
+        self._samples = 0
+        self._grad_norm: torch.Tensor | None = None
+        self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
+        self._pending_config: dict[str, Any] = {}
+        self._sampler: SystemSampler | None = None
+        self._graph_thread: threading.Thread | None = None
+        self._graph_drawn = False
+        # Discovery of the model during the first iteration (see hooks.ModelDiscovery).
+        self.top_level: dict[int, tuple[weakref.ref[torch.nn.Module], int]] = {}  # id -> (module, samples)
+        self.output_shapes: dict[int, tuple[int, ...]] = {}
+        self.root: torch.nn.Module | None = None
+        self.on_root_found: Any = None  # set by hooks.install: callable(root | None)
+        self.finalize: Any = None  # set by an API Run that owns the run: callable(RunStatus)
+
+    # -- events from hooks -------------------------------------------------------------------
+
+    def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool) -> None:
+        """A training forward of ``module`` with ``batch`` samples (top-level call or the root)."""
+        if self._iteration_start is None:
+            self._iteration_start = time.perf_counter()
+        if self.root is None and top_level:
+            ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
+            self.top_level[id(module)] = (ref, seen + (batch or 0))
+        elif module is self.root and batch:
+            self._samples += batch
+
+    def on_backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
+        self._losses.append(loss.detach())
+        if not self._graph_drawn and self.options.graph:
+            self._graph_drawn = True
+            with self.failures.guard("backward graph"):
+                self._draw_graph(loss)
+
+    def on_optimizer_pre_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.options.grad_norm and self._is_primary(optimizer):
+            with self.failures.guard("gradient norm"):
+                self._grad_norm = _total_grad_norm(optimizer)
+
+    def on_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer stepped: in automatic mode the primary optimizer's step ends the iteration."""
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        if not self.manual and self._is_primary(optimizer):
+            self.end_iteration()
+
+    def record_config(self, config: Mapping[str, Any]) -> None:
+        """Merge hyperparameters into the manifest's config (written at the first step if before)."""
+        with self._lock:
+            self._pending_config.update(config)
+            if self._started:
+                self._flush_config()
+
+    # -- iterations -------------------------------------------------------------------------
+
+    def end_iteration(self, extra: Mapping[str, Any] | None = None) -> None:
+        """Close the current iteration: write its metrics line and advance the profiler."""
+        if self.disabled or self.closed:
+            return
+        with self._lock:
+            now = time.perf_counter()
+            if not self._started:
+                self._on_first_step()
+            record: dict[str, Any] = {"step": self.step}
+            if self._iteration_start is not None:
+                record["step_time_s"] = now - self._iteration_start
+            if self._losses:
+                losses, self._losses = self._losses, []
+                record["loss"] = losses[0] if len(losses) == 1 else torch.stack(
+                    [x.float() for x in losses]).mean()
+                if len(losses) > 1:
+                    record["backward_calls"] = len(losses)
+            record.update(self._learning_rates())
+            if self._samples:
+                record["samples"] = self._samples
+                self._samples = 0
+            if self._grad_norm is not None:
+                record["grad_norm"], self._grad_norm = self._grad_norm, None
+            if extra:
+                record.update(extra)
+            self.metrics.append(record)
+            self.windows.on_step(self.step)
+            self.step += 1
+            # The profiler's own work (a trace export) is not part of the next iteration.
+            self._iteration_start = time.perf_counter()
+
+    def log(self, values: Mapping[str, Any]) -> None:
+        """Write a metrics line of user values (e.g. validation loss) at the current step."""
+        if self.disabled or self.closed:
+            return
+        with self._lock:
+            self.metrics.append({"step": self.step, **values})
+
+    def start_clock(self) -> None:
+        """Start timing the current iteration now (API mode: Run.__enter__)."""
+        if self._iteration_start is None:
+            self._iteration_start = time.perf_counter()
+
+    def close(self) -> None:
+        """Flush everything: metrics, an open profiler window, the sampler, the graph. Idempotent."""
+        with self._lock:
+            if self.closed or self.disabled:
+                return
+            self.closed = True
+        with self.failures.guard("close profiler"):
+            self.windows.close()
+        with self.failures.guard("close metrics"):
+            self.metrics.close()
+        if self._sampler is not None:
+            self._sampler.stop()
+        if self._graph_thread is not None:
+            self._graph_thread.join(timeout=30)
+        self.failures.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
+        return self._optimizer is None or self._optimizer() is optimizer
+
+    def _learning_rates(self) -> dict[str, Any]:
+        opt = self._optimizer() if self._optimizer is not None else None
+        if opt is None:
+            return {}
+        out: dict[str, Any] = {}
+        for i, group in enumerate(opt.param_groups):
+            lr = group.get("lr")
+            if lr is not None:
+                out["lr" if i == 0 else f"lr_{i}"] = lr
+        return out
+
+    def _on_first_step(self) -> None:
+        self._started = True
+        with self.failures.guard("find model"):
+            self.root = self._choose_root()
+            if self.root is not None:
+                graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
+                _, samples = self.top_level.get(id(self.root), (None, 0))
+                self._samples = samples
+        self.top_level.clear()
+        if self.on_root_found is not None:
+            with self.failures.guard("model hooks"):
+                self.on_root_found(self.root)
+        with self.failures.guard("manifest"):
+            info = describe_torch()
+            add_artifact(self.run_dir, Artifact(ArtifactKind.METRICS, layout.METRICS))
+            add_artifact(self.run_dir, Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
+
+            def change(m: Any) -> Any:
+                return m.replace(
+                    versions={**m.versions, **info["versions"]},
+                    devices=tuple(info["devices"]) if self.rank == 0 or not m.devices else m.devices,
+                    world_size=max(m.world_size, self.world_size),
+                )
+
+            update_manifest(self.run_dir, change)
+        self._flush_config()
+        with self.failures.guard("system sampler"):
+            self._sampler = SystemSampler(self.run_dir, self.failures, rank=self.rank,
+                                          interval_s=self.options.system_interval_s, t0=self.t0)
+            self._sampler.start()
+
+    def _flush_config(self) -> None:
+        if not self._pending_config:
+            return
+        config, self._pending_config = self._pending_config, {}
+        with self.failures.guard("record config"):
+            update_manifest(self.run_dir, config=config)
+
+    def _choose_root(self) -> torch.nn.Module | None:
+        """The top-level module called in training that holds most of the optimizer's parameters."""
+        candidates = [m for ref, _ in self.top_level.values() if (m := ref()) is not None]
+        if not candidates:
+            return None
+        opt = self._optimizer() if self._optimizer is not None else None
+        wanted = {id(p) for g in opt.param_groups for p in g["params"]} if opt is not None else set()
+
+        def score(m: torch.nn.Module) -> tuple[int, int]:
+            params = list(m.parameters())
+            return sum(1 for p in params if id(p) in wanted), sum(p.numel() for p in params)
+
+        best = max(candidates, key=score)
+        return best if any(True for _ in best.parameters()) else None
+
+    def _draw_graph(self, loss: torch.Tensor) -> None:
+        params: dict[str, torch.Tensor] = {}
+        for ref, _ in self.top_level.values():
+            module = ref()
+            if module is not None:
+                params.update(module.named_parameters())
+        dot = graph.make_backward_dot(loss, params)
+
+        def write() -> None:
+            with self.failures.guard("backward graph"):
+                graph.write_backward_graph(self.run_dir, dot)
+
+        # Rendering SVG with graphviz can take seconds: do it beside training, not in it.
+        self._graph_thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
+        self._graph_thread.start()
+
+
+def _total_grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not grads:
+        return None
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for g in grads:
+        by_device.setdefault(g.device, []).append(g)
+    with torch.no_grad():
+        norms = [torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gs)).float())
+                 for gs in by_device.values()]
+        first = norms[0].device
+        return torch.linalg.vector_norm(torch.stack([n.to(first) for n in norms]))
+
+
+def close_quietly(session: Session | None) -> None:
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.close()

@@ -1,0 +1,126 @@
+"""System sampler: CPU, memory and GPU figures written to system.jsonl from a daemon thread (agent layer).
+
+One sampler runs in each training process (each rank). CPU % and RSS cover the process and,
+separately, its children (DataLoader workers). GPU figures come from torch.cuda for this
+process's device when CUDA is initialised; utilisation only when NVML is available.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from .failures import FailureLog
+from .runformat import JsonlWriter, layout
+
+__all__ = ["SystemSampler", "read_system_sample"]
+
+
+class _ProcessTree:
+    """Keeps psutil.Process objects alive between samples: cpu_percent needs the previous reading."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process(os.getpid())
+        self.me.cpu_percent(None)
+        self.children: dict[int, psutil.Process] = {}
+
+    def sample(self) -> dict[str, Any]:
+        with self.me.oneshot():
+            cpu = self.me.cpu_percent(None)
+            rss = self.me.memory_info().rss
+        child_cpu = 0.0
+        child_rss = 0
+        alive: dict[int, psutil.Process] = {}
+        with contextlib.suppress(psutil.Error):
+            for child in self.me.children(recursive=True):
+                proc = self.children.get(child.pid, child)
+                try:
+                    child_cpu += proc.cpu_percent(None)
+                    child_rss += proc.memory_info().rss
+                    alive[child.pid] = proc
+                except psutil.Error:
+                    continue
+        self.children = alive
+        return {
+            "cpu_percent": cpu,
+            "rss_bytes": rss,
+            "children": len(alive),
+            "children_cpu_percent": child_cpu,
+            "children_rss_bytes": child_rss,
+            "system_cpu_percent": psutil.cpu_percent(None),
+            "system_memory_used_bytes": psutil.virtual_memory().used,
+        }
+
+
+def read_system_sample(tree: _ProcessTree | None = None) -> dict[str, Any]:
+    """Return one sample (CPU, RSS, GPU) of this process; a helper for tests and the API."""
+    sample = (tree or _ProcessTree()).sample()
+    sample.update(_cuda_sample())
+    return sample
+
+
+def _cuda_sample() -> dict[str, Any]:
+    # Only when the job already initialised CUDA: the sampler must not create a context itself.
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    device = torch.cuda.current_device()
+    out: dict[str, Any] = {
+        "gpu_index": device,
+        "gpu_allocated_bytes": torch.cuda.memory_allocated(device),
+        "gpu_reserved_bytes": torch.cuda.memory_reserved(device),
+        "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+    }
+    with contextlib.suppress(Exception):  # needs pynvml / amdsmi
+        out["gpu_util_percent"] = float(torch.cuda.utilization(device))
+    with contextlib.suppress(Exception):
+        free, total = torch.cuda.mem_get_info(device)
+        out["gpu_used_bytes"] = int(total - free)
+        out["gpu_total_bytes"] = int(total)
+    return out
+
+
+class SystemSampler:
+    """Daemon thread appending a sample to system.jsonl every ``interval_s`` seconds."""
+
+    def __init__(self, run_dir: Path, failures: FailureLog, *, rank: int, interval_s: float,
+                 t0: float) -> None:
+        self._path = run_dir / layout.SYSTEM
+        self._failures = failures
+        self._rank = rank
+        self._interval = interval_s
+        self._t0 = t0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="torchscope-system", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * self._interval + 1)
+
+    def _loop(self) -> None:
+        writer: JsonlWriter | None = None
+        try:
+            tree = _ProcessTree()
+            writer = JsonlWriter(self._path)
+            while not self._stop.wait(self._interval):
+                now = time.time()
+                record: dict[str, Any] = {"time": round(now - self._t0, 4), "rank": self._rank,
+                                          "pid": os.getpid()}
+                record.update(read_system_sample(tree))
+                writer.write(record)
+        except Exception as e:  # noqa: BLE001 - a failed sampler must not disturb training
+            self._failures.record("system sampler", e)
+        finally:
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
