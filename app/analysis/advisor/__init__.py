@@ -1,0 +1,92 @@
+"""The advisor: rules that find problems in a run, show the evidence and give the fix (analysis layer).
+
+Public surface::
+
+    advise(evidence) -> Advice                 # run every registered rule
+    advise_path(ref, root=None) -> Advice      # load a run / trace path, then advise
+    diff_findings(baseline, candidate, checked=None) -> FindingsDiff   # resolved / remaining / new
+
+Rules live one family per module (dataloading, precision, transfers, launch, utilization, memory,
+evaluation, optimizer, gradients, training, distributed, threads) and register themselves with
+``@rule`` from :mod:`registry`. docs/advisor.md documents every rule's threshold and reasoning.
+"""
+from __future__ import annotations
+
+import os
+
+from . import (  # noqa: F401 - importing a family module registers its rules
+    dataloading,
+    distributed,
+    evaluation,
+    gradients,
+    launch,
+    memory,
+    optimizer,
+    precision,
+    threads,
+    training,
+    transfers,
+    utilization,
+)
+from .diff import FindingsDiff, RemainingFinding, diff_advice, diff_findings
+from .evidence import evidence_from_run, evidence_from_traces, load_evidence
+from .model import SEVERITY_ORDER, Advice, Finding, MissingEvidence, RunEvidence, Severity
+from .registry import Rule, get_rule, registered_rules, rule
+
+__all__ = [
+    "Advice",
+    "Finding",
+    "FindingsDiff",
+    "MissingEvidence",
+    "RemainingFinding",
+    "Rule",
+    "RunEvidence",
+    "Severity",
+    "advise",
+    "advise_path",
+    "diff_advice",
+    "diff_findings",
+    "evidence_from_run",
+    "evidence_from_traces",
+    "get_rule",
+    "load_evidence",
+    "order_findings",
+    "registered_rules",
+    "rule",
+]
+
+
+def order_findings(findings: list[Finding]) -> list[Finding]:
+    """Findings by expected gain (largest first), then severity, then rule id."""
+    return sorted(findings, key=lambda f: (-float(f.gain_share), SEVERITY_ORDER[f.severity], f.key))
+
+
+def advise(evidence: RunEvidence, *, rules: list[str] | None = None) -> Advice:
+    """Run the registered rules (or only ``rules``) over ``evidence``.
+
+    A rule that raises MissingEvidence is listed in ``skipped`` with its reason; one that raises
+    anything else is listed in ``errors`` (a bug in the rule must not hide the other findings).
+    """
+    selected = [r for r in registered_rules() if rules is None or r.id in rules]
+    findings: list[Finding] = []
+    checked: list[str] = []
+    skipped: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for r in selected:
+        try:
+            found = r.func(evidence)
+        except MissingEvidence as e:
+            skipped[r.id] = str(e)
+            continue
+        except Exception as e:  # noqa: BLE001 - reported in Advice.errors, never swallowed silently
+            errors[r.id] = f"{type(e).__name__}: {e}"
+            continue
+        checked.append(r.id)
+        findings.extend(found)
+    return Advice(source=evidence.source, findings=tuple(order_findings(findings)), checked=tuple(checked),
+                  skipped=skipped, errors=errors)
+
+
+def advise_path(ref: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Advice:
+    """Load ``ref`` (run folder, run id/name, trace file or folder of traces) and advise on it."""
+    return advise(load_evidence(ref, root=root))

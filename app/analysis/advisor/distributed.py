@@ -1,0 +1,179 @@
+"""Advisor rules for multi-GPU jobs: DataParallel, exposed communication, straggling ranks (analysis layer)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for
+from .model import Finding, MissingEvidence, RunEvidence, Severity
+from .registry import rule
+from .signals import by_cat, in_spans, is_comm_kernel, merged_busy_us, overlap_us
+
+__all__ = ["data_parallel_used", "comm_not_overlapped", "rank_stragglers"]
+
+# Communication not hidden behind compute above 10% of the step: torch-tb-profiler's bar for
+# "high time cost on communication".
+EXPOSED_COMM_SHARE_MIN = 0.10
+# One rank 15% slower than the median of the others holds all of them back at every collective;
+# 15% is above the step-to-step noise of a typical job (a few %).
+STRAGGLER_RATIO_MIN = 1.15
+DATA_PARALLEL_PRIORITY = 0.3
+# Backward nodes of DataParallel's scatter/replicate/gather Python autograd Functions ("GatherBackward";
+# aten::gather's node is "GatherBackward0", hence the anchored end).
+_DP_OPS = re.compile(r"^(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)Backward$|^DataParallel\.forward")
+
+_DP_FIX = """\
+# torchrun --nproc_per_node=NUM_GPUS train.py
+torch.distributed.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local_rank)
+model = torch.nn.parallel.DistributedDataParallel(model.to(local_rank), device_ids=[local_rank])
+sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=bs, sampler=sampler, num_workers=4, pin_memory=True)"""
+
+_COMM_FIX = """\
+model = DistributedDataParallel(model, device_ids=[rank],
+                                bucket_cap_mb=50,              # tune overlap granularity
+                                gradient_as_bucket_view=True)  # fewer copies
+# accumulate gradients without syncing every micro-batch:
+with model.no_sync():
+    loss_fn(model(x1), y1).backward()
+loss_fn(model(x2), y2).backward()   # all-reduce overlaps this backward"""
+
+_STRAGGLER_FIX = """\
+# equalise work per rank: same batch size and sequence lengths (bucket by length), same data
+# pipeline speed (num_workers per rank), no rank-0-only work inside the step (logging, checkpoints):
+if rank == 0 and step % 1000 == 0:
+    save_checkpoint()       # move out of the step or do it asynchronously"""
+
+
+def _module_types(tree: Mapping[str, Any] | None) -> Iterator[str]:
+    if not tree:
+        return
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            yield str(node.get("type", ""))
+            stack.extend(node.get("children") or [])
+
+
+@rule("data_parallel_used", family="distributed", title="nn.DataParallel instead of DistributedDataParallel")
+def data_parallel_used(ev: RunEvidence) -> list[Finding]:
+    """Fires when the module tree or the trace shows torch.nn.DataParallel."""
+    if ev.module_tree is None and not ev.traces:
+        raise MissingEvidence("needs the module tree or a trace")
+    in_tree = any(t == "DataParallel" for t in _module_types(ev.module_tree))
+    dp_ops = 0
+    for _, events in events_of(ev):
+        dp_ops += int(events["name"].astype(str).str.contains(_DP_OPS).sum())
+    if not in_tree and dp_ops == 0:
+        return []
+    return [Finding(
+        rule="data_parallel_used", family="distributed", severity=Severity.HIGH,
+        title="Multi-GPU training uses nn.DataParallel",
+        explanation=(
+            "DataParallel runs one Python process that scatters each batch, replicates the model to every "
+            "GPU on every step and gathers the outputs on GPU 0; the GIL and GPU 0's extra work cap its "
+            f"scaling. Seen in {'the module tree' if in_tree else ''}{' and ' if in_tree and dp_ops else ''}"
+            f"{f'{dp_ops} scatter/gather/broadcast ops in the trace' if dp_ops else ''}."
+        ),
+        evidence={"in_module_tree": int(in_tree), "data_parallel_ops": dp_ops},
+        fix_summary="Use DistributedDataParallel with one process per GPU (torchrun).",
+        fix=_DP_FIX,
+        expected_gain="typically 1.5–3× throughput on multi-GPU machines",
+        gain_share=DATA_PARALLEL_PRIORITY, doc_url=DOCS["ddp_instead"], chart="Graph › module tree; Timeline",
+    )]
+
+
+def _comm_per_rank(ev: RunEvidence) -> pd.DataFrame:
+    rows = []
+    for rank, events in events_of(ev):
+        steps = ev.steps[ev.steps["rank"] == rank] if "rank" in ev.steps.columns else pd.DataFrame()
+        kernels = by_cat(events, ("kernel",))
+        if steps.empty or kernels.empty:
+            continue
+        kernels = kernels[in_spans(kernels["ts_us"].to_numpy(float), steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float))]
+        comm = is_comm_kernel(kernels["name"]).to_numpy()
+        if not comm.any():
+            continue
+        s, e = kernels["ts_us"].to_numpy(float), (kernels["ts_us"] + kernels["dur_us"]).to_numpy(float)
+        comm_us = merged_busy_us(s[comm], e[comm])
+        hidden = overlap_us(s[comm], e[comm], s[~comm], e[~comm])
+        rows.append({"rank": rank, "comm_us": comm_us, "exposed_us": comm_us - hidden,
+                     "total_us": float(steps["duration_us"].sum()), "steps": len(steps)})
+    if not rows:
+        raise MissingEvidence("needs communication kernels (NCCL/RCCL) in a GPU trace")
+    return pd.DataFrame(rows)
+
+
+@rule("comm_not_overlapped", family="distributed", title="Communication not overlapped with compute")
+def comm_not_overlapped(ev: RunEvidence) -> list[Finding]:
+    """Fires when collective kernels not overlapping compute kernels take ≥ EXPOSED_COMM_SHARE_MIN of the step."""
+    require_device_trace(ev)
+    per = _comm_per_rank(ev)
+    per["share"] = per["exposed_us"] / per["total_us"]
+    w = per.loc[per["share"].idxmax()]
+    if w["share"] < EXPOSED_COMM_SHARE_MIN:
+        return []
+    overlapped = 1 - w["exposed_us"] / w["comm_us"] if w["comm_us"] > 0 else 0.0
+    return [Finding(
+        rule="comm_not_overlapped", family="distributed",
+        severity=severity_for(float(w["share"]), high=0.3, medium=0.15),
+        title=f"Exposed communication: {fmt_pct(float(w['share']))} of the step waits on collectives",
+        explanation=(
+            f"On rank {int(w['rank'])} collectives run {fmt_ms(w['comm_us'] / w['steps'])} per step and only "
+            f"{fmt_pct(overlapped)} of that overlaps compute kernels; {fmt_ms(w['exposed_us'] / w['steps'])} "
+            f"per step the GPU only communicates."
+        ),
+        evidence={"exposed_comm_share": float(w["share"]), "comm_ms_per_step": w["comm_us"] / w["steps"] / 1000,
+                  "overlapped_share": overlapped, "rank": int(w["rank"])},
+        fix_summary="Let DDP overlap all-reduce with backward (bucket size, no_sync for accumulation), "
+                    "cut traffic (larger per-GPU batch, compression hooks).",
+        fix=_COMM_FIX,
+        expected_gain=f"up to {fmt_pct(float(w['share']) * 0.5)} of step time",
+        gain_share=float(w["share"]) * 0.5, doc_url=DOCS["ddp"], chart="Overview › step breakdown (Communication); Timeline › NCCL stream",
+        rank=int(w["rank"]),
+    )]
+
+
+def _rank_step_times(ev: RunEvidence) -> pd.Series:
+    steps = ev.steps
+    if "rank" in steps.columns and steps["rank"].nunique() >= 2:
+        return steps.groupby("rank")["duration_us"].median() / 1e6
+    m = ev.metrics
+    if ev.has_run and m is not None and "step_time_s" in m.columns and m["rank"].nunique() >= 2:
+        return m.groupby("rank")["step_time_s"].median()
+    raise MissingEvidence("needs step times of at least two ranks")
+
+
+@rule("rank_stragglers", family="distributed", title="One rank slower than the others")
+def rank_stragglers(ev: RunEvidence) -> list[Finding]:
+    """Fires when a rank's median step time ≥ STRAGGLER_RATIO_MIN × the median of the other ranks."""
+    times = _rank_step_times(ev).dropna()
+    if len(times) < 2:
+        raise MissingEvidence("needs step times of at least two ranks")
+    slow = int(times.idxmax())
+    others = float(np.median(times.drop(slow)))
+    ratio = float(times[slow] / others) if others > 0 else 1.0
+    if ratio < STRAGGLER_RATIO_MIN:
+        return []
+    gain = 1 - 1 / ratio
+    return [Finding(
+        rule="rank_stragglers", family="distributed",
+        severity=severity_for(ratio, high=1.5, medium=1.25),
+        title=f"Rank {slow} is a straggler: {ratio:.2f}× the other ranks' step time",
+        explanation=(
+            f"Rank {slow}'s median step takes {times[slow] * 1000:.1f} ms against {others * 1000:.1f} ms on the "
+            f"others ({len(times)} ranks). Every collective waits for the slowest rank, so all ranks run at its pace."
+        ),
+        evidence={"slow_rank": slow, "slow_step_ms": float(times[slow]) * 1000, "others_step_ms": others * 1000,
+                  "ratio": ratio, "ranks": len(times)},
+        fix_summary="Find what differs on that rank (data, batch shapes, host load, thermal) and balance it.",
+        fix=_STRAGGLER_FIX,
+        expected_gain=f"up to {fmt_pct(gain)} of step time on every rank",
+        gain_share=gain, doc_url=DOCS["ddp"], chart="Overview › steps per rank", subject=f"rank{slow}", rank=slow,
+    )]

@@ -1,0 +1,68 @@
+"""Advisor rule: optimizer.step() expensive relative to forward and backward (analysis layer)."""
+from __future__ import annotations
+
+import re
+
+from .common import DOCS, events_of, fmt_pct, require_steps, step_share
+from .model import Finding, RunEvidence, Severity
+from .registry import rule
+
+__all__ = ["optimizer_expensive"]
+
+# The optimizer's share of the step above 10%, and at least a fifth of forward+backward: a
+# per-parameter loop of small ops, which foreach (one kernel per op for all parameters) or fused
+# (one kernel for the whole update) implementations collapse. PyTorch reports fused Adam at
+# several × the for-loop speed; we claim half the optimizer time.
+OPT_SHARE_MIN = 0.10
+OPT_RATIO_MIN = 0.20
+OPT_RECOVERABLE = 0.5
+_STEP_NAME = re.compile(r"^Optimizer\.step#(\w+)\.step")
+
+_FIX = """\
+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)    # CUDA: one kernel
+optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, foreach=True)  # CPU/any
+optimizer.zero_grad(set_to_none=True)"""
+
+
+def _optimizer_usage(ev: RunEvidence) -> tuple[str, bool, bool]:
+    name, foreach, fused = "", False, False
+    for _, events in events_of(ev):
+        names = events["name"].astype(str)
+        if not name:
+            hit = names[names.str.match(_STEP_NAME)]
+            if len(hit):
+                name = _STEP_NAME.match(hit.iloc[0]).group(1)  # type: ignore[union-attr]
+        foreach = foreach or bool(names.str.startswith("aten::_foreach_").any())
+        fused = fused or bool(names.str.contains(r"^aten::_fused_", regex=True).any())
+    return name, foreach, fused
+
+
+@rule("optimizer_expensive", family="optimizer", title="Optimizer step expensive next to forward/backward")
+def optimizer_expensive(ev: RunEvidence) -> list[Finding]:
+    """Fires when optimizer time ≥ OPT_SHARE_MIN of the step and ≥ OPT_RATIO_MIN of forward+backward,
+    unless a fused optimizer already runs."""
+    steps = require_steps(ev, "optimizer_us", "forward_us", "backward_us")
+    opt = step_share(steps, "optimizer_us")
+    fwd_bwd = step_share(steps, "forward_us") + step_share(steps, "backward_us")
+    ratio = opt / fwd_bwd if fwd_bwd > 0 else 0.0
+    name, foreach, fused = _optimizer_usage(ev)
+    if opt < OPT_SHARE_MIN or ratio < OPT_RATIO_MIN or fused:
+        return []
+    impl = "foreach" if foreach else "for-loop (one small op per parameter)"
+    return [Finding(
+        rule="optimizer_expensive", family="optimizer",
+        severity=Severity.HIGH if opt >= 0.25 else Severity.MEDIUM,
+        title=f"optimizer.step() takes {fmt_pct(opt)} of the step ({ratio:.2f}× forward+backward)",
+        explanation=(
+            f"The {name or 'optimizer'} step runs the {impl} implementation and costs {fmt_pct(opt)} of each "
+            f"step against {fmt_pct(fwd_bwd)} for forward and backward together."
+        ),
+        evidence={"optimizer_share": opt, "forward_backward_share": fwd_bwd, "optimizer_ratio": ratio,
+                  "uses_foreach": int(foreach), "uses_fused": int(fused)},
+        fix_summary=("Use the fused implementation (fused=True)" if foreach else
+                     "Use the foreach (foreach=True) or fused (fused=True) implementation") + "; zero grads with set_to_none.",
+        fix=_FIX,
+        expected_gain=f"about {fmt_pct(opt * OPT_RECOVERABLE)} of step time",
+        gain_share=opt * OPT_RECOVERABLE, doc_url=DOCS["optim"],
+        chart="Overview › training-loop view (Optimizer); Operators › aten::add_/mul_ calls",
+    )]

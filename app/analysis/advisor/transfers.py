@@ -1,0 +1,162 @@
+"""Advisor rules on host↔device traffic inside the step: copies and synchronisation points (analysis layer)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for
+from .model import Finding, MissingEvidence, RunEvidence
+from .registry import rule
+from .signals import by_cat, in_spans
+
+__all__ = ["sync_points", "host_device_copies"]
+
+# A sync every step is normal (logging loss.item()); several per step with the host blocked
+# ≥ 3% of the step is a pattern worth removing (each sync also drains the GPU's queue).
+SYNCS_PER_STEP_MIN = 2.0
+SYNC_BLOCKED_SHARE_MIN = 0.03
+SYNC_SEVERITY_HIGH = 0.15
+SYNC_SEVERITY_MEDIUM = 0.07
+# Host↔device copies above 5% of the step (the same bar torch-tb-profiler sets for DataLoader).
+COPY_SHARE_MIN = 0.05
+COPY_SEVERITY_HIGH = 0.20
+COPY_SEVERITY_MEDIUM = 0.10
+
+_SYNC_CALL = re.compile(r"^(?:cuda|hip)(?:Stream|Device|Event)Synchronize$|^(?:cuda|hip)Memcpy$|^cuMemcpyDtoH|^cuStreamSynchronize")
+_SCALAR = ("aten::_local_scalar_dense",)
+_HTOD = re.compile(r"HtoD|Host -> Device", re.IGNORECASE)
+_DTOH = re.compile(r"DtoH|Device -> Host|Device -> Pageable|Device -> Pinned", re.IGNORECASE)
+_PAGEABLE_HTOD = re.compile(r"Pageable -> Device", re.IGNORECASE)
+
+_SYNC_FIX = """\
+# keep values on the GPU inside the loop; read them once in a while
+running = torch.zeros((), device=device)
+for i, (x, y) in enumerate(loader):
+    loss = step(x, y)
+    running += loss.detach()             # no .item(): no sync
+    if i % 100 == 0:
+        print(running.item() / 100)      # one sync per 100 steps
+        running.zero_()
+# avoid .cpu(), .numpy(), print(tensor), `if tensor:` and torch.cuda.synchronize() in the step"""
+
+_COPY_FIX = """\
+loader = DataLoader(dataset, batch_size=bs, num_workers=4, pin_memory=True)
+model = model.to(device)                 # once, before the loop
+for x, y in loader:
+    x = x.to(device, non_blocking=True)  # async copy from pinned memory
+    y = y.to(device, non_blocking=True)
+# create tensors on the device directly: torch.zeros(..., device=device)"""
+
+
+def _spans(ev: RunEvidence, rank: int, host: bool) -> tuple[np.ndarray, np.ndarray]:
+    steps = ev.steps
+    if steps.empty or "rank" not in steps.columns:
+        raise MissingEvidence("needs profiler steps (ProfilerStep#N) to count per step")
+    s = steps[steps["rank"] == rank]
+    a, b = ("host_start_us", "host_end_us") if host and "host_start_us" in s.columns else ("start_us", "end_us")
+    return s[a].to_numpy(float), s[b].to_numpy(float)
+
+
+def _per_rank(ev: RunEvidence, measure) -> pd.DataFrame:  # noqa: ANN001 - a small local callback
+    rows = []
+    for rank, events in events_of(ev):
+        if not (events["cat"].astype(str) == "kernel").any():
+            continue
+        rows.append({"rank": rank, **measure(ev, rank, events)})
+    if not rows:
+        raise MissingEvidence("needs a GPU trace")
+    return pd.DataFrame(rows)
+
+
+def _sync_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str, float]:
+    start, end = _spans(ev, rank, host=True)
+    ts = events["ts_us"].to_numpy(float)
+    inside = in_spans(ts, start, end)
+    names = events["name"].astype(str)
+    runtime = events["cat"].astype(str).isin(("cuda_runtime", "cuda_driver")).to_numpy()
+    calls = inside & runtime & names.str.contains(_SYNC_CALL).to_numpy()
+    scalars = inside & names.isin(_SCALAR).to_numpy()
+    n = max(1, len(start))
+    return {"steps": len(start), "syncs": float(calls.sum()) / n, "items": float(scalars.sum()) / n,
+            "blocked_us": float(events.loc[calls, "dur_us"].sum()) / n,
+            "step_us": float((end - start).mean()) if len(start) else 0.0}
+
+
+@rule("sync_points", family="transfers", title="Host waits for the GPU inside the step")
+def sync_points(ev: RunEvidence) -> list[Finding]:
+    """Fires with ≥ SYNCS_PER_STEP_MIN sync calls per step blocking ≥ SYNC_BLOCKED_SHARE_MIN of it."""
+    require_device_trace(ev)
+    per = _per_rank(ev, _sync_measure)
+    worst = per.loc[(per["blocked_us"] / per["step_us"].where(per["step_us"] > 0)).fillna(0).idxmax()]
+    share = worst["blocked_us"] / worst["step_us"] if worst["step_us"] > 0 else 0.0
+    if worst["syncs"] < SYNCS_PER_STEP_MIN or share < SYNC_BLOCKED_SHARE_MIN:
+        return []
+    return [Finding(
+        rule="sync_points", family="transfers",
+        severity=severity_for(share, high=SYNC_SEVERITY_HIGH, medium=SYNC_SEVERITY_MEDIUM),
+        title=f"{worst['syncs']:.0f} host–GPU syncs per step block the host {fmt_pct(share)} of the step",
+        explanation=(
+            f"On rank {int(worst['rank'])} each step makes {worst['syncs']:.1f} synchronising calls "
+            f"(cudaStreamSynchronize/cudaDeviceSynchronize/blocking copies), {worst['items']:.1f} of them from "
+            f".item()/scalar reads, and the host waits {fmt_ms(worst['blocked_us'])} per step. While it waits it "
+            f"cannot queue the next kernels, so the GPU idles right after each sync."
+        ),
+        evidence={"syncs_per_step": float(worst["syncs"]), "item_calls_per_step": float(worst["items"]),
+                  "blocked_ms_per_step": worst["blocked_us"] / 1000, "blocked_share": share,
+                  "step_ms": worst["step_us"] / 1000, "rank": int(worst["rank"])},
+        fix_summary="Remove .item()/.cpu()/print(tensor)/explicit synchronize from the step; accumulate on the device.",
+        fix=_SYNC_FIX,
+        expected_gain=f"up to {fmt_pct(share)} of step time, plus the GPU idle after each sync",
+        gain_share=share, doc_url=DOCS["tuning"], chart="Timeline › cuda_runtime row (Synchronize calls)",
+        rank=int(worst["rank"]),
+    )]
+
+
+def _copy_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str, float]:
+    start, end = _spans(ev, rank, host=False)
+    copies = by_cat(events, ("gpu_memcpy",))
+    names = copies["name"].astype(str)
+    h2d_d2h = copies[names.str.contains(_HTOD) | names.str.contains(_DTOH)]
+    inside = in_spans(h2d_d2h["ts_us"].to_numpy(float), start, end)
+    sel = h2d_d2h[inside]
+    n = max(1, len(start))
+    sel_names = sel["name"].astype(str)
+    return {"steps": len(start), "copy_us": float(sel["dur_us"].sum()) / n,
+            "htod": float(sel_names.str.contains(_HTOD).sum()) / n,
+            "dtoh": float(sel_names.str.contains(_DTOH).sum()) / n,
+            "pageable_htod": float(sel_names.str.contains(_PAGEABLE_HTOD).sum()) / n,
+            "copy_mb": float(pd.to_numeric(sel["bytes"], errors="coerce").fillna(0).sum()) / n / 1e6,
+            "step_us": float((end - start).mean()) if len(start) else 0.0}
+
+
+@rule("host_device_copies", family="transfers", title="Host↔device copies inside the step")
+def host_device_copies(ev: RunEvidence) -> list[Finding]:
+    """Fires when HtoD/DtoH copies take ≥ COPY_SHARE_MIN of the step."""
+    require_device_trace(ev)
+    per = _per_rank(ev, _copy_measure)
+    per["share"] = (per["copy_us"] / per["step_us"].where(per["step_us"] > 0)).fillna(0)
+    worst = per.loc[per["share"].idxmax()]
+    share = float(worst["share"])
+    if share < COPY_SHARE_MIN:
+        return []
+    pageable = f"; {worst['pageable_htod']:.0f} per step come from pageable (unpinned) memory" if worst["pageable_htod"] else ""
+    return [Finding(
+        rule="host_device_copies", family="transfers",
+        severity=severity_for(share, high=COPY_SEVERITY_HIGH, medium=COPY_SEVERITY_MEDIUM),
+        title=f"Host↔device copies take {fmt_pct(share)} of the step",
+        explanation=(
+            f"On rank {int(worst['rank'])} each step copies {worst['htod']:.0f}× host→device and "
+            f"{worst['dtoh']:.0f}× device→host ({worst['copy_mb']:.1f} MB, {fmt_ms(worst['copy_us'])}){pageable}."
+        ),
+        evidence={"copy_share": share, "copy_ms_per_step": worst["copy_us"] / 1000,
+                  "htod_per_step": float(worst["htod"]), "dtoh_per_step": float(worst["dtoh"]),
+                  "pageable_htod_per_step": float(worst["pageable_htod"]), "copy_mb_per_step": float(worst["copy_mb"]),
+                  "rank": int(worst["rank"])},
+        fix_summary="Move the model and constants to the device once; pin host memory and copy batches with non_blocking=True.",
+        fix=_COPY_FIX,
+        expected_gain=f"up to {fmt_pct(share)} of step time when copies overlap compute",
+        gain_share=share, doc_url=DOCS["pinned"], chart="Overview › step breakdown (Memcpy); Timeline › memcpy rows",
+        rank=int(worst["rank"]),
+    )]

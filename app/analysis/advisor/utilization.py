@@ -1,0 +1,76 @@
+"""Advisor rule: low GPU utilisation and large idle gaps between kernels (analysis layer)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, require_steps, step_share
+from .model import Finding, RunEvidence, Severity
+from .registry import rule
+from .signals import KERNEL_CATS, by_cat, idle_gaps_us, in_spans
+
+__all__ = ["low_device_utilization"]
+
+# torch-tb-profiler flags GPU utilisation below 50% ("GPU ... has low utilization").
+BUSY_SHARE_MIN = 0.5
+# A gap of 100 µs is ~20 kernel launches of idle: visible in the timeline, worth a look.
+GAP_US = 100.0
+# The idle time is not all recoverable (the fix depends on the cause): count half of it.
+IDLE_RECOVERABLE = 0.5
+_BUSY_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "communication_us")
+_IDLE_CAUSES = {"dataloader_us": "waiting for data (DataLoader)", "cpu_exec_us": "CPU work (Python/ATen ops)",
+                "runtime_us": "CUDA runtime calls (launches, syncs)", "other_us": "nothing recorded (other)"}
+_FIXES = {
+    "dataloader_us": "loader = DataLoader(ds, batch_size=bs, num_workers=8, pin_memory=True, persistent_workers=True)",
+    "cpu_exec_us": "model = torch.compile(model)   # fewer, larger kernels; move CPU pre-processing off the step",
+    "runtime_us": "# remove syncs (.item(), .cpu()) and launch fewer kernels: torch.compile / CUDA graphs",
+    "other_us": "# look at the Timeline between kernels: Python overhead, logging, checkpoints, host work",
+}
+
+
+def _gaps(ev: RunEvidence) -> tuple[float, float]:
+    big, largest, n_steps = 0, 0.0, 0
+    for rank, events in events_of(ev):
+        steps = ev.steps[ev.steps["rank"] == rank]
+        dev = by_cat(events, (*KERNEL_CATS, "gpu_memcpy", "gpu_memset"))
+        if dev.empty or steps.empty:
+            continue
+        for s, e in zip(steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)):
+            d = dev[in_spans(dev["ts_us"].to_numpy(float), np.array([s]), np.array([e]))]
+            gaps = idle_gaps_us(d["ts_us"].to_numpy(float), (d["ts_us"] + d["dur_us"]).to_numpy(float))
+            big += int((gaps > GAP_US).sum())
+            largest = max(largest, float(gaps.max()) if len(gaps) else 0.0)
+        n_steps += len(steps)
+    return big / max(1, n_steps), largest
+
+
+@rule("low_device_utilization", family="utilization", title="GPU idle for much of the step")
+def low_device_utilization(ev: RunEvidence) -> list[Finding]:
+    """Fires when kernels, copies and collectives keep the GPU busy < BUSY_SHARE_MIN of the step."""
+    require_device_trace(ev)
+    steps = require_steps(ev, *_BUSY_COLUMNS)
+    busy = sum(step_share(steps, c) for c in _BUSY_COLUMNS)
+    if busy >= BUSY_SHARE_MIN:
+        return []
+    idle = {c: step_share(steps, c) for c in _IDLE_CAUSES if c in steps.columns}
+    cause = max(idle, key=idle.get) if idle else "other_us"
+    gaps_per_step, largest = _gaps(ev)
+    step_us = float(steps["duration_us"].astype(float).mean())
+    evidence = {"busy_share": busy, "idle_share": 1 - busy, "idle_ms_per_step": (1 - busy) * step_us / 1000,
+                "gaps_over_100us_per_step": gaps_per_step, "largest_gap_ms": largest / 1000,
+                **{f"idle_{c[:-3]}_share": v for c, v in idle.items()}}
+    return [Finding(
+        rule="low_device_utilization", family="utilization",
+        severity=Severity.HIGH if busy < BUSY_SHARE_MIN / 2 else Severity.MEDIUM,
+        title=f"GPU busy only {fmt_pct(busy)} of the step",
+        explanation=(
+            f"Kernels, copies and collectives occupy the GPU {fmt_pct(busy)} of a {fmt_ms(step_us)} step; "
+            f"the largest share of the idle time is {_IDLE_CAUSES[cause]} ({fmt_pct(idle.get(cause, 0.0))}). "
+            f"{gaps_per_step:.1f} gaps per step exceed {GAP_US:g} µs; the largest is {fmt_ms(largest)}."
+        ),
+        evidence=evidence,
+        fix_summary="Remove what the GPU waits for (the idle cause named above); then raise the batch size.",
+        fix=_FIXES[cause] + "\n# then: a larger batch size gives each kernel more work",
+        expected_gain=f"up to {fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time",
+        gain_share=(1 - busy) * IDLE_RECOVERABLE, doc_url=DOCS["tuning"],
+        chart="Overview › step breakdown; Timeline › GPU rows (gaps between kernels)",
+    )]
