@@ -130,18 +130,25 @@ def _read_pieces(path: Path, warnings: list[str], progress: Progress | None) -> 
             if dec is None:
                 yield raw
                 continue
-            try:
-                out = dec.decompress(raw)
-                while dec.eof and dec.unused_data:  # concatenated gzip members
-                    rest = dec.unused_data
-                    dec = zlib.decompressobj(47)
-                    out += dec.decompress(rest)
-            except zlib.error as e:
-                warnings.append(f"{path}: the gzip data is corrupt near compressed byte {done:,} ({e}); "
-                                "reading what was decompressed before it")
-                return
-            if out:
-                yield out
+            out = []
+            # Small slices, so that a corrupt block loses only the bytes after it.
+            for i in range(0, len(raw), 1 << 16):
+                try:
+                    out.append(dec.decompress(raw[i:i + (1 << 16)]))
+                    while dec.eof and dec.unused_data:  # concatenated gzip members
+                        rest = dec.unused_data
+                        dec = zlib.decompressobj(47)
+                        out.append(dec.decompress(rest))
+                except zlib.error as e:
+                    if out:
+                        yield b"".join(out)
+                    at = done - len(raw) + i
+                    warnings.append(f"{path}: the gzip data is corrupt near compressed byte {at:,} ({e}); "
+                                    "reading what was decompressed before it")
+                    return
+            data = b"".join(out)
+            if data:
+                yield data
 
 
 # ---------------------------------------------------------------- decoding pieces
@@ -336,6 +343,10 @@ def _tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
 
 def _finish(buf: bytes, is_object: bool, warnings: list[str], path: Path) -> tuple[list[Any], dict[str, Any]] | None:
     """At end of input: the events array must close, followed by the object's last fields."""
+    head = buf.lstrip()
+    if head.startswith(b"]"):  # no events at all: `"traceEvents": [ ]`
+        meta = _tail_meta(head[1:], is_object)
+        return ([], meta) if meta is not None else None
     ends = list(_ARRAY_END.finditer(buf))
     for m in reversed(ends[-_MAX_BACKOFF:]):
         meta = _tail_meta(buf[m.end():], is_object)
@@ -385,6 +396,8 @@ def parse_trace_file(path: Path, progress: Progress | None = None) -> ParsedTrac
         nxt = buf.index(b"{", cut)
         buf, base = buf[nxt:], base + nxt
     if start is None:
+        if not buf.strip() and out.warnings:
+            raise TraceError(f"{path}: no trace data could be read: {out.warnings[-1]}")
         raise TraceError(_no_events_message(path, buf))
     finished = _finish(buf, start[1], out.warnings, path)
     if finished is not None:

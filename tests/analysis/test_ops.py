@@ -1,0 +1,100 @@
+"""Op table against torch's own numbers: a tiny model profiled on CPU inside the test."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.analysis.ops import compute_op_table
+from app.data import trace_cache
+from app.data.trace import load_trace
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[float]]]:
+    """A 3-step profile (schedule, record_shapes, profile_memory) and torch's key_averages of it."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.utils.data import DataLoader, TensorDataset
+
+    out = tmp_path_factory.mktemp("rec") / "rank0.1.pt.trace.json"
+    expected: dict[str, list[float]] = {}
+
+    def on_ready(p: object) -> None:
+        p.export_chrome_trace(str(out))  # type: ignore[attr-defined]
+        for e in p.key_averages():  # type: ignore[attr-defined]
+            expected[e.key] = [e.count, e.self_cpu_time_total, e.cpu_time_total]
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data = DataLoader(TensorDataset(torch.randn(128, 16), torch.randint(0, 4, (128,))), batch_size=16)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                 record_shapes=True, profile_memory=True, on_trace_ready=on_ready) as prof:
+        for i, (x, y) in enumerate(data):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            prof.step()
+            if i >= 5:
+                break
+    return out, expected
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+
+
+def test_calls_self_and_total_match_key_averages(recorded: tuple[Path, dict[str, list[float]]]) -> None:
+    path, expected = recorded
+    ops = compute_op_table(load_trace(path)).set_index("name")
+    compared = 0
+    for name, (calls, self_us, total_us) in expected.items():
+        if name.startswith("ProfilerStep"):
+            continue  # steps are not ops (they are parents in the tree)
+        row = ops.loc[name]
+        assert row["calls"] == calls, name
+        assert row["self_us"] == pytest.approx(self_us, abs=1.0), name
+        assert row["total_us"] == pytest.approx(total_us, abs=1.0), name
+        compared += 1
+    assert compared >= 30
+    assert set(ops.index) <= set(expected)
+
+
+def test_table_is_sorted_and_shares_are_of_step_time(recorded: tuple[Path, dict[str, list[float]]]) -> None:
+    ops = compute_op_table(load_trace(recorded[0]))
+    assert list(ops["self_us"]) == sorted(ops["self_us"], reverse=True)
+    assert (ops["self_us"] <= ops["total_us"] + 1e-6).all()
+    assert (ops["mean_us"] * ops["calls"] - ops["total_us"]).abs().max() < 1e-6
+    assert 0.5 < ops["share"].sum() <= 1.0 + 1e-9  # host self time covers most of a CPU step
+    assert (ops["device_self_us"] == 0).all()  # CPU only
+
+
+def test_group_by_shape_splits_calls(recorded: tuple[Path, dict[str, list[float]]]) -> None:
+    trace = load_trace(recorded[0])
+    by_name = compute_op_table(trace).set_index("name")
+    by_shape = compute_op_table(trace, group_by="shape")
+    assert "input_shapes" in by_shape.columns
+    sums = by_shape.groupby("name")["calls"].sum()
+    assert (sums == by_name.loc[sums.index, "calls"]).all()
+    addmm = by_shape[by_shape["name"] == "aten::addmm"]
+    assert len(addmm) == 2 and all(s.startswith("[[") for s in addmm["input_shapes"])
+    with pytest.raises(ValueError, match="group_by"):
+        compute_op_table(trace, group_by="module")
+
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
+def test_gpu_trace_device_time_goes_to_launching_ops() -> None:
+    trace = load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz")
+    ops = compute_op_table(trace).set_index("name")
+    kernels = trace.events[trace.events["cat"] == "kernel"]["dur_us"].sum()
+    attributed = ops["device_self_us"].sum()
+    assert ops.loc["aten::mm", "device_self_us"] > 0
+    assert ops.loc["cudaLaunchKernel", "device_self_us"] == 0
+    assert 0.9 * kernels < attributed  # kernels + copies, nearly all linked to an op
