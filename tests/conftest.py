@@ -132,8 +132,8 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sample_store")
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "sample_models.record", "--root", str(root)]
-    if "--quick" in subprocess.run([*args, "--help"], capture_output=True, text=True, env=env).stdout:
-        args.append("--quick")
+    if "--steps" in subprocess.run([*args, "--help"], capture_output=True, text=True, env=env).stdout:
+        args += ["--steps", "12"]  # enough for one profiler window, small enough for a test
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"sample_models.record failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -69,17 +69,11 @@ def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> S
 
 
 def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[float | None, str]:
-    """(peak bytes, what it measures): GPU max allocated when sampled, else the process tree's RSS."""
-    rows = compute_rank_rows(system, rank)
-    for col, label in (("gpu_max_allocated_bytes", "GPU allocated"), ("gpu_allocated_bytes", "GPU allocated")):
-        if col in rows.columns and pd.to_numeric(rows[col], errors="coerce").notna().any():
-            return float(pd.to_numeric(rows[col], errors="coerce").max()), label
-    if "rss_bytes" in rows.columns and pd.to_numeric(rows["rss_bytes"], errors="coerce").notna().any():
-        rss = pd.to_numeric(rows["rss_bytes"], errors="coerce").fillna(0)
-        if "children_rss_bytes" in rows.columns:
-            rss = rss + pd.to_numeric(rows["children_rss_bytes"], errors="coerce").fillna(0)
-        return float(rss.max()), "RSS (process and children)"
-    return None, ""
+    """(peak bytes, what it measures); see app.data.runs.system_peak_memory (shared with `ls`)."""
+    from app.data.runs import system_peak_memory
+
+    peak, label = system_peak_memory(system, rank)
+    return (float(peak) if peak is not None else None), label
 
 
 def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:

@@ -30,6 +30,7 @@ __all__ = [
     "run_ranks",
     "format_bytes",
     "format_seconds",
+    "system_peak_memory",
     "EXTRA_COLUMNS",
     "summarise_run",
     "store_from_rows",
@@ -212,6 +213,25 @@ def summarise_run(run: RunData) -> dict[str, Any]:
     return row
 
 
+def system_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[int | None, str]:
+    """(peak bytes, what it measures) from system samples: the GPU allocator's peak when sampled,
+    else the largest resident set of the process and its children (DataLoader workers)."""
+    if rank is not None and "rank" in system.columns:
+        system = system[system["rank"] == rank]
+    for col in ("peak_memory_bytes", "gpu_max_allocated_bytes", "gpu_allocated_bytes"):
+        if col in system.columns:
+            v = pd.to_numeric(system[col], errors="coerce").max()
+            if pd.notna(v):
+                return int(v), "GPU allocated (peak)"
+    if "rss_bytes" in system.columns:
+        rss = pd.to_numeric(system["rss_bytes"], errors="coerce")
+        if rss.notna().any():
+            if "children_rss_bytes" in system.columns:
+                rss = rss.fillna(0) + pd.to_numeric(system["children_rss_bytes"], errors="coerce").fillna(0)
+            return int(rss.max()), "resident set of the process and its children (peak sample)"
+    return None, ""
+
+
 def _summarise(run: RunData) -> dict[str, Any]:
     m = run.manifest
     metrics = run.metrics
@@ -219,21 +239,17 @@ def _summarise(run: RunData) -> dict[str, Any]:
     steps = int(rank0["step"].max()) + 1 if "step" in rank0.columns and rank0["step"].notna().any() else None
     step_time = None
     if "step_time_s" in rank0.columns:
-        times = pd.to_numeric(rank0["step_time_s"], errors="coerce").dropna()
-        step_time = float(times.median()) if len(times) else None
+        timed = rank0[pd.to_numeric(rank0["step_time_s"], errors="coerce").notna()]
+        if "step" in timed.columns and timed["step"].nunique() > 1:
+            timed = timed[timed["step"] != timed["step"].min()]  # the first step carries one-off costs
+        times = pd.to_numeric(timed["step_time_s"], errors="coerce")
+        step_time = float(times.mean()) if len(times) else None
     samples_per_s = None
     if step_time and "samples" in rank0.columns:
         samples = pd.to_numeric(rank0["samples"], errors="coerce").dropna()
         if len(samples):
             samples_per_s = float(samples.median()) / step_time * max(1, m.world_size)
-    peak = None
-    # GPU runs: the allocator's peak; CPU runs: the process's resident set (system.jsonl).
-    for col in ("peak_memory_bytes", "gpu_max_allocated_bytes", "cuda_max_allocated_bytes", "rss_bytes"):
-        if col in run.system.columns:
-            v = pd.to_numeric(run.system[col], errors="coerce").max()
-            if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                peak = int(v)
-                break
+    peak, _ = system_peak_memory(run.system)
     device = ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices) or "cpu"
     return {
         "id": m.id,
