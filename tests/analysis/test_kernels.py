@@ -1,0 +1,46 @@
+"""Kernel, copy and utilisation tables on a real GPU trace."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.analysis.kernels import compute_device_utilization, compute_kernel_table, compute_memcpy_table
+from app.data import trace_cache
+from app.data.trace import load_trace
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def gpu() -> object:
+    return load_trace(SHARED / "gpu_before_after" / "control.json.gz", use_cache=False)
+
+
+def test_kernel_table_totals(gpu: object) -> None:
+    k = compute_kernel_table(gpu)
+    kern = gpu.events[gpu.events["cat"] == "kernel"]
+    assert k["calls"].sum() == len(kern)
+    assert k["total_us"].sum() == pytest.approx(kern["dur_us"].sum())
+    assert k["share"].sum() == pytest.approx(1.0)
+    assert list(k["total_us"]) == sorted(k["total_us"], reverse=True)
+    assert (k["min_us"] <= k["mean_us"]).all() and (k["mean_us"] <= k["max_us"]).all()
+
+
+def test_memcpy_volume(gpu: object) -> None:
+    m = compute_memcpy_table(gpu)
+    copies = gpu.events[gpu.events["cat"] == "gpu_memcpy"]
+    assert m.loc[m["kind"] == "memcpy", "bytes"].sum() == copies["bytes"].astype(float).sum() > 0
+    assert (m["gb_per_s"] >= 0).all()
+
+
+def test_utilization_bounds(gpu: object) -> None:
+    u = compute_device_utilization(gpu)
+    assert len(u) == 6 and ((u["utilization"] > 0) & (u["utilization"] <= 1)).all()
+    assert ((u["busy_us"] + u["idle_us"]) > 0).all()
