@@ -30,6 +30,7 @@ __all__ = [
     "SnapshotRefusedError",
     "load_snapshot",
     "load_memory_timeline_raw",
+    "parse_memory_timeline_raw",
 ]
 
 # torch.profiler._memory_profiler: the category index is the position in _CATEGORY_TO_COLORS
@@ -103,8 +104,7 @@ def _check_shape(path: Path, data: Any) -> None:
         raise CorruptFileError(f"{path}: field 'device_traces' must be a list of lists of trace entries")
 
 
-def _read_json(path: Path) -> Any:
-    raw = path.read_bytes()
+def _decode_json(raw: bytes, path: Path | str) -> Any:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -129,7 +129,14 @@ def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise CorruptFileError(f"{p}: no such memory timeline file")
-    data = _read_json(p)
+    return parse_memory_timeline_raw(p.read_bytes(), p)
+
+
+def parse_memory_timeline_raw(raw: bytes, source: Path | str) -> pd.DataFrame:
+    """Same as :func:`load_memory_timeline_raw` for the bytes of such a file (JSON or gzipped
+    JSON, e.g. an upload); ``source`` names it in error messages."""
+    p = source
+    data = _decode_json(raw, p)
     if not isinstance(data, list):
         raise CorruptFileError(f"{p}: expected a JSON list of [time, action, bytes, category] records")
     try:

@@ -19,6 +19,8 @@ __all__ = [
     "cached_step_windows",
     "cached_snapshot",
     "cached_memory_categories",
+    "cached_uploaded_categories",
+    "cached_memory_timeline",
     "cached_module_tree",
 ]
 
@@ -60,6 +62,28 @@ def _memory_categories(path: str, sig: tuple[float, int]) -> pd.DataFrame:
 def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
     """The raw ``export_memory_timeline`` records of ``path`` as a table."""
     return _memory_categories(str(path), file_signature(path))
+
+
+@st.cache_data(max_entries=4, ttl=900, show_spinner=False)
+def _uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
+    return snapshot_data.parse_memory_timeline_raw(data, name)
+
+
+def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
+    """The raw ``export_memory_timeline`` records of an uploaded file as a table."""
+    return _uploaded_categories(data, name)
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _memory_timeline(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFrame:
+    from app.analysis.memory import compute_memory_timeline
+
+    return compute_memory_timeline(cached_traces(run_dir)[index])
+
+
+def cached_memory_timeline(run_dir: str | os.PathLike[str], index: int) -> pd.DataFrame:
+    """Allocator totals over time from the ``index``-th trace's memory events (every device)."""
+    return _memory_timeline(str(run_dir), run_signature(run_dir), index)
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

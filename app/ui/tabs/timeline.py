@@ -11,6 +11,7 @@ from app.charts.timeline import make_timeline_figure
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import cached_step_windows
 from app.ui.tabs import RunContext
+from app.ui.trace_view import NO_TRACE_HINT
 from profiler_agent.runformat import layout
 
 __all__ = ["TITLE", "render", "has_traces"]
@@ -21,12 +22,6 @@ TITLE = "Timeline"
 # it in memory); its path is shown instead.
 _MAX_DOWNLOAD_BYTES = 300 * 1024 * 1024
 _BUDGETS = (5_000, 10_000, 20_000, 50_000)
-
-NO_TRACE_HELP = (
-    "This run has no profiler trace. Traces are recorded in profiling windows: "
-    "`torchscope run --profile-steps 5 -- python train.py` (or `profile=True` with the API) "
-    "writes Kineto traces under the run's `traces/` folder."
-)
 
 
 def has_traces(run_dir: Path) -> bool:
@@ -72,7 +67,7 @@ def _render_download(ctx: RunContext, path: Path) -> None:
 def render(ctx: RunContext) -> None:
     """Pick a trace and a step, draw it, say what was left out, offer the raw file."""
     if not has_traces(ctx.run_dir):
-        st.info(NO_TRACE_HELP)
+        st.info(NO_TRACE_HINT)
         return
     with st.spinner("Reading traces…"):
         traces = cached_traces(ctx.run_dir)

@@ -1,0 +1,119 @@
+"""Run page tab "Graph": the first backward graph (zoomable) and the module tree with parameter
+counts and FLOPs (UI layer)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from app.analysis.module_tree import compute_graph_size, compute_module_table, svg_size_pt
+from app.charts.graph import make_module_icicle_figure, make_svg_figure
+from app.errors import TorchscopeError
+from app.ui.deep_cache import cached_module_tree
+from app.ui.tabs import RunContext
+
+__all__ = ["TITLE", "render", "MAX_DRAWN_NODES"]
+
+TITLE = "Graph"
+
+# Above this many nodes a drawn graph is an unreadable hairball in a browser tab; the module
+# tree says more, and the file can still be opened in a dedicated viewer.
+MAX_DRAWN_NODES = 400
+_MAX_TEXT_BYTES = 50 * 1024 * 1024
+
+_NO_GRAPH_HELP = (
+    "No computation graph in this run. `torchscope run` writes the autograd graph of the first "
+    "loss (and an SVG when graphviz's `dot` is installed) once the first backward pass has run; "
+    "it needs the `torchviz` package in the job's environment and `graph=True` (the default)."
+)
+_NO_TREE_HELP = (
+    "No module tree in this run. The agent writes it at the first optimizer step, from the "
+    "top-level module called in training that holds the optimizer's parameters; a job without "
+    "an optimizer step, or a run imported from a trace, has none."
+)
+
+
+def _read_text(path: Path) -> str | None:
+    if path.stat().st_size > _MAX_TEXT_BYTES:
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _render_downloads(ctx: RunContext, dot: Path | None, svg: Path | None) -> None:
+    cols = st.columns(3)
+    for col, path, mime in ((cols[0], dot, "text/vnd.graphviz"), (cols[1], svg, "image/svg+xml")):
+        if path is not None:
+            col.download_button(f"Download {path.suffix[1:].upper()}", data=lambda p=path: p.read_bytes(),
+                                file_name=path.name, mime=mime, key=ctx.key(f"graph_dl_{path.suffix}"),
+                                on_click="ignore")
+    cols[2].caption("Open the SVG in a browser tab, or the DOT with `xdot` / `dot -Tpdf`.")
+
+
+def _render_graph(ctx: RunContext) -> None:
+    st.subheader("Backward graph")
+    dot_path, svg_path = ctx.run.graph_dot, ctx.run.graph_svg
+    if dot_path is None and svg_path is None:
+        st.info(_NO_GRAPH_HELP)
+        return
+    dot = _read_text(dot_path) if dot_path is not None else None
+    svg = _read_text(svg_path) if svg_path is not None else None
+    size = compute_graph_size(dot) if dot is not None else None
+    if size is not None:
+        st.caption(f"{size.nodes:,} nodes, {size.edges:,} edges: the autograd functions, tensors saved for "
+                   "backward (orange) and parameters (blue) behind the first loss.")
+    too_big = size is not None and size.nodes > MAX_DRAWN_NODES
+    if too_big:
+        st.info(f"The graph has {size.nodes:,} nodes, more than the {MAX_DRAWN_NODES} that stay readable "
+                "here. The module tree below summarises the model; download the graph to explore it.")
+    elif svg is not None and (dims := svg_size_pt(svg)) is not None:
+        st.plotly_chart(make_svg_figure(svg, *dims), width="stretch", key=ctx.key("graph_svg"),
+                        config={"scrollZoom": True, "displaylogo": False})
+        st.caption("Scroll or drag a box to zoom, drag to pan, double-click to reset.")
+    elif dot is not None:
+        st.graphviz_chart(dot, width="stretch")
+    else:
+        st.info("The graph file is too large to show here; download it instead.")
+    _render_downloads(ctx, dot_path, svg_path)
+
+
+def _render_tree(ctx: RunContext) -> None:
+    st.subheader("Modules")
+    tree = cached_module_tree(ctx.run_dir)
+    if tree is None:
+        st.info(_NO_TREE_HELP)
+        return
+    table = compute_module_table(tree)
+    root = table.iloc[0]
+    c = st.columns(4)
+    c[0].metric("Parameters", f"{int(root['params']):,}")
+    c[1].metric("Trainable", f"{int(root['trainable_params']):,}")
+    c[2].metric("Forward FLOPs", f"{int(root['flops']):,}" if root["flops"] else "–",
+                help="Counted for convolutions and linear layers from the first forward's output shapes; "
+                     "other layers count 0.")
+    c[3].metric("Modules", f"{len(table):,}")
+    if tree.get("truncated"):
+        st.warning(f"The agent cut this tree at {tree.get('nodes', len(table)):,} modules.")
+    deepest = int(table["depth"].max())
+    depth = st.slider("Depth shown", 1, max(deepest, 1), min(3, max(deepest, 1)),
+                      key=ctx.key("graph_depth")) if deepest > 1 else deepest
+    shown = table[table["depth"] <= depth]
+    value = "flops" if root["flops"] and st.toggle("Size by FLOPs", key=ctx.key("graph_by_flops")) else "params"
+    if int(root[value]) > 0:
+        st.plotly_chart(make_module_icicle_figure(shown, value=value), width="stretch",
+                        key=ctx.key("graph_icicle"))
+    st.dataframe(
+        shown[["module", "type", "params", "trainable_params", "param_share", "flops", "output_shape",
+               "extra_repr"]],
+        hide_index=True, width="stretch", key=ctx.key("graph_modules"),
+        column_config={"param_share": st.column_config.ProgressColumn("share of params", format="percent",
+                                                                      min_value=0.0, max_value=1.0)},
+    )
+
+
+def render(ctx: RunContext) -> None:
+    """The graph (or why it is not drawn), then the module tree; each explains missing data."""
+    for section in (_render_graph, _render_tree):
+        try:
+            section(ctx)
+        except TorchscopeError as e:
+            st.error(str(e))

@@ -1,0 +1,193 @@
+"""Run page tab "Memory": allocator totals over time with the peak and the ops around it, CUDA
+allocator snapshots, memory by category (UI layer)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app.analysis.curves import minmax_downsample_indices
+from app.analysis.snapshot import (
+    compute_category_peak,
+    compute_category_timeline,
+    compute_largest_allocations,
+    compute_segment_summary,
+    compute_snapshot_timeline,
+    snapshot_devices,
+)
+from app.analysis.timeline import compute_ops_at
+from app.charts.memory import make_category_figure, make_memory_timeline_figure
+from app.data.runs import format_bytes
+from app.errors import TorchscopeError
+from app.ui.cache import cached_traces
+from app.ui.deep_cache import cached_memory_timeline, cached_snapshot, cached_uploaded_categories
+from app.ui.tabs import RunContext
+from app.ui.tabs.timeline import has_traces
+
+__all__ = ["TITLE", "render"]
+
+TITLE = "Memory"
+
+_MAX_POINTS = 5000
+_NO_MEMORY_HELP = (
+    "No memory events in this run's traces. The profiler records allocations when it runs with "
+    "`profile_memory=True` (Torchscope's profiling windows do; an imported trace may not)."
+)
+_NO_SNAPSHOT_HELP = (
+    "No CUDA allocator snapshot in this run. On a CUDA job Torchscope records the allocator's "
+    "history (`torch.cuda.memory._record_memory_history`) and dumps a snapshot under the run's "
+    "`memory/` folder; CPU-only runs have none."
+)
+_CATEGORY_HELP = (
+    "Memory by category (parameters, gradients, optimizer state, activations, temporaries) comes "
+    "from torch.profiler's `prof.export_memory_timeline(path, device)` with a `.raw.json` path "
+    "(needs `record_shapes=True, profile_memory=True, with_stack=True`). Upload that file here."
+)
+
+
+def _ops_table(ops: pd.DataFrame) -> pd.DataFrame:
+    return ops.assign(dur_ms=ops["dur_us"] / 1000, ended_ms_before=ops["ends_before_us"] / 1000)[
+        ["relation", "name", "dur_ms", "ended_ms_before", "input_shapes"]]
+
+
+def _render_trace_memory(ctx: RunContext) -> None:
+    st.subheader("Allocated memory over the profiled steps")
+    if not has_traces(ctx.run_dir):
+        st.info("No profiler trace in this run, so no allocation timeline. " + _NO_MEMORY_HELP)
+        return
+    traces = cached_traces(ctx.run_dir)
+    ranks = [t.rank for t in traces]
+    index = ranks.index(ctx.rank) if ctx.rank in ranks else 0
+    if len(traces) > 1:
+        index = st.selectbox("Trace", range(len(traces)), index=index, key=ctx.key("memory_trace"),
+                             format_func=lambda i: f"rank {traces[i].rank} · {traces[i].path.name}")
+    timeline = cached_memory_timeline(ctx.run_dir, index)
+    if timeline.empty:
+        st.info(_NO_MEMORY_HELP)
+        return
+    devices = sorted(timeline["device"].unique(), key=lambda d: (d == "cpu", d))
+    device = st.radio("Device", devices, horizontal=True, key=ctx.key("memory_device")) if len(devices) > 1 \
+        else devices[0]
+    rows = timeline[timeline["device"] == device].reset_index(drop=True)
+    peak = int(rows["allocated_bytes"].idxmax())
+    peak_ts = float(rows.at[peak, "ts_us"])
+    origin = float(traces[index].events["ts_us"].min()) if len(traces[index].events) else float(rows["ts_us"].min())
+    keep = minmax_downsample_indices(rows["allocated_bytes"].to_numpy(np.float64), _MAX_POINTS)
+    shown = rows.iloc[keep].assign(time_ms=lambda d: (d["ts_us"] - origin) / 1000)
+    c = st.columns(3)
+    c[0].metric("Peak allocated", format_bytes(int(rows.at[peak, "allocated_bytes"])))
+    reserved = rows["reserved_bytes"]
+    c[1].metric("Peak reserved", format_bytes(int(reserved.max())) if reserved.notna().any() else "–",
+                help="Memory the caching allocator holds (CUDA); not reported for CPU.")
+    c[2].metric("Peak at", f"{(peak_ts - origin) / 1000:,.2f} ms", help="since the trace's first event")
+    fig = make_memory_timeline_figure(shown, x="time_ms", x_title="ms since trace start", peak_index=peak,
+                                      title=f"{device} · rank {traces[index].rank}")
+    st.plotly_chart(fig, width="stretch", key=ctx.key("memory_trace_fig"))
+    st.markdown("**Ops around the peak** — running at the peak (outermost first), then the last ops "
+                "that ended before it: the allocation that made the peak is in one of them.")
+    ops = compute_ops_at(traces[index].events, peak_ts, before=10)
+    if ops.empty:
+        st.caption("No host ops recorded around the peak.")
+    else:
+        st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"))
+
+
+def _render_snapshot(ctx: RunContext) -> None:
+    st.subheader("CUDA allocator snapshot")
+    files = ctx.run.snapshot_files
+    if not files:
+        st.info(_NO_SNAPSHOT_HELP)
+        return
+    pos = 0
+    if len(files) > 1:
+        pos = st.selectbox("Snapshot", range(len(files)), index=len(files) - 1, key=ctx.key("memory_snapshot"),
+                           format_func=lambda i: files[i].name)
+    try:
+        snap = cached_snapshot(files[pos])
+    except TorchscopeError as e:
+        st.error(str(e))
+        return
+    devices = snapshot_devices(snap)
+    if not devices:
+        st.info(f"`{files[pos].name}` holds no segments and no allocation history.")
+        return
+    device = devices[0] if len(devices) == 1 else st.radio(
+        "CUDA device", devices, horizontal=True, key=ctx.key("memory_snapshot_device"))
+    _render_snapshot_device(ctx, snap, int(device))
+
+
+def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) -> None:
+    summary = compute_segment_summary(snap)
+    row = summary[summary["device"] == device]
+    if len(row):
+        r = row.iloc[0]
+        c = st.columns(4)
+        c[0].metric("Allocated at snapshot", format_bytes(int(r["allocated_bytes"])))
+        c[1].metric("Reserved", format_bytes(int(r["reserved_bytes"])), help=f"{int(r['segments'])} segments")
+        c[2].metric("Cached, free", format_bytes(int(r["cached_free_bytes"])),
+                    help="Reserved but unused: torch.cuda.empty_cache() would return it to the driver.")
+        c[3].metric("Largest free block", format_bytes(int(r["largest_free_block_bytes"])),
+                    help="Much free memory but small blocks means fragmentation.")
+    timeline = compute_snapshot_timeline(snap, device)
+    if timeline.empty:
+        st.info("The snapshot has no allocation history (it was taken without "
+                "`torch.cuda.memory._record_memory_history()`): only its end state is shown.")
+    else:
+        keep = minmax_downsample_indices(timeline["allocated_bytes"].to_numpy(np.float64), _MAX_POINTS)
+        shown = timeline.iloc[keep]
+        peak = int(timeline["allocated_bytes"].idxmax())
+        timed = timeline["time_us"].notna().all()
+        if timed:
+            shown = shown.assign(time_ms=(shown["time_us"] - timeline["time_us"].iloc[0]) / 1000)
+        fig = make_memory_timeline_figure(
+            shown, x="time_ms" if timed else "event", x_title="ms since first recorded event" if timed
+            else "allocator event", peak_index=peak, title=f"active memory · cuda:{device}")
+        st.plotly_chart(fig, width="stretch", key=ctx.key("memory_snapshot_fig"))
+    largest = compute_largest_allocations(snap, device, top=25)
+    if largest.empty:
+        return
+    st.markdown("**Largest allocations** with the line of your code that made them")
+    table = largest.assign(size=[format_bytes(int(b)) for b in largest["size_bytes"]])
+    st.dataframe(table[["size", "top_frame", "alive_at_end", "alloc_event", "free_event", "size_bytes"]],
+                 hide_index=True, width="stretch", key=ctx.key("memory_largest"))
+    with st.expander("Stacks of the largest allocations"):
+        for r in largest.head(10).itertuples(index=False):
+            st.text(f"{format_bytes(int(r.size_bytes))} at {r.top_frame or '?'}")
+            st.code(r.stack or "(no frames recorded)", language=None)
+
+
+def _render_categories(ctx: RunContext) -> None:
+    st.subheader("Memory by category")
+    upload = st.file_uploader("Raw memory timeline (.raw.json, .json.gz)", type=["json", "gz"],
+                              key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
+    if upload is None:
+        st.info(_CATEGORY_HELP)
+        return
+    try:
+        raw = cached_uploaded_categories(upload.getvalue(), upload.name)
+    except TorchscopeError as e:
+        st.error(str(e))
+        return
+    cats = compute_category_timeline(raw, max_points=_MAX_POINTS)
+    if cats.empty:
+        st.info(f"`{upload.name}` holds no memory records.")
+        return
+    st.plotly_chart(make_category_figure(cats), width="stretch", key=ctx.key("memory_categories_fig"))
+    peak = compute_category_peak(cats)
+    st.caption(f"At the peak ({peak['time_ms'].iloc[0]:,.1f} ms, "
+               f"{format_bytes(int(peak['bytes'].sum()))}):")
+    st.dataframe(peak.assign(size=[format_bytes(int(b)) for b in peak["bytes"]])[["category", "size", "share"]],
+                 hide_index=True, column_config={"share": st.column_config.ProgressColumn(
+                     "share", format="percent", min_value=0.0, max_value=1.0)},
+                 key=ctx.key("memory_categories_peak"))
+
+
+def render(ctx: RunContext) -> None:
+    """Trace allocations, then the CUDA snapshot, then categories; each explains when it has no data."""
+    for section in (_render_trace_memory, _render_snapshot, _render_categories):
+        try:
+            section(ctx)
+        except TorchscopeError as e:
+            st.error(str(e))

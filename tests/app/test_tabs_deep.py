@@ -1,0 +1,236 @@
+"""The Run page's deep tabs (Metrics, Timeline, Memory, Graph) driven one at a time with AppTest,
+on hand-made runs, a real CPU profile recorded here, real GPU traces and a hand-made snapshot."""
+from __future__ import annotations
+
+import pickle
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from profiler_agent.runformat import layout
+from tests.app.helpers import texts
+
+SNAPSHOT = Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle"
+
+
+def _tab_script(run_dir: str, tab: str, rank: int | None) -> None:
+    import importlib
+    from pathlib import Path
+
+    from app.ui.cache import cached_run
+    from app.ui.tabs import RunContext
+
+    module = importlib.import_module(f"app.ui.tabs.{tab}")
+    module.render(RunContext(run_dir=Path(run_dir), run=cached_run(run_dir), rank=rank, key_prefix="t_"))
+
+
+def open_tab(run_dir: Path, tab: str, rank: int | None = None) -> AppTest:
+    at = AppTest.from_function(_tab_script, args=(str(run_dir), tab, rank), default_timeout=60)
+    return at.run()
+
+
+def charts(at: AppTest) -> list:
+    return list(at.get("plotly_chart"))
+
+
+def assert_ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose traces/ holds a real CPU trace with memory events, recorded by torch.profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from tests.conftest import write_run
+
+    root = tmp_path_factory.mktemp("deep_store")
+    run_dir = write_run(root, "cpu-profiled", steps=6)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    (run_dir / layout.TRACES_DIR).mkdir(exist_ok=True)
+    trace = run_dir / layout.TRACES_DIR / layout.trace_file_name("host_1_rank0", time.time_ns(), gzip=False)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+        for _ in range(3):
+            loss = model(torch.randn(32, 64)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    return run_dir
+
+
+@pytest.fixture
+def graph_run(make_run) -> Path:  # noqa: ANN001
+    import torch
+
+    from profiler_agent.graph import make_backward_dot, write_backward_graph, write_module_tree
+
+    run_dir = make_run("graphed")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 10))
+    loss = model(torch.randn(2, 3, 8, 8)).sum()
+    write_module_tree(run_dir, model)
+    write_backward_graph(run_dir, make_backward_dot(loss, dict(model.named_parameters())))
+    return run_dir
+
+
+# -- Metrics --------------------------------------------------------------------------------
+
+
+def test_metrics_draws_every_curve_and_ranks(make_run) -> None:  # noqa: ANN001
+    run_dir = make_run("two", ranks=2, steps=30)
+    at = open_tab(run_dir, "metrics")
+    assert_ok(at)
+    chosen = at.multiselect(key="t_metrics_keys").value
+    assert chosen[:2] == ["loss", "lr"] and "step_time_s" in chosen
+    assert len(charts(at)) == len(chosen)
+    # One rank by default; overlaying both doubles the traces of each chart.
+    before = len(charts(at)[0].proto.spec)
+    at.multiselect(key="t_metrics_ranks").set_value([0, 1]).run()
+    assert_ok(at)
+    assert "rank 1" in charts(at)[0].proto.spec and len(charts(at)[0].proto.spec) > before
+    at.radio(key="t_metrics_x").set_value("relative_time").run()
+    at.slider(key="t_metrics_smoothing").set_value(0.0).run()
+    assert_ok(at)
+    assert "time since first sample" in charts(at)[0].proto.spec
+
+
+def test_metrics_without_metrics_explains(make_run) -> None:  # noqa: ANN001
+    run_dir = make_run("empty", steps=0)
+    at = open_tab(run_dir, "metrics")
+    assert_ok(at)
+    assert "no logged metrics" in texts(at.info)
+    assert not charts(at)
+
+
+# -- Timeline -------------------------------------------------------------------------------
+
+
+def test_timeline_of_real_gpu_trace_with_budget_message(imported_store) -> None:  # noqa: ANN001
+    _, runs = imported_store
+    at = open_tab(runs["gpu-control"], "timeline")
+    assert_ok(at)
+    assert len(charts(at)) == 1
+    steps = at.selectbox(key="t_timeline_step").options
+    assert len(steps) == 6 and steps[0].startswith("step 1009 · ") and steps[0].endswith(" ms")
+    at.select_slider(key="t_timeline_budget").set_value(5_000).run()
+    assert_ok(at)
+    warning = texts(at.warning)
+    assert "Showing the 5,000 longest of" in warning and "hidden" in warning
+    assert at.get("download_button")
+    assert "ui.perfetto.dev" in texts(at.caption)
+
+
+def test_timeline_cpu_trace_and_two_ranks(cpu_profiled_run, imported_store) -> None:  # noqa: ANN001
+    at = open_tab(cpu_profiled_run, "timeline")
+    assert_ok(at)
+    assert len(charts(at)) == 1 and "events in" in texts(at.caption)
+    at = open_tab(imported_store[1]["two-ranks"], "timeline", rank=1)
+    assert_ok(at)
+    picker = at.selectbox(key="t_timeline_trace")
+    assert picker.value == 1 and picker.options[1].startswith("rank 1 · ")
+
+
+def test_timeline_without_trace_explains(make_run) -> None:  # noqa: ANN001
+    at = open_tab(make_run("plain"), "timeline")
+    assert_ok(at)
+    assert "No profiler trace" in texts(at.info)
+    assert not charts(at)
+
+
+# -- Memory ---------------------------------------------------------------------------------
+
+
+def test_memory_from_cpu_trace_marks_peak_and_lists_ops(cpu_profiled_run) -> None:  # noqa: ANN001
+    at = open_tab(cpu_profiled_run, "memory")
+    assert_ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Peak allocated"].endswith(("KiB", "MiB"))
+    assert "peak" in charts(at)[0].proto.spec
+    ops = at.dataframe[0].value
+    assert len(ops) > 0 and set(ops["relation"]) <= {"running", "ended before"}
+    assert ops["name"].str.startswith("aten::").any()
+    info = texts(at.info)
+    assert "No CUDA allocator snapshot" in info and "export_memory_timeline" in info
+
+
+def test_memory_snapshot_views(make_run) -> None:  # noqa: ANN001
+    run_dir = make_run("cuda-ish")
+    (run_dir / layout.MEMORY_DIR).mkdir()
+    shutil.copy(SNAPSHOT, run_dir / layout.MEMORY_DIR / layout.snapshot_file_name("host_1_rank0", 1))
+    at = open_tab(run_dir, "memory")
+    assert_ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Allocated at snapshot"] == "15.0 MiB" and metrics["Reserved"] == "24.0 MiB"
+    assert "active memory" in charts(at)[0].proto.spec
+    largest = at.dataframe[0].value
+    assert largest["top_frame"].iloc[0] == "train.py:42:build_model"
+    assert "No profiler trace" in texts(at.info)
+
+
+def test_memory_refuses_hostile_snapshot_without_crashing(make_run, tmp_path) -> None:  # noqa: ANN001
+    class Boom:
+        def __reduce__(self):  # noqa: ANN204
+            return (shutil.rmtree, (str(tmp_path / "victim"),))
+
+    (tmp_path / "victim").mkdir()
+    run_dir = make_run("hostile")
+    (run_dir / layout.MEMORY_DIR).mkdir()
+    path = run_dir / layout.MEMORY_DIR / layout.snapshot_file_name("evil", 2)
+    path.write_bytes(pickle.dumps({"segments": [Boom()], "device_traces": []}))
+    at = open_tab(run_dir, "memory")
+    assert not at.exception
+    assert "refused" in texts(at.error) and path.name in texts(at.error)
+    assert (tmp_path / "victim").is_dir()
+
+
+# -- Graph ----------------------------------------------------------------------------------
+
+
+def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    assert "svg+xml;base64," in charts(at)[0].proto.spec
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Parameters"] == f"{4 * 3 * 9 + 4 + 144 * 10 + 10:,}"
+    assert metrics["Modules"] == "5"
+    table = at.dataframe[0].value
+    assert table["type"].tolist() == ["Sequential", "Conv2d", "ReLU", "Flatten", "Linear"]
+    assert len(at.get("download_button")) == 2
+
+
+def test_graph_too_big_offers_download_only(graph_run) -> None:  # noqa: ANN001
+    nodes = "\n".join(f"\t{i} [label=Op{i}]\n\t{i} -> {i + 1}" for i in range(600))
+    (graph_run / layout.GRAPH_DOT).write_text(f"digraph {{\n{nodes}\n}}\n")
+    (graph_run / layout.GRAPH_SVG).unlink()
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    assert "600 nodes" in texts(at.info) and "more than" in texts(at.info)
+    assert not [c for c in charts(at) if "svg+xml" in c.proto.spec]
+    assert len(at.get("download_button")) == 1
+
+
+def test_graph_dot_only_uses_graphviz_chart(graph_run) -> None:  # noqa: ANN001
+    (graph_run / layout.GRAPH_SVG).unlink()
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    assert at.get("graphviz_chart")
+
+
+def test_graph_without_artifacts_explains(make_run) -> None:  # noqa: ANN001
+    at = open_tab(make_run("nograph"), "graph")
+    assert_ok(at)
+    info = texts(at.info)
+    assert "No computation graph" in info and "No module tree" in info
+    assert not charts(at)
