@@ -1,0 +1,95 @@
+"""Run page tab "Findings": the advisor's problems, by expected gain, with evidence and fix (UI layer)."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app.analysis.advisor import Advice, Finding, Severity, advise, evidence_from_run
+from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
+from app.ui.tabs import RunContext
+
+__all__ = ["TITLE", "render", "render_finding"]
+
+TITLE = "Findings"
+
+_ICON = {Severity.HIGH: "🔴", Severity.MEDIUM: "🟠", Severity.LOW: "🟡"}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def _md(text: str) -> str:
+    """Escape Markdown so op and kernel names from traces show literally (never as markup/HTML)."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+@st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
+def _advice(path: str, sig: tuple[float, ...]) -> Advice:
+    run = cached_run(path)
+    traces = list(cached_traces(path)) if run.trace_files else []
+    analysis = cached_trace_analysis(path) if traces else None
+    return advise(evidence_from_run(run, traces=traces, analysis=analysis))
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e12:
+        return f"{int(v):,}"
+    return f"{v:.4g}"
+
+
+def render_finding(f: Finding, *, key: str, expanded: bool = False) -> None:
+    """One finding: explanation, evidence numbers, expected gain, the chart that proves it, fix, docs."""
+    rank = f" · rank {f.rank}" if f.rank is not None else ""
+    with st.expander(f"{_ICON[f.severity]} {f.title}", expanded=expanded):
+        st.markdown(_md(f.explanation))
+        items = list(f.evidence.items())
+        cols = st.columns(min(4, max(1, len(items))))
+        for i, (k, v) in enumerate(items[:4]):
+            cols[i].metric(k.replace("_", " "), _fmt(v))
+        if len(items) > 4:
+            st.dataframe(pd.DataFrame({"evidence": [k for k, _ in items], "value": [_fmt(v) for _, v in items]}),
+                         hide_index=True, key=f"{key}_evidence")
+        st.markdown(f"**Expected gain:** {_md(f.expected_gain)}  \n"
+                    f"**Where to see it:** {_md(f.chart)}  \n"
+                    f"**Severity:** {f.severity.value}{rank} · rule `{f.rule}`")
+        st.markdown(f"**Fix:** {_md(f.fix_summary)}")
+        st.code(f.fix, language="python")
+        st.link_button("PyTorch documentation", f.doc_url)
+
+
+def _render_summary(advice: Advice) -> None:
+    counts = {s: sum(1 for f in advice.findings if f.severity is s) for s in Severity}
+    cols = st.columns(4)
+    cols[0].metric("Findings", len(advice.findings))
+    for col, s in zip(cols[1:], Severity):
+        col.metric(f"{_ICON[s]} {s.value}", counts[s])
+
+
+def _render_not_checked(advice: Advice, ctx: RunContext) -> None:
+    for rule_id, msg in advice.errors.items():
+        st.warning(f"Rule {rule_id} failed on this run: {msg}")
+    if advice.skipped:
+        with st.expander(f"{len(advice.skipped)} rules could not look at this run, {len(advice.checked)} checked"):
+            st.dataframe(pd.DataFrame({"rule": list(advice.skipped), "needs": list(advice.skipped.values())}),
+                         hide_index=True, key=ctx.key("findings_skipped"))
+
+
+def render(ctx: RunContext) -> None:
+    """The advisor's findings for the run, largest expected gain first."""
+    with st.spinner("Running the advisor's rules…"):
+        advice = _advice(str(ctx.run_dir), run_signature(ctx.run_dir))
+    findings: list[Any] = list(advice.findings)
+    if ctx.rank is not None:
+        findings = [f for f in findings if f.rank is None or f.rank == ctx.rank]
+    _render_summary(advice)
+    if not findings:
+        st.success(f"No problems found: {len(advice.checked)} rules checked this run.")
+    else:
+        st.caption("Ordered by expected gain. Each finding names the tab and chart that show its evidence.")
+    for i, f in enumerate(findings):
+        render_finding(f, key=ctx.key(f"finding_{i}"), expanded=i < 2)
+    _render_not_checked(advice, ctx)
+    st.download_button("Download findings (JSON)", json.dumps(advice.to_json(), indent=2),
+                        file_name="findings.json", mime="application/json", key=ctx.key("findings_download"))
