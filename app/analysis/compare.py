@@ -106,7 +106,8 @@ def _verdict_row(quantity: str, unit: str, est: RatioEstimate | None, verdict: V
 def _metric_keys(a: CompareSide, b: CompareSide) -> list[str]:
     if a.run is None or b.run is None:
         return []
-    skip = {"step", "time", "rank", "step_time_s", "samples", "profiled"}
+    # Coordinates and settings, not outcomes: a schedule's lr is compared in the config diff.
+    skip = {"step", "time", "rank", "step_time_s", "samples", "profiled", "lr", "learning_rate", "epoch"}
     keys = []
     for col in a.run.metrics.columns:
         if col in skip or col not in b.run.metrics.columns:

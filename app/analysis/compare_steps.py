@@ -51,12 +51,28 @@ def auto_warmup(n_steps: int, source: StepSource) -> int:
     return max(0, min(_AUTO_WARMUP_MAX, n_steps // 10, n_steps - MIN_KEPT))
 
 
+# Profiler warm-up iterations before each traced block when the manifest does not record the
+# schedule: the agent's default (profiler_agent.options.ProfileSchedule.warmup).
+DEFAULT_PROFILER_WARMUP = 2
+
+
+def _profiler_warmup(side: CompareSide) -> int:
+    extra = side.run.manifest.extra if side.run is not None else {}
+    prof = extra.get("profiler") if isinstance(extra, dict) else None
+    value = prof.get("warmup") if isinstance(prof, dict) else None
+    return int(value) if isinstance(value, int) and value >= 0 else DEFAULT_PROFILER_WARMUP
+
+
 def _profiled_steps(side: CompareSide) -> set[int]:
-    # The agent numbers ProfilerStep#N like its own steps, so traced steps are metrics steps.
+    """Steps inside profiler windows: the traced ones (the agent numbers ProfilerStep#N like its
+    own steps) and the profiler's warm-up steps just before each traced block."""
     steps = getattr(side.analysis, "steps", None)
     if steps is None or len(steps) == 0 or "step" not in steps.columns:
         return set()
-    return {int(s) for s in pd.to_numeric(steps["step"], errors="coerce").dropna()}
+    traced = {int(s) for s in pd.to_numeric(steps["step"], errors="coerce").dropna()}
+    warm = _profiler_warmup(side)
+    starts = [s for s in traced if s - 1 not in traced]
+    return traced | {s - k for s in starts for k in range(1, warm + 1) if s - k >= 0}
 
 
 def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -141,7 +141,7 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10) -> str:
              _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
     bd = cmp.breakdown
     if len(bd):
-        dev = bd[bd["view"] == "device"]
+        dev = bd[(bd["view"] == "device") & ((bd["baseline_us"] != 0) | (bd["candidate_us"] != 0))]
         parts += ["", "per-step breakdown (trace):",
                   _text_table(["category", "baseline", "candidate", "delta"],
                               _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]

@@ -1,0 +1,94 @@
+"""The Compare page: is the candidate faster, by how much, why, and at what cost (UI layer).
+
+Baseline and candidates come from the ``runs=<baseline>,<candidate>,...`` query parameter (the
+Runs page's Compare button) or the pickers. Verdicts on top, then one tab per question.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.errors import TorchscopeError
+from app.ui.cache import cached_run
+from app.ui.compare_cache import cached_comparison, cached_findings_diff
+from app.ui.compare_many import render_config_tab, render_curves_tab, render_sweep_tab
+from app.ui.compare_tabs import (
+    render_advisor_tab,
+    render_kernels_tab,
+    render_memory_tab,
+    render_model_tab,
+    render_ops_tab,
+    render_time_tab,
+)
+from app.ui.compare_view import render_exports, render_options, render_selection, render_verdicts
+from app.ui.layout import store_root
+from app.ui.store import cached_store_view
+
+_TABS = ["Where the time went", "Operators", "Kernels", "Memory", "Model", "Curves", "Config", "Sweep", "Advisor",
+         "Export"]
+
+
+def _store_runs(root):  # noqa: ANN001, ANN202 - the sweep's "every run" scope
+    table = cached_store_view(root).store.table
+    out = []
+    for path in table["path"]:
+        try:
+            out.append(cached_run(path))
+        except TorchscopeError:
+            continue
+    return out
+
+
+def _body() -> None:
+    root = store_root()
+    st.title("Compare runs")
+    selection = render_selection(root)
+    if selection is None:
+        return
+    options = render_options()
+    base_path = selection.paths[selection.baseline]
+    with st.spinner("Comparing…"):
+        comparisons = [cached_comparison(base_path, selection.paths[c], options) for c in selection.candidates]
+    render_verdicts(comparisons)
+    detail = comparisons[0]
+    if len(comparisons) > 1:
+        names = [c.candidate.label for c in comparisons]
+        pick = st.selectbox("Candidate shown in detail", range(len(names)), format_func=lambda i: names[i],
+                            key="compare_detail")
+        detail = comparisons[pick]
+    runs = [detail.baseline.run] + [c.candidate.run for c in comparisons]
+    tabs = st.tabs(_TABS)
+    with tabs[0]:
+        render_time_tab(detail)
+    with tabs[1]:
+        render_ops_tab(detail)
+    with tabs[2]:
+        render_kernels_tab(detail)
+    with tabs[3]:
+        render_memory_tab(detail)
+    with tabs[4]:
+        render_model_tab(detail)
+    with tabs[5]:
+        render_curves_tab(runs)
+    with tabs[6]:
+        render_config_tab(runs)
+    with tabs[7]:
+        render_sweep_tab(runs, _store_runs(root) if st.session_state.get("compare_sweep_scope", "").startswith(
+            "every") else None)
+    with tabs[8]:
+        try:
+            render_advisor_tab(cached_findings_diff(base_path, selection.paths[selection.candidates[0]]
+                                                    if len(comparisons) == 1 else detail.candidate.path))
+        except TorchscopeError as e:
+            st.warning(f"The advisor could not run: {e}")
+    with tabs[9]:
+        render_exports(detail)
+
+
+def main() -> None:
+    try:
+        _body()
+    except TorchscopeError as e:
+        st.error(str(e))
+
+
+main()

@@ -1,0 +1,84 @@
+"""Bounded Streamlit caches for the Compare page: sides, comparisons, advisor diffs (UI layer).
+
+Built on ``app.ui.cache`` (runs, traces and trace analyses are shared with the Run page). Keys
+carry the runs' file signatures, so a run that changes is compared again on the next rerun.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from app.analysis.compare import CompareOptions, Comparison, diff_sides
+from app.analysis.compare_inputs import CompareSide, side_from_run
+from app.analysis.compare_tables import OpGrouping
+from app.data.runs import load_module_tree
+from app.errors import TraceError
+from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
+from profiler_agent import runformat as rf
+
+__all__ = ["cached_side", "cached_comparison", "cached_findings_diff", "options_key"]
+
+
+@st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
+def _side(path: str, sig: tuple[float, ...]) -> CompareSide:
+    run = cached_run(path)
+    problems = list(run.problems)
+    traces: tuple[Any, ...] = ()
+    analysis = None
+    if run.trace_files:
+        try:
+            traces = tuple(cached_traces(path))
+            analysis = cached_trace_analysis(path)
+        except TraceError as e:  # the metrics still give a step-time verdict
+            problems.append(f"traces not used: {e}")
+    try:
+        tree = load_module_tree(path)
+    except rf.CorruptFileError as e:
+        tree = None
+        problems.append(str(e))
+    return side_from_run(run, traces=traces, analysis=analysis, module_tree=tree, problems=tuple(problems))
+
+
+def cached_side(run_dir: str | os.PathLike[str]) -> CompareSide:
+    """A run as a comparison side (run data, traces, analysis, module tree), cached."""
+    return _side(str(run_dir), run_signature(run_dir))
+
+
+def options_key(options: CompareOptions) -> tuple[Any, ...]:
+    """CompareOptions as a tuple of plain values (a cache key)."""
+    return (options.warmup_steps, options.threshold, options.resamples, options.seed, options.confidence,
+            str(options.op_grouping))
+
+
+@st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
+def _comparison(base: str, cand: str, sig: tuple[Any, ...], opts: tuple[Any, ...]) -> Comparison:
+    options = CompareOptions(warmup_steps=opts[0], threshold=opts[1], resamples=opts[2], seed=opts[3],
+                             confidence=opts[4], op_grouping=OpGrouping(opts[5]))
+    return diff_sides(cached_side(base), cached_side(cand), options)
+
+
+def cached_comparison(baseline: Path, candidate: Path, options: CompareOptions) -> Comparison:
+    """``diff_sides`` of two runs, cached by their file signatures and the options."""
+    sig = (run_signature(baseline), run_signature(candidate))
+    return _comparison(str(baseline), str(candidate), sig, options_key(options))
+
+
+@st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
+def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> Any:
+    from app.analysis.advisor import advise, diff_advice, evidence_from_run
+
+    advice = []
+    for path in (base, cand):
+        side = cached_side(path)
+        evidence = evidence_from_run(side.run, traces=list(side.traces), analysis=side.analysis,
+                                     module_tree=side.module_tree)
+        advice.append(advise(evidence))
+    return diff_advice(advice[0], advice[1])
+
+
+def cached_findings_diff(baseline: Path, candidate: Path) -> Any:
+    """The advisor's resolved / remaining / new findings between two runs (a FindingsDiff)."""
+    return _findings_diff(str(baseline), str(candidate), (run_signature(baseline), run_signature(candidate)))

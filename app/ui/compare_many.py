@@ -1,0 +1,91 @@
+"""The Compare page's many-run tabs: curves (overlay or mean ± spread), config diff, sweep (UI layer)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import streamlit as st
+
+from app.analysis.compare_runs import SWEEP_OUTCOMES, compute_curve_bands, compute_sweep_table, diff_config
+from app.analysis.curves import compute_curve, list_curve_keys
+from app.charts.compare import (
+    make_band_figure,
+    make_curve_overlay_figure,
+    make_parallel_coordinates_figure,
+    make_param_scatter_figure,
+)
+from app.data.runs import RunData
+from app.ui.layout import RUN_PAGE
+
+__all__ = ["render_curves_tab", "render_config_tab", "render_sweep_tab", "unique_labels"]
+
+
+def unique_labels(runs: Sequence[RunData]) -> list[str]:
+    """Run names, with the id added where two runs share a name."""
+    names = [r.name for r in runs]
+    return [n if names.count(n) == 1 else f"{n} · {r.manifest.id}" for n, r in zip(names, runs, strict=True)]
+
+
+def render_curves_tab(runs: Sequence[RunData]) -> None:
+    labels = unique_labels(runs)
+    keys: list[str] = []
+    for r in runs:
+        keys += [k for k in list_curve_keys(r.metrics) if k not in keys]
+    if not keys:
+        st.info("No logged metrics in these runs.")
+        return
+    c1, c2, c3 = st.columns(3)
+    key = c1.selectbox("Metric", keys, index=keys.index("loss") if "loss" in keys else 0, key="compare_curve_key")
+    smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
+    config_keys = sorted({k for r in runs for k in r.manifest.config})
+    group = c3.selectbox("Group runs by config key", ["(none)", *config_keys], key="compare_group_by",
+                         help="Runs with the same value (e.g. seeds of one config) become one mean ± std band.")
+    metrics = {lab: r.metrics for lab, r in zip(labels, runs, strict=True)}
+    if group == "(none)":
+        curves = {lab: compute_curve(m, key, smoothing=smoothing) for lab, m in metrics.items() if key in m.columns}
+        st.plotly_chart(make_curve_overlay_figure(curves, key, log_y=key.endswith("loss") and
+                                                  st.session_state.get("compare_log_y", False)),
+                        width="stretch", key="compare_curves_fig")
+        st.checkbox("Log scale", key="compare_log_y")
+    else:
+        groups = {lab: f"{group}={r.manifest.config.get(group, '–')}" for lab, r in zip(labels, runs, strict=True)}
+        bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
+        st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
+
+
+def render_config_tab(runs: Sequence[RunData]) -> None:
+    table = diff_config([r.manifest for r in runs], unique_labels(runs))
+    if table.empty:
+        st.success("Config and environment are identical (hyperparameters, versions, devices, git commit).")
+        return
+    st.caption("Only the keys whose values differ; config.* are hyperparameters, versions.* the environment.")
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] | None) -> None:
+    scope = st.radio("Runs in the sweep", ["selected runs", "every run in the store"], horizontal=True,
+                     key="compare_sweep_scope")
+    runs = selected if scope == "selected runs" or store_runs is None else store_runs
+    table, varying = compute_sweep_table(runs)
+    if len(table) < 2:
+        st.info("A sweep needs at least two runs.")
+        return
+    outcomes = [o for o in SWEEP_OUTCOMES if o in table.columns and table[o].notna().any()]
+    numeric_axes = [c for c in varying if pd.api.types.is_numeric_dtype(table[c])]
+    if not numeric_axes:
+        st.info("No numeric hyperparameter varies across these runs (config keys logged by the agent).")
+    c1, c2 = st.columns(2)
+    colour = c1.selectbox("Colour by", outcomes or ["(none)"], key="compare_sweep_colour")
+    if numeric_axes and outcomes:
+        st.plotly_chart(make_parallel_coordinates_figure(table, numeric_axes + outcomes, colour), width="stretch",
+                        key="compare_parcoords")
+        x = c2.selectbox("Hyperparameter", numeric_axes, key="compare_sweep_x")
+        event = st.plotly_chart(make_param_scatter_figure(table, x, colour), width="stretch", key="compare_scatter",
+                                on_select="rerun", selection_mode="points")
+        points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
+            getattr(getattr(event, "selection", None), "points", [])
+        if points:
+            run_id = str(points[0].get("customdata"))
+            if st.button(f"Open run {run_id}", key="compare_open_run"):
+                st.switch_page(RUN_PAGE, query_params={"run": run_id})
+    st.dataframe(table, hide_index=True, width="stretch")

@@ -1,0 +1,152 @@
+"""The Compare page's detail tabs for one baseline/candidate pair: time breakdown, operators,
+kernels, memory, model, advisor (UI layer)."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.analysis.compare import Comparison
+from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
+from app.analysis.graph_diff import diff_backward_graphs
+from app.charts.compare import (
+    make_delta_bar_figure,
+    make_memory_overlay_figure,
+    make_step_time_figure,
+    make_waterfall_figure,
+)
+from app.errors import TorchscopeError
+
+__all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
+           "render_advisor_tab"]
+
+_US = st.column_config.NumberColumn(format="%.1f")
+
+
+def _labels(cmp: Comparison) -> tuple[str, str]:
+    b, c = cmp.baseline.label, cmp.candidate.label
+    return b, (c if c != b else f"{c} (candidate)")
+
+
+def render_time_tab(cmp: Comparison) -> None:
+    b, c = _labels(cmp)
+    st.plotly_chart(make_step_time_figure({b: cmp.step_times[0], c: cmp.step_times[1]}), width="stretch",
+                    key="compare_steps_fig")
+    if len(cmp.breakdown) == 0:
+        st.info("The per-step breakdown needs profiler traces on both sides.")
+        return
+    view = st.radio("View", ["device", "phase"], horizontal=True, key="compare_view",
+                    format_func=lambda v: {"device": "kernels / copies / CPU / data loading",
+                                           "phase": "forward / backward / optimizer"}[v])
+    st.plotly_chart(make_waterfall_figure(cmp.breakdown, view=view), width="stretch", key="compare_waterfall")
+    st.dataframe(cmp.breakdown[cmp.breakdown["view"] == view], hide_index=True, width="stretch",
+                 column_config={"baseline_us": _US, "candidate_us": _US, "delta_us": _US,
+                                "delta_share": st.column_config.NumberColumn("share of baseline step", format="%.3f")})
+    st.caption(f"Per-step means over {cmp.profiled_steps[0]} (baseline) and {cmp.profiled_steps[1]} (candidate) "
+               "profiled steps; 'unattributed'/'rest' is what the categories do not cover.")
+
+
+def _filtered(table: pd.DataFrame, key: str) -> pd.DataFrame:
+    c1, c2 = st.columns([2, 1])
+    text = c1.text_input("Filter by name", key=f"{key}_filter")
+    changes = c2.multiselect("Change", ["both", "added", "removed"], default=["both", "added", "removed"],
+                             key=f"{key}_change")
+    out = table[table["change"].isin(changes)]
+    if text:
+        out = out[out["name"].astype(str).str.contains(text, case=False, regex=False)]
+    return out
+
+
+def render_ops_tab(cmp: Comparison) -> None:
+    if len(cmp.ops) == 0:
+        st.info("Operator diffs need profiler traces on both sides.")
+        return
+    ops = _filtered(cmp.ops, "compare_ops")
+    st.plotly_chart(make_delta_bar_figure(ops, title="Operators: host self-time change per step"), width="stretch",
+                    key="compare_ops_fig")
+    st.dataframe(ops, hide_index=True, width="stretch",
+                 column_config={c: _US for c in ops.columns if c.endswith("_us")})
+    st.caption("Times and calls are per profiled step (each side divided by its own number of steps), sorted by "
+               "|delta_us|. Switch matching to name + input shapes in the settings above.")
+
+
+def render_kernels_tab(cmp: Comparison) -> None:
+    if len(cmp.kernels) == 0:
+        st.info("No device kernels on either side (CPU-only traces, or no traces).")
+        return
+    kernels = _filtered(cmp.kernels, "compare_kernels")
+    st.plotly_chart(make_delta_bar_figure(kernels, title="Kernels: time change per step"), width="stretch",
+                    key="compare_kernels_fig")
+    st.dataframe(kernels, hide_index=True, width="stretch",
+                 column_config={c: _US for c in kernels.columns if c.endswith("_us")})
+
+
+def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
+    a, b = cmp.baseline.run, cmp.candidate.run
+    if a is None or b is None or not a.snapshot_files or not b.snapshot_files:
+        return None
+    from app.data.snapshot import load_snapshot
+
+    return diff_largest_allocations(load_snapshot(a.snapshot_files[-1]), load_snapshot(b.snapshot_files[-1]))
+
+
+def render_memory_tab(cmp: Comparison) -> None:
+    b, c = _labels(cmp)
+    mem_a, mem_b = cmp.peak_memory
+    st.markdown(f"Peak memory ({mem_a.source}): **{b}** {mem_a.bytes or 0:,.0f} B → **{c}** {mem_b.bytes or 0:,.0f} B "
+                f"— verdict **{cmp.memory_verdict}**")
+    timelines = {}
+    for label, side in ((b, cmp.baseline), (c, cmp.candidate)):
+        if side.analysis is not None and side.traces:
+            timelines[label] = compute_step_aligned_memory(side.traces, side.analysis.steps)
+    if any(len(t) for t in timelines.values()):
+        st.plotly_chart(make_memory_overlay_figure(timelines), width="stretch", key="compare_memory_fig")
+    else:
+        st.info("No allocator events in the traces (record with profile_memory=True to see memory over a step).")
+    try:
+        alloc = _snapshots_diff(cmp)
+    except TorchscopeError as e:
+        st.warning(f"Allocator snapshots could not be compared: {e}")
+        return
+    if alloc is not None:
+        st.subheader("Largest allocations by source line")
+        st.dataframe(alloc, hide_index=True, width="stretch")
+
+
+def render_model_tab(cmp: Comparison) -> None:
+    if len(cmp.modules) == 0:
+        st.info("No module tree on either side (graph/modules.json is written by the agent).")
+    else:
+        root = cmp.modules.iloc[0]
+        st.markdown(f"Parameters: **{int(root['baseline_params']):,}** → **{int(root['candidate_params']):,}** "
+                    f"({int(root['params_delta']):+,})")
+        changed = cmp.modules[cmp.modules["change"] != "same"]
+        counts = changed["change"].value_counts().to_dict()
+        st.caption(", ".join(f"{v} {k}" for k, v in counts.items()) or "Same structure.")
+        st.dataframe(cmp.modules, hide_index=True, width="stretch")
+    dots = [s.run.graph_dot if s.run is not None else None for s in (cmp.baseline, cmp.candidate)]
+    if all(dots):
+        graph = diff_backward_graphs(dots[0].read_text(encoding="utf-8", errors="replace"),
+                                     dots[1].read_text(encoding="utf-8", errors="replace"))
+        st.subheader("Backward graph: autograd nodes whose count changed")
+        if len(graph):
+            st.dataframe(graph, hide_index=True, width="stretch")
+        else:
+            st.caption("Same autograd node types and counts.")
+
+
+def _finding_rows(findings, status: str) -> list[dict]:
+    return [{"status": status, "rule": f.rule, "severity": str(f.severity), "title": f.title,
+             "fix": f.fix_summary} for f in findings]
+
+
+def render_advisor_tab(diff) -> None:  # noqa: ANN001 - advisor.FindingsDiff
+    rows = _finding_rows(diff.resolved, "resolved") + _finding_rows([r.candidate for r in diff.remaining], "remaining")
+    rows += _finding_rows(diff.new, "new") + _finding_rows(diff.unverified, "not checked on the candidate")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Resolved", len(diff.resolved))
+    c2.metric("Remaining", len(diff.remaining))
+    c3.metric("New", len(diff.new))
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.success("The advisor finds nothing to fix in either run.")

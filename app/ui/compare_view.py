@@ -1,0 +1,171 @@
+"""The Compare page's top half: run selection (URL ``runs=<baseline>,<candidate>,...``), options,
+verdicts and export buttons (UI layer)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app.analysis.compare import CompareOptions, Comparison
+from app.analysis.compare_tables import OpGrouping
+from app.analysis.report import format_ratio, format_report_html, format_report_markdown, format_value, headline
+from app.ui.layout import record_hint
+from app.ui.store import cached_store_view
+from profiler_agent import runformat as rf
+
+__all__ = ["Selection", "render_selection", "render_options", "render_verdicts", "render_exports"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The runs to compare: ``paths`` maps run id → folder; ``labels`` id → display label."""
+
+    baseline: str
+    candidates: tuple[str, ...]
+    paths: dict[str, Path]
+    labels: dict[str, str]
+
+
+def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], root: Path) -> None:
+    wanted = st.query_params.get("runs")
+    # The URL wins only when it changed since this page last wrote it (a link was followed).
+    if not wanted or wanted == st.session_state.get("compare_url_seen"):
+        return
+    st.session_state["compare_url_seen"] = wanted
+    chosen = []
+    for ref in [r.strip() for r in wanted.split(",") if r.strip()]:
+        if ref in ids:
+            chosen.append(ref)
+            continue
+        try:  # a name, a unique prefix, or a run folder outside the store
+            found = rf.find_run(ref, root)
+            manifest = rf.read_manifest(found)
+        except rf.TorchscopeError as e:
+            st.warning(f"Run `{ref}` from the URL: {e}")
+            continue
+        extra = st.session_state.setdefault("compare_extra", {})
+        extra[found.name] = (str(found), f"{manifest.name} · {found.name}")
+        chosen.append(found.name)
+    if chosen:
+        st.session_state["compare_baseline"] = chosen[0]
+        st.session_state["compare_candidates"] = [c for c in chosen[1:] if c != chosen[0]] or chosen[1:]
+
+
+def render_selection(root: Path) -> Selection | None:
+    """Pick a baseline and candidates from the store (initially from the ``runs`` query
+    parameter); keep the URL in step. None (after saying why) when there is nothing to compare."""
+    try:
+        table = cached_store_view(root).store.table
+    except rf.RunStoreNotFoundError:
+        st.info(f"No run store at `{root}` yet. " + record_hint(root))
+        return None
+    ids = list(table["id"])
+    paths = {i: Path(p) for i, p in zip(table["id"], table["path"])}
+    labels = {i: f"{n} · {i}" for i, n in zip(table["id"], table["name"])}
+    _apply_url(ids, paths, labels, root)
+    for key, (path, label) in st.session_state.get("compare_extra", {}).items():
+        if key not in ids:
+            ids.append(key)
+            paths[key], labels[key] = Path(path), label
+    if len(ids) < 1:
+        st.info(f"The run store `{root}` has no runs yet. " + record_hint(root))
+        return None
+    if st.session_state.get("compare_baseline") not in ids:
+        st.session_state["compare_baseline"] = ids[min(1, len(ids) - 1)]  # newest first: the older one
+    st.session_state["compare_candidates"] = [c for c in st.session_state.get("compare_candidates", []) if c in ids]
+    left, right = st.columns([1, 2])
+    base = left.selectbox("Baseline", ids, key="compare_baseline", format_func=lambda i: labels.get(i, i))
+    cands = right.multiselect("Candidates", ids, key="compare_candidates", format_func=lambda i: labels.get(i, i),
+                              help="One or more runs to judge against the baseline.")
+    url = ",".join([base, *cands])
+    if st.query_params.get("runs") != url:
+        st.query_params["runs"] = url
+        st.session_state["compare_url_seen"] = url
+    if not cands:
+        st.info("Pick one or more candidates to compare with the baseline (or select runs on the Runs page "
+                "and press Compare).")
+        return None
+    return Selection(baseline=base, candidates=tuple(cands), paths=paths, labels=labels)
+
+
+def render_options() -> CompareOptions:
+    """The comparison knobs, folded away; defaults are the documented ones."""
+    with st.expander("Comparison settings"):
+        c1, c2, c3 = st.columns(3)
+        auto = c1.checkbox("Automatic warm-up", value=True, key="compare_auto_warmup",
+                           help="Drop min(5, n/10) steps at the start of metrics (0 for trace steps).")
+        warmup = None if auto else int(c1.number_input("Warm-up steps to drop", 0, 10_000, 5, key="compare_warmup"))
+        threshold = c2.slider("Practical threshold (%)", 0.0, 20.0, 2.0, 0.5, key="compare_threshold",
+                              help="A change smaller than this is 'same' even when significant.")
+        by = c3.radio("Match operators by", [g.value for g in OpGrouping], key="compare_by", horizontal=True)
+    return CompareOptions(warmup_steps=warmup, threshold=threshold / 100.0, op_grouping=OpGrouping(by))
+
+
+def _pct(ratio: float | None) -> str | None:
+    if ratio is None or not math.isfinite(ratio):
+        return None
+    return f"{100 * (ratio - 1):+.1f} %"
+
+
+def _metric_row(cmp: Comparison) -> None:
+    cols = st.columns(4)
+    est, tp = cmp.step_time, cmp.throughput
+    cols[0].metric("Median step time", format_value(est.candidate if est else None, "s"),
+                   _pct(est.ratio if est else None), delta_color="inverse",
+                   help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
+                        f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
+    unit = cmp.throughput_unit.replace("_per_", "/")
+    cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
+                   help=f"Verdict: {cmp.throughput_verdict}.")
+    mem_a, mem_b = cmp.peak_memory
+    cols[2].metric("Peak memory", format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio), delta_color="inverse",
+                   help=f"Verdict: {cmp.memory_verdict}; source {mem_a.source}.")
+    loss = cmp.metrics[cmp.metrics["metric"] == "loss"] if len(cmp.metrics) else cmp.metrics
+    if len(loss):
+        r = loss.iloc[0]
+        cols[3].metric("Final loss", format_value(r["candidate_final"]), _pct(r["ratio"]), delta_color="inverse",
+                       help=f"Verdict: {r['verdict']}; median of the last {r['window']} values.")
+
+
+def render_verdicts(comparisons: list[Comparison]) -> None:
+    """Headline, metric tiles and verdict table of each candidate."""
+    for cmp in comparisons:
+        text = headline(cmp)
+        box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
+        box(text)
+        _metric_row(cmp)
+    rows = []
+    for cmp in comparisons:
+        v = cmp.verdicts.copy()
+        v.insert(0, "candidate", cmp.candidate.label)
+        rows.append(v)
+    table = pd.concat(rows, ignore_index=True)
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"ratio": st.column_config.NumberColumn(format="%.3f"),
+                                "ci_lo": st.column_config.NumberColumn("CI low", format="%.3f"),
+                                "ci_hi": st.column_config.NumberColumn("CI high", format="%.3f"),
+                                "baseline": st.column_config.NumberColumn(format="%.4g"),
+                                "candidate": st.column_config.NumberColumn(format="%.4g")})
+    for cmp in comparisons:
+        for note in cmp.notes:
+            st.caption(f"{cmp.candidate.label}: {note}")
+
+
+def render_exports(cmp: Comparison) -> None:
+    """Download buttons: Markdown for a PR comment, self-contained interactive HTML."""
+    from app.charts.compare import figures_to_html, make_report_figures
+
+    stem = f"{cmp.candidate.label}-vs-{cmp.baseline.label}".replace("/", "_").replace(" ", "_")
+    c1, c2 = st.columns(2)
+    c1.download_button("Download Markdown (PR comment)", format_report_markdown(cmp), file_name=f"{stem}.md",
+                       mime="text/markdown", key=f"compare_md_{stem}")
+    if c2.button("Build HTML report", key=f"compare_build_html_{stem}",
+                 help="One self-contained file with interactive charts (plotly.js inlined, no network)."):
+        st.session_state["compare_html"] = (stem, format_report_html(cmp, figures_to_html(make_report_figures(cmp))))
+    built = st.session_state.get("compare_html")
+    if built and built[0] == stem:
+        c2.download_button("Download HTML report", built[1], file_name=f"{stem}.html", mime="text/html",
+                           key=f"compare_html_dl_{stem}")
