@@ -70,6 +70,7 @@ class Session:
         self._grad_norm: torch.Tensor | None = None
         self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
         self._pending_config: dict[str, Any] = {}
+        self._step_lrs: dict[str, Any] | None = None
         self._sampler: SystemSampler | None = None
         self._graph_thread: threading.Thread | None = None
         self._graph_drawn = False
@@ -109,7 +110,11 @@ class Session:
         """The optimizer stepped: in automatic mode the primary optimizer's step ends the iteration."""
         if self._optimizer is None:
             self._optimizer = weakref.ref(optimizer)
-        if not self.manual and self._is_primary(optimizer):
+        if not self._is_primary(optimizer):
+            return
+        # The rates this step used: a scheduler may change them before Run.step() is called.
+        self._step_lrs = self._learning_rates()
+        if not self.manual:
             self.end_iteration()
 
     def record_config(self, config: Mapping[str, Any]) -> None:
@@ -138,7 +143,8 @@ class Session:
                     [x.float() for x in losses]).mean()
                 if len(losses) > 1:
                     record["backward_calls"] = len(losses)
-            record.update(self._learning_rates())
+            lrs, self._step_lrs = self._step_lrs, None
+            record.update(lrs if lrs is not None else self._learning_rates())
             if self._samples:
                 record["samples"] = self._samples
                 self._samples = 0
@@ -192,6 +198,8 @@ class Session:
         out: dict[str, Any] = {}
         for i, group in enumerate(opt.param_groups):
             lr = group.get("lr")
+            if isinstance(lr, torch.Tensor):
+                lr = lr.detach().clone()  # schedulers update tensor rates in place
             if lr is not None:
                 out["lr" if i == 0 else f"lr_{i}"] = lr
         return out
