@@ -26,6 +26,12 @@ OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us
 HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
 
 
+def _codes(col: pd.Series) -> np.ndarray:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64)
+    return pd.factorize(col)[0].astype(np.int64)
+
+
 def op_tree(host: pd.DataFrame) -> np.ndarray:
     """Parent row position (or -1) of each host event, per (pid, tid), by interval containment.
 
@@ -35,12 +41,12 @@ def op_tree(host: pd.DataFrame) -> np.ndarray:
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return parent
-    thread = (host["pid"].astype(str) + "/" + host["tid"].astype(str)).to_numpy()
+    thread = _codes(host["pid"]) * (int(_codes(host["tid"]).max()) + 2) + _codes(host["tid"])
     starts = host["ts_us"].to_numpy(float)
     ends = starts + host["dur_us"].to_numpy(float)
-    order = np.argsort(pd.factorize(thread)[0], kind="stable")  # group threads, keep time order inside
+    order = np.argsort(thread, kind="stable")  # group threads, keep time order inside
     st, en, po = starts[order].tolist(), ends[order].tolist(), order.tolist()
-    th = pd.factorize(thread)[0][order].tolist()
+    th = thread[order].tolist()
     stack: list[int] = []
     prev = -1
     for k in range(n):

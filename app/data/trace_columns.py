@@ -60,6 +60,9 @@ def _text(raws: list[Any], squeeze: bool) -> list[str]:
     memo: dict[bytes, str] = {}
     out = []
     for r in raws:
+        if r is _EMPTY:  # most events have no shapes: skip the copy
+            out.append("")
+            continue
         b = bytes(r)
         s = memo.get(b)
         if s is None:
