@@ -140,7 +140,7 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     rows = []
     for cmp in comparisons:
         v = cmp.verdicts.copy()
-        v.insert(0, "candidate", cmp.candidate.label)
+        v.insert(0, "run", cmp.candidate.label)
         rows.append(v)
     table = pd.concat(rows, ignore_index=True)
     st.dataframe(table, hide_index=True, width="stretch",

@@ -1,0 +1,84 @@
+"""The Compare page with AppTest: selection from the Runs page's URL, verdicts, every tab, exports,
+on hand-made runs and on real agent runs."""
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from profiler_agent.runformat import layout
+from tests.app.helpers import APP, assert_clean, texts
+
+PAGE = "app_pages/compare.py"
+
+
+def open_compare(monkeypatch: pytest.MonkeyPatch, root, runs: str | None = None) -> AppTest:
+    monkeypatch.setenv(layout.ROOT_ENV, str(root))
+    at = AppTest.from_file(APP, default_timeout=180)
+    if runs is not None:
+        at.query_params["runs"] = runs
+    at.switch_page(PAGE)
+    return at.run()
+
+
+def _tab(at: AppTest, title: str):  # noqa: ANN202
+    return next(t for t in at.tabs if t.label == title)
+
+
+def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixture_store) -> None:
+    root, runs = fixture_store
+    at = open_compare(monkeypatch, root, f"{runs['baseline'].name},{runs['optimized'].name}")
+    assert_clean(at)
+    assert at.selectbox(key="compare_baseline").value == runs["baseline"].name
+    assert at.multiselect(key="compare_candidates").value == [runs["optimized"].name]
+    assert "faster" in texts(at.success)  # 30 ms vs 50 ms steps
+    labels = {m.label for m in at.metric}
+    assert {"Median step time", "Peak memory", "Final loss"} <= labels
+    cfg = _tab(at, "Config")
+    assert "config.optimizer" in str(cfg.dataframe[0].value["key"].tolist())
+
+
+def test_names_in_url_and_picker_changes_write_url(monkeypatch, fixture_store) -> None:
+    root, runs = fixture_store
+    at = open_compare(monkeypatch, root, "baseline,optimized,ddp")
+    assert_clean(at)
+    assert at.multiselect(key="compare_candidates").value == [runs["optimized"].name, runs["ddp"].name]
+    assert at.selectbox(key="compare_detail")  # several candidates: pick the one shown in detail
+    at.multiselect(key="compare_candidates").set_value([runs["ddp"].name]).run()
+    assert_clean(at)
+    assert str(at.query_params["runs"]) .endswith(runs["ddp"].name) or runs["ddp"].name in str(at.query_params["runs"])
+
+
+def test_without_candidates_explains(monkeypatch, fixture_store) -> None:
+    at = open_compare(monkeypatch, fixture_store[0])
+    assert not at.exception
+    assert "candidate" in texts(at.info).lower()
+
+
+def test_same_run_is_no_difference(monkeypatch, fixture_store) -> None:
+    root, runs = fixture_store
+    name = runs["baseline"].name
+    at = open_compare(monkeypatch, root, f"{name},{name}")
+    assert_clean(at)
+    assert "no significant difference" in texts(at.info)
+
+
+def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
+    at = open_compare(monkeypatch, sample_store, "baseline,optimized")
+    assert_clean(at)
+    assert "optimized is" in texts(at.success) and "faster" in texts(at.success)
+    time_tab = _tab(at, "Where the time went")
+    assert len(time_tab.get("plotly_chart")) >= 2  # step times and the waterfall
+    ops = _tab(at, "Operators").dataframe[0].value
+    assert any("conv" in n for n in ops["name"].head(3))
+    model = _tab(at, "Model")
+    assert "Parameters" in texts(model.markdown)
+    assert len(_tab(at, "Curves").get("plotly_chart")) == 1
+    advisor = _tab(at, "Advisor")
+    assert not advisor.warning, texts(advisor.warning)
+    assert {m.label for m in advisor.metric} == {"Resolved", "Remaining", "New"}
+    at.radio(key="compare_view").set_value("phase").run()
+    assert_clean(at)
+    at.selectbox(key="compare_group_by").set_value("seed").run()
+    assert_clean(at)
+    at.button(key=next(b.key for b in at.button if b.key and b.key.startswith("compare_build_html"))).click().run()
+    assert_clean(at)
