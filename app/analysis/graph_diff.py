@@ -110,17 +110,22 @@ def diff_module_trees(baseline: Mapping[str, Any] | None, candidate: Mapping[str
     return out[MODULE_DIFF_COLUMNS]
 
 
-# torchviz node statements: `140231 [label="ConvolutionBackward0"]`; parameters and tensors
-# carry a shape on a second line ("conv.weight\n (16, 3, 3, 3)") and count as "parameter".
-_NODE_RE = re.compile(r'^\s*\w+\s*\[label="((?:[^"\\]|\\.)*)"', re.MULTILINE)
+# torchviz node statements: `140231 [label=ConvolutionBackward0]` (bare) or, for parameters and
+# tensors, a quoted label whose second line is the shape (`label="conv.weight\n (16, 3, 3, 3)"`,
+# with a real newline); those count as "parameter" / "tensor".
+_NODE_RE = re.compile(r'^\s*\w+\s*\[label=(?:"((?:[^"\\]|\\.)*)"|([^\s\]]+))', re.MULTILINE)
 
 
 def count_graph_nodes(dot_source: str | None) -> Counter[str]:
-    """Count the autograd node types of a torchviz DOT graph (parameters/tensors as ``parameter``)."""
+    """Count the autograd node types of a torchviz DOT graph (leaf parameters as ``parameter``,
+    other tensors such as the output as ``tensor``)."""
     counts: Counter[str] = Counter()
-    for label in _NODE_RE.findall(dot_source or ""):
-        first = label.split("\\n")[0].split("\n")[0].strip()
-        counts["parameter" if ("(" in label and ")" in label and "\\n" in label) else first] += 1
+    for quoted, bare in _NODE_RE.findall(dot_source or ""):
+        label = (quoted or bare).replace("\\n", "\n")
+        if "\n" in label:
+            counts["parameter" if label.split("\n")[0].strip() else "tensor"] += 1
+        else:
+            counts[label.strip()] += 1
     return counts
 
 

@@ -1,0 +1,102 @@
+"""`torchscope diff`: verdict table, --json contract, CI gates and errors, on real traces and runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+
+def _run(root: Path, name: str, mean: float, rss: float, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    run_dir, _ = rf.create_run(root, name, config={"lr": 0.1})
+    with rf.JsonlWriter(run_dir / layout.METRICS) as w:
+        for i, t in enumerate(np.abs(rng.normal(mean, mean * 0.03, 40))):
+            w.write({"step": i, "time": float(i), "rank": 0, "step_time_s": float(t), "samples": 16,
+                     "loss": 1.0 / (1 + i)})
+    with rf.JsonlWriter(run_dir / layout.SYSTEM) as w:
+        w.write({"time": 0.0, "rss_bytes": rss})
+    return run_dir
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Path:
+    _run(tmp_path, "base", 0.100, 1.0e9, 0)
+    _run(tmp_path, "slow", 0.130, 1.0e9, 1)
+    _run(tmp_path, "fat", 0.100, 1.5e9, 2)
+    _run(tmp_path, "twin", 0.100, 1.0e9, 3)
+    return tmp_path
+
+
+def _json(capsys, *args: str) -> tuple[int, dict]:
+    rc = main(["diff", *args, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_text_output_names_both_runs_and_verdict(store: Path, capsys) -> None:
+    assert main(["diff", "base", "slow", "--root", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "baseline:  base" in out and "candidate: slow" in out
+    assert "slower" in out and "step time (median)" in out
+
+
+def test_json_contract_and_numbers(store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "base", "slow", "--root", str(store))
+    assert rc == 0
+    st = doc["step_time"]
+    assert st["verdict"] == "slower" and 1.2 < st["ratio"] < 1.4 and st["ci95"][0] > 1.0
+    assert st["ratio"] == pytest.approx(st["candidate_s"] / st["baseline_s"])
+    assert doc["peak_memory"]["ratio"] == pytest.approx(1.0)
+    assert doc["baseline"]["steps_warmup"] == 4  # min(5, 40 // 10)
+    assert doc["gates"]["failures"] == []
+
+
+def test_gate_fails_only_when_significantly_slower_beyond_pct(store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "base", "slow", "--root", str(store), "--fail-if-slower", "10")
+    assert rc == 1 and "slower" in doc["gates"]["failures"][0]
+    rc, _ = _json(capsys, "base", "slow", "--root", str(store), "--fail-if-slower", "50")
+    assert rc == 0  # 30 % slower is within a 50 % allowance
+    rc, _ = _json(capsys, "base", "twin", "--root", str(store), "--fail-if-slower", "0")
+    assert rc == 0  # no significant slowdown: the gate never fails on noise
+    rc, _ = _json(capsys, "slow", "base", "--root", str(store), "--fail-if-slower", "0")
+    assert rc == 0  # faster passes
+
+
+def test_memory_gate(store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "base", "fat", "--root", str(store), "--fail-if-more-memory", "20")
+    assert rc == 1 and doc["peak_memory"]["verdict"] == "more"
+    rc, _ = _json(capsys, "base", "fat", "--root", str(store), "--fail-if-more-memory", "60")
+    assert rc == 0
+
+
+def test_run_against_itself_is_same(store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "base", "base", "--root", str(store), "--fail-if-slower", "0")
+    assert rc == 0 and doc["step_time"]["verdict"] == "same" and doc["step_time"]["ci95"] == [1.0, 1.0]
+
+
+def test_bad_input_is_one_line_exit_2(store: Path, capsys) -> None:
+    assert main(["diff", "base", "nope", "--root", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["diff", "base", "slow", "--root", str(store), "--threshold", "-1"]) == 2
+    assert "--threshold" in capsys.readouterr().err
+    assert main(["diff", "base", "slow", "--root", str(store), "--fail-if-slower", "-5"]) == 2
+
+
+def test_gpu_trace_pair_by_path(shared_data: Path, capsys) -> None:
+    pair = shared_data / "traces" / "gpu_before_after"
+    rc, doc = _json(capsys, str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--by", "shape")
+    assert rc == 0
+    assert doc["baseline"]["kind"] == "traces" and doc["baseline"]["steps"] == 6
+    assert doc["kernels"] and doc["breakdown_delta"] and doc["ops"]
+    assert "input_shapes" in doc["ops"][0]
+    deltas = [abs(o["delta_us"]) for o in doc["ops"]]
+    assert deltas == sorted(deltas, reverse=True)
+    rc, back = _json(capsys, str(pair / "test.json.gz"), str(pair / "control.json.gz"))
+    assert back["step_time"]["ratio"] * doc["step_time"]["ratio"] == pytest.approx(1.0)
+    assert back["step_time"]["ci95"][0] * doc["step_time"]["ci95"][1] == pytest.approx(1.0)
