@@ -1,0 +1,101 @@
+"""Rules over the step table and the manifest: data loading, optimizer, launch-bound, utilisation,
+stragglers, CPU threads — each fires on a run with the problem and stays silent on one without."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from app.analysis.advisor import MissingEvidence
+from app.analysis.advisor.dataloading import data_loading_bound
+from app.analysis.advisor.distributed import rank_stragglers
+from app.analysis.advisor.launch import launch_bound
+from app.analysis.advisor.optimizer import optimizer_expensive
+from app.analysis.advisor.threads import cpu_threads
+from app.analysis.advisor.utilization import low_device_utilization
+from tests.analysis.advisor.factory import evidence, events, kernel_step, metrics, steps, trace
+
+
+def test_data_loading_bound_shows_measured_share_and_config():
+    ev = evidence(steps_df=steps(dataloader=3000), config={"num_workers": 0})
+    [f] = data_loading_bound(ev)
+    assert f.evidence["dataloader_share"] == pytest.approx(0.3)
+    assert f.evidence["num_workers"] == 0 and "num_workers=0" in f.explanation
+    assert f.severity == "high" and "num_workers" in f.fix and "pin_memory" in f.fix
+    assert data_loading_bound(evidence(steps_df=steps(dataloader=200))) == []  # 2%
+
+
+def test_data_loading_falls_back_to_logged_data_time():
+    m = metrics(step_time_s=[0.1] * 10, data_time_s=[0.02] * 10)
+    [f] = data_loading_bound(evidence(metrics_df=m))
+    assert f.evidence["dataloader_share"] == pytest.approx(0.2)
+    with pytest.raises(MissingEvidence):
+        data_loading_bound(evidence(metrics_df=metrics(step_time_s=[0.1] * 10)))
+
+
+def test_optimizer_expensive_unless_fused():
+    st = steps(forward=3000, backward=4000, optimizer=2500)
+    [f] = optimizer_expensive(evidence(steps_df=st))
+    assert f.evidence["optimizer_share"] == pytest.approx(0.25)
+    assert "foreach=True" in f.fix
+    assert optimizer_expensive(evidence(steps_df=steps(forward=4000, backward=5000, optimizer=500))) == []
+    fused = trace(events([{"name": "aten::_fused_adamw_", "cat": "cpu_op", "ts_us": 1.0, "dur_us": 5.0}]))
+    assert optimizer_expensive(evidence(steps_df=st, traces=[fused])) == []
+
+
+def _gpu_trace(kernel_us: float, n: int = 40, gap_us: float = 0.0) -> object:
+    rows = kernel_step(0.0, n_kernels=n, kernel_us=kernel_us, gap_us=gap_us)
+    return trace(events(rows))
+
+
+def test_launch_bound_many_short_kernels_with_host_idle():
+    st = steps(1, duration_us=400.0, kernel=100.0, runtime=150.0, cpu_exec=100.0)
+    [f] = launch_bound(evidence(steps_df=st, traces=[_gpu_trace(2.5, n=40, gap_us=5)]))
+    assert f.evidence["short_kernel_share"] == 1.0 and f.evidence["host_idle_share"] == pytest.approx(0.625)
+    assert "torch.compile" in f.fix
+    # long kernels keep the GPU busy: not launch-bound even with host time
+    long_st = steps(1, duration_us=40 * 500.0, kernel=40 * 500.0 * 0.9, runtime=40 * 500.0 * 0.05)
+    assert launch_bound(evidence(steps_df=long_st, traces=[_gpu_trace(500.0)])) == []
+
+
+def test_launch_bound_needs_a_gpu_trace():
+    with pytest.raises(MissingEvidence):
+        launch_bound(evidence(steps_df=steps(runtime=5000)))
+
+
+def test_low_utilization_names_the_idle_cause_and_gaps():
+    tr = _gpu_trace(100.0, n=10, gap_us=400.0)  # 100 µs kernels, 400 µs gaps
+    st = steps(1, duration_us=5030.0, kernel=1000.0, cpu_exec=3500.0, other=530.0)
+    [f] = low_device_utilization(evidence(steps_df=st, traces=[tr]))
+    assert f.evidence["busy_share"] == pytest.approx(1000 / 5030)
+    assert f.evidence["gaps_over_100us_per_step"] == 9
+    assert "CPU work" in f.explanation
+    busy = steps(1, duration_us=5030.0, kernel=4000.0)
+    assert low_device_utilization(evidence(steps_df=busy, traces=[tr])) == []
+
+
+def test_stragglers_from_steps_and_from_metrics():
+    st = pd.concat([steps(4, rank=0, duration_us=10_000), steps(4, rank=1, duration_us=10_200),
+                    steps(4, rank=2, duration_us=14_000)])
+    [f] = rank_stragglers(evidence(steps_df=st))
+    assert f.rank == 2 and f.evidence["ratio"] == pytest.approx(14_000 / 10_100)
+    even = pd.concat([steps(4, rank=r, duration_us=10_000 + 100 * r) for r in range(3)])
+    assert rank_stragglers(evidence(steps_df=even)) == []
+    m = pd.concat([metrics(step_time_s=[0.1] * 5).assign(rank=0), metrics(step_time_s=[0.2] * 5).assign(rank=1)])
+    [g] = rank_stragglers(evidence(metrics_df=m))
+    assert g.rank == 1
+    with pytest.raises(MissingEvidence):
+        rank_stragglers(evidence(steps_df=steps(4)))
+
+
+def test_cpu_threads_far_from_cores():
+    cpu = lambda count, threads: ({"type": "cpu", "count": count, "threads": threads},)  # noqa: E731
+    [f] = cpu_threads(evidence(devices=cpu(16, 1)))
+    assert f.evidence == {"intra_op_threads": 1, "logical_cpus": 16, "threads_per_cpu": 1 / 16}
+    [g] = cpu_threads(evidence(devices=cpu(8, 32)))
+    assert "oversubscribe" in g.title
+    assert cpu_threads(evidence(devices=cpu(16, 8))) == []  # torch's default: physical cores
+    assert cpu_threads(evidence(devices=cpu(2, 1))) == []  # too few CPUs to matter
+    with pytest.raises(MissingEvidence):  # GPU training: threads do not set the pace
+        cpu_threads(evidence(devices=cpu(16, 1) + ({"type": "cuda", "index": 0},)))
+    with pytest.raises(MissingEvidence):  # not recorded
+        cpu_threads(evidence(devices=({"type": "cpu"},)))
