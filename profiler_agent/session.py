@@ -96,7 +96,7 @@ class Session:
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
         self._losses.append(loss.detach())
-        if not self._graph_drawn and self.options.graph:
+        if not self._graph_drawn and self.options.graph and self.rank == 0:
             self._graph_drawn = True
             with self.failures.guard("backward graph"):
                 self._draw_graph(loss)
@@ -209,9 +209,10 @@ class Session:
         with self.failures.guard("find model"):
             self.root = self._choose_root()
             if self.root is not None:
-                graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
                 _, samples = self.top_level.get(id(self.root), (None, 0))
                 self._samples = samples
+                if self.rank == 0:  # every rank holds the same model
+                    graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
         self.top_level.clear()
         if self.on_root_found is not None:
             with self.failures.guard("model hooks"):

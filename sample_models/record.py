@@ -15,7 +15,8 @@ from pathlib import Path
 
 from profiler_agent.launcher import LaunchRequest, launch
 from profiler_agent.options import AgentOptions
-from profiler_agent.runformat import RunStatus, RunStoreNotFoundError, layout, list_runs
+from profiler_agent.options import ProfileSchedule
+from profiler_agent.runformat import RunStatus, RunStoreNotFoundError, layout, list_runs, read_jsonl
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,6 +54,37 @@ def record_sample(sample: Sample, root: Path, *, steps: int, extra: list[str]) -
     return launch(request)
 
 
+def read_median_step_time(run_dir: Path, schedule: ProfileSchedule = ProfileSchedule()) -> float | None:
+    """Median ``step_time_s`` of a run, leaving out step 0 and the steps inside profiler windows."""
+    first = 1 + schedule.wait
+    window = range(first, first + schedule.warmup + schedule.active + 1)  # +1: the trace export
+    times = [r["step_time_s"] for r in read_jsonl(run_dir / layout.METRICS).records
+             if isinstance(r.get("step_time_s"), (int, float)) and r.get("step", 0) > 0 and r["step"] not in window]
+    if not times:
+        return None
+    times.sort()
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+
+
+def print_comparison(root: Path) -> None:
+    """Print the newest baseline's and optimized run's median step time and the speed-up."""
+    try:
+        runs = list_runs(root).runs
+    except RunStoreNotFoundError:
+        return
+    medians: dict[str, float] = {}
+    for run_dir, manifest in runs:  # newest first
+        if manifest.name in ("baseline", "optimized") and manifest.name not in medians:
+            median = read_median_step_time(run_dir)
+            if median is not None:
+                medians[manifest.name] = median
+    if len(medians) == 2:
+        base, opt = medians["baseline"], medians["optimized"]
+        print(f"median step time: baseline {base * 1e3:.1f} ms, optimized {opt * 1e3:.1f} ms "
+              f"({base / opt:.2f}x faster, {100 * (1 - opt / base):.0f}% less time per step)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sample_models.record", description=__doc__.splitlines()[0])
     p.add_argument("--root", default=None, help="run store (default: $TORCHSCOPE_RUNS or ./runs)")
@@ -71,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         code = record_sample(sample, root, steps=args.steps, extra=extra)
         worst = worst or code
+    print_comparison(root)
     return worst
 
 
