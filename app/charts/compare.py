@@ -77,9 +77,10 @@ def make_waterfall_figure(breakdown: pd.DataFrame, *, view: str = "device", heig
     x = ["baseline step", *cats["category"].astype(str), "candidate step"]
     y = [step["baseline_us"] / 1e3, *(cats["delta_us"] / 1e3), step["candidate_us"] / 1e3]
     measure = ["absolute", *["relative"] * len(cats), "total"]
+    text = [f"{y[0]:.2f} ms", *(f"{d:+.2f}" for d in y[1:-1]), f"{y[-1]:.2f} ms"]
     fig.add_trace(go.Waterfall(x=x, y=y, measure=measure, increasing={"marker": {"color": _UP}},
                                decreasing={"marker": {"color": _DOWN}}, totals={"marker": {"color": "#1f77b4"}},
-                               texttemplate="%{delta:+.2f}", hovertemplate="%{x}: %{y:.3f} ms<extra></extra>"))
+                               text=text, textposition="outside", hovertemplate="%{x}: %{y:.3f} ms<extra></extra>"))
     fig.update_yaxes(title="ms per step")
     return _layout(fig, f"Where the time went ({view} view, per step)", height)
 

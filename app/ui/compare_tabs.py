@@ -38,7 +38,9 @@ def render_time_tab(cmp: Comparison) -> None:
                     format_func=lambda v: {"device": "kernels / copies / CPU / data loading",
                                            "phase": "forward / backward / optimizer"}[v])
     st.plotly_chart(make_waterfall_figure(cmp.breakdown, view=view), width="stretch", key="compare_waterfall")
-    st.dataframe(cmp.breakdown[cmp.breakdown["view"] == view], hide_index=True, width="stretch",
+    part = cmp.breakdown[(cmp.breakdown["view"] == view)
+                         & ((cmp.breakdown["baseline_us"] != 0) | (cmp.breakdown["candidate_us"] != 0))]
+    st.dataframe(part, hide_index=True, width="stretch",
                  column_config={"baseline_us": _US, "candidate_us": _US, "delta_us": _US,
                                 "delta_share": st.column_config.NumberColumn("share of baseline step", format="%.3f")})
     st.caption(f"Per-step means over {cmp.profiled_steps[0]} (baseline) and {cmp.profiled_steps[1]} (candidate) "
