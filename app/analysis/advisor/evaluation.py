@@ -105,12 +105,25 @@ def _touches(cands: pd.DataFrame, used: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _no_grad_param_ops(events: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray] | None) -> int:
+    """Parameter ops run without grad mode: no sequence number, and not nested in (or around) an op
+    that has one (ops below the autograd layer, e.g. aten::_convolution in aten::convolution, never
+    carry a number). These are a no_grad/inference_mode forward."""
+    if "sequence" not in events.columns:
+        return 0
+    cpu = events[events["cat"].astype(str) == "cpu_op"]
+    ops = cpu[cpu["sequence"].isna() & cpu["name"].astype(str).isin(PARAM_OPS)]
+    if spans is not None and len(spans[0]):
+        ops = ops[in_spans(ops["ts_us"].to_numpy(float), *spans)]
+    return int((~_touches(ops, cpu[cpu["sequence"].notna()])).sum())
+
+
 @rule("eval_without_no_grad", family="evaluation", title="Forward passes build graphs no backward uses")
 def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
     """Fires when ≥ UNUSED_OPS_MIN graph-building forward ops never reach a backward pass."""
     if not ev.traces:
         raise MissingEvidence("needs a profiler trace")
-    total_unused, unused_us, total_us, seen_seq, opaque = 0, 0.0, 0.0, False, False
+    total_unused, unused_us, total_us, seen_seq, opaque, no_grad_ops = 0, 0.0, 0.0, False, False, 0
     names: dict[str, int] = {}
     for rank, events in events_of(ev):
         if "sequence" in events.columns and events["sequence"].notna().any():
@@ -119,6 +132,7 @@ def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
         steps = ev.steps[ev.steps["rank"] == rank] if "rank" in ev.steps.columns else pd.DataFrame()
         spans = (steps["host_start_us"].to_numpy(float), steps["host_end_us"].to_numpy(float)) if len(steps) else None
         unused = unused_graph_ops(events, spans)
+        no_grad_ops += _no_grad_param_ops(events, spans)
         total_unused += len(unused)
         unused_us += float(unused["dur_us"].sum())
         for n, c in unused["name"].astype(str).value_counts().head(5).items():
@@ -129,6 +143,9 @@ def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
     if not seen_seq:
         raise MissingEvidence("the trace has no autograd sequence numbers (no grad-mode ops or no backward recorded)")
     if total_unused < UNUSED_OPS_MIN:
+        if total_unused == 0 and no_grad_ops == 0:
+            raise MissingEvidence("the profiled steps hold no forward pass outside training: evaluation, if any, "
+                                  "ran outside the profiler window")
         return []
     share = unused_us / total_us if total_us > 0 else 0.0
     top = ", ".join(f"{n} ×{c}" for n, c in sorted(names.items(), key=lambda x: -x[1])[:3])

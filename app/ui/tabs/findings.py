@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -12,7 +13,7 @@ from app.analysis.advisor import Advice, Finding, Severity, advise, evidence_fro
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "render_finding"]
+__all__ = ["TITLE", "render", "render_finding", "cached_advice"]
 
 TITLE = "Findings"
 
@@ -31,6 +32,11 @@ def _advice(path: str, sig: tuple[float, ...]) -> Advice:
     traces = list(cached_traces(path)) if run.trace_files else []
     analysis = cached_trace_analysis(path) if traces else None
     return advise(evidence_from_run(run, traces=traces, analysis=analysis))
+
+
+def cached_advice(run_dir: str | Path) -> Advice:
+    """The advisor's Advice for a run folder, recomputed when the run's files change."""
+    return _advice(str(run_dir), run_signature(run_dir))
 
 
 def _fmt(v: float) -> str:
@@ -79,7 +85,7 @@ def _render_not_checked(advice: Advice, ctx: RunContext) -> None:
 def render(ctx: RunContext) -> None:
     """The advisor's findings for the run, largest expected gain first."""
     with st.spinner("Running the advisor's rules…"):
-        advice = _advice(str(ctx.run_dir), run_signature(ctx.run_dir))
+        advice = cached_advice(ctx.run_dir)
     findings: list[Any] = list(advice.findings)
     if ctx.rank is not None:
         findings = [f for f in findings if f.rank is None or f.rank == ctx.rank]

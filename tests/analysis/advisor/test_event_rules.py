@@ -148,3 +148,11 @@ def test_comm_not_overlapped():
     [f] = comm_not_overlapped(evidence(steps_df=steps(2), traces=[trace(events(_step_rows(2, comm_after)))]))
     assert f.evidence["exposed_comm_share"] == pytest.approx(0.3) and f.evidence["overlapped_share"] == 0
     assert comm_not_overlapped(evidence(steps_df=steps(2), traces=[trace(events(_step_rows(2, comm_during)))])) == []
+
+
+def test_eval_rule_skips_when_no_evaluation_was_profiled():
+    train = [_fwd("aten::linear", 0, 0, 30), _fwd("aten::addmm", 5, 1),
+             {**_fwd("aten::mkldnn_convolution", 6, None), "dur_us": 2.0},  # below autograd: never numbered
+             _fwd("AddmmBackward0", 101, 1)]
+    with pytest.raises(MissingEvidence, match="outside the profiler window"):
+        eval_without_no_grad(evidence(steps_df=steps(1, duration_us=400.0), traces=[trace(events(train))]))
