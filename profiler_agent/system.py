@@ -28,6 +28,7 @@ class _ProcessTree:
     def __init__(self) -> None:
         self.me = psutil.Process(os.getpid())
         self.me.cpu_percent(None)
+        psutil.cpu_percent(None)  # the first reading of each counter is meaningless (0.0)
         self.children: dict[int, psutil.Process] = {}
 
     def sample(self) -> dict[str, Any]:

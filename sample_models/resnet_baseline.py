@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fail-at-step", type=int, default=-1, help=argparse.SUPPRESS)  # tests: raise here
+    # Tests only: raise at this step. SUPPRESS keeps it out of the namespace (and the run's config).
+    p.add_argument("--fail-at-step", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     step, start = 0, time.perf_counter()
     for epoch in range(args.epochs):
         for x, y in train_loader:
-            if step == args.fail_at_step:
+            if step == getattr(args, "fail_at_step", -1):
                 raise RuntimeError(f"failing on purpose at step {step} (--fail-at-step)")
             optimizer.zero_grad()
             loss = criterion(model(x), y)
