@@ -90,6 +90,10 @@ def _resolve_tensors(rows: list[dict[str, Any]]) -> None:
             if isinstance(value, torch.Tensor):
                 places.setdefault(value.device, []).append((row, key))
     for device, spots in places.items():
+        if device.type == "cpu":  # no sync to save: read each directly (cheaper than stacking)
+            for row, key in spots:
+                row[key] = float(row[key].detach().reshape(()).item())
+            continue
         with torch.no_grad():
             values = torch.stack([row[key].detach().reshape(()).to(torch.float64) for row, key in spots])
             numbers = values.cpu().tolist()

@@ -111,3 +111,18 @@ def test_argparse_capture_records_the_outer_namespace() -> None:
     assert args.lr == 0.5 and args.epochs == 3
     assert seen == [{"lr": 0.5, "cmd": "train", "epochs": 3}]
     json.dumps(seen)
+
+
+def test_heartbeat_refreshes_the_manifest(tmp_path: Path) -> None:
+    import time
+
+    from profiler_agent.heartbeat import Heartbeat
+    from profiler_agent.runformat import create_run, read_manifest
+
+    run_dir, m = create_run(tmp_path, "beat")
+    beat = Heartbeat(run_dir, interval_s=0.05).start()
+    deadline = time.monotonic() + 10
+    while read_manifest(run_dir).heartbeat == m.heartbeat and time.monotonic() < deadline:
+        time.sleep(0.05)
+    beat.stop()
+    assert read_manifest(run_dir).heartbeat > m.heartbeat
