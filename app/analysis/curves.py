@@ -80,7 +80,10 @@ def debiased_ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndar
         acc = weight * acc + one_minus * v
         ema[i] = acc
     n = np.arange(1, xs.size + 1, dtype=np.float64)
-    out[finite] = ema / (1.0 - np.power(weight, n))
+    # The average is a convex combination of the values, so it lies within their range; the
+    # clip removes rounding noise (a constant learning rate would otherwise wobble at 1e-17 and
+    # an autoscaled axis would draw that wobble as spikes).
+    out[finite] = np.clip(ema / (1.0 - np.power(weight, n)), xs.min(), xs.max())
     return out
 
 

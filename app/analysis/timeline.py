@@ -28,6 +28,8 @@ STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_profiler_range"})
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "privateuse1_runtime"})
 _HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "ac2g"})
+# The profiler's own "PyTorch Profiler (0)" span covers the whole trace: a lane of no news.
+_PROFILER_SPAN_CATEGORIES = frozenset({"Trace"})
 
 TIMELINE_COLUMNS = ["lane", "depth", "name", "cat", "start_ms", "dur_us", "input_shapes"]
 
@@ -144,7 +146,8 @@ def compute_timeline(
     max_events: int = 20_000,
 ) -> Timeline:
     """Return the events overlapping [start_us, end_us] laid out in lanes, at most
-    ``max_events`` of them (the longest; shorter ones are counted in ``hidden_events``).
+    ``max_events`` of them (the longest; shorter ones are counted in ``hidden_events``). The
+    profiler's own whole-trace span (category "Trace") is left out.
 
     Raises ValueError when the window is empty or max_events < 1.
     """
@@ -153,7 +156,8 @@ def compute_timeline(
     if max_events < 1:
         raise ValueError(f"max_events must be positive, got {max_events}")
     ends = events["ts_us"] + events["dur_us"].fillna(0.0)
-    inside = events[(events["ts_us"] < end_us) & (ends > start_us)]
+    work = ~events["cat"].astype(str).isin(_PROFILER_SPAN_CATEGORIES)
+    inside = events[(events["ts_us"] < end_us) & (ends > start_us) & work]
     total = len(inside)
     hidden_max = 0.0
     if total > max_events:

@@ -80,4 +80,9 @@ def make_curve_figure(
     )
     fig.update_xaxes(title_text=X_AXIS_TITLES[x_axis])
     fig.update_yaxes(title_text=key, type="log" if log_y else "linear")
+    if len(curve) and not log_y:
+        lo, hi = float(curve["value"].min()), float(curve["value"].max())
+        if hi - lo <= 1e-9 * max(abs(hi), abs(lo)):  # a flat curve: show it flat, not its rounding noise
+            pad = abs(hi) * 0.1 or 1.0
+            fig.update_yaxes(range=[lo - pad, hi + pad])
     return fig

@@ -153,3 +153,16 @@ def test_compute_curve_unknown_key_and_empty() -> None:
         compute_curve(_metrics(), "accuracy")
     empty = compute_curve(_metrics().assign(loss=np.nan), "loss")
     assert empty.empty and list(empty.columns) == CURVE_COLUMNS
+
+
+def test_curve_figure_raw_behind_smoothed_and_flat_axis() -> None:
+    from app.charts.curves import make_curve_figure
+
+    df = _metrics().assign(lr=0.05)
+    fig = make_curve_figure(compute_curve(df, "lr"), "lr")
+    assert [d.name for d in fig.data] == ["rank 0 raw", "rank 0", "rank 1 raw", "rank 1"]
+    assert "0.25" in fig.data[0].line.color  # the raw line is faint
+    lo, hi = fig.layout.yaxis.range
+    assert lo < 0.05 < hi and hi - lo > 0.001  # a constant is drawn flat, not as rounding noise
+    only_smoothed = make_curve_figure(compute_curve(df, "loss", ranks=[0]), "loss", show_raw=False, log_y=True)
+    assert len(only_smoothed.data) == 1 and only_smoothed.layout.yaxis.type == "log"

@@ -115,3 +115,24 @@ def test_category_timeline_hand_made() -> None:
     assert peak.set_index("category")["bytes"].to_dict() == {"parameter": 10, "gradient": 7, "activation": 5,
                                                             "temporary": 0}
     assert compute_category_timeline(raw.iloc[0:0]).empty and compute_category_peak(cats.iloc[0:0]).empty
+
+
+def test_memory_figures(snap: dict) -> None:
+    from app.charts.memory import byte_unit, make_category_figure, make_memory_timeline_figure
+
+    assert byte_unit(3 * 2**30) == (2.0**30, "GiB") and byte_unit(10) == (1.0, "B")
+    t = compute_snapshot_timeline(snap, 0)
+    peak = int(t["allocated_bytes"].idxmax())
+    fig = make_memory_timeline_figure(t, x="event", x_title="event", peak_index=peak, title="<b>cuda:0</b>")
+    names = [d.name for d in fig.data]
+    assert names == ["reserved", "allocated", "peak"]
+    assert fig.data[2].y[0] == pytest.approx(19 + 512 / MiB)  # in MiB
+    assert fig.layout.yaxis.title.text == "MiB" and "&lt;b&gt;" in fig.layout.title.text
+    no_reserved = make_memory_timeline_figure(t.assign(reserved_bytes=np.nan), x="event", x_title="event")
+    assert [d.name for d in no_reserved.data] == ["allocated"]
+    raw = pd.DataFrame({"ts_ns": np.array([1, 2], dtype=np.int64), "action": ["create", "create"],
+                        "bytes": np.array([2**20, 2**21], dtype=np.int64),
+                        "category": pd.Categorical(["parameter", "activation"], categories=list(MEMORY_CATEGORIES))})
+    cat_fig = make_category_figure(compute_category_timeline(raw))
+    assert [d.name for d in cat_fig.data] == ["parameter", "activation"]  # parameters at the bottom
+    assert all(d.stackgroup == "memory" for d in cat_fig.data)

@@ -71,6 +71,8 @@ def _render_trace_memory(ctx: RunContext) -> None:
     device = st.radio("Device", devices, horizontal=True, key=ctx.key("memory_device")) if len(devices) > 1 \
         else devices[0]
     rows = timeline[timeline["device"] == device].reset_index(drop=True)
+    if not (rows["reserved_bytes"] > 0).any():  # CPU allocators report no reserved memory
+        rows = rows.assign(reserved_bytes=np.nan)
     peak = int(rows["allocated_bytes"].idxmax())
     peak_ts = float(rows.at[peak, "ts_us"])
     origin = float(traces[index].events["ts_us"].min()) if len(traces[index].events) else float(rows["ts_us"].min())
