@@ -35,9 +35,9 @@ FLOW_SCHEMA = pa.schema([
 COUNTER_SCHEMA = pa.schema([("name", _DICT), ("ts_us", pa.float64()), ("pid", _DICT), ("value", pa.float64())])
 THREAD_SCHEMA = pa.schema([("pid", _DICT), ("tid", _DICT), ("kind", _DICT), ("name", pa.string())])
 
-_X = attrgetter("name", "cat", "ts", "dur", "pid", "tid", "args")
-_XARGS = attrgetter("correlation", "external_id", "external_id_lc", "device", "stream", "input_dims",
-                    "input_dims_lc", "input_type", "nbytes", "sequence", "fwd_tid")
+_X = attrgetter("name", "cat", "ts", "dur", "pid", "tid", "args.correlation", "args.external_id",
+                "args.external_id_lc", "args.device", "args.stream", "args.input_dims", "args.input_dims_lc",
+                "args.input_type", "args.nbytes", "args.sequence", "args.fwd_tid")
 _MEM = attrgetter("device_type", "device_id", "addr", "mem_bytes", "total_allocated", "total_reserved")
 
 
@@ -45,23 +45,32 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-def _dict(values: list[Any]) -> pa.Array:
-    return pa.array(values, pa.string()).dictionary_encode()
+def _dict(values: Any, none: str = "") -> pa.Array:
+    """Dictionary-encode Python values as strings; repeated values are converted once."""
+    memo: dict[Any, int] = {}
+    setdefault = memo.setdefault
+    codes = [setdefault(v, len(memo)) for v in values]
+    words = [none if k is None else k if type(k) is str else str(k) for k in memo]
+    if len(set(words)) != len(words):  # e.g. pid 1 and "1", or None and "": merge through Arrow
+        return pa.array(["" if v is None else str(v) for v in values], pa.string()).dictionary_encode()
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
 
 
-def _ids(values: list[Any]) -> pa.Array:
+def _ids(values: Any) -> pa.Array:
     """pid/tid are ints for host threads and strings for devices ("stream 7", "Spans")."""
-    memo: dict[Any, str] = {v: ("" if v is None else str(v)) for v in set(values)}
-    return _dict([memo[v] for v in values])
+    return _dict(values)
 
 
-def _text(raws: list[Any], squeeze: bool) -> list[str]:
-    """Raw JSON text of shapes/types; identical texts are converted once (they repeat a lot)."""
+def _text(raws: Any, squeeze: bool) -> pa.Array:
+    """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once."""
+    if raws.count(_EMPTY) == len(raws):
+        return _dict([""] * len(raws))
     memo: dict[bytes, str] = {}
     out = []
+    append = out.append
     for r in raws:
         if r is _EMPTY:  # most events have no shapes: skip the copy
-            out.append("")
+            append("")
             continue
         b = bytes(r)
         s = memo.get(b)
@@ -69,20 +78,21 @@ def _text(raws: list[Any], squeeze: bool) -> list[str]:
             # shapes hold only digits and brackets: drop spaces so writers' spacing does not split groups
             t = b.replace(b" ", b"") if squeeze else b
             s = memo[b] = "" if t in (b"", b"null") else t.decode("utf-8", "replace")
-        out.append(s)
-    return out
+        append(s)
+    return _dict(out)
 
 
-def _first(a: tuple[Any, ...], b: tuple[Any, ...], empty: Any = None) -> list[Any] | tuple[Any, ...]:
-    if all(v is empty for v in b):
+def _first(a: tuple[Any, ...], b: tuple[Any, ...], empty: Any = None) -> Any:
+    if b.count(empty) == len(b):
         return a
     return [x if x is not empty else y for x, y in zip(a, b)]
 
 
-def _ints(values: tuple[Any, ...]) -> tuple[Any, ...] | list[Any]:
-    if all(v is None or type(v) is int for v in values):
-        return values
-    return [v if v is None or type(v) is int else _parse_int(v) for v in values]
+def _ints(values: tuple[Any, ...]) -> Any:
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if v is None or type(v) is int else _parse_int(v) for v in values], pa.int64())
 
 
 def _parse_int(v: Any) -> int | None:
@@ -95,15 +105,13 @@ def _parse_int(v: Any) -> int | None:
 def _complete_events(xs: list[Any]) -> pa.Table:
     if not xs:
         return empty_table(EVENT_SCHEMA)
-    name, cat, ts, dur, pid, tid, args = zip(*map(_X, xs))
-    corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq, fwd = zip(*map(_XARGS, args))
+    (name, cat, ts, dur, pid, tid, corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq,
+     fwd) = zip(*map(_X, xs))
     cols = [
-        _dict([n or "" for n in name]), _dict([c or "" for c in cat]),
-        pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(list(pid)), _ids(list(tid)),
+        _dict(name), _dict(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
         pa.array(corr, pa.int64()), pa.array(_first(ext, ext_lc), pa.int64()), pa.array(dev, pa.int64()),
-        pa.array(_ints(stream), pa.int64()), _dict(_text(list(_first(dims, dims_lc, _EMPTY)), True)),
-        _dict(_text(list(types), False)), pa.array(nbytes, pa.int64()), pa.array(seq, pa.int64()),
-        pa.array(fwd, pa.int64()),
+        _ints(stream), _text(_first(dims, dims_lc, _EMPTY), True), _text(types, False),
+        pa.array(nbytes, pa.int64()), pa.array(seq, pa.int64()), pa.array(fwd, pa.int64()),
     ]
     return pa.Table.from_arrays(cols, schema=EVENT_SCHEMA)
 
@@ -124,7 +132,7 @@ def _flow_events(fs: list[Any]) -> pa.Table:
         return empty_table(FLOW_SCHEMA)
     return pa.Table.from_arrays([
         pa.array(["" if e.id is None else str(e.id) for e in fs], pa.string()),
-        _dict([e.cat or "" for e in fs]), _dict([e.ph for e in fs]),
+        _dict([e.cat for e in fs]), _dict([e.ph for e in fs]),
         pa.array([e.ts for e in fs], pa.float64()), _ids([e.pid for e in fs]), _ids([e.tid for e in fs]),
     ], schema=FLOW_SCHEMA)
 
@@ -135,7 +143,7 @@ def _thread_events(ms: list[Any]) -> pa.Table:
     if not rows:
         return empty_table(THREAD_SCHEMA)
     pid, tid, kind, name = zip(*rows)
-    return pa.Table.from_arrays([_ids(list(pid)), _ids(list(tid)), _dict(list(kind)), pa.array(name, pa.string())],
+    return pa.Table.from_arrays([_ids(pid), _ids(tid), _dict(kind), pa.array(name, pa.string())],
                                 schema=THREAD_SCHEMA)
 
 

@@ -12,6 +12,7 @@ and a warning says where the file ended.
 """
 from __future__ import annotations
 
+import gc
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -364,6 +365,18 @@ def _finish(buf: bytes, is_object: bool, warnings: list[str], path: Path) -> tup
 
 def parse_trace_file(path: Path, progress: Progress | None = None) -> ParsedTrace:
     """Read ``path`` once and return its tables; raise TraceError when nothing can be recovered."""
+    # The pass allocates millions of short-lived objects that hold no reference cycles; the cyclic
+    # GC would rescan them again and again (measured: a third of the ingest time at 100 MB).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(path, progress)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
     out = ParsedTrace()
     sink = _Sink()
     pieces = _read_pieces(path, out.warnings, progress)
