@@ -35,7 +35,7 @@ def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") 
     fig = go.Figure()
     for rank, part in metrics.groupby("rank", sort=True):
         y = pd.to_numeric(part[value], errors="coerce") * 1e3
-        fig.add_trace(go.Scattergl(x=part["step"], y=y, mode="lines+markers", name=f"rank {rank}",
+        fig.add_trace(go.Scatter(x=part["step"], y=y, mode="lines+markers", name=f"rank {rank}",
                                    marker={"size": 4}, hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>"))
         med = y.median()
         if pd.notna(med):

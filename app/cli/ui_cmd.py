@@ -37,6 +37,7 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--server.address", args.host,
         "--server.headless", "true" if args.no_browser else "false",
         "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",  # users browse runs; they do not edit the app
     ]
     env = {**os.environ, layout.ROOT_ENV: str(root)}
     return cmd, env

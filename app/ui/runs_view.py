@@ -88,6 +88,7 @@ def render_runs_table(table: pd.DataFrame) -> list[int]:
         selection_mode="multi-row",
         column_config=_COLUMN_CONFIG,
         width="stretch",
+        placeholder="–",
     )
     rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
     return [r for r in rows if 0 <= r < len(table)]

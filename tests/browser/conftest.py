@@ -1,0 +1,120 @@
+"""Browser-test fixtures: a streamlit server on a store of runs, and a headless Chromium page."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler_agent.runformat import layout
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = PROJECT_ROOT / "test-output" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(root: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `streamlit run app/streamlit_app.py` on ``root``; return (process, base URL) once healthy."""
+    port = _free_port()
+    env = {**os.environ, layout.ROOT_ENV: str(root), "HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "app" / "streamlit_app.py"),
+         "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{out[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return proc, url
+        except OSError:
+            time.sleep(0.3)
+    proc.terminate()
+    raise RuntimeError("streamlit did not become healthy in 90 s")
+
+
+@pytest.fixture(scope="session")
+def browser_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """Real agent runs when sample_models can record them, plus hand-made and imported runs."""
+    from tests.conftest import build_fixture_store
+
+    root = tmp_path_factory.mktemp("browser_store")
+    try:
+        sample = request.getfixturevalue("sample_store")
+        for run in sample.iterdir():
+            if run.is_dir():
+                shutil.copytree(run, root / run.name, symlinks=True)
+    except pytest.skip.Exception:
+        pass
+    build_fixture_store(root)
+    shared = PROJECT_ROOT.parent / "shared" / "data" / "traces" / "two_ranks"
+    if shared.is_dir():
+        from app.data.tbprofiler import import_traces
+
+        import_traces(shared, root, name="two-ranks")
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(browser_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed")
+    proc, url = start_server(browser_store, tmp_path_factory.mktemp("home"))
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})  # type: ignore[attr-defined]
+    pg = context.new_page()
+    pg.set_default_timeout(60_000)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def screenshot(page: object, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+    return path

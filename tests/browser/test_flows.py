@@ -1,0 +1,103 @@
+"""Main flows in a real headless Chromium: Runs catalog → a run → every tab, with screenshots."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser.conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+EXCEPTION = '[data-testid="stException"]'
+
+
+def _wait_idle(page) -> None:  # noqa: ANN001
+    # Streamlit shows a "running" status widget while the script runs.
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+        timeout=120_000,
+    )
+    page.wait_for_timeout(300)
+
+
+def test_runs_catalog(page, server):  # noqa: ANN001
+    page.goto(f"{server}/")
+    page.get_by_role("heading", name="Runs").wait_for()
+    page.locator('[data-testid="stDataFrame"]').first.wait_for()
+    _wait_idle(page)
+    assert page.locator(EXCEPTION).count() == 0
+    assert page.get_by_text(re.compile(r"\d+ of \d+ runs")).count() == 1
+    screenshot(page, "runs_catalog")
+    page.get_by_label("Filter").fill("adam")
+    page.get_by_label("Filter").press("Enter")
+    page.get_by_text(re.compile(r"^1 of \d+ runs")).wait_for()
+    assert page.locator(EXCEPTION).count() == 0
+    screenshot(page, "runs_catalog_filtered")
+
+
+def _visit_tabs(page, prefix: str) -> list[str]:  # noqa: ANN001
+    tabs = page.get_by_role("tab")
+    names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
+    assert names[:1] == ["Overview"] and "Config" in names, names
+    for i, name in enumerate(names):
+        page.get_by_role("tab").nth(i).click()  # tabs switch in the browser: no script rerun
+        page.wait_for_timeout(300)
+        assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
+        screenshot(page, f"{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
+    return names
+
+
+def test_run_page_every_tab(page, server):  # noqa: ANN001
+    page.goto(f"{server}/run?run=baseline")
+    page.get_by_role("tab", name="Overview").wait_for()
+    _wait_idle(page)
+    assert page.locator(EXCEPTION).count() == 0
+    # Overview's step-time chart (from metrics) is a real plotly chart
+    page.locator(".js-plotly-plot").first.wait_for()
+    assert page.locator(".js-plotly-plot").count() >= 1
+    names = _visit_tabs(page, "run_baseline")
+    for name in ("Overview", "Operators", "Kernels", "System", "Logs", "Config"):
+        assert name in names
+    # the System tab draws its charts
+    page.get_by_role("tab", name="System").click()
+    _wait_idle(page)
+    panel = page.locator('[role="tabpanel"]:visible')
+    assert panel.locator(".js-plotly-plot").count() >= 2
+
+
+def test_imported_gpu_two_rank_run(page, server):  # noqa: ANN001
+    page.goto(f"{server}/run?run=two-ranks")
+    page.get_by_role("tab", name="Overview").wait_for()
+    _wait_idle(page)
+    assert page.locator(EXCEPTION).count() == 0
+    page.get_by_role("tab", name="Operators").click()
+    _wait_idle(page)
+    panel = page.locator('[role="tabpanel"]:visible')
+    panel.locator(".js-plotly-plot").first.wait_for()
+    assert page.locator(EXCEPTION).count() == 0
+    screenshot(page, "run_two_ranks_operators")
+    page.get_by_role("tab", name="Kernels").click()
+    _wait_idle(page)
+    page.locator('[role="tabpanel"]:visible').locator(".js-plotly-plot").first.wait_for()
+    screenshot(page, "run_two_ranks_kernels")
+
+
+def test_open_run_from_catalog(page, server):  # noqa: ANN001
+    page.goto(f"{server}/")
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    _wait_idle(page)
+    # The first column of the grid holds the row-selection checkboxes.
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 18, box["y"] + 55)
+    page.get_by_role("button", name="Open run").wait_for()
+    _wait_idle(page)
+    page.get_by_role("button", name="Open run").click()
+    page.get_by_role("tab", name="Overview").wait_for()
+    _wait_idle(page)
+    assert "/run" in page.url and "run=" in page.url
+    assert page.locator(EXCEPTION).count() == 0
+    screenshot(page, "run_opened_from_catalog")
