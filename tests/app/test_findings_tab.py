@@ -29,3 +29,12 @@ def test_clean_run_says_so(monkeypatch, fixture_store):
     tab = _tab(at, "Findings")
     assert "No problems found" in texts(tab.success)
     assert not [e for e in tab.expander if e.label.startswith(("🔴", "🟠", "🟡"))]
+
+
+def test_agent_baseline_shows_data_loading_finding(monkeypatch, sample_store):
+    at = open_app(monkeypatch, sample_store, run="baseline")
+    assert_clean(at)
+    tab = _tab(at, "Findings")
+    labels = [e.label for e in tab.expander]
+    assert any("Data loading takes" in label for label in labels), labels
+    assert any("num_workers" in c.value for c in tab.code)

@@ -5,7 +5,6 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .model import MissingEvidence, RunEvidence, Severity
@@ -75,8 +74,8 @@ def require_device_trace(ev: RunEvidence) -> None:
 def metric_curve(ev: RunEvidence, key: str, *, min_points: int = 1) -> pd.DataFrame:
     """``step`` and ``value`` of one logged metric for the lowest rank, rows where it was logged.
 
-    Non-finite values are kept (NaN where the key was logged as NaN is not distinguishable from
-    "not logged" after the table is built; callers that care use :func:`training_rows`).
+    ±Inf values are kept; NaN rows are dropped (after the table is built a NaN cannot be told
+    from "not logged"; the NaN-loss rule reads the rows itself).
     Raises MissingEvidence when the key was not logged at least ``min_points`` times.
     """
     require_run(ev, "logged curves")
@@ -87,7 +86,7 @@ def metric_curve(ev: RunEvidence, key: str, *, min_points: int = 1) -> pd.DataFr
         m = m[m["rank"] == m["rank"].min()]
     values = pd.to_numeric(m[key], errors="coerce")
     out = pd.DataFrame({"step": pd.to_numeric(m["step"], errors="coerce"), "value": values})
-    out = out[out["value"].notna() | np.isinf(out["value"].astype(float))].dropna(subset=["step"])
+    out = out[out["value"].notna()].dropna(subset=["step"])
     if len(out) < min_points:
         raise MissingEvidence(f"needs at least {min_points} logged values of {key!r} (has {len(out)})")
     return out.sort_values("step", kind="stable").reset_index(drop=True)
