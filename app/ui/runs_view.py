@@ -101,8 +101,9 @@ def _open_buttons(selected: pd.DataFrame) -> None:
         st.switch_page(RUN_PAGE, query_params={"run": ids[0]})
     if compare_page_exists():
         if right.button("Compare", key="runs_compare", disabled=len(ids) < 2,
-                        help="select two or more runs; the first selected is the baseline"):
-            st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(ids)})
+                        help="select two or more runs; the oldest is the baseline, the others candidates"):
+            oldest_first = list(selected.sort_values("started_at", kind="stable")["id"])
+            st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(oldest_first)})
 
 
 def _render_edit(row: pd.Series) -> None:

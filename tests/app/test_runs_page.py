@@ -127,3 +127,18 @@ def test_tb_profiler_folder_is_listed_read_only(monkeypatch, shared_data, tmp_pa
     at = _select(at, ["exp1"])
     assert "read-only" in texts(at.caption)
     assert not [b for b in at.button if b.key == "runs_remove"]
+
+
+def test_compare_selected_runs(monkeypatch, fixture_store):
+    import pytest
+
+    from app.ui.layout import compare_page_exists
+
+    if not compare_page_exists():
+        pytest.skip("no Compare page in this version")
+    root, runs = fixture_store
+    at = _select(open_app(monkeypatch, root), ["baseline", "optimized"])
+    at.button(key="runs_compare").click().run()
+    assert not at.exception
+    url = str(at.query_params["runs"])
+    assert url.index(runs["baseline"].name) < url.index(runs["optimized"].name)  # the older one is the baseline
