@@ -198,4 +198,10 @@ def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
             timelines[label] = compute_step_aligned_memory(side.traces, side.analysis.steps)
     if any(len(t) for t in timelines.values()):
         figs.append(("Memory", make_memory_overlay_figure(timelines)))
+    runs = {b: cmp.baseline.run, c: cmp.candidate.run}
+    if all(r is not None and "loss" in r.metrics.columns for r in runs.values()):
+        from app.analysis.curves import compute_curve
+
+        curves = {label: compute_curve(r.metrics, "loss") for label, r in runs.items()}
+        figs.append(("Loss", make_curve_overlay_figure(curves, "loss")))
     return figs

@@ -259,3 +259,12 @@ def test_gpu_before_after_full_comparison(shared_data: Path) -> None:
     doc = comparison_to_json(cmp)
     json.dumps(doc, allow_nan=False)
     assert doc["kernels"] and doc["breakdown_delta"]
+
+
+@pytest.mark.parametrize("folder", ["cpu_only", "cuda_event_sync", "nccl_distributed", "rocm", "triton", "two_ranks"])
+def test_every_shared_trace_compares_with_itself(shared_data: Path, folder: str) -> None:
+    side_ = load_side(shared_data / "traces" / folder)
+    cmp = diff_sides(side_, side_)
+    assert cmp.step_verdict == "same"
+    assert len(cmp.breakdown) == 0 or (cmp.breakdown["delta_us"] == 0).all()
+    json.dumps(comparison_to_json(cmp), allow_nan=False)
