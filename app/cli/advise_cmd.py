@@ -2,7 +2,7 @@
 
 RUN is a run folder, a run id/name in the store, a trace file, or a folder of traces. A bare
 trace gets only the trace rules (curve and config rules need a recorded run). ``--json`` prints
-one document: ``{"source", "findings": [...], "checked", "skipped", "errors"}``; each finding has
+one document: ``{"source", "findings": [...], "checked", "skipped", "errors", "problems"}``; each finding has
 ``rule``, ``severity``, ``title``, ``evidence`` (numbers), ``fix``, ``expected_gain``,
 ``gain_share``, ``doc_url``, ... (docs/advisor.md). Exit code 0; with ``--fail-on SEVERITY``, 1
 when a finding at or above that severity exists (a CI gate).
@@ -43,6 +43,8 @@ def _print_text(advice: Advice, verbose: bool) -> None:
         out.write(f"   fix: {f.fix_summary}\n" + textwrap.indent(f.fix, "      ") + f"\n   docs: {f.doc_url}\n")
     if verbose and advice.skipped:
         out.write("\nNot checked:\n" + "".join(f"  {k}: {v}\n" for k, v in advice.skipped.items()))
+    for p in advice.problems:
+        sys.stderr.write(f"torchscope advise: warning: {p}\n")
     for k, v in advice.errors.items():
         sys.stderr.write(f"torchscope advise: rule {k} failed: {v}\n")
 

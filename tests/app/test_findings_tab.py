@@ -38,3 +38,22 @@ def test_agent_baseline_shows_data_loading_finding(monkeypatch, sample_store):
     labels = [e.label for e in tab.expander]
     assert any("Data loading takes" in label for label in labels), labels
     assert any("num_workers" in c.value for c in tab.code)
+
+
+def test_nan_loss_and_unreadable_trace(monkeypatch, tmp_path):
+    from profiler_agent import runformat as rf
+    from profiler_agent.runformat import layout
+
+    root = tmp_path / "runs"
+    run_dir, _ = rf.create_run(root, "nan-run", config={"lr": 1.0})
+    with rf.JsonlWriter(run_dir / layout.METRICS) as w:
+        for step in range(10):
+            w.write({"step": step, "rank": 0, "loss": 2.0 - 0.1 * step if step < 6 else float("nan"), "lr": 1.0})
+    (run_dir / layout.TRACES_DIR).mkdir(exist_ok=True)
+    (run_dir / layout.TRACES_DIR / "host_1.1700000000000000000.pt.trace.json").write_text("{not json")
+    rf.update_manifest(run_dir, status=rf.RunStatus.FINISHED)
+    at = open_app(monkeypatch, root, run="nan-run")
+    assert not at.exception
+    tab = _tab(at, "Findings")
+    assert any("Loss became NaN at step 6" in e.label for e in tab.expander)
+    assert "traces not used" in texts(tab.warning)

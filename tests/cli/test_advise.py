@@ -66,3 +66,14 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no-such-run" in capsys.readouterr().err
     assert main(["advise", str(tmp_path), "--rule", "bogus"]) == 2
     assert "unknown advisor rule 'bogus'" in capsys.readouterr().err
+
+
+def test_unreadable_trace_gives_partial_advice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = _nan_run(tmp_path / "runs")
+    (run_dir / layout.TRACES_DIR).mkdir(exist_ok=True)
+    (run_dir / layout.TRACES_DIR / "host_1.1700000000000000000.pt.trace.json").write_text("{not json")
+    assert main(["advise", str(run_dir), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert [f["rule"] for f in doc["findings"]] == ["nonfinite_loss"]
+    assert any("traces not used" in p for p in doc["problems"])

@@ -84,7 +84,7 @@ def advise(evidence: RunEvidence, *, rules: list[str] | None = None) -> Advice:
         checked.append(r.id)
         findings.extend(found)
     return Advice(source=evidence.source, findings=tuple(order_findings(findings)), checked=tuple(checked),
-                  skipped=skipped, errors=errors)
+                  skipped=skipped, errors=errors, problems=evidence.problems)
 
 
 def advise_path(ref: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Advice:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from app.data import runs as runs_data
-from app.errors import UsageError
+from app.errors import TraceError, UsageError
 from profiler_agent import runformat as rf
 
 from .model import RunEvidence
@@ -23,14 +23,29 @@ def _analyze(traces: list[Any]) -> Any:
 def evidence_from_traces(traces: list[Any], *, source: str, analysis: Any = None) -> RunEvidence:
     """Evidence for bare traces (no manifest, no curves): only trace rules can speak."""
     return RunEvidence(source=source, has_run=False, traces=tuple(traces),
-                       analysis=analysis if analysis is not None else _analyze(traces))
+                       analysis=analysis if analysis is not None else _analyze(traces),
+                       problems=_trace_warnings(traces))
+
+
+def _trace_warnings(traces: list[Any]) -> tuple[str, ...]:
+    return tuple(f"{Path(str(getattr(t, 'path', '?'))).name}: {w}" for t in traces for w in getattr(t, "warnings", ()))
 
 
 def evidence_from_run(run: runs_data.RunData, *, traces: list[Any] | None = None, analysis: Any = None,
                       module_tree: Any = None) -> RunEvidence:
-    """Evidence for a loaded run; ``traces``/``analysis`` are loaded from the run when None."""
+    """Evidence for a loaded run; ``traces``/``analysis`` are loaded from the run when None.
+
+    An unreadable trace does not stop the advice: the curve and config rules still run, and the
+    trace's error is listed in ``problems``.
+    """
+    problems: list[str] = list(run.problems)
     if traces is None:
-        traces = _load_run_traces(run.path)
+        try:
+            traces = _load_run_traces(run.path)
+        except TraceError as e:
+            traces = []
+            problems.append(f"traces not used: {e}")
+    problems.extend(_trace_warnings(traces))
     if analysis is None:
         analysis = _analyze(traces)
     if module_tree is None:
@@ -42,7 +57,7 @@ def evidence_from_run(run: runs_data.RunData, *, traces: list[Any] | None = None
     return RunEvidence(
         source=str(run.path), has_run=True, config=dict(m.config), devices=tuple(m.devices),
         world_size=m.world_size, metrics=run.metrics, system=run.system, traces=tuple(traces),
-        analysis=analysis, module_tree=module_tree,
+        analysis=analysis, module_tree=module_tree, problems=tuple(problems),
     )
 
 

@@ -111,7 +111,8 @@ class RunEvidence:
     a cpu entry with ``count`` and ``threads``); ``metrics`` has ``step``, ``rank`` and one
     column per logged key; ``traces`` are TraceTables (app.data.trace) and ``analysis`` their
     TraceAnalysis (``steps``, ``ops``, ``kernels``, ``memory``). ``has_run`` is False for a
-    bare trace, so rules that need curves or config stay silent.
+    bare trace, so rules that need curves or config stay silent. ``problems`` says what could
+    not be read (an unreadable trace, a recovered truncated one): advice is then partial.
     """
 
     source: str
@@ -124,6 +125,7 @@ class RunEvidence:
     traces: tuple[Any, ...] = ()
     analysis: Any = None
     module_tree: Mapping[str, Any] | None = None
+    problems: tuple[str, ...] = ()
 
     @cached_property
     def steps(self) -> pd.DataFrame:
@@ -157,7 +159,8 @@ class Advice:
 
     ``findings`` ordered by expected gain; ``checked`` the rules that had their inputs (a rule
     in ``checked`` without a finding is a clean bill); ``skipped`` rule → why it could not look;
-    ``errors`` rule → message of a rule that failed (a bug, reported rather than hidden).
+    ``errors`` rule → message of a rule that failed (a bug, reported rather than hidden);
+    ``problems`` what could not be read from the run (see RunEvidence.problems).
     """
 
     source: str
@@ -165,6 +168,7 @@ class Advice:
     checked: tuple[str, ...]
     skipped: Mapping[str, str]
     errors: Mapping[str, str] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -173,4 +177,5 @@ class Advice:
             "checked": list(self.checked),
             "skipped": dict(self.skipped),
             "errors": dict(self.errors),
+            "problems": list(self.problems),
         }

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.advisor import Advice, Finding, Severity, advise, evidence_from_run
+from app.errors import TorchscopeError
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
@@ -29,8 +30,11 @@ def _md(text: str) -> str:
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _advice(path: str, sig: tuple[float, ...]) -> Advice:
     run = cached_run(path)
-    traces = list(cached_traces(path)) if run.trace_files else []
-    analysis = cached_trace_analysis(path) if traces else None
+    try:
+        traces: list[Any] | None = list(cached_traces(path)) if run.trace_files else []
+        analysis = cached_trace_analysis(path) if traces else None
+    except TorchscopeError:
+        traces, analysis = None, None  # evidence_from_run retries, then advises without them
     return advise(evidence_from_run(run, traces=traces, analysis=analysis))
 
 
@@ -74,6 +78,8 @@ def _render_summary(advice: Advice) -> None:
 
 
 def _render_not_checked(advice: Advice, ctx: RunContext) -> None:
+    for p in advice.problems:
+        st.warning(f"Partial advice: {p}")
     for rule_id, msg in advice.errors.items():
         st.warning(f"Rule {rule_id} failed on this run: {msg}")
     if advice.skipped:
