@@ -71,26 +71,21 @@ def debiased_ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndar
     xs = x[finite]
     if xs.size == 0:
         return out
-    # The recursion is a linear filter; scipy is not a dependency, so run it in a tight loop
-    # over the finite values only (1e6 points take well under a second).
-    ema = np.empty_like(xs)
-    acc = 0.0
-    one_minus = 1.0 - weight
-    for i, v in enumerate(xs.tolist()):
-        acc = weight * acc + one_minus * v
-        ema[i] = acc
-    n = np.arange(1, xs.size + 1, dtype=np.float64)
+    # pandas' adjusted EWM is the same quantity: sum(w^i · x_{t-i}) / sum(w^i) over the values
+    # so far, and sum(w^i, i < n) = (1 - w^n) / (1 - w) turns it into TensorBoard's formula. It
+    # runs in compiled code (1e6 points in ~0.05 s) where a Python loop takes a second.
+    ema = pd.Series(xs).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
     # The average is a convex combination of the values, so it lies within their range; the
     # clip removes rounding noise (a constant learning rate would otherwise wobble at 1e-17 and
     # an autoscaled axis would draw that wobble as spikes).
-    out[finite] = np.clip(ema / (1.0 - np.power(weight, n)), xs.min(), xs.max())
+    out[finite] = np.clip(ema, xs.min(), xs.max())
     return out
 
 
 def minmax_downsample_indices(y: np.ndarray | Sequence[float], max_points: int) -> np.ndarray:
     """Return sorted row indices of at most ``max_points`` points that keep the curve's shape.
 
-    The series is cut into ``max_points // 2`` equal buckets and each bucket keeps its minimum
+    The series is cut into ``(max_points - 2) // 2`` equal buckets; each keeps its minimum
     and its maximum (in their original order), plus the first and last points overall. Unlike a
     stride sample this keeps every spike that stands out of its bucket, and always keeps the
     global minimum and maximum. NaNs never win a bucket; a bucket of only NaNs keeps its first
@@ -104,32 +99,31 @@ def minmax_downsample_indices(y: np.ndarray | Sequence[float], max_points: int) 
     n = y.size
     if n <= max_points:
         return np.arange(n)
-    buckets = max(1, (max_points - 2) // 2)
-    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    starts = edges[:-1]
+    # Equal buckets (the last one shorter), laid out as rows of a 2-D array so that argmax and
+    # argmin run over contiguous memory in one call each.
+    size = -(-n // max(1, (max_points - 2) // 2))
+    buckets = -(-n // size)
+    pad = buckets * size - n
     finite = np.isfinite(y)
-    hi = np.where(finite, y, -np.inf)
-    lo = np.where(finite, y, np.inf)
-    # reduceat gives per-bucket extremes; the index of the extreme is recovered by comparing
-    # each row with its bucket's value and taking the first match.
-    bucket_of = np.repeat(np.arange(buckets), np.diff(edges))
-    max_val = np.maximum.reduceat(hi, starts)
-    min_val = np.minimum.reduceat(lo, starts)
-    is_max = hi == max_val[bucket_of]
-    is_min = lo == min_val[bucket_of]
-    idx_max = _first_true_per_bucket(is_max, bucket_of, buckets)
-    idx_min = _first_true_per_bucket(is_min, bucket_of, buckets)
-    keep = np.concatenate([idx_max, idx_min, starts[idx_max < 0], [0, n - 1]])
-    keep = keep[keep >= 0]
+    if finite.all():
+        # Pad with the last value: it cannot change the last bucket's extremes, and argmax/argmin
+        # return the first occurrence, which is then a real row. No NaN masks to build.
+        hi = lo = np.concatenate([y, np.full(pad, y[-1])]).reshape(buckets, size) if pad else y.reshape(buckets, size)
+    else:
+        hi = np.concatenate([np.where(finite, y, -np.inf), np.full(pad, -np.inf)]).reshape(buckets, size)
+        lo = np.concatenate([np.where(finite, y, np.inf), np.full(pad, np.inf)]).reshape(buckets, size)
+    rows = np.arange(buckets)
+    arg_hi = hi.argmax(axis=1)  # first occurrence of the bucket's maximum
+    arg_lo = lo.argmin(axis=1)
+    has_value = np.isfinite(hi[rows, arg_hi])
+    starts = rows * size
+    keep = np.concatenate([
+        starts[has_value] + arg_hi[has_value],
+        starts[has_value] + arg_lo[has_value],
+        starts[~has_value],  # a bucket of only NaNs keeps one row, so the gap stays visible
+        [0, n - 1],
+    ])
     return np.unique(keep)
-
-
-def _first_true_per_bucket(mask: np.ndarray, bucket_of: np.ndarray, buckets: int) -> np.ndarray:
-    rows = np.flatnonzero(mask)
-    first = np.full(buckets, -1, dtype=np.int64)
-    # Reverse so that, for each bucket, the earliest row is written last and wins.
-    first[bucket_of[rows[::-1]]] = rows[::-1]
-    return first
 
 
 # Below this a ``time`` value is read as seconds since the run started, not a Unix time.
