@@ -268,3 +268,43 @@ def test_every_shared_trace_compares_with_itself(shared_data: Path, folder: str)
     assert cmp.step_verdict == "same"
     assert len(cmp.breakdown) == 0 or (cmp.breakdown["delta_us"] == 0).all()
     json.dumps(comparison_to_json(cmp), allow_nan=False)
+
+
+def _memory_run_side(name: str, times: list[float], loss: list[float], rss: float, lr: float) -> CompareSide:
+    from app.data.runs import RunData
+
+    metrics = pd.DataFrame({"step": range(len(times)), "time": np.arange(len(times), dtype=float), "rank": 0,
+                            "step_time_s": times, "samples": 8, "loss": loss[: len(times)]})
+    system = pd.DataFrame({"time": [0.0], "rss_bytes": [rss]})
+    manifest = rf.Manifest(id=f"id-{name}", name=name, config={"lr": lr})
+    run = RunData(path=Path(name), manifest=manifest, status=rf.RunStatus.FINISHED, metrics=metrics, system=system)
+    return CompareSide(label=name, path=Path(name), kind=SideKind.RUN, run=run)
+
+
+run_strategy = st.tuples(
+    st.lists(st.floats(0.001, 2.0), min_size=4, max_size=50),
+    st.lists(st.floats(0.01, 10.0), min_size=50, max_size=50),
+    st.floats(1e6, 1e10),
+    st.sampled_from([0.1, 0.01]),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(run_strategy, run_strategy)
+def test_metric_sides_mirror(a, b) -> None:
+    sa, sb = _memory_run_side("a", *a), _memory_run_side("b", *b)
+    o = CompareOptions(resamples=200)
+    ab, ba = diff_sides(sa, sb, o), diff_sides(sb, sa, o)
+    assert ab.step_time.ratio * ba.step_time.ratio == pytest.approx(1.0)
+    if ab.step_time.has_interval:
+        assert ab.step_time.lo * ba.step_time.hi == pytest.approx(1.0)
+        assert ab.throughput.lo * ba.throughput.hi == pytest.approx(1.0)
+    assert ab.memory_ratio * ba.memory_ratio == pytest.approx(1.0)
+    flip = {"faster": "slower", "slower": "faster", "same": "same", "less": "more", "more": "less"}
+    for x, y in ((ab.step_verdict, ba.step_verdict), (ab.memory_verdict, ba.memory_verdict)):
+        # 1/(1+t) vs 1-t: a ratio right at the threshold may read "same" one way only.
+        assert flip[str(x)] == str(y) or "same" in (x, y)
+    la, lb = ab.metrics.set_index("metric").loc["loss"], ba.metrics.set_index("metric").loc["loss"]
+    assert la["ratio"] * lb["ratio"] == pytest.approx(1.0)
+    assert (la["baseline_final"], la["candidate_final"]) == (lb["candidate_final"], lb["baseline_final"])
+    assert list(ab.config.columns[1:]) == list(reversed(ba.config.columns[1:]))

@@ -35,6 +35,9 @@ def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixtu
     assert {"Median step time", "Peak memory", "Final loss"} <= labels
     cfg = _tab(at, "Config")
     assert "config.optimizer" in str(cfg.dataframe[0].value["key"].tolist())
+    advisor = _tab(at, "Advisor")  # runs without traces: only metric rules can speak
+    assert not advisor.warning, texts(advisor.warning)
+    assert "Operator diffs need profiler traces" in texts(_tab(at, "Operators").info)
 
 
 def test_names_in_url_and_picker_changes_write_url(monkeypatch, fixture_store) -> None:
