@@ -45,37 +45,82 @@ def op_tree(host: pd.DataFrame) -> np.ndarray:
     starts = host["ts_us"].to_numpy(float)
     ends = starts + host["dur_us"].to_numpy(float)
     order = np.argsort(thread, kind="stable")  # group threads, keep time order inside
-    st, en, po = starts[order].tolist(), ends[order].tolist(), order.tolist()
-    th = thread[order].tolist()
+    bounds = np.flatnonzero(np.r_[True, thread[order][1:] != thread[order][:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rows = order[lo:hi]
+        local = _nested_parents(starts[rows], ends[rows])
+        if local is None:  # not properly nested (overlapping siblings): walk a stack instead
+            local = _stack_parents(starts[rows], ends[rows])
+        ok = local >= 0
+        parent[rows[ok]] = rows[local[ok]]
+    return parent
+
+
+def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
+    """Vectorised parents for properly nested intervals sorted by (start, -duration).
+
+    The depth of event i is the number of earlier events still open at its start; its parent is
+    the last earlier event one level up. Returns None when some child sticks out of its parent.
+    """
+    n = len(s)
+    pos = np.arange(n)
+    closed = np.searchsorted(np.sort(e), s, side="right")  # events with end <= s_i (any position)
+    # ... minus zero-length events at the same start placed at or after i (they sort last)
+    zero = (e == s).astype(np.int64)
+    group = np.r_[0, np.cumsum(s[1:] != s[:-1])]
+    last_in_group = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1][group]
+    cz = np.cumsum(zero)
+    closed_before = closed - (cz[last_in_group] - cz + zero)
+    depth = pos - closed_before
+    if (depth < 0).any():
+        return None
+    key = depth * (n + 1) + pos
+    sorted_idx = np.argsort(key, kind="stable")
+    sorted_key = key[sorted_idx]
+    want = (depth - 1) * (n + 1) + pos
+    j = np.searchsorted(sorted_key, want) - 1
+    cand = sorted_idx[np.clip(j, 0, None)]
+    has = (depth > 0) & (j >= 0) & (depth[cand] == depth - 1)
+    if (has != (depth > 0)).any():
+        return None
+    par = np.where(has, cand, -1)
+    p = par[has]
+    if (s[p] > s[has]).any() or (e[has] > e[p] + 1e-6).any():
+        return None
+    return par
+
+
+def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    par = np.full(len(s), -1, dtype=np.int64)
+    st, en = s.tolist(), e.tolist()
     stack: list[int] = []
-    prev = -1
-    for k in range(n):
-        if th[k] != prev:
-            stack, prev = [], th[k]
-        s = st[k]
-        while stack and en[stack[-1]] <= s:
+    for k in range(len(st)):
+        while stack and en[stack[-1]] <= st[k]:
             stack.pop()
         if stack:
-            parent[po[k]] = po[stack[-1]]
+            par[k] = stack[-1]
         stack.append(k)
-    return parent
+    return par
 
 
 def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
     """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns."""
-    host = events[cat_in(events, HOST_CATS)].reset_index(drop=True)
+    cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "input_shapes"]
+    host = events.loc[cat_in(events, HOST_CATS), cols].reset_index(drop=True)
     parent = op_tree(host)
     dur = host["dur_us"].to_numpy(float)
     has_parent = parent >= 0
     child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(host))
     self_us = np.clip(dur - child_sum, 0, None)
     device = np.zeros(len(host))
-    dev = events[is_device_activity(events) & events["correlation"].notna().to_numpy()]
+    dmask = is_device_activity(events) & events["correlation"].notna().to_numpy()
     rt_mask = is_runtime(host) & host["correlation"].notna().to_numpy()
-    if len(dev) and rt_mask.any():
-        dev_by_corr = dev.groupby("correlation", observed=True)["dur_us"].sum()
+    if dmask.any() and rt_mask.any():
+        dev_by_corr = pd.Series(events["dur_us"].to_numpy(float)[dmask]).groupby(
+            events["correlation"].to_numpy(dtype=np.int64, na_value=-1)[dmask]).sum()
         rt_pos = np.nonzero(rt_mask)[0]
-        rt_dev = host.loc[rt_mask, "correlation"].map(dev_by_corr).fillna(0.0).to_numpy(float)
+        rt_corr = host["correlation"].to_numpy(dtype=np.int64, na_value=-1)[rt_mask]
+        rt_dev = dev_by_corr.reindex(rt_corr).fillna(0.0).to_numpy(float)
         owner = parent[rt_pos]
         ok = owner >= 0
         device += np.bincount(owner[ok], weights=rt_dev[ok], minlength=len(host))
@@ -111,12 +156,13 @@ def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: floa
     if not frames or not sum(len(f) for f in frames):
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", "input_shapes") else float)
                              for c in cols})
-    ev = pd.concat(frames, ignore_index=True)
-    for k in keys + ["cat"]:
-        ev[k] = ev[k].astype(str)
-    g = ev.groupby(keys, sort=False).agg(calls=("dur_us", "size"), self_us=("self_us", "sum"),
-                                          total_us=("dur_us", "sum"), device_self_us=("device_self_us", "sum"),
-                                          category=("cat", "first")).reset_index()
+    ev = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Group on the categorical codes (cheap); only the grouped rows are turned into plain strings.
+    g = ev.groupby(keys, sort=False, observed=True).agg(
+        calls=("dur_us", "size"), self_us=("self_us", "sum"), total_us=("dur_us", "sum"),
+        device_self_us=("device_self_us", "sum"), category=("cat", "first")).reset_index()
+    for k in keys + ["category"]:
+        g[k] = g[k].astype(str)
     g["mean_us"] = g["total_us"] / g["calls"]
     denom = total_steps if total_steps > 0 else float(g["self_us"].sum()) or 1.0
     g["share"] = g["self_us"] / denom

@@ -47,16 +47,16 @@ class StepSpans:
 
 def _host_steps(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     host = ev[cats.is_host_op(ev)]
-    names = host["name"].astype(str)
-    prof = host[names.str.startswith("ProfilerStep#")]
+    is_prof = cats._name_mask(host, lambda n: n.startswith("ProfilerStep#"))
+    prof = host[is_prof]
     if len(prof):
         prof = prof.assign(step=pd.to_numeric(prof["name"].astype(str).str.split("#").str[1], errors="coerce"))
         prof = prof.dropna(subset=["step"]).drop_duplicates(subset=["step"]).sort_values("ts_us")
         if len(prof):
             s = prof["ts_us"].to_numpy(float)
             return prof["step"].to_numpy(int), s, s + prof["dur_us"].to_numpy(float), "profiler_step"
-    opt = host[names.str.startswith("Optimizer.step#")].sort_values("ts_us")
-    ops = host[~names.str.startswith("ProfilerStep#")]
+    opt = host[cats._name_mask(host, lambda n: n.startswith("Optimizer.step#"))].sort_values("ts_us")
+    ops = host[~is_prof]
     if len(opt) and len(ops):
         ends = (opt["ts_us"] + opt["dur_us"]).to_numpy(float)
         starts = np.concatenate([[float(ops["ts_us"].min())], ends[:-1]])
@@ -68,19 +68,28 @@ def _host_steps(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, s
     return np.array([], int), np.array([]), np.array([]), "none"
 
 
+def _with_corr(ev: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(correlation, start, end) numpy arrays of the masked events that have a correlation id."""
+    corr = ev["correlation"]
+    has = corr.notna().to_numpy() & mask
+    c = corr.to_numpy(dtype=np.int64, na_value=-1)[has]
+    s = ev["ts_us"].to_numpy(float)[has]
+    return c, s, s + ev["dur_us"].to_numpy(float)[has]
+
+
 def _device_links(ev: pd.DataFrame) -> pd.DataFrame:
     """Runtime calls with the span of the device events they launched (joined on correlation id)."""
-    dev = ev[cats.is_device_activity(ev) & ev["correlation"].notna()]
-    rt = ev[cats.is_runtime(ev) & ev["correlation"].notna()]
-    if dev.empty or rt.empty:
-        return pd.DataFrame(columns=["rt_start", "rt_end", "dev_min", "dev_max", "n"])
-    d = dev.assign(end=dev["ts_us"] + dev["dur_us"]).groupby("correlation", observed=True).agg(
-        dev_min=("ts_us", "min"), dev_max=("end", "max"), n=("ts_us", "size"))
-    r = rt[["correlation", "ts_us", "dur_us"]].drop_duplicates("correlation")
-    j = r.join(d, on="correlation", how="inner")
-    return pd.DataFrame({"rt_start": j["ts_us"].to_numpy(float), "rt_end": (j["ts_us"] + j["dur_us"]).to_numpy(float),
+    dc, ds, de = _with_corr(ev, cats.is_device_activity(ev))
+    rc, rs, re_ = _with_corr(ev, cats.is_runtime(ev))
+    if len(dc) == 0 or len(rc) == 0:
+        return pd.DataFrame(columns=["rt_start", "rt_end", "dev_min", "dev_max", "n", "corr"])
+    d = pd.DataFrame({"c": dc, "s": ds, "e": de}).groupby("c").agg(dev_min=("s", "min"), dev_max=("e", "max"),
+                                                                   n=("s", "size"))
+    r = pd.DataFrame({"c": rc, "rs": rs, "re": re_}).drop_duplicates("c")
+    j = r.join(d, on="c", how="inner")
+    return pd.DataFrame({"rt_start": j["rs"].to_numpy(float), "rt_end": j["re"].to_numpy(float),
                          "dev_min": j["dev_min"].to_numpy(float), "dev_max": j["dev_max"].to_numpy(float),
-                         "n": j["n"].to_numpy(int)})
+                         "n": j["n"].to_numpy(int), "corr": j["c"].to_numpy(np.int64)})
 
 
 def _adjust_to_device(ev: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -126,15 +135,16 @@ def _adjust_to_device(ev: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> t
 
 
 def _unmatched_device_ends(ev: pd.DataFrame, matched: pd.DataFrame) -> np.ndarray:
-    dev = ev[cats.is_device_activity(ev)]
-    links = ev[cats.is_runtime(ev) & ev["correlation"].notna()]
-    launched_in_step = set(links.loc[links["ts_us"].isin(matched["rt_start"]), "correlation"].dropna().astype(int))
-    mask = ~dev["correlation"].isin(launched_in_step)
-    return (dev.loc[mask, "ts_us"] + dev.loc[mask, "dur_us"]).to_numpy(float)
+    """Ends of device events not launched from inside any step."""
+    dev = cats.is_device_activity(ev)
+    corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)[dev]
+    ends = (ev["ts_us"].to_numpy(float) + ev["dur_us"].to_numpy(float))[dev]
+    return ends[~np.isin(corr, matched["corr"].to_numpy(np.int64))]
 
 
 def find_steps(events: pd.DataFrame) -> StepSpans:
     """Return the steps of one trace's events table (see the module docstring for the rules)."""
+    events = events[["name", "cat", "ts_us", "dur_us", "correlation"]]  # filters below copy only these
     steps, hs, he, source = _host_steps(events)
     order = np.argsort(hs, kind="stable")
     steps, hs, he = steps[order], hs[order], he[order]
