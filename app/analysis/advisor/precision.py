@@ -70,7 +70,8 @@ def _classify(ev: RunEvidence) -> pd.DataFrame:
         if k.empty:
             continue
         mma = k["op"].isin(MMA_OPS) | k["name"].str.contains(_MMA_KERNEL)
-        k = k.assign(mma=mma, kind=[float_kind(t, n) for t, n in zip(k["op_types"], k["name"])])
+        kinds = {pair: float_kind(*pair) for pair in set(zip(k["op_types"], k["name"]))}  # names repeat a lot
+        k = k.assign(mma=mma, kind=[kinds[pair] for pair in zip(k["op_types"], k["name"])])
         frames.append(k)
     if not frames:
         raise MissingEvidence("needs GPU kernels in a trace")
