@@ -3,6 +3,8 @@
 - ``compute_kernel_table``: per kernel name, calls / total / mean / min / max and ``share`` of
   all kernel time;
 - ``compute_memcpy_table``: per copy kind (``Memcpy HtoD …``, ``Memset …``), calls, time and bytes;
+- ``compute_temporal_breakdown``: HTA's temporal breakdown (whole GPU timeline: compute,
+  non-compute, idle), computed the same way so the two can be checked against each other;
 - ``compute_device_utilization``: per step, the time at least one kernel runs on a device
   (``busy_us``, union over streams), ``idle_us`` = step duration − busy, and ``utilization``.
 """
@@ -13,10 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from app.analysis.breakdown import (MEMCPY_CATS, MEMSET_CATS, _span, cat_in, covered_us, is_kernel,
-                                    merge_intervals)
+from app.analysis.breakdown import (MEMCPY_CATS, MEMSET_CATS, _span, cat_in, communication_kernel_mask,
+                                    covered_us, is_kernel, is_runtime, merge_intervals)
 
-__all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "compute_device_utilization"]
+__all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "compute_device_utilization",
+           "compute_temporal_breakdown"]
 
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "min_us", "max_us", "share"]
 
@@ -83,3 +86,44 @@ def compute_device_utilization(traces: Any, steps: pd.DataFrame | None = None) -
                 rows.append({"rank": t.rank, "step": int(step), "device": int(d), "busy_us": float(b),
                              "idle_us": float(du - b), "utilization": float(b / du) if du > 0 else 0.0})
     return pd.DataFrame(rows, columns=["rank", "step", "device", "busy_us", "idle_us", "utilization"])
+
+
+def _launched_in(ev: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
+    """Mask of events whose launching runtime call (same correlation id) starts in [lo, hi)."""
+    rt = ev[is_runtime(ev) & ev["correlation"].notna().to_numpy()].drop_duplicates("correlation")
+    start = pd.Series(rt["ts_us"].to_numpy(float), index=rt["correlation"].to_numpy(dtype=np.int64))
+    corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)
+    launch = start.reindex(corr).to_numpy(float)
+    return (launch >= lo) & (launch < hi)
+
+
+def compute_temporal_breakdown(traces: Any, *, drop_last_step: bool = True) -> pd.DataFrame:
+    """Per rank, as HTA's ``get_temporal_breakdown``: ``span_us`` (first device event start to last
+    end), ``compute_us`` (union of non-collective kernels), ``non_compute_us`` (collectives and
+    memcpy/memset not under a compute kernel), ``idle_us`` (nothing running), and their shares.
+
+    HTA leaves out the device work launched in the last ProfilerStep (``drop_last_step``).
+    """
+    from app.analysis.steps import find_steps
+
+    rows = []
+    for t in _items(traces):
+        ev = t.events
+        work = is_kernel(ev) | cat_in(ev, MEMCPY_CATS | MEMSET_CATS)
+        spans = find_steps(ev)
+        if drop_last_step and spans.source == "profiler_step" and len(spans.steps) > 1:
+            work &= ~_launched_in(ev, float(spans.host_start[-1]), float(spans.host_end[-1]))
+        if not work.any():
+            continue
+        compute = work & is_kernel(ev) & ~communication_kernel_mask(ev)
+        s, e = _span(ev, work)
+        lo, hi = np.array([s.min()]), np.array([e.max()])
+        busy = float(covered_us(*merge_intervals(s, e), lo, hi)[0])
+        comp = float(covered_us(*merge_intervals(*_span(ev, compute)), lo, hi)[0])
+        span = float(hi[0] - lo[0])
+        rows.append({"rank": t.rank, "span_us": span, "compute_us": comp, "non_compute_us": busy - comp,
+                     "idle_us": span - busy, "compute_share": comp / span if span else 0.0,
+                     "non_compute_share": (busy - comp) / span if span else 0.0,
+                     "idle_share": (span - busy) / span if span else 0.0})
+    return pd.DataFrame(rows, columns=["rank", "span_us", "compute_us", "non_compute_us", "idle_us",
+                                       "compute_share", "non_compute_share", "idle_share"])

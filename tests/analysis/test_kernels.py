@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from app.analysis.kernels import compute_device_utilization, compute_kernel_table, compute_memcpy_table
+from app.analysis.kernels import (compute_device_utilization, compute_kernel_table, compute_memcpy_table,
+                                  compute_temporal_breakdown)
 from app.data import trace_cache
 from app.data.trace import load_trace
 
@@ -44,3 +45,15 @@ def test_utilization_bounds(gpu: object) -> None:
     u = compute_device_utilization(gpu)
     assert len(u) == 6 and ((u["utilization"] > 0) & (u["utilization"] <= 1)).all()
     assert ((u["busy_us"] + u["idle_us"]) > 0).all()
+
+
+def test_temporal_breakdown_matches_hta_golden(gpu: object) -> None:
+    """Golden numbers from HTA 0.5.0 ``TraceAnalysis.get_temporal_breakdown`` on the same file."""
+    (row,) = compute_temporal_breakdown(gpu).itertuples()
+    assert row.rank == 3
+    assert row.span_us == pytest.approx(383404.0, abs=1)
+    assert row.compute_us == pytest.approx(234760.0, abs=1)
+    assert row.non_compute_us == pytest.approx(86525.0, abs=1)
+    assert row.idle_us == pytest.approx(62119.0, abs=1)
+    (whole,) = compute_temporal_breakdown(gpu, drop_last_step=False).itertuples()
+    assert whole.span_us > row.span_us
