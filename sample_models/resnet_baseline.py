@@ -42,7 +42,7 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-    def __init__(self, width: int = 32, classes: int = 10) -> None:
+    def __init__(self, width: int = 16, classes: int = 10) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
         self.layer1 = nn.Sequential(BasicBlock(width, width), BasicBlock(width, width))

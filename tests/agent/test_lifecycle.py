@@ -156,3 +156,20 @@ def test_unreachable_run_folder_never_breaks_the_job(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 6 steps" in proc.stdout
     assert not list_runs(tmp_path).runs
+
+
+def test_python_dash_m_profiler_agent_is_the_same_wrapper(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "profiler_agent", "run", "--root", str(tmp_path), "--name", "m",
+                           "--", "sh", "-c", "echo hi; exit 5"], capture_output=True, text=True, env=env(),
+                          cwd=PROJECT_ROOT, timeout=120)
+    assert proc.returncode == 5 and proc.stdout == "hi\n"
+    m = read_manifest(only_run(tmp_path))
+    assert m.name == "m" and m.exit_code == 5 and m.status is RunStatus.FAILED
+    assert m.command == ("sh", "-c", "echo hi; exit 5")
+
+
+def test_bad_schedule_is_a_usage_error_naming_the_value(tmp_path: Path) -> None:
+    proc = torchscope("run", "--root", str(tmp_path), "--active", "0", "--", "true")
+    assert proc.returncode == 2
+    assert "active=0 (need > 0)" in proc.stderr and "Traceback" not in proc.stderr
+    assert not tmp_path.joinpath("x").exists() and not list(tmp_path.iterdir())
