@@ -37,26 +37,36 @@ def lane_rows(timeline: Timeline) -> tuple[np.ndarray, list[float], list[str], i
 
 
 def _hover(frame: pd.DataFrame) -> list[str]:
+    """Hover text per event. Names, lanes and shapes repeat a lot, so each distinct one is
+    escaped and truncated once."""
+    memo: dict[str, str] = {}
+
+    def clean(text: str) -> str:
+        out = memo.get(text)
+        if out is None:
+            short = text if len(text) <= _NAME_CHARS else text[: _NAME_CHARS - 1] + "…"
+            out = memo[text] = html.escape(short)
+        return out
+
     texts = []
-    for name, cat, dur, shapes, lane in zip(frame["name"], frame["cat"], frame["dur_us"], frame["input_shapes"],
-                                            frame["lane"]):
-        short = name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
-        text = f"<b>{html.escape(short)}</b><br>{dur:,.1f} µs · {html.escape(cat)}<br>{html.escape(lane)}"
+    columns = (frame[c].to_numpy(dtype=object) for c in ("name", "cat", "lane", "input_shapes"))
+    for name, cat, lane, shapes, dur in zip(*columns, frame["dur_us"].to_numpy(np.float64).tolist()):
+        text = f"<b>{clean(name)}</b><br>{dur:,.1f} µs · {clean(cat)}<br>{clean(lane)}"
         if shapes:
-            text += f"<br>shapes {html.escape(shapes[:_NAME_CHARS])}"
+            text += f"<br>shapes {clean(shapes)}"
         texts.append(text)
     return texts
 
 
-def _segments(start: np.ndarray, end: np.ndarray, y: np.ndarray) -> tuple[list, list]:
-    """Each event becomes a start → end segment followed by a gap (None)."""
+def _segments(start: np.ndarray, end: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each event becomes a start → end segment followed by a NaN gap. Float arrays (not lists
+    with None) let plotly skip its per-element validation: 10× faster figures."""
     n = len(start)
-    xs = np.empty(3 * n, dtype=object)
-    ys = np.empty(3 * n, dtype=object)
-    xs[0::3], xs[1::3], xs[2::3] = start, end, None
+    xs = np.full(3 * n, np.nan)
+    ys = np.full(3 * n, np.nan)
+    xs[0::3], xs[1::3] = start, end
     ys[0::3] = ys[1::3] = y
-    ys[2::3] = None
-    return xs.tolist(), ys.tolist()
+    return xs, ys
 
 
 def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.Figure:
@@ -70,18 +80,19 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     y, ticks, labels, rows = lane_rows(timeline)
     height = int(min(1600, max(260, 70 + rows * 18)))
     width_px = float(max(2.0, min(12.0, (height - 70) / rows * 0.7)))
-    fig = go.Figure()
+    span_ms = (timeline.end_us - timeline.start_us) / 1000.0
+    traces: list[go.Scattergl] = []
     cats = sorted(events["cat"].unique()) if len(events) else []
     for i, cat in enumerate(cats):
         mask = (events["cat"] == cat).to_numpy()
         sub = events[mask]
         start = sub["start_ms"].to_numpy(np.float64)
-        # Zero-length events still get a visible sliver.
-        end = start + np.maximum(sub["dur_us"].to_numpy(np.float64), 0.0) / 1000.0
+        # Zero-length events still get a visible sliver (1/5000 of the window).
+        end = start + np.maximum(sub["dur_us"].to_numpy(np.float64) / 1000.0, span_ms / 5000)
         xs, ys = _segments(start, end, y[mask])
         colour = _PALETTE[i % len(_PALETTE)]
         name = cat or "(no category)"
-        fig.add_trace(
+        traces.append(
             go.Scattergl(
                 x=xs, y=ys, mode="lines", name=name, legendgroup=name, hoverinfo="skip",
                 line={"width": width_px, "color": colour}, connectgaps=False,
@@ -89,14 +100,15 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
         )
         # Hover text once per event, on an invisible marker at its middle: three copies (one
         # per segment end) would triple the payload sent to the browser.
-        fig.add_trace(
+        traces.append(
             go.Scattergl(
-                x=(start + end) / 2, y=y[mask], text=_hover(sub), mode="markers", name=name,
+                x=(start + end) / 2, y=y[mask].astype(np.float64), text=np.asarray(_hover(sub), dtype=object),
+                mode="markers", name=name,
                 legendgroup=name, showlegend=False, marker={"size": width_px, "color": colour, "opacity": 0},
                 hovertemplate="%{text}<extra></extra>",
             )
         )
-    span_ms = (timeline.end_us - timeline.start_us) / 1000.0
+    fig = go.Figure(data=traces)
     for tick in ticks[1:]:  # a thin rule between lanes
         fig.add_hline(y=tick - 0.5, line={"width": 1, "color": "rgba(120,120,120,0.35)"})
     fig.update_layout(
