@@ -20,6 +20,8 @@ __all__ = [
     "debiased_ema",
     "minmax_downsample_indices",
     "compute_curve",
+    "BAND_COLUMNS",
+    "compute_rank_band",
 ]
 
 # Columns of the metrics table that are coordinates, not curves.
@@ -27,6 +29,8 @@ INDEX_COLUMNS = ("step", "time", "rank")
 
 # Columns of compute_curve's result.
 CURVE_COLUMNS = ["rank", "step", "x", "value", "smoothed"]
+# Columns of compute_rank_band's result.
+BAND_COLUMNS = ["step", "ranks", "value_min", "value_median", "value_max", "smoothed_median", "max_rank"]
 
 
 class XAxis(StrEnum):
@@ -189,3 +193,34 @@ def compute_curve(
     if not parts:
         return pd.DataFrame(columns=CURVE_COLUMNS)
     return pd.concat(parts, ignore_index=True)[CURVE_COLUMNS]
+
+
+def compute_rank_band(
+    metrics: pd.DataFrame, key: str, *, smoothing: float = 0.6, max_points: int = 4000
+) -> pd.DataFrame:
+    """Return, per step, the spread of ``key`` over every rank (BAND_COLUMNS): how many ranks
+    logged it, their minimum, median and maximum, the debiased EMA of the median, and the rank
+    holding the maximum (the straggler, for a step time). For runs with too many ranks to
+    overlay one line each. Steps are downsampled on both the minimum and the maximum, so the
+    extremes of every rank survive.
+
+    Raises KeyError when ``key`` is not logged.
+    """
+    if key not in metrics.columns:
+        raise KeyError(f"metric {key!r} is not logged; logged keys: {', '.join(list_curve_keys(metrics))}")
+    frame = pd.DataFrame({
+        "step": pd.to_numeric(metrics["step"], errors="coerce"),
+        "rank": pd.to_numeric(metrics["rank"], errors="coerce") if "rank" in metrics else 0,
+        "value": pd.to_numeric(metrics[key], errors="coerce"),
+    })
+    frame = frame[np.isfinite(frame["value"]) & frame["step"].notna()]
+    if frame.empty:
+        return pd.DataFrame(columns=BAND_COLUMNS)
+    grouped = frame.groupby("step", sort=True)["value"]
+    band = grouped.agg(ranks="count", value_min="min", value_median="median", value_max="max").reset_index()
+    band["max_rank"] = frame.loc[grouped.idxmax().to_numpy(), "rank"].to_numpy().astype(np.int64)
+    band["smoothed_median"] = debiased_ema(band["value_median"].to_numpy(), smoothing)
+    half = max(4, max_points // 2)
+    keep = np.union1d(minmax_downsample_indices(band["value_max"].to_numpy(), half),
+                      minmax_downsample_indices(band["value_min"].to_numpy(), half))
+    return band.iloc[keep][BAND_COLUMNS].reset_index(drop=True)

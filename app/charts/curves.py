@@ -8,7 +8,7 @@ from plotly.colors import qualitative
 
 from app.analysis.curves import XAxis
 
-__all__ = ["make_curve_figure", "X_AXIS_TITLES"]
+__all__ = ["make_curve_figure", "make_rank_band_figure", "X_AXIS_TITLES"]
 
 X_AXIS_TITLES = {
     XAxis.STEP: "step",
@@ -85,4 +85,28 @@ def make_curve_figure(
         if hi - lo <= 1e-9 * max(abs(hi), abs(lo)):  # a flat curve: show it flat, not its rounding noise
             pad = abs(hi) * 0.1 or 1.0
             fig.update_yaxes(range=[lo - pad, hi + pad])
+    return fig
+
+
+def make_rank_band_figure(band: pd.DataFrame, key: str, *, log_y: bool = False, height: int = 320) -> go.Figure:
+    """Return the spread of ``key`` over ranks per step (the table of ``compute_rank_band``):
+    a shaded min–max band, the raw median faint and the smoothed median solid; hovering the
+    band's top names the rank holding the maximum."""
+    colour = _PALETTE[0]
+    fig = go.Figure([
+        go.Scattergl(x=band["step"], y=band["value_min"], mode="lines", line={"width": 0}, name="min",
+                     showlegend=False, hovertemplate="min %{y:.6g}<extra></extra>"),
+        go.Scattergl(x=band["step"], y=band["value_max"], mode="lines", line={"width": 0}, fill="tonexty",
+                     fillcolor=_rgba(colour, 0.2), name="min–max over ranks", customdata=band["max_rank"],
+                     hovertemplate="max %{y:.6g} (rank %{customdata})<extra></extra>"),
+        go.Scattergl(x=band["step"], y=band["value_median"], mode="lines", line={"color": _rgba(colour, 0.35),
+                     "width": 1}, name="median (raw)", showlegend=False,
+                     hovertemplate="median %{y:.6g}<extra></extra>"),
+        go.Scattergl(x=band["step"], y=band["smoothed_median"], mode="lines", line={"color": colour, "width": 2},
+                     name="median (smoothed)", hovertemplate="smoothed median %{y:.6g}<extra></extra>"),
+    ])
+    fig.update_layout(title={"text": f"{key} · all ranks", "x": 0.01}, height=height, hovermode="x unified",
+                      margin={"l": 50, "r": 10, "t": 40, "b": 40}, legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=key, type="log" if log_y else "linear")
     return fig

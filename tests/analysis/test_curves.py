@@ -166,3 +166,27 @@ def test_curve_figure_raw_behind_smoothed_and_flat_axis() -> None:
     assert lo < 0.05 < hi and hi - lo > 0.001  # a constant is drawn flat, not as rounding noise
     only_smoothed = make_curve_figure(compute_curve(df, "loss", ranks=[0]), "loss", show_raw=False, log_y=True)
     assert len(only_smoothed.data) == 1 and only_smoothed.layout.yaxis.type == "log"
+
+
+def test_rank_band_names_the_straggler_and_keeps_extremes() -> None:
+    from app.analysis.curves import BAND_COLUMNS, compute_rank_band
+    from app.charts.curves import make_rank_band_figure
+
+    steps, ranks = 20_000, 16
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({"step": np.repeat(np.arange(steps), ranks), "rank": np.tile(np.arange(ranks), steps),
+                       "step_time_s": 0.1 + rng.normal(0, 0.001, steps * ranks)})
+    slow = (df["step"] == 12_345) & (df["rank"] == 7)
+    df.loc[slow, "step_time_s"] = 2.0
+    band = compute_rank_band(df, "step_time_s", max_points=400)
+    assert list(band.columns) == BAND_COLUMNS
+    assert len(band) <= 400
+    row = band[band["step"] == 12_345].iloc[0]
+    assert row["value_max"] == 2.0 and row["max_rank"] == 7 and row["ranks"] == ranks
+    assert band["value_min"].min() == df["step_time_s"].min()
+    assert (band["value_min"] <= band["value_median"]).all() and (band["value_median"] <= band["value_max"]).all()
+    fig = make_rank_band_figure(band, "step_time_s")
+    assert [d.name for d in fig.data][1] == "min–max over ranks" and fig.data[1].fill == "tonexty"
+    with pytest.raises(KeyError):
+        compute_rank_band(df, "loss")
+    assert compute_rank_band(df.assign(step_time_s=np.nan), "step_time_s").empty

@@ -234,3 +234,14 @@ def test_graph_without_artifacts_explains(make_run) -> None:  # noqa: ANN001
     info = texts(at.info)
     assert "No computation graph" in info and "No module tree" in info
     assert not charts(at)
+
+
+def test_metrics_many_ranks_default_to_a_band(make_run) -> None:  # noqa: ANN001
+    run_dir = make_run("wide", ranks=12, steps=10)
+    at = open_tab(run_dir, "metrics")
+    assert_ok(at)
+    assert at.radio(key="t_metrics_rank_mode").value == "band"
+    assert "all ranks" in charts(at)[0].proto.spec and "min–max over ranks" in charts(at)[0].proto.spec
+    at.radio(key="t_metrics_rank_mode").set_value("pick").run()
+    assert_ok(at)
+    assert at.multiselect(key="t_metrics_ranks").value == [0]

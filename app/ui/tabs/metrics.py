@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.curves import XAxis, compute_curve, list_curve_keys
-from app.charts.curves import make_curve_figure
+from app.analysis.curves import XAxis, compute_curve, compute_rank_band, list_curve_keys
+from app.charts.curves import make_curve_figure, make_rank_band_figure
 from app.ui.tabs import RunContext
 
 __all__ = ["TITLE", "render"]
@@ -15,6 +15,9 @@ TITLE = "Metrics"
 _PREFERRED = ("loss", "val_loss", "lr", "grad_norm", "step_time_s", "samples")
 _AXIS_LABELS = {XAxis.STEP: "step", XAxis.WALL_TIME: "wall time", XAxis.RELATIVE_TIME: "relative time"}
 _MAX_POINTS = 4000
+# Above this many ranks one line per rank is unreadable: the band over ranks is the default.
+_MAX_OVERLAID_RANKS = 8
+_BAND = "band"
 
 
 def _ordered_keys(keys: list[str]) -> list[str]:
@@ -22,9 +25,19 @@ def _ordered_keys(keys: list[str]) -> list[str]:
     return first + [k for k in keys if k not in first]
 
 
-def _rank_choice(ctx: RunContext, available: list[int]) -> list[int]:
+def _rank_choice(ctx: RunContext, available: list[int]) -> list[int] | str:
+    """The ranks to overlay, or _BAND for the min/median/max band over every rank."""
     if len(available) <= 1:
         return available
+    modes = ["pick", _BAND]
+    mode = st.radio(
+        "Ranks shown", modes, index=1 if len(available) > _MAX_OVERLAID_RANKS else 0, horizontal=True,
+        key=ctx.key("metrics_rank_mode"),
+        format_func=lambda m: "chosen ranks" if m == "pick" else f"band over all {len(available)} ranks",
+        help="The band shows, per step, the minimum, median and maximum over ranks, and which rank is the maximum.",
+    )
+    if mode == _BAND:
+        return _BAND
     default = [ctx.rank] if ctx.rank in available else available[:1]
     chosen = st.multiselect(
         "Ranks", available, default=default, key=ctx.key("metrics_ranks"),
@@ -62,8 +75,18 @@ def render(ctx: RunContext) -> None:
     if not chosen:
         st.info("Pick at least one curve above.")
         return
+    if ranks == _BAND and x_axis is not XAxis.STEP:
+        st.caption("The band over ranks lines ranks up by step, so its x-axis is the step.")
     started = ctx.run.manifest.started_at
     for key in chosen:
+        if ranks == _BAND:
+            band = compute_rank_band(metrics, key, smoothing=smoothing, max_points=_MAX_POINTS)
+            if band.empty:
+                st.info(f"No finite values of `{key}`.")
+                continue
+            fig = make_rank_band_figure(band, key, log_y=log_y and bool((band["value_min"] > 0).all()))
+            st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_band_{key}"))
+            continue
         curve = compute_curve(
             metrics, key, x_axis=x_axis, smoothing=smoothing, max_points=_MAX_POINTS, ranks=ranks,
             started_at=float(started) if started else None,
