@@ -25,6 +25,7 @@ __all__ = [
     "compute_segment_summary",
     "compute_snapshot_timeline",
     "compute_largest_allocations",
+    "compute_oom_events",
     "format_frames",
     "compute_category_timeline",
     "compute_category_peak",
@@ -127,6 +128,20 @@ def compute_snapshot_timeline(snapshot: dict[str, Any], device: int) -> pd.DataF
         "allocated_bytes": allocated,
         "reserved_bytes": np.maximum(reserved, allocated),
     })[SNAPSHOT_TIMELINE_COLUMNS]
+
+
+def compute_oom_events(snapshot: dict[str, Any], device: int) -> pd.DataFrame:
+    """Return the out-of-memory errors the allocator recorded on ``device``: ``event`` (trace
+    entry number), ``requested_bytes`` and ``device_free_bytes`` (what CUDA still reported free),
+    ``top_frame`` (the user's line that asked)."""
+    traces = _traces(snapshot)
+    rows = []
+    for i, e in enumerate(traces[device] if device < len(traces) else []):
+        if e.get("action") == "oom":
+            top, _ = format_frames(e.get("frames") or [])
+            rows.append({"event": i, "requested_bytes": int(e.get("size", 0) or 0),
+                         "device_free_bytes": int(e.get("device_free", 0) or 0), "top_frame": top})
+    return pd.DataFrame(rows, columns=["event", "requested_bytes", "device_free_bytes", "top_frame"])
 
 
 def _keep_frame(frame: dict[str, Any]) -> bool:

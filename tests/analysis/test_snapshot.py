@@ -136,3 +136,18 @@ def test_memory_figures(snap: dict) -> None:
     cat_fig = make_category_figure(compute_category_timeline(raw))
     assert [d.name for d in cat_fig.data] == ["parameter", "activation"]  # parameters at the bottom
     assert all(d.stackgroup == "memory" for d in cat_fig.data)
+
+
+def test_oom_events(snap: dict) -> None:
+    from app.analysis.snapshot import compute_oom_events
+
+    assert compute_oom_events(snap, 0).empty
+    oom = {"action": "oom", "size": 40 * MiB, "device_free": 3 * MiB, "stream": 0,
+           "frames": [{"filename": "/home/me/train.py", "line": 99, "name": "step"}]}
+    with_oom = {**snap, "device_traces": [[*snap["device_traces"][0], oom]]}
+    got = compute_oom_events(with_oom, 0)
+    assert got.to_dict("records") == [{"event": 11, "requested_bytes": 40 * MiB, "device_free_bytes": 3 * MiB,
+                                       "top_frame": "train.py:99:step"}]
+    # An OOM entry has no address: the timeline and the allocations ignore it.
+    assert compute_snapshot_timeline(with_oom, 0)["allocated_bytes"].iloc[-1] == 15 * MiB
+    assert len(compute_largest_allocations(with_oom, 0)) == 6

@@ -245,3 +245,18 @@ def test_metrics_many_ranks_default_to_a_band(make_run) -> None:  # noqa: ANN001
     at.radio(key="t_metrics_rank_mode").set_value("pick").run()
     assert_ok(at)
     assert at.multiselect(key="t_metrics_ranks").value == [0]
+
+
+def test_memory_snapshot_reports_oom(make_run) -> None:  # noqa: ANN001
+    from app.data.snapshot import load_snapshot
+
+    snap = load_snapshot(SNAPSHOT)
+    snap["device_traces"][0].append({"action": "oom", "size": 40 * 2**20, "device_free": 3 * 2**20, "stream": 0,
+                                     "frames": [{"filename": "/home/me/train.py", "line": 99, "name": "step"}]})
+    run_dir = make_run("oom")
+    (run_dir / layout.MEMORY_DIR).mkdir()
+    (run_dir / layout.MEMORY_DIR / layout.snapshot_file_name("host_1_rank0", 3)).write_bytes(pickle.dumps(snap))
+    at = open_tab(run_dir, "memory")
+    assert_ok(at)
+    assert "Out of memory at allocator event 11: 40.0 MiB requested while CUDA reported 3.0 MiB free, " \
+           "from train.py:99:step" in texts(at.warning)

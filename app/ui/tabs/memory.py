@@ -13,6 +13,7 @@ from app.analysis.snapshot import (
     compute_category_peak,
     compute_category_timeline,
     compute_largest_allocations,
+    compute_oom_events,
     compute_segment_summary,
     compute_snapshot_timeline,
     snapshot_devices,
@@ -132,6 +133,10 @@ def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) 
                     help="Reserved but unused: torch.cuda.empty_cache() would return it to the driver.")
         c[3].metric("Largest free block", format_bytes(int(r["largest_free_block_bytes"])),
                     help="Much free memory but small blocks means fragmentation.")
+    for oom in compute_oom_events(snap, device).itertuples(index=False):
+        st.warning(f"Out of memory at allocator event {oom.event}: {format_bytes(oom.requested_bytes)} requested "
+                   f"while CUDA reported {format_bytes(oom.device_free_bytes)} free"
+                   + (f", from {oom.top_frame}" if oom.top_frame else "") + ".")
     timeline = compute_snapshot_timeline(snap, device)
     if timeline.empty:
         st.info("The snapshot has no allocation history (it was taken without "
