@@ -1,4 +1,8 @@
-"""Tests of app.data.snapshot: the restricted snapshot unpickler and the raw memory timeline reader."""
+"""Tests of app.data.snapshot: the restricted snapshot unpickler and the raw memory timeline reader.
+
+(Not named test_snapshot.py: tests/analysis/test_snapshot.py has that basename and these test
+folders are not packages.)
+"""
 from __future__ import annotations
 
 import gzip
