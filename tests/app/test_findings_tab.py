@@ -28,7 +28,7 @@ def test_clean_run_says_so(monkeypatch, fixture_store):
     assert_clean(at)
     tab = _tab(at, "Findings")
     assert "No problems found" in texts(tab.success)
-    assert not [e for e in tab.expander if e.label.startswith(("🔴", "🟠", "🟡"))]
+    assert not [e for e in tab.expander if e.label.startswith(("High:", "Medium:", "Low:"))]
 
 
 def test_agent_baseline_shows_data_loading_finding(monkeypatch, sample_store):

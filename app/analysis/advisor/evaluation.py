@@ -51,7 +51,8 @@ def _is_backward(names: pd.Series) -> pd.Series:
 
 
 def unused_graph_ops(events: pd.DataFrame, step_spans: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
-    """Forward ops of one trace that created autograd nodes never used by a backward pass.
+    """Forward parameter ops of one trace that created autograd nodes no backward pass used
+    (outermost ones only: a conv2d and the convolution inside it count once).
 
     Only ops inside completed profiler steps count (without steps: ops before the last backward),
     so a training forward whose backward fell outside the trace is not evidence.
@@ -71,11 +72,25 @@ def unused_graph_ops(events: pd.DataFrame, step_spans: tuple[np.ndarray, np.ndar
     used = fwd_seq.isin(used_seq).to_numpy()
     unused = fwd[~used & fwd["name"].astype(str).isin(PARAM_OPS).to_numpy()]
     unused = unused[~_touches(unused, fwd[used])]
+    unused = _outermost(unused)
     if step_spans is not None and len(step_spans[0]):
         # Inside a completed ProfilerStep a forward without backward is real; outside every step
         # (a trace exported mid-step) it may be a training forward whose backward was not recorded.
         return unused[in_spans(unused["ts_us"].to_numpy(float), *step_spans)]
     return unused[unused["ts_us"].to_numpy(float) < float(bwd["ts_us"].max())]
+
+
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """Drop ops nested in another op of the same table and thread (aten::convolution inside
+    aten::conv2d), so counts and times are not doubled."""
+    keep = np.ones(len(ops), dtype=bool)
+    for _, idx in ops.groupby("tid", observed=True).indices.items():
+        s = ops["ts_us"].to_numpy(float)[idx]
+        e = s + ops["dur_us"].to_numpy(float)[idx]
+        order = np.lexsort((-e, s))
+        prev_max = np.concatenate([[-np.inf], np.maximum.accumulate(e[order])[:-1]])
+        keep[idx[order]] = prev_max < e[order]
+    return ops[keep]
 
 
 def _touches(cands: pd.DataFrame, used: pd.DataFrame) -> np.ndarray:
@@ -151,7 +166,7 @@ def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
     top = ", ".join(f"{n} ×{c}" for n, c in sorted(names.items(), key=lambda x: -x[1])[:3])
     return [Finding(
         rule="eval_without_no_grad", family="evaluation", severity=Severity.MEDIUM,
-        title=f"{total_unused} forward ops built autograd graphs that no backward used",
+        title=f"{total_unused} layer calls built autograd graphs that no backward used (eval without no_grad?)",
         explanation=(
             f"These ops ran with gradients enabled and recorded backward nodes, but no backward pass ever "
             f"consumed them ({top}); they take {unused_us / 1000:.1f} ms ({fmt_pct(share)} of the profiled "

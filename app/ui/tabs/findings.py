@@ -18,7 +18,8 @@ __all__ = ["TITLE", "render", "render_finding", "cached_advice"]
 
 TITLE = "Findings"
 
-_ICON = {Severity.HIGH: "🔴", Severity.MEDIUM: "🟠", Severity.LOW: "🟡"}
+_ICON = {Severity.HIGH: ":material/error:", Severity.MEDIUM: ":material/warning:", Severity.LOW: ":material/info:"}
+_LABEL = {Severity.HIGH: "High", Severity.MEDIUM: "Medium", Severity.LOW: "Low"}
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
 
@@ -43,23 +44,34 @@ def cached_advice(run_dir: str | Path) -> Advice:
     return _advice(str(run_dir), run_signature(run_dir))
 
 
-def _fmt(v: float) -> str:
-    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e12:
-        return f"{int(v):,}"
-    return f"{v:.4g}"
+def _fmt(v: float, key: str = "") -> str:
+    """An evidence number as read: shares in %, *_ms in ms, *_gib in GiB, counts with separators."""
+    f = float(v)
+    if f != f:
+        return "–"
+    if key.endswith("share"):
+        return f"{f * 100:.1f}%"
+    if key.endswith("_ms") or "_ms_" in key:
+        return f"{f:,.2f} ms"
+    if key.endswith("_gib"):
+        return f"{f:,.2f} GiB"
+    if f.is_integer() and abs(f) < 1e12:
+        return f"{int(f):,}"
+    return f"{f:.4g}"
 
 
 def render_finding(f: Finding, *, key: str, expanded: bool = False) -> None:
     """One finding: explanation, evidence numbers, expected gain, the chart that proves it, fix, docs."""
     rank = f" · rank {f.rank}" if f.rank is not None else ""
-    with st.expander(f"{_ICON[f.severity]} {f.title}", expanded=expanded):
+    with st.expander(f"{_LABEL[f.severity]}: {f.title}", expanded=expanded, icon=_ICON[f.severity]):
         st.markdown(_md(f.explanation))
         items = list(f.evidence.items())
         cols = st.columns(min(4, max(1, len(items))))
         for i, (k, v) in enumerate(items[:4]):
-            cols[i].metric(k.replace("_", " "), _fmt(v))
+            cols[i].metric(k.replace("_", " "), _fmt(v, k))
         if len(items) > 4:
-            st.dataframe(pd.DataFrame({"evidence": [k for k, _ in items], "value": [_fmt(v) for _, v in items]}),
+            rest = items[4:]
+            st.dataframe(pd.DataFrame({"evidence": [k for k, _ in rest], "value": [_fmt(v, k) for k, v in rest]}),
                          hide_index=True, key=f"{key}_evidence")
         st.markdown(f"**Expected gain:** {_md(f.expected_gain)}  \n"
                     f"**Where to see it:** {_md(f.chart)}  \n"
@@ -74,7 +86,7 @@ def _render_summary(advice: Advice) -> None:
     cols = st.columns(4)
     cols[0].metric("Findings", len(advice.findings))
     for col, s in zip(cols[1:], Severity):
-        col.metric(f"{_ICON[s]} {s.value}", counts[s])
+        col.metric(_LABEL[s], counts[s])
 
 
 def _render_not_checked(advice: Advice, ctx: RunContext) -> None:

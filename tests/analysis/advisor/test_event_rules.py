@@ -120,6 +120,7 @@ def test_eval_without_no_grad_from_sequence_numbers():
     train = [_fwd("aten::linear", 0, 0, 30), _fwd("aten::addmm", 5, 1), _fwd("aten::relu", 20, 2),
              _fwd("autograd::engine::evaluate_function: AddmmBackward0", 100, 1), _fwd("AddmmBackward0", 101, 1)]
     evals = [_fwd("aten::conv2d", 200 + 20 * i, 10 + i) for i in range(6)]
+    evals += [{**_fwd("aten::convolution", 201 + 20 * i, 100 + i), "dur_us": 5.0} for i in range(6)]  # nested: once
     nograd = [_fwd("aten::conv2d", 200 + 20 * i, None) for i in range(6)]
     [f] = eval_without_no_grad(evidence(steps_df=steps(1, duration_us=400.0), traces=[trace(events(train + evals))]))
     assert f.evidence["unused_graph_ops"] == 6 and "inference_mode" in f.fix
