@@ -19,6 +19,8 @@ IDLE_RECOVERABLE = 0.5
 _BUSY_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "communication_us")
 _IDLE_CAUSES = {"dataloader_us": "waiting for data (DataLoader)", "cpu_exec_us": "CPU work (Python/ATen ops)",
                 "runtime_us": "CUDA runtime calls (launches, syncs)", "other_us": "nothing recorded (other)"}
+# The rule that explains each idle cause in detail, named so the two findings read together.
+_RELATED = {"dataloader_us": "data_loading_bound", "cpu_exec_us": "launch_bound", "runtime_us": "sync_points / launch_bound"}
 _FIXES = {
     "dataloader_us": "loader = DataLoader(ds, batch_size=bs, num_workers=8, pin_memory=True, persistent_workers=True)",
     "cpu_exec_us": "model = torch.compile(model)   # fewer, larger kernels; move CPU pre-processing off the step",
@@ -66,6 +68,7 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
             f"Kernels, copies and collectives occupy the GPU {fmt_pct(busy)} of a {fmt_ms(step_us)} step; "
             f"the largest share of the idle time is {_IDLE_CAUSES[cause]} ({fmt_pct(idle.get(cause, 0.0))}). "
             f"{gaps_per_step:.1f} gaps per step exceed {GAP_US:g} µs; the largest is {fmt_ms(largest)}."
+            + (f" Related finding: {_RELATED[cause]}." if cause in _RELATED else "")
         ),
         evidence=evidence,
         fix_summary="Remove what the GPU waits for (the idle cause named above); then raise the batch size.",
