@@ -160,9 +160,8 @@ def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str
     est = _bootstrap(cs.kept_step_times(ta), cs.kept_step_times(tb), o)
     verdict = Verdict.UNKNOWN
     if est is not None:
-        verdict = _TIME_WORDS.get(classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold), Verdict.SAME)
-        if classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold) is Verdict.UNKNOWN:
-            verdict = Verdict.UNKNOWN
+        raw = classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold)
+        verdict = _TIME_WORDS.get(raw, raw)  # BETTER/WORSE → FASTER/SLOWER; SAME, UNKNOWN as they are
     (tp_a, unit_a), (tp_b, unit_b) = cs.kept_throughput(ta), cs.kept_throughput(tb)
     if unit_a != unit_b:
         tp_a, tp_b, unit_a = 1.0 / cs.kept_step_times(ta), 1.0 / cs.kept_step_times(tb), "steps_per_s"

@@ -97,7 +97,6 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200) -> dict[str, A
         r = step_rows.iloc[0]
         trace_step = {"baseline_us": json_number(r["baseline_us"]), "candidate_us": json_number(r["candidate_us"]),
                       "delta_us": json_number(r["delta_us"])}
-    ops_cols = [c for c in cmp.ops.columns] if len(cmp.ops) else []
     return {
         "schema": JSON_SCHEMA,
         "baseline": _side(cmp.baseline, cmp.step_source[0], cmp.step_times[0], cmp.profiled_steps[0]),
@@ -110,7 +109,7 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200) -> dict[str, A
         "trace_step": trace_step,
         "breakdown_delta": _breakdown(cmp.breakdown, "device"),
         "phase_delta": _breakdown(cmp.breakdown, "phase"),
-        "ops": table_records(cmp.ops[ops_cols] if ops_cols else cmp.ops, top),
+        "ops": table_records(cmp.ops, top),
         "kernels": table_records(cmp.kernels, top),
         "metrics": table_records(cmp.metrics),
         "config_diff": table_records(cmp.config),

@@ -231,7 +231,8 @@ def test_sample_optimized_is_faster_for_the_reasons_it_changed(sample_comparison
     top_ops = list(cmp.ops["name"].head(5))
     assert any("conv" in n for n in top_ops[:2]), top_ops
     assert any("DataLoader" in n or "dataloader" in n.lower() for n in cmp.ops["name"].head(6)), top_ops
-    assert (cmp.ops.head(5)["delta_us"] < 0).all()  # the biggest changes are savings
+    assert (cmp.ops.head(3)["delta_us"] < 0).all()  # the biggest changes are savings
+    # (the multiprocessing DataLoader's own __next__ may appear as a small added cost)
     changed = cmp.modules[cmp.modules["change"] == "type"]
     assert (changed["baseline_type"] == "Conv2d").any()
     assert cmp.modules.iloc[0]["params_delta"] < 0
