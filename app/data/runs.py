@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from app.data import store_rows
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -196,77 +197,20 @@ def read_text_artifact(run_dir: str | os.PathLike[str], name: str, *, max_bytes:
         return f.read().decode("utf-8", errors="replace")
 
 
-def _last_finite(series: pd.Series) -> float | None:
-    values = pd.to_numeric(series, errors="coerce").dropna()
-    return float(values.iloc[-1]) if len(values) else None
-
-
-def _search_text(m: rf.Manifest) -> str:
-    parts = [m.name, m.id, *m.tags, m.notes, *(f"{k}={v}" for k, v in m.config.items())]
-    return " ".join(str(p) for p in parts).lower()
-
-
 def summarise_run(run: RunData) -> dict[str, Any]:
-    """One row of the store table (keys STORE_COLUMNS + EXTRA_COLUMNS) for ``run``."""
-    row = _summarise(run)
-    row.update(notes=run.manifest.notes, world_size=run.manifest.world_size, search_text=_search_text(run.manifest))
-    return row
+    """One row of the store table (keys STORE_COLUMNS + EXTRA_COLUMNS) for a loaded ``run``."""
+    return store_rows.row_from_records(run.path, run.manifest, run.status, _records(run.metrics),
+                                       _records(run.system))
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return df.to_dict(orient="records") if len(df) else []
 
 
 def system_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[int | None, str]:
     """(peak bytes, what it measures) from system samples: the GPU allocator's peak when sampled,
     else the largest resident set of the process and its children (DataLoader workers)."""
-    if rank is not None and "rank" in system.columns:
-        system = system[system["rank"] == rank]
-    for col in ("peak_memory_bytes", "gpu_max_allocated_bytes", "gpu_allocated_bytes"):
-        if col in system.columns:
-            v = pd.to_numeric(system[col], errors="coerce").max()
-            if pd.notna(v):
-                return int(v), "GPU allocated (peak)"
-    if "rss_bytes" in system.columns:
-        rss = pd.to_numeric(system["rss_bytes"], errors="coerce")
-        if rss.notna().any():
-            if "children_rss_bytes" in system.columns:
-                rss = rss.fillna(0) + pd.to_numeric(system["children_rss_bytes"], errors="coerce").fillna(0)
-            return int(rss.max()), "resident set of the process and its children (peak sample)"
-    return None, ""
-
-
-def _summarise(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    metrics = run.metrics
-    rank0 = metrics[metrics["rank"] == 0] if "rank" in metrics.columns and len(metrics) else metrics
-    steps = int(rank0["step"].max()) + 1 if "step" in rank0.columns and rank0["step"].notna().any() else None
-    step_time = None
-    if "step_time_s" in rank0.columns:
-        timed = rank0[pd.to_numeric(rank0["step_time_s"], errors="coerce").notna()]
-        if "step" in timed.columns and timed["step"].nunique() > 1:
-            timed = timed[timed["step"] != timed["step"].min()]  # the first step carries one-off costs
-        times = pd.to_numeric(timed["step_time_s"], errors="coerce")
-        step_time = float(times.mean()) if len(times) else None
-    samples_per_s = None
-    if step_time and "samples" in rank0.columns:
-        samples = pd.to_numeric(rank0["samples"], errors="coerce").dropna()
-        if len(samples):
-            samples_per_s = float(samples.median()) / step_time * max(1, m.world_size)
-    peak, _ = system_peak_memory(run.system)
-    device = ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices) or "cpu"
-    return {
-        "id": m.id,
-        "name": m.name,
-        "status": str(run.status),
-        "started_at": pd.to_datetime(m.started_at, unit="s", utc=True) if m.started_at else pd.NaT,
-        "duration_s": m.duration_s,
-        "steps": steps,
-        "final_loss": _last_finite(rank0["loss"]) if "loss" in rank0.columns else None,
-        "mean_step_time_s": step_time,
-        "samples_per_s": samples_per_s,
-        "peak_memory_bytes": peak,
-        "device": device,
-        "tags": ", ".join(m.tags),
-        "git_commit": str(m.git.get("commit") or "")[:10],
-        "path": str(run.path),
-    }
+    return store_rows.peak_memory_from_records(_records(system), rank)
 
 
 @dataclass(frozen=True)
@@ -289,18 +233,23 @@ def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None 
     problems = list(listing.problems)
     for path, _ in listing.runs:
         try:
-            run = load_run(path, now=now)
+            row, run_problems = store_rows.load_run_row(path, now=now)
         except rf.RunFormatError as e:  # changed between listing and reading
             problems.append(str(e))
             continue
-        rows.append(summarise_run(run))
-        problems.extend(f"{path.name}: {p}" for p in run.problems)
+        rows.append(row)
+        problems.extend(run_problems)
     return store_from_rows(listing.root, rows, problems)
 
 
 def store_from_rows(root: Path, rows: list[dict[str, Any]], problems: list[str]) -> StoreTable:
     """Assemble a StoreTable from rows made by :func:`summarise_run`."""
     table = pd.DataFrame(rows, columns=[*STORE_COLUMNS, *EXTRA_COLUMNS])
+    table["started_at"] = pd.to_datetime(pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True)
+    for col in ("duration_s", "final_loss", "mean_step_time_s", "samples_per_s"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
+    for col in ("steps", "peak_memory_bytes", "world_size"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     return StoreTable(root=root, table=table, problems=problems)
 
 

@@ -8,6 +8,8 @@ into a read-only store of symlinked runs (see app.data.tbprofiler.mirror_tb_fold
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import streamlit as st
 
 from app.data import runs as runs_data
-from app.data import tbprofiler
+from app.data import store_rows, tbprofiler
 from app.ui.cache import run_signature
 from profiler_agent import runformat as rf
 
@@ -30,13 +32,45 @@ class StoreView:
     mirror: Path | None  # read-only mirror store, when the root holds tb-profiler runs
 
 
-@st.cache_data(max_entries=5000, ttl=3600, show_spinner=False)
+class _RowCache:
+    """Bounded LRU of catalog rows keyed by (run folder, file signature), shared by all sessions.
+
+    A plain dict rather than st.cache_data: with 1,000 runs, Streamlit's per-call argument
+    hashing cost more than reading the rows (benchmarks/page_render.py).
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._data: OrderedDict[tuple[str, tuple[float, ...]], tuple[dict[str, Any] | None, list[str]]] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def get(self, path: str, sig: tuple[float, ...]) -> tuple[dict[str, Any] | None, list[str]]:
+        key = (path, sig)
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None:
+                self._data.move_to_end(key)
+                return hit
+        try:
+            value: tuple[dict[str, Any] | None, list[str]] = store_rows.load_run_row(path)
+        except rf.RunFormatError as e:
+            value = (None, [str(e)])
+        with self._lock:
+            self._data[key] = value
+            while len(self._data) > self._max:
+                self._data.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+_ROWS = _RowCache()
+
+
 def _summary(path: str, sig: tuple[float, ...]) -> tuple[dict[str, Any] | None, list[str]]:
-    try:
-        run = runs_data.load_run(path)
-    except rf.RunFormatError as e:
-        return None, [str(e)]
-    return runs_data.summarise_run(run), [f"{Path(path).name}: {p}" for p in run.problems]
+    return _ROWS.get(path, sig)
 
 
 @st.cache_data(max_entries=4, ttl=30, show_spinner=False)
@@ -87,7 +121,7 @@ def cached_store_view(root: str | os.PathLike[str]) -> StoreView:
 
 def clear_store_caches() -> None:
     """Forget cached summaries (after editing, archiving or deleting runs)."""
-    _summary.clear()
+    _ROWS.clear()
 
 
 def resolve_store_root() -> Path:

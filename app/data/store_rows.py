@@ -1,0 +1,122 @@
+"""One catalog row per run, computed from the raw records without pandas (data layer).
+
+The Runs page and ``torchscope ls`` summarise every run of a store; building DataFrames for
+each small run costs ~20 ms, plain Python over the JSON-lines records ~1 ms, which is what
+makes a cold store of 1,000 runs list in seconds. The rules (which step times, which memory
+column) are documented in docs/app.md and shared with the Overview tab via
+:func:`peak_memory_from_records`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+
+__all__ = ["load_run_row", "row_from_records", "peak_memory_from_records", "search_text"]
+
+# GPU runs: the allocator's peak; CPU runs: resident set of the process and its children.
+_GPU_PEAK_KEYS = ("peak_memory_bytes", "gpu_max_allocated_bytes", "gpu_allocated_bytes")
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _rank(record: Mapping[str, Any]) -> int:
+    r = _num(record.get("rank"))
+    return int(r) if r is not None else 0
+
+
+def peak_memory_from_records(records: Iterable[Mapping[str, Any]], rank: int | None = None) -> tuple[int | None, str]:
+    """(peak bytes, what it measures) from system samples: the GPU allocator's peak when
+    sampled, else the largest resident set of the process plus its children (DataLoader workers)."""
+    rows = [r for r in records if rank is None or _rank(r) == rank]
+    for key in _GPU_PEAK_KEYS:
+        values = [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+        if values:
+            return int(max(values)), "GPU allocated (peak)"
+    rss = []
+    for r in rows:
+        v = _num(r.get("rss_bytes"))
+        if v is not None:
+            rss.append(v + (_num(r.get("children_rss_bytes")) or 0.0))
+    if rss:
+        return int(max(rss)), "resident set of the process and its children (peak sample)"
+    return None, ""
+
+
+def search_text(m: rf.Manifest) -> str:
+    """Lower-case text the catalog filter searches: name, id, tags, notes, config ``key=value``."""
+    parts = [m.name, m.id, *m.tags, m.notes, *(f"{k}={v}" for k, v in m.config.items())]
+    return " ".join(str(p) for p in parts).lower()
+
+
+def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, Any]:
+    rank0 = sorted((r for r in metrics if _rank(r) == 0 and _num(r.get("step")) is not None),
+                   key=lambda r: _num(r.get("step")))  # type: ignore[arg-type, return-value]
+    steps = int(max(_num(r["step"]) for r in rank0)) + 1 if rank0 else None  # type: ignore[type-var]
+    losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
+    timed = [(_num(r["step"]), _num(r.get("step_time_s"))) for r in rank0]
+    timed = [(s, t) for s, t in timed if t is not None]
+    if len({s for s, _ in timed}) > 1:  # the first step carries one-off costs
+        first = min(s for s, _ in timed)
+        timed = [(s, t) for s, t in timed if s != first]
+    mean_step = statistics.fmean(t for _, t in timed) if timed else None
+    samples = [v for v in (_num(r.get("samples")) for r in rank0) if v is not None]
+    sps = statistics.median(samples) / mean_step * max(1, world_size) if samples and mean_step else None
+    return {"steps": steps, "final_loss": losses[-1] if losses else None, "mean_step_time_s": mean_step,
+            "samples_per_s": sps}
+
+
+def row_from_records(path: Path, manifest: rf.Manifest, status: rf.RunStatus,
+                     metrics: list[Mapping[str, Any]], system: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The catalog row (STORE_COLUMNS + EXTRA_COLUMNS of app.data.runs) of one run."""
+    m = manifest
+    peak, _ = peak_memory_from_records(system)
+    row: dict[str, Any] = {
+        "id": m.id,
+        "name": m.name,
+        "status": str(status),
+        "started_at": m.started_at,  # epoch seconds; app.data.runs turns the column into UTC times
+        "duration_s": m.duration_s,
+        **_step_stats(metrics, m.world_size),
+        "peak_memory_bytes": peak,
+        "device": ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices) or "cpu",
+        "tags": ", ".join(m.tags),
+        "git_commit": str(m.git.get("commit") or "")[:10],
+        "path": str(path),
+        "notes": m.notes,
+        "world_size": m.world_size,
+        "search_text": search_text(m),
+    }
+    return row
+
+
+def load_run_row(run_dir: str | os.PathLike[str], *, now: float | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(catalog row, problems) of one run, reading run.json, metrics.jsonl and system.jsonl.
+
+    Raises the run format's errors for the manifest (NotARunError, CorruptFileError,
+    SchemaVersionError); bad lines of the JSON-lines files become problem messages.
+    """
+    run_dir = Path(run_dir)
+    manifest = rf.read_manifest(run_dir)
+    metrics = rf.read_jsonl(run_dir / layout.METRICS)
+    system = rf.read_jsonl(run_dir / layout.SYSTEM)
+    row = row_from_records(run_dir, manifest, rf.effective_status(manifest, now=now), metrics.records,
+                           system.records)
+    problems = [f"{run_dir.name}: {p}" for p in (*metrics.skipped, *system.skipped)]
+    return row, problems
