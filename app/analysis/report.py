@@ -95,7 +95,8 @@ def headline(cmp: Comparison) -> str:
     if cmp.step_verdict == "slower":
         return f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
                f"vs {format_value(est.baseline, 's')}{ci}"
-    return f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{ci})"
+    interval = f"; 95 % CI {est.lo:.3f}–{est.hi:.3f}" if est.has_interval else ""
+    return f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{interval})"
 
 
 def _verdict_rows(cmp: Comparison) -> list[list[str]]:
