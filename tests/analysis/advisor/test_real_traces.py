@@ -1,5 +1,5 @@
 """The advisor on real traces: public GPU/ROCm/multi-rank traces from ../shared/data, and CPU traces
-recorded here by torch.profiler (evaluation with and without no_grad)."""
+recorded with torch.profiler 2.13 (evaluation with and without no_grad, kept in data/)."""
 from __future__ import annotations
 
 import json
@@ -58,7 +58,12 @@ def test_rules_that_cannot_look_say_why(shared_advice):
     assert cpu.findings == () and "low_device_utilization" in cpu.skipped
 
 
-def _record_cpu_trace(path: Path, *, no_grad: bool) -> Path:
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def record_cpu_trace(path: Path, *, no_grad: bool) -> Path:
+    """Record the CPU trace kept in data/: 3 training steps, each followed by an evaluation
+    forward with or without torch.no_grad() (run this module as a script to refresh them)."""
     import torch
     from torch import nn
 
@@ -85,10 +90,22 @@ def _record_cpu_trace(path: Path, *, no_grad: bool) -> Path:
     return path
 
 
-def test_eval_without_no_grad_on_recorded_cpu_traces(tmp_path):
-    bad = advise(load_evidence(_record_cpu_trace(tmp_path / "bad.pt.trace.json", no_grad=False)))
-    good = advise(load_evidence(_record_cpu_trace(tmp_path / "good.pt.trace.json", no_grad=True)))
+def test_eval_without_no_grad_on_recorded_cpu_traces():
+    bad = advise(load_evidence(DATA / "eval_grad.pt.trace.json.gz"))
+    good = advise(load_evidence(DATA / "eval_no_grad.pt.trace.json.gz"))
     [f] = [f for f in bad.findings if f.rule == "eval_without_no_grad"]
-    assert f.evidence["unused_graph_ops"] >= 5
+    assert f.evidence["unused_graph_ops"] == 6  # conv2d, batch_norm, linear in 2 evaluated steps
     assert "eval_without_no_grad" in good.checked
     assert not [f for f in good.findings if f.rule == "eval_without_no_grad"]
+
+
+if __name__ == "__main__":  # refresh data/ (torch 2.13, CPU)
+    import gzip
+    import shutil
+    import tempfile
+
+    for name, flag in (("eval_grad", False), ("eval_no_grad", True)):
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = record_cpu_trace(Path(tmp) / "t.json", no_grad=flag)
+            with open(raw, "rb") as src, gzip.open(DATA / f"{name}.pt.trace.json.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
