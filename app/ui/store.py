@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,12 +97,33 @@ def _rows(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, problems
 
 
-def cached_store_view(root: str | os.PathLike[str]) -> StoreView:
+# Store views younger than this are reused as they are: every widget click reruns a page, and
+# listing 1,000 manifests on each click would be felt (benchmarks/page_render.py).
+VIEW_MAX_AGE_S = 2.0
+_VIEWS: dict[str, tuple[float, StoreView]] = {}
+_VIEWS_LOCK = threading.Lock()
+
+
+def cached_store_view(root: str | os.PathLike[str], *, max_age_s: float = VIEW_MAX_AGE_S) -> StoreView:
     """Summary rows of every run under ``root`` (newest first) and the store's problems.
 
-    Raises RunStoreNotFoundError when ``root`` does not exist.
+    A view computed less than ``max_age_s`` ago is reused. Raises RunStoreNotFoundError when
+    ``root`` does not exist.
     """
-    root = Path(root)
+    key = str(root)
+    with _VIEWS_LOCK:
+        hit = _VIEWS.get(key)
+    if hit is not None and time.monotonic() - hit[0] < max_age_s:
+        return hit[1]
+    view = _compute_store_view(Path(root))
+    with _VIEWS_LOCK:
+        _VIEWS[key] = (time.monotonic(), view)
+        if len(_VIEWS) > 16:
+            _VIEWS.pop(next(iter(_VIEWS)))
+    return view
+
+
+def _compute_store_view(root: Path) -> StoreView:
     rows, problems = _rows(root)
     mirror: Path | None = None
     if root.is_dir():
@@ -122,6 +144,8 @@ def cached_store_view(root: str | os.PathLike[str]) -> StoreView:
 def clear_store_caches() -> None:
     """Forget cached summaries (after editing, archiving or deleting runs)."""
     _ROWS.clear()
+    with _VIEWS_LOCK:
+        _VIEWS.clear()
 
 
 def resolve_store_root() -> Path:
