@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,6 @@ def assert_ok(at: AppTest) -> None:
 def cpu_profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run whose traces/ holds a real CPU trace with memory events, recorded by torch.profiler."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
 
     from tests.conftest import write_run
 
@@ -58,6 +58,16 @@ def cpu_profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     (run_dir / layout.TRACES_DIR).mkdir(exist_ok=True)
     trace = run_dir / layout.TRACES_DIR / layout.trace_file_name("host_1_rank0", time.time_ns(), gzip=False)
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": intended here
+        warnings.simplefilter("ignore", UserWarning)
+        _profile(model, opt, trace)
+    return run_dir
+
+
+def _profile(model, opt, trace: Path) -> None:  # noqa: ANN001
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=2),
                  on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
@@ -67,7 +77,6 @@ def cpu_profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             opt.step()
             opt.zero_grad()
             prof.step()
-    return run_dir
 
 
 @pytest.fixture
