@@ -89,15 +89,17 @@ def dataloader_mask(ev: pd.DataFrame) -> np.ndarray:
     return cat_in(ev, OP_CATS | ANNOTATION_CATS) & _name_mask(ev, _is_dataloader_name)
 
 
-def communication_kernel_mask(ev: pd.DataFrame) -> np.ndarray:
-    """Kernels launched by a collective op (tb-profiler's rule), or named nccl*/rccl* (our addition:
-    newer torch launches collectives from ``record_param_comms``, which tb-profiler's name list misses)."""
+def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndarray:
+    """Kernels launched by a collective op (tb-profiler's rule), or named nccl*/rccl* (our addition,
+    off with ``by_name=False``: newer torch launches collectives from ``record_param_comms``, which
+    tb-profiler's name list misses)."""
     kern = is_kernel(ev)
     comm_ops = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"}) & _name_mask(ev, COMM_OP_NAMES.__contains__)
     ext = set(ev.loc[comm_ops, "external_id"].dropna().astype(int))
     by_ext = ev["external_id"].isin(ext).to_numpy() if ext else np.zeros(len(ev), bool)
-    by_name = _name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl"))
-    return kern & (by_ext | by_name)
+    if not by_name:
+        return kern & by_ext
+    return kern & (by_ext | _name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl")))
 
 
 # ---------------------------------------------------------------- interval arithmetic
@@ -158,9 +160,13 @@ def _span(ev: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- the two views
 
 
-def device_view(ev: pd.DataFrame, spans: Any) -> dict[str, np.ndarray]:
-    """tb-profiler's Overview categories per step (µs), summing to each step's duration."""
-    comm_kernel = communication_kernel_mask(ev)
+def device_view(ev: pd.DataFrame, spans: Any, *, nccl_by_name: bool = True) -> dict[str, np.ndarray]:
+    """tb-profiler's Overview categories per step (µs), summing to each step's duration.
+
+    ``nccl_by_name=False`` gives tb-profiler's exact rule for Communication (see
+    communication_kernel_mask).
+    """
+    comm_kernel = communication_kernel_mask(ev, by_name=nccl_by_name)
     kernel = is_kernel(ev) & ~comm_kernel
     host = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"})
     names_step = _name_mask(ev, lambda n: n.startswith("ProfilerStep#"))

@@ -152,12 +152,13 @@ def find_steps(events: pd.DataFrame) -> StepSpans:
     return StepSpans(steps[:keep], hs[:keep], he[:keep], s[:keep], e[:keep], source)
 
 
-def compute_steps(traces: Iterable[object] | object) -> pd.DataFrame:
+def compute_steps(traces: Iterable[object] | object, *, nccl_by_name: bool = True) -> pd.DataFrame:
     """Return the step table (STEP_COLUMNS) of one TraceTables or of several (one per rank).
 
     Each row's device-view categories (``kernel_us`` … ``other_us``) sum to ``duration_us``, and so
     do the training-loop columns (``forward_us``, ``backward_us``, ``optimizer_us``,
-    ``loop_dataloader_us``, ``loop_other_us``).
+    ``loop_dataloader_us``, ``loop_other_us``). ``nccl_by_name=False`` applies torch-tb-profiler's
+    exact Communication rule (collective kernels only when launched by an ``nccl:*`` op).
     """
     items = traces if isinstance(traces, (list, tuple)) else [traces]
     frames = []
@@ -165,7 +166,7 @@ def compute_steps(traces: Iterable[object] | object) -> pd.DataFrame:
         spans = find_steps(t.events)
         if len(spans.steps) == 0:
             continue
-        dv = device_view(t.events, spans)
+        dv = device_view(t.events, spans, nccl_by_name=nccl_by_name)
         lv = loop_view(t.events, spans)
         df = pd.DataFrame({"rank": t.rank, "step": spans.steps.astype(int), "start_us": spans.start,
                            "end_us": spans.end, "duration_us": spans.end - spans.start})
