@@ -152,7 +152,9 @@ def make_parallel_coordinates_figure(sweep: pd.DataFrame, dims: Sequence[str], c
     cvals = sweep[color] if color in sweep.columns and pd.api.types.is_numeric_dtype(sweep[color]) else None
     line = {"color": cvals, "colorscale": "Viridis", "showscale": True} if cvals is not None else {}
     fig = go.Figure(go.Parcoords(dimensions=dimensions, line=line))
-    return _layout(fig, f"Sweep: hyperparameters and outcomes (colour: {color})", height)
+    _layout(fig, f"Sweep: hyperparameters and outcomes (colour: {color})", height)
+    fig.update_layout(margin={"l": 60, "r": 60, "t": 100, "b": 30})  # room for the axis labels
+    return fig
 
 
 def make_param_scatter_figure(sweep: pd.DataFrame, x: str, y: str, *, height: int = 360) -> go.Figure:

@@ -42,11 +42,10 @@ def render_curves_tab(runs: Sequence[RunData]) -> None:
                          help="Runs with the same value (e.g. seeds of one config) become one mean ± std band.")
     metrics = {lab: r.metrics for lab, r in zip(labels, runs, strict=True)}
     if group == "(none)":
+        log_y = st.checkbox("Log scale", key="compare_log_y")
         curves = {lab: compute_curve(m, key, smoothing=smoothing) for lab, m in metrics.items() if key in m.columns}
-        st.plotly_chart(make_curve_overlay_figure(curves, key, log_y=key.endswith("loss") and
-                                                  st.session_state.get("compare_log_y", False)),
-                        width="stretch", key="compare_curves_fig")
-        st.checkbox("Log scale", key="compare_log_y")
+        st.plotly_chart(make_curve_overlay_figure(curves, key, log_y=log_y), width="stretch",
+                        key="compare_curves_fig")
     else:
         groups = {lab: f"{group}={r.manifest.config.get(group, '–')}" for lab, r in zip(labels, runs, strict=True)}
         bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)

@@ -110,33 +110,43 @@ def _pct(ratio: float | None) -> str | None:
     return f"{100 * (ratio - 1):+.1f} %"
 
 
+def _colour(verdict: object, inverse: bool) -> str:
+    # Colour a delta only when the verdict says it is real; "same" stays grey whatever its sign.
+    if str(verdict) in ("same", "n/a", ""):
+        return "off"
+    return "inverse" if inverse else "normal"
+
+
 def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
     cols[0].metric("Median step time", format_value(est.candidate if est else None, "s"),
-                   _pct(est.ratio if est else None), delta_color="inverse",
+                   _pct(est.ratio if est else None), delta_color=_colour(cmp.step_verdict, True),
                    help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
                         f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
     unit = cmp.throughput_unit.replace("_per_", "/")
     cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
-                   help=f"Verdict: {cmp.throughput_verdict}.")
+                   delta_color=_colour(cmp.throughput_verdict, False), help=f"Verdict: {cmp.throughput_verdict}.")
     mem_a, mem_b = cmp.peak_memory
-    cols[2].metric("Peak memory", format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio), delta_color="inverse",
+    cols[2].metric("Peak memory", format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio),
+                   delta_color=_colour(cmp.memory_verdict, True),
                    help=f"Verdict: {cmp.memory_verdict}; source {mem_a.source}.")
     loss = cmp.metrics[cmp.metrics["metric"] == "loss"] if len(cmp.metrics) else cmp.metrics
     if len(loss):
         r = loss.iloc[0]
-        cols[3].metric("Final loss", format_value(r["candidate_final"]), _pct(r["ratio"]), delta_color="inverse",
+        cols[3].metric("Final loss", format_value(r["candidate_final"]), _pct(r["ratio"]),
+                       delta_color=_colour(r["verdict"], True),
                        help=f"Verdict: {r['verdict']}; median of the last {r['window']} values.")
 
 
 def render_verdicts(comparisons: list[Comparison]) -> None:
-    """Headline, metric tiles and verdict table of each candidate."""
+    """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
         text = headline(cmp)
         box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
         box(text)
-        _metric_row(cmp)
+        if len(comparisons) <= 2:
+            _metric_row(cmp)
     rows = []
     for cmp in comparisons:
         v = cmp.verdicts.copy()
