@@ -19,12 +19,15 @@ DEVICE_CATEGORIES: tuple[tuple[str, str], ...] = (
 )
 # Training-loop view; "rest" is the step's time outside forward, backward and optimizer.
 LOOP_PHASES: tuple[tuple[str, str], ...] = (
-    ("dataloader_us", "Data loading"),
+    ("loop_dataloader_us", "Data loading"),
     ("forward_us", "Forward"),
     ("backward_us", "Backward"),
     ("optimizer_us", "Optimizer"),
-    ("rest_us", "Rest of step"),
+    ("loop_other_us", "Rest of step"),
 )
+# Older step tables: the device view's data-loading column, and the rest computed here.
+_FALLBACK = {"loop_dataloader_us": "dataloader_us"}
+_REST = "loop_other_us"
 
 
 def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") -> go.Figure:
@@ -56,8 +59,11 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
          for r, s in zip(steps["rank"], steps["step"])] if "rank" in steps else steps["step"].astype(str)
     total = pd.to_numeric(steps.get("duration_us"), errors="coerce") if "duration_us" in steps else None
     for col, label in categories:
-        if col == "rest_us" and col not in steps.columns and total is not None:
-            parts = [c for c, _ in categories if c != "rest_us" and c in steps.columns]
+        if col not in steps.columns and _FALLBACK.get(col) in steps.columns:
+            col = _FALLBACK[col]
+        if col == _REST and col not in steps.columns and total is not None:
+            parts = [_FALLBACK.get(c, c) for c, _ in categories if c != _REST]
+            parts = [c for c in parts if c in steps.columns]
             values = (total - steps[parts].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)).clip(lower=0)
         elif col not in steps.columns:
             continue

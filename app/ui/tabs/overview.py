@@ -1,11 +1,21 @@
 """Run page tab "Overview": headline numbers, time per step, step-time breakdown (UI layer)."""
 from __future__ import annotations
 
+import importlib.util
+
+import pandas as pd
 import streamlit as st
 
-from app.analysis.run_summary import compute_peak_memory, compute_rank_rows, compute_step_time_stats
+from app.analysis.run_summary import (
+    compute_peak_memory,
+    compute_rank_rows,
+    compute_step_time_stats,
+    compute_trace_step_time_stats,
+    compute_trace_step_times,
+)
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.data.runs import format_bytes, format_seconds
+from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows
 
@@ -14,16 +24,33 @@ __all__ = ["TITLE", "render"]
 TITLE = "Overview"
 
 
+def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
+    """The profiled steps of the run's traces, only when the run has traces (no info message)."""
+    if not ctx.run.trace_files or importlib.util.find_spec("app.analysis.trace_summary") is None:
+        return None
+    return cached_trace_analysis(ctx.run_dir).steps
+
+
 def _render_headline(ctx: RunContext) -> None:
     run = ctx.run
     stats = compute_step_time_stats(run.metrics, ctx.rank)
+    source = "over {n} steps (first step left out)"
+    if stats is None:
+        steps = _trace_steps(ctx)
+        stats = compute_trace_step_time_stats(steps, ctx.rank) if steps is not None else None
+        source = "over the {n} profiled steps of the traces (no step times in the metrics)"
     peak, peak_kind = compute_peak_memory(run.system, ctx.rank)
+    if peak is None and run.trace_files:
+        peaks = rank_rows(cached_trace_analysis(ctx.run_dir).memory_peaks, ctx.rank)
+        if not peaks.empty and peaks["peak_allocated_bytes"].notna().any():
+            peak = float(peaks["peak_allocated_bytes"].max())
+            peak_kind = "allocated memory at its peak in the traces' memory events (profile_memory)"
     cols = st.columns(6)
     if stats:
         cols[0].metric("Median step time", format_seconds(stats.median_s),
                        help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
                             f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
-                            f"over {stats.steps} steps (first step left out)")
+                            + source.format(n=stats.steps))
         cols[1].metric("Spread (p10–p90)", f"{format_seconds(stats.p10_s)} – {format_seconds(stats.p90_s)}",
                        help=f"coefficient of variation {stats.cv:.1%}")
         cols[2].metric("Samples/s", f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
@@ -45,11 +72,16 @@ def _render_headline(ctx: RunContext) -> None:
 
 def _render_step_times(ctx: RunContext) -> None:
     metrics = compute_rank_rows(ctx.run.metrics, ctx.rank)
-    if "step_time_s" not in metrics.columns or metrics["step_time_s"].notna().sum() == 0:
-        st.info("No step times in this run's metrics. `torchscope run` measures them from optimizer "
-                "steps; with the API, call `run.step()` once per iteration.")
-        return
     st.subheader("Time per step")
+    if "step_time_s" not in metrics.columns or metrics["step_time_s"].notna().sum() == 0:
+        steps = _trace_steps(ctx)
+        if steps is not None and not steps.empty:
+            st.caption("From the profiled steps of the traces (this run logged no step times).")
+            metrics = compute_rank_rows(compute_trace_step_times(steps), ctx.rank)
+        else:
+            st.info("No step times in this run's metrics. `torchscope run` measures them from optimizer "
+                    "steps; with the API, call `run.step()` once per iteration.")
+            return
     st.plotly_chart(make_step_time_figure(metrics.dropna(subset=["step_time_s"])), width="stretch",
                     key=ctx.key("overview_step_time"))
 
