@@ -117,14 +117,19 @@ def _decode_json(raw: bytes, path: Path | str) -> Any:
 
 
 def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Return torch's raw memory timeline as a table sorted by time.
+    """Return torch's memory timeline as a table of signed byte changes sorted by time.
+
+    Accepts both JSON forms of ``prof.export_memory_timeline``: the raw records of a
+    ``.raw.json.gz`` path (``[time_ns, action, bytes, category]`` each), and the coalesced
+    ``[times_us, sizes]`` of a ``.json``/``.json.gz`` path (``sizes[i]`` = ``[0, bytes held per
+    category...]`` after ``times_us[i]``), which is turned into one change per category and time.
 
     Columns: ``ts_ns`` (int64; -1 for memory that existed before profiling started),
     ``action`` (preexisting|create|increment_version|destroy), ``bytes`` (int64, negative when
     freed), ``category`` (one of MEMORY_CATEGORIES).
 
-    Raises CorruptFileError when the file is not a JSON list of 4-number records with known
-    action and category indexes.
+    Raises CorruptFileError when the file is neither form, or uses unknown action or category
+    indexes.
     """
     p = Path(path)
     if not p.is_file():
@@ -137,6 +142,8 @@ def parse_memory_timeline_raw(raw: bytes, source: Path | str) -> pd.DataFrame:
     JSON, e.g. an upload); ``source`` names it in error messages."""
     p = source
     data = _decode_json(raw, p)
+    if _is_coalesced(data):
+        data = _coalesced_to_records(data, p)
     if not isinstance(data, list):
         raise CorruptFileError(f"{p}: expected a JSON list of [time, action, bytes, category] records")
     try:
@@ -161,3 +168,29 @@ def parse_memory_timeline_raw(raw: bytes, source: Path | str) -> pd.DataFrame:
         "category": pd.Categorical.from_codes(cats, categories=list(MEMORY_CATEGORIES)),
     })
     return frame.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def _is_coalesced(data: Any) -> bool:
+    return (isinstance(data, list) and len(data) == 2 and all(isinstance(x, list) for x in data)
+            and len(data[0]) == len(data[1]) and all(isinstance(t, int) for t in data[0][:1])
+            and all(isinstance(row, list) and len(row) == len(MEMORY_CATEGORIES) + 1 for row in data[1][:1]))
+
+
+def _coalesced_to_records(data: list[Any], source: Path | str) -> list[list[int]]:
+    """[times_us, sizes by category] → raw records: the first point as preexisting memory, then
+    the change of each category between consecutive points as a create (+) or destroy (−)."""
+    try:
+        times = np.asarray(data[0], dtype=np.int64)
+        sizes = np.asarray(data[1], dtype=np.int64)[:, 1:]
+    except (ValueError, TypeError, OverflowError):
+        raise CorruptFileError(f"{source}: a [times, sizes] memory timeline must hold integers, "
+                               f"with {len(MEMORY_CATEGORIES) + 1} sizes per time") from None
+    records: list[list[int]] = []
+    previous = np.zeros(len(MEMORY_CATEGORIES), dtype=np.int64)
+    for i, (t_us, row) in enumerate(zip(times.tolist(), sizes)):
+        for cat in np.flatnonzero(row != previous).tolist():
+            delta = int(row[cat] - previous[cat])
+            action = 1 if i == 0 else (2 if delta > 0 else 4)
+            records.append([t_us * 1000, action, delta, cat])
+        previous = row
+    return records

@@ -120,3 +120,47 @@ def test_memory_timeline_raw_plain_json_and_errors(tmp_path: Path) -> None:
     bad_gz.write_bytes(gzip.compress(b"[[1,2,3,4]]")[:-6])
     with pytest.raises(CorruptFileError, match="gzip"):
         load_memory_timeline_raw(bad_gz)
+
+
+@pytest.fixture(scope="module")
+def cpu_memory_exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Both JSON forms of torch's export_memory_timeline, recorded here on CPU from one profile."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    folder = tmp_path_factory.mktemp("memory_timeline")
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            model(torch.randn(32, 64)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    raw, coalesced = folder / "mem.raw.json.gz", folder / "mem.json"
+    with warnings.catch_warnings():  # deprecated in favour of CUDA snapshots, which a CPU job has not
+        warnings.simplefilter("ignore", FutureWarning)
+        prof.export_memory_timeline(str(raw), device="cpu")
+        prof.export_memory_timeline(str(coalesced), device="cpu")
+    return raw, coalesced
+
+
+def test_both_export_forms_of_a_real_profile_agree(cpu_memory_exports: tuple[Path, Path]) -> None:
+    from app.analysis.snapshot import compute_category_peak, compute_category_timeline
+
+    raw, coalesced = (load_memory_timeline_raw(p) for p in cpu_memory_exports)
+    assert len(raw) and len(coalesced)
+    assert set(raw["category"]) >= {"parameter", "gradient", "optimizer_state", "activation"}
+    peaks = [compute_category_peak(compute_category_timeline(t, max_points=10**9)) for t in (raw, coalesced)]
+    by_cat = [p.set_index("category")["bytes"].to_dict() for p in peaks]
+    assert by_cat[0] == by_cat[1]
+    # At least the model's float32 weights (torch's categoriser may file more under "parameter").
+    assert by_cat[0]["parameter"] >= (64 * 128 + 128 + 128 * 10 + 10) * 4
+
+
+def test_coalesced_form_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps([[1, 2], [[0] * 9, [0, "x"] + [0] * 7]]))
+    with pytest.raises(CorruptFileError, match="must hold integers"):
+        load_memory_timeline_raw(bad)

@@ -43,8 +43,9 @@ _NO_SNAPSHOT_HELP = (
 )
 _CATEGORY_HELP = (
     "Memory by category (parameters, gradients, optimizer state, activations, temporaries) comes "
-    "from torch.profiler's `prof.export_memory_timeline(path, device)` with a `.raw.json` path "
-    "(needs `record_shapes=True, profile_memory=True, with_stack=True`). Upload that file here."
+    "from torch.profiler's `prof.export_memory_timeline(\"mem.json\", device=\"cuda:0\")` (or a "
+    "`.json.gz` / `.raw.json.gz` path; the profile needs `record_shapes=True, profile_memory=True, "
+    "with_stack=True`). The run format has no place for it yet: upload the file here."
 )
 
 
@@ -167,7 +168,7 @@ def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) 
 
 def _render_categories(ctx: RunContext) -> None:
     st.subheader("Memory by category")
-    upload = st.file_uploader("Raw memory timeline (.raw.json, .json.gz)", type=["json", "gz"],
+    upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
                               key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
     if upload is None:
         st.info(_CATEGORY_HELP)
