@@ -269,3 +269,21 @@ def test_memory_snapshot_reports_oom(make_run) -> None:  # noqa: ANN001
     assert_ok(at)
     assert "Out of memory at allocator event 11: 40.0 MiB requested while CUDA reported 3.0 MiB free, " \
            "from train.py:99:step" in texts(at.warning)
+
+
+def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN001
+    at = open_tab(make_run("cats"), "memory")
+    uploader = at.get("file_uploader")[0]
+    raw = (shared_data / "memory" / "memory_timeline.raw.gz").read_bytes()
+    uploader.set_value(("memory_timeline.raw.json.gz", raw, "application/gzip"))
+    at.run()
+    assert_ok(at)
+    spec = charts(at)[-1].proto.spec
+    assert '"stackgroup":"memory"' in spec and "activation" in spec
+    peak = at.dataframe[-1].value
+    assert peak["category"].iloc[0] == "activation"
+    assert "At the peak" in texts(at.caption)
+    at.get("file_uploader")[0].set_value(("bad.json", b"[[1, 2, 3]]", "application/json"))
+    at.run()
+    assert not at.exception
+    assert "bad.json" in texts(at.error) and "4 integers" in texts(at.error)
