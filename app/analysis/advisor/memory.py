@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -78,52 +79,92 @@ def _activation_share(ev: RunEvidence, rank: int, device: str) -> float:
     return float(np.median(shares)) if shares else float("nan")
 
 
+@dataclass(frozen=True)
+class _Peak:
+    rank: int
+    device: str
+    allocated: float
+    reserved: float
+    capacity: float
+    ops_at_peak: str
+    source: str  # "trace" | "system"
+
+    @property
+    def share(self) -> float:
+        return self.allocated / self.capacity
+
+
+def _trace_peaks(ev: RunEvidence) -> list[_Peak]:
+    peaks = getattr(ev.analysis, "memory_peaks", None)
+    if not ev.has_device_trace or peaks is None or peaks.empty:
+        return []
+    out = []
+    for r in peaks[~peaks["device"].astype(str).isin(("cpu", "unknown"))].itertuples(index=False):
+        cap = _capacity(ev, str(r.device))
+        if cap:
+            out.append(_Peak(int(r.rank), str(r.device), float(r.peak_allocated_bytes), float(r.peak_reserved_bytes),
+                             cap, str(getattr(r, "ops_at_peak", "") or ""), "trace"))
+    return out
+
+
+def _system_peaks(ev: RunEvidence) -> list[_Peak]:
+    """Peaks from the agent's system samples (torch.cuda.max_memory_allocated, mem_get_info)."""
+    sysdf = ev.system
+    if sysdf is None or sysdf.empty or "gpu_max_allocated_bytes" not in sysdf.columns:
+        return []
+    df = sysdf.assign(**{c: sysdf[c] if c in sysdf.columns else 0 for c in ("rank", "gpu_index")})
+    num = lambda g, c: pd.to_numeric(g[c], errors="coerce").max() if c in g.columns else np.nan  # noqa: E731
+    out = []
+    for (rank, index), g in df.dropna(subset=["gpu_max_allocated_bytes"]).groupby(["rank", "gpu_index"]):
+        peak, total, reserved = num(g, "gpu_max_allocated_bytes"), num(g, "gpu_total_bytes"), num(g, "gpu_reserved_bytes")
+        cap = float(total) if total == total and total > 0 else _capacity(ev, f"cuda:{int(index)}")
+        if peak == peak and cap:
+            out.append(_Peak(int(rank), f"cuda:{int(index)}", float(peak), float(reserved if reserved == reserved else peak),
+                             float(cap), "", "system"))
+    return out
+
+
 @rule("memory_near_capacity", family="memory", title="Device memory near capacity or dominated by activations")
 def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
     """Fires when peak allocated ≥ MEM_CAPACITY_SHARE_MIN of the device, or activations are
-    ≥ ACTIVATION_SHARE_MIN of a peak that is ≥ ACTIVATION_PEAK_MIN of the device."""
-    require_device_trace(ev)
-    peaks = getattr(ev.analysis, "memory_peaks", None)
-    if peaks is None or peaks.empty:
-        raise MissingEvidence("needs memory events in the trace (profile_memory=True)")
-    peaks = peaks[~peaks["device"].astype(str).isin(("cpu", "unknown"))]
-    rows = []
-    for r in peaks.itertuples(index=False):
-        cap = _capacity(ev, str(r.device))
-        if cap:
-            rows.append((float(r.peak_allocated_bytes) / cap, r, cap))
-    if not rows:
-        raise MissingEvidence("needs GPU memory events and the device's total memory")
-    share, r, cap = max(rows, key=lambda x: x[0])
-    act = _activation_share(ev, int(r.rank), str(r.device))
+    ≥ ACTIVATION_SHARE_MIN of a peak that is ≥ ACTIVATION_PEAK_MIN of the device. Peaks come from
+    the trace's memory events, else from the agent's system samples."""
+    peaks = _trace_peaks(ev) or _system_peaks(ev)
+    if not peaks:
+        raise MissingEvidence("needs GPU memory (trace memory events with profile_memory=True, or the agent's "
+                              "GPU samples) and the device's total memory")
+    p = max(peaks, key=lambda x: x.share)
+    share = p.share
+    act = _activation_share(ev, p.rank, p.device) if p.source == "trace" else float("nan")
     near = share >= MEM_CAPACITY_SHARE_MIN
     act_heavy = act == act and act >= ACTIVATION_SHARE_MIN and share >= ACTIVATION_PEAK_MIN
     if not (near or act_heavy):
         return []
     gib = 1024 ** 3
-    evidence = {"peak_allocated_gib": r.peak_allocated_bytes / gib, "peak_reserved_gib": r.peak_reserved_bytes / gib,
-                "capacity_gib": cap / gib, "peak_share": share, "rank": int(r.rank)}
+    evidence = {"peak_allocated_gib": p.allocated / gib, "peak_reserved_gib": p.reserved / gib,
+                "capacity_gib": p.capacity / gib, "peak_share": share, "rank": p.rank}
     if act == act:
         evidence["activation_share"] = act
-    title = (f"Memory peak at {fmt_pct(share)} of {cap / gib:.0f} GiB on {r.device}" if near else
-             f"Activations are {fmt_pct(act)} of the memory peak on {r.device}")
+    title = (f"Memory peak at {fmt_pct(share)} of {p.capacity / gib:.0f} GiB on {p.device}" if near else
+             f"Activations are {fmt_pct(act)} of the memory peak on {p.device}")
     return [Finding(
         rule="memory_near_capacity", family="memory",
         severity=severity_for(share, high=MEM_CAPACITY_HIGH, medium=MEM_CAPACITY_SHARE_MIN) if near else Severity.LOW,
         title=title,
         explanation=(
-            f"Peak allocated memory on rank {int(r.rank)} {r.device} is {r.peak_allocated_bytes / gib:.2f} GiB of "
-            f"{cap / gib:.2f} GiB ({fmt_pct(share)}), reserved {r.peak_reserved_bytes / gib:.2f} GiB"
+            f"Peak allocated memory on rank {p.rank} {p.device} is {p.allocated / gib:.2f} GiB of "
+            f"{p.capacity / gib:.2f} GiB ({fmt_pct(share)}), reserved {p.reserved / gib:.2f} GiB"
             + (f"; memory grows by {fmt_pct(act)} of the peak within a step (activations kept for backward)"
-               if act == act else "") + (f". At the peak: {r.ops_at_peak[:120]}." if getattr(r, "ops_at_peak", "") else ".")
+               if act == act else "") + (f". At the peak: {p.ops_at_peak[:120]}." if p.ops_at_peak else ".")
         ),
         evidence=evidence,
         fix_summary="Trade compute for memory (activation checkpointing), use autocast, smaller micro-batches; "
                     "empty_cache does not lower the peak.",
         fix=_FIX,
         expected_gain="room for a larger batch (throughput) or a bigger model; avoids out-of-memory",
-        gain_share=0.15 if near else 0.05, doc_url=DOCS["checkpoint"], chart="Memory › timeline and peak",
-        rank=int(r.rank),
+        gain_share=0.15 if near else 0.05, doc_url=DOCS["checkpoint"],
+        chart="Memory › timeline and peak" if p.source == "trace" else "System › GPU memory",
+        rank=p.rank,
     )]
 
 

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, require_steps, step_share
-from .model import Finding, RunEvidence, Severity
+from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import KERNEL_CATS, by_cat, idle_gaps_us, in_spans
 
@@ -14,6 +15,8 @@ __all__ = ["low_device_utilization"]
 BUSY_SHARE_MIN = 0.5
 # A gap of 100 µs is ~20 kernel launches of idle: visible in the timeline, worth a look.
 GAP_US = 100.0
+# Sampled utilisation needs a few samples (1 s apart by default) to mean anything.
+SYSTEM_MIN_SAMPLES = 5
 # The idle time is not all recoverable (the fix depends on the cause): count half of it.
 IDLE_RECOVERABLE = 0.5
 _BUSY_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "communication_us")
@@ -45,10 +48,42 @@ def _gaps(ev: RunEvidence) -> tuple[float, float]:
     return big / max(1, n_steps), largest
 
 
+def _system_utilization(ev: RunEvidence) -> list[Finding]:
+    """From the agent's sampled GPU utilisation (NVML: share of time a kernel ran) when no GPU trace."""
+    sysdf = ev.system
+    if sysdf is None or sysdf.empty or "gpu_util_percent" not in sysdf.columns:
+        raise MissingEvidence("needs a GPU trace (kernels) or the agent's sampled GPU utilisation")
+    util = pd.to_numeric(sysdf["gpu_util_percent"], errors="coerce").dropna().to_numpy()
+    active = np.flatnonzero(util > 0)
+    if len(active) < SYSTEM_MIN_SAMPLES:
+        raise MissingEvidence(f"needs at least {SYSTEM_MIN_SAMPLES} GPU utilisation samples while the GPU worked")
+    busy = float(np.median(util[active[0]:active[-1] + 1])) / 100  # between first and last GPU work
+    if busy >= BUSY_SHARE_MIN:
+        return []
+    return [Finding(
+        rule="low_device_utilization", family="utilization",
+        severity=Severity.HIGH if busy < BUSY_SHARE_MIN / 2 else Severity.MEDIUM,
+        title=f"GPU busy only {fmt_pct(busy)} of the time (sampled)",
+        explanation=(
+            f"The agent's samples of GPU utilisation (share of time a kernel was running) have a median of "
+            f"{fmt_pct(busy)} while the job used the GPU. Record a profiler trace to see what the GPU waits for."
+        ),
+        evidence={"busy_share": busy, "idle_share": 1 - busy, "samples": int(active[-1] - active[0] + 1)},
+        fix_summary="Find what the GPU waits for (data loading, host work, syncs) in a trace; then raise the batch size.",
+        fix="# record a few profiled steps: torchscope run --wait 5 --active 3 -- python train.py\n" + _FIXES["other_us"],
+        expected_gain=f"up to {fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time",
+        gain_share=(1 - busy) * IDLE_RECOVERABLE, doc_url=DOCS["tuning"], chart="System › GPU utilisation",
+    )]
+
+
 @rule("low_device_utilization", family="utilization", title="GPU idle for much of the step")
 def low_device_utilization(ev: RunEvidence) -> list[Finding]:
-    """Fires when kernels, copies and collectives keep the GPU busy < BUSY_SHARE_MIN of the step."""
-    require_device_trace(ev)
+    """Fires when kernels, copies and collectives keep the GPU busy < BUSY_SHARE_MIN of the step
+    (without a GPU trace: when the sampled GPU utilisation's median is below it)."""
+    try:
+        require_device_trace(ev)
+    except MissingEvidence:
+        return _system_utilization(ev)
     steps = require_steps(ev, *_BUSY_COLUMNS)
     busy = sum(step_share(steps, c) for c in _BUSY_COLUMNS)
     if busy >= BUSY_SHARE_MIN:

@@ -157,3 +157,18 @@ def test_eval_rule_skips_when_no_evaluation_was_profiled():
              _fwd("AddmmBackward0", 101, 1)]
     with pytest.raises(MissingEvidence, match="outside the profiler window"):
         eval_without_no_grad(evidence(steps_df=steps(1, duration_us=400.0), traces=[trace(events(train))]))
+
+
+def test_memory_from_agent_system_samples_without_trace():
+    from app.analysis.advisor import RunEvidence
+
+    gib = 2**30
+    system = pd.DataFrame({"time": [0, 1, 2], "rank": 0, "gpu_index": 0,
+                           "gpu_max_allocated_bytes": [10 * gib, 70 * gib, 76 * gib],
+                           "gpu_reserved_bytes": [12 * gib, 74 * gib, 78 * gib], "gpu_total_bytes": 80 * gib})
+    [f] = memory_near_capacity(RunEvidence(source="x", has_run=True, system=system))
+    assert f.evidence["peak_share"] == pytest.approx(0.95) and f.chart == "System › GPU memory"
+    ok = system.assign(gpu_max_allocated_bytes=[gib, 2 * gib, 3 * gib])
+    assert memory_near_capacity(RunEvidence(source="x", has_run=True, system=ok)) == []
+    with pytest.raises(MissingEvidence):
+        memory_near_capacity(RunEvidence(source="x", has_run=True, system=pd.DataFrame({"time": [0], "cpu_percent": [5]})))

@@ -99,3 +99,17 @@ def test_cpu_threads_far_from_cores():
         cpu_threads(evidence(devices=cpu(16, 1) + ({"type": "cuda", "index": 0},)))
     with pytest.raises(MissingEvidence):  # not recorded
         cpu_threads(evidence(devices=({"type": "cpu"},)))
+
+
+def test_low_utilization_from_sampled_gpu_util_without_trace():
+    from app.analysis.advisor import RunEvidence
+
+    def ev(util):  # noqa: ANN001, ANN202
+        system = pd.DataFrame({"time": range(len(util)), "rank": 0, "gpu_util_percent": util})
+        return RunEvidence(source="x", has_run=True, system=system)
+
+    [f] = low_device_utilization(ev([0, 0, 30, 35, 20, 40, 30, 25, 0]))
+    assert f.evidence["busy_share"] == pytest.approx(0.30) and f.chart == "System › GPU utilisation"
+    assert low_device_utilization(ev([0, 90, 95, 97, 92, 96, 0])) == []
+    with pytest.raises(MissingEvidence):
+        low_device_utilization(ev([0, 50, 0]))
