@@ -135,8 +135,12 @@ def fmt_ms(us: float) -> str:
 
 
 def events_of(ev: RunEvidence) -> Iterable[tuple[int, pd.DataFrame]]:
-    """(rank, events table) for every trace that has events."""
+    """(rank, events table) per rank; a rank with several traces (several profiler windows)
+    gets their events together, so per-step counts divide by all of that rank's steps."""
+    by_rank: dict[int, list[pd.DataFrame]] = {}
     for t in ev.traces:
         events = getattr(t, "events", None)
         if events is not None and len(events):
-            yield int(getattr(t, "rank", 0) or 0), events
+            by_rank.setdefault(int(getattr(t, "rank", 0) or 0), []).append(events)
+    for rank, frames in sorted(by_rank.items()):
+        yield rank, frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -172,3 +172,16 @@ def test_memory_from_agent_system_samples_without_trace():
     assert memory_near_capacity(RunEvidence(source="x", has_run=True, system=ok)) == []
     with pytest.raises(MissingEvidence):
         memory_near_capacity(RunEvidence(source="x", has_run=True, system=pd.DataFrame({"time": [0], "cpu_percent": [5]})))
+
+
+def test_several_profiler_windows_of_one_rank_count_per_step():
+    def syncs(t0: float) -> list[dict]:
+        return [{"name": "cudaStreamSynchronize", "cat": "cuda_runtime", "ts_us": t0 + 3000 + i * 1000, "dur_us": 500.0,
+                 "pid": "1", "tid": "1"} for i in range(4)]
+
+    rows = _step_rows(2, syncs)
+    first = [r for r in rows if r["ts_us"] < 10_000]
+    second = [r for r in rows if r["ts_us"] >= 10_000]
+    ev = evidence(steps_df=steps(2), traces=[trace(events(first)), trace(events(second))])
+    [f] = sync_points(ev)
+    assert f.evidence["syncs_per_step"] == 4
