@@ -8,6 +8,7 @@ import streamlit as st
 from app.analysis.compare import Comparison
 from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
 from app.analysis.graph_diff import diff_backward_graphs
+from app.analysis.report import format_value
 from app.charts.compare import (
     make_delta_bar_figure,
     make_memory_overlay_figure,
@@ -93,9 +94,9 @@ def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
 
 def render_memory_tab(cmp: Comparison) -> None:
     b, c = _labels(cmp)
-    mem_a, mem_b = cmp.peak_memory
-    st.markdown(f"Peak memory ({mem_a.source}): **{b}** {mem_a.bytes or 0:,.0f} B → **{c}** {mem_b.bytes or 0:,.0f} B "
-                f"— verdict **{cmp.memory_verdict}**")
+    mem_a, mem_b = cmp.peak_memory  # run labels are never put into Markdown (user text)
+    st.markdown(f"Peak memory (`{mem_a.source}`): {format_value(mem_a.bytes, 'bytes')} → "
+                f"{format_value(mem_b.bytes, 'bytes')} — verdict **{cmp.memory_verdict}**")
     timelines = {}
     for label, side in ((b, cmp.baseline), (c, cmp.candidate)):
         if side.analysis is not None and side.traces:

@@ -3,6 +3,7 @@ verdicts and export buttons (UI layer)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,14 @@ def render_options() -> CompareOptions:
     return CompareOptions(warmup_steps=warmup, threshold=threshold / 100.0, op_grouping=OpGrouping(by))
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$])")
+
+
+def _plain(text: str) -> str:
+    """User text (run names, file paths, messages) made inert for Streamlit's Markdown."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
 def _pct(ratio: float | None) -> str | None:
     if ratio is None or not math.isfinite(ratio):
         return None
@@ -142,7 +151,7 @@ def _metric_row(cmp: Comparison) -> None:
 def render_verdicts(comparisons: list[Comparison]) -> None:
     """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
-        text = headline(cmp)
+        text = _plain(headline(cmp))
         box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
         box(text)
         if len(comparisons) <= 2:
@@ -161,7 +170,7 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
                                 "candidate": st.column_config.NumberColumn(format="%.4g")})
     for cmp in comparisons:
         for note in cmp.notes:
-            st.caption(f"{cmp.candidate.label}: {note}")
+            st.caption(_plain(f"{cmp.candidate.label}: {note}"))
 
 
 def render_exports(cmp: Comparison) -> None:

@@ -83,5 +83,19 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     assert_clean(at)
     at.selectbox(key="compare_group_by").set_value("seed").run()
     assert_clean(at)
+    at.radio(key="compare_by").set_value("shape").run()
+    assert_clean(at)
+    assert "input_shapes" in _tab(at, "Operators").dataframe[0].value.columns
+    assert "Peak memory" in texts(_tab(at, "Memory").markdown)
     at.button(key=next(b.key for b in at.button if b.key and b.key.startswith("compare_build_html"))).click().run()
     assert_clean(at)
+
+
+def test_hostile_run_names_stay_text(monkeypatch, make_run) -> None:
+    evil = "[click](http://evil.example) <img src=x onerror=alert(1)>"
+    base = make_run("base", step_time_s=0.05)
+    cand = make_run(evil, step_time_s=0.03)
+    at = open_compare(monkeypatch, base.parent, f"{base.name},{cand.name}")
+    assert_clean(at)
+    shown = texts(at.success)
+    assert "\\[click\\]\\(http" in shown and "\\<img" in shown  # escaped, so rendered as plain text
