@@ -20,6 +20,7 @@ __all__ = [
     "Timeline",
     "compute_step_windows",
     "compute_timeline",
+    "combine_timelines",
     "compute_ops_at",
 ]
 
@@ -174,10 +175,14 @@ def compute_timeline(
     end_us: float,
     *,
     max_events: int = 20_000,
+    name_contains: str = "",
+    lane_prefix: str = "",
 ) -> Timeline:
     """Return the events overlapping [start_us, end_us] laid out in lanes, at most
     ``max_events`` of them (the longest; shorter ones are counted in ``hidden_events``). The
-    profiler's own whole-trace span (category "Trace") is left out.
+    profiler's own whole-trace span (category "Trace") is left out. ``name_contains`` keeps
+    only events whose name contains it (case-insensitive); ``lane_prefix`` is put before every
+    lane name (e.g. "rank 3 · " when several ranks are drawn together).
 
     Raises ValueError when the window is empty or max_events < 1.
     """
@@ -187,6 +192,8 @@ def compute_timeline(
         raise ValueError(f"max_events must be positive, got {max_events}")
     ends = events["ts_us"] + events["dur_us"].fillna(0.0)
     work = ~events["cat"].isin(_PROFILER_SPAN_CATEGORIES)
+    if name_contains:
+        work &= _name_matches(events["name"], name_contains)
     inside = events[(events["ts_us"] < end_us) & (ends > start_us) & work]
     total = len(inside)
     hidden_max = 0.0
@@ -214,14 +221,43 @@ def compute_timeline(
     frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
     host = sorted(lane for lane in frame["lane"].unique() if not lane.startswith("GPU "))
     device = sorted(lane for lane in frame["lane"].unique() if lane.startswith("GPU "))
+    if lane_prefix:
+        frame["lane"] = lane_prefix + frame["lane"]
     return Timeline(
         events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
-        lanes=host + device,
+        lanes=[lane_prefix + lane for lane in host + device],
         start_us=float(start_us),
         end_us=float(end_us),
         total_events=total,
         hidden_events=total - len(frame),
         hidden_max_dur_us=hidden_max,
+    )
+
+
+def _name_matches(names: pd.Series, needle: str) -> np.ndarray:
+    """Case-insensitive substring match, tested once per distinct name of a categorical."""
+    needle = needle.lower()
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hit = np.array([needle in str(c).lower() for c in names.cat.categories] + [False])
+        codes = names.cat.codes.to_numpy()
+        return hit[np.where(codes >= 0, codes, len(hit) - 1)]
+    return names.astype(str).str.lower().str.contains(needle, regex=False).to_numpy()
+
+
+def combine_timelines(timelines: list[Timeline]) -> Timeline:
+    """Stack timelines (e.g. the same step on several ranks, each with its own lane prefix)
+    into one: each keeps its own time origin (its window start), so they line up at the start
+    of the window; counts add up, ``start_us`` is 0 and ``end_us`` the longest window."""
+    if not timelines:
+        raise ValueError("combine_timelines needs at least one timeline")
+    return Timeline(
+        events=pd.concat([t.events for t in timelines], ignore_index=True),
+        lanes=[lane for t in timelines for lane in t.lanes],
+        start_us=0.0,
+        end_us=max(t.end_us - t.start_us for t in timelines),
+        total_events=sum(t.total_events for t in timelines),
+        hidden_events=sum(t.hidden_events for t in timelines),
+        hidden_max_dur_us=max(t.hidden_max_dur_us for t in timelines),
     )
 
 

@@ -132,3 +132,22 @@ def test_real_gpu_trace(shared_data: Path) -> None:
     assert tl.shown_events == 5000 and tl.hidden_events == tl.total_events - 5000 > 0
     assert any(lane.startswith("GPU ") for lane in tl.lanes)
     assert np.isfinite(tl.events["start_ms"]).all()
+
+
+def test_name_filter_prefix_and_combine() -> None:
+    from app.analysis.timeline import combine_timelines
+
+    a = compute_timeline(EVENTS, THREADS, 0.0, 130.0, name_contains="ATEN::", lane_prefix="rank 0 · ")
+    assert a.events["name"].tolist() == ["aten::linear", "aten::addmm", "aten::relu"]
+    assert a.lanes == ["rank 0 · python · main thread"] and set(a.events["lane"]) == set(a.lanes)
+    plain = EVENTS.assign(name=EVENTS["name"].astype(str))  # not categorical: same answer
+    assert compute_timeline(plain, THREADS, 0.0, 130.0, name_contains="aten::").events["name"].tolist() == \
+        a.events["name"].tolist()
+    b = compute_timeline(EVENTS, THREADS, 100.0, 200.0, lane_prefix="rank 1 · ", max_events=2)
+    both = combine_timelines([a, b])
+    assert both.lanes == a.lanes + b.lanes
+    assert both.total_events == a.total_events + b.total_events and both.hidden_events == b.hidden_events
+    assert both.start_us == 0.0 and both.end_us == 130.0
+    assert both.events["start_ms"].min() >= 0.0
+    with pytest.raises(ValueError):
+        combine_timelines([])

@@ -149,6 +149,22 @@ def test_timeline_cpu_trace_and_two_ranks(cpu_profiled_run, imported_store) -> N
     assert_ok(at)
     picker = at.selectbox(key="t_timeline_trace")
     assert picker.value == 1 and picker.options[1].startswith("rank 1 · ")
+    at.toggle(key="t_timeline_all_ranks").set_value(True).run()
+    assert_ok(at)
+    spec = charts(at)[0].proto.spec
+    assert "rank 0 · " in spec and "rank 1 · " in spec and "all ranks" in spec
+
+
+def test_timeline_name_filter(imported_store) -> None:  # noqa: ANN001
+    at = open_tab(imported_store[1]["gpu-control"], "timeline")
+    at.text_input(key="t_timeline_filter").set_value("NCCL").run()
+    assert_ok(at)
+    caption = texts(at.caption)
+    shown = int(caption.split(" events in ")[0].replace(",", "").split()[-1])
+    assert 0 < shown < 1000
+    at.text_input(key="t_timeline_filter").set_value("no-such-op-xyz").run()
+    assert_ok(at)
+    assert "no-such-op-xyz" in texts(at.info) and not charts(at)
 
 
 def test_timeline_without_trace_explains(make_run) -> None:  # noqa: ANN001

@@ -4,9 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
-from app.analysis.timeline import compute_timeline
+from app.analysis.timeline import Timeline, combine_timelines, compute_timeline
 from app.charts.timeline import make_timeline_figure
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import cached_step_windows
@@ -64,6 +65,49 @@ def _render_download(ctx: RunContext, path: Path) -> None:
     )
 
 
+def _window(ctx: RunContext, trace: Any, windows: pd.DataFrame, column: Any) -> tuple[float, float, int | None]:
+    """(start_us, end_us, step) of the chosen step, or of the whole trace without step marks."""
+    if len(windows):
+        labels = [f"step {s} · {d / 1000:,.1f} ms" for s, d in zip(windows["step"], windows["duration_us"])]
+        pos = column.selectbox("Step", range(len(windows)), format_func=lambda i: labels[i],
+                               key=ctx.key("timeline_step"))
+        row = windows.iloc[pos]
+        return float(row["start_us"]), float(row["end_us"]), int(row["step"])
+    column.caption("No `ProfilerStep#` annotations in this trace: showing the whole trace.")
+    start = float(trace.events["ts_us"].min())
+    end = float((trace.events["ts_us"] + trace.events["dur_us"]).max())
+    return start, (end if end > start else start + 1.0), None
+
+
+def _all_ranks(ctx: RunContext, traces: list[Any], step: int, budget: int, needle: str) -> tuple[Timeline, list[int]]:
+    """The same step on every rank, one block of lanes per rank, aligned at each rank's step
+    start; returns the timeline and the ranks that do not have that step."""
+    parts, missing = [], []
+    per_rank = max(1, budget // len(traces))
+    for i, t in enumerate(traces):
+        windows = cached_step_windows(ctx.run_dir, i)
+        row = windows[windows["step"] == step]
+        if row.empty:
+            missing.append(t.rank)
+            continue
+        parts.append(compute_timeline(t.events, t.threads, float(row["start_us"].iloc[0]),
+                                      float(row["end_us"].iloc[0]), max_events=per_rank,
+                                      name_contains=needle, lane_prefix=f"rank {t.rank} · "))
+    return combine_timelines(parts), missing
+
+
+def _render_counts(timeline: Timeline) -> None:
+    if timeline.hidden_events:
+        st.warning(
+            f"Showing the {timeline.shown_events:,} longest of {timeline.total_events:,} events; "
+            f"{timeline.hidden_events:,} events of at most {timeline.hidden_max_dur_us:,.1f} µs are hidden. "
+            "Raise the limit, or open the raw trace in Perfetto to see all of them."
+        )
+    else:
+        st.caption(f"{timeline.total_events:,} events in {len(timeline.lanes)} lanes. "
+                   "Drag to zoom, double-click to reset, hover the middle of an event for details.")
+
+
 def render(ctx: RunContext) -> None:
     """Pick a trace and a step, draw it, say what was left out, offer the raw file."""
     if not has_traces(ctx.run_dir):
@@ -79,32 +123,27 @@ def render(ctx: RunContext) -> None:
         st.info(f"`{trace.path.name}` holds no complete events to draw.")
         _render_download(ctx, trace.path)
         return
-    windows = cached_step_windows(ctx.run_dir, index)
-    c1, c2 = st.columns([3, 1])
-    if len(windows):
-        labels = [f"step {s} · {d / 1000:,.1f} ms" for s, d in zip(windows["step"], windows["duration_us"])]
-        pos = c1.selectbox("Step", range(len(windows)), format_func=lambda i: labels[i],
-                           key=ctx.key("timeline_step"))
-        start, end = float(windows["start_us"].iloc[pos]), float(windows["end_us"].iloc[pos])
-        title = f"step {windows['step'].iloc[pos]} · rank {trace.rank}"
+    c1, c2, c3 = st.columns([3, 2, 2])
+    start, end, step = _window(ctx, trace, cached_step_windows(ctx.run_dir, index), c1)
+    needle = c2.text_input("Only events whose name contains", key=ctx.key("timeline_filter"),
+                           placeholder="e.g. aten::copy_, nccl, Memcpy").strip()
+    budget = int(c3.select_slider("Events drawn at most", _BUDGETS, value=20_000, key=ctx.key("timeline_budget"),
+                                  help="The longest events are kept; a browser draws more only slowly."))
+    together = len(traces) > 1 and step is not None and st.toggle(
+        f"All {len(traces)} ranks together", key=ctx.key("timeline_all_ranks"),
+        help="The same step on every rank, each block of lanes starting at that rank's step start.")
+    if together:
+        timeline, missing = _all_ranks(ctx, traces, int(step), budget, needle)
+        if missing:
+            st.caption(f"Step {step} is not in the traces of rank(s) {', '.join(map(str, missing))}.")
+        title = f"step {step} · all ranks"
     else:
-        c1.caption("No `ProfilerStep#` annotations in this trace: showing the whole trace.")
-        start = float(trace.events["ts_us"].min())
-        end = float((trace.events["ts_us"] + trace.events["dur_us"]).max())
-        end = end if end > start else start + 1.0
-        title = f"whole trace · rank {trace.rank}"
-    budget = c2.select_slider("Events drawn at most", _BUDGETS, value=20_000, key=ctx.key("timeline_budget"),
-                              help="The longest events are kept; a browser draws more only slowly.")
-    timeline = compute_timeline(trace.events, trace.threads, start, end, max_events=int(budget))
-    if timeline.hidden_events:
-        st.warning(
-            f"Showing the {timeline.shown_events:,} longest of {timeline.total_events:,} events; "
-            f"{timeline.hidden_events:,} events of at most {timeline.hidden_max_dur_us:,.1f} µs are hidden. "
-            "Raise the limit, or open the raw trace in Perfetto to see all of them."
-        )
+        timeline = compute_timeline(trace.events, trace.threads, start, end, max_events=budget, name_contains=needle)
+        title = f"{'whole trace' if step is None else f'step {step}'} · rank {trace.rank}"
+    if needle and timeline.total_events == 0:
+        st.info(f"No event in this window has a name containing “{needle}”.")
     else:
-        st.caption(f"{timeline.total_events:,} events in {len(timeline.lanes)} lanes. "
-                   "Drag to zoom, double-click to reset, hover the middle of an event for details.")
-    fig = make_timeline_figure(timeline, title=title)
-    st.plotly_chart(fig, width="stretch", key=ctx.key("timeline_fig"), config={"scrollZoom": True})
+        _render_counts(timeline)
+        st.plotly_chart(make_timeline_figure(timeline, title=title), width="stretch", key=ctx.key("timeline_fig"),
+                        config={"scrollZoom": True})
     _render_download(ctx, trace.path)
