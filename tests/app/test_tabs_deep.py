@@ -242,8 +242,11 @@ def test_graph_too_big_offers_download_only(graph_run) -> None:  # noqa: ANN001
     at = open_tab(graph_run, "graph")
     assert_ok(at)
     assert "600 nodes" in texts(at.info) and "more than" in texts(at.info)
-    assert not [c for c in charts(at) if "svg+xml" in c.proto.spec]
+    assert not [c for c in charts(at) if "svg+xml" in c.proto.spec] and not at.get("graphviz_chart")
     assert len(at.get("download_button")) == 1
+    at.toggle(key="t_graph_force").set_value(True).run()
+    assert_ok(at)
+    assert at.get("graphviz_chart")
 
 
 def test_graph_dot_only_uses_graphviz_chart(graph_run) -> None:  # noqa: ANN001

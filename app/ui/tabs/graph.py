@@ -49,6 +49,18 @@ def _render_downloads(ctx: RunContext, dot: Path | None, svg: Path | None) -> No
     cols[2].caption("Open the SVG in a browser tab, or the DOT with `xdot` / `dot -Tpdf`.")
 
 
+def _draw(ctx: RunContext, dot: str | None, svg: str | None) -> None:
+    """The SVG on zoomable plotly axes; without one, the DOT through st.graphviz_chart."""
+    if svg is not None and (dims := svg_size_pt(svg)) is not None:
+        st.plotly_chart(make_svg_figure(svg, *dims), width="stretch", key=ctx.key("graph_svg"),
+                        config={"scrollZoom": True, "displaylogo": False})
+        st.caption("Scroll or drag a box to zoom, drag to pan, double-click to reset.")
+    elif dot is not None:
+        st.graphviz_chart(dot, width="stretch")
+    else:
+        st.info("The graph file is too large to show here; download it instead.")
+
+
 def _render_graph(ctx: RunContext) -> None:
     st.subheader("Backward graph")
     dot_path, svg_path = ctx.run.graph_dot, ctx.run.graph_svg
@@ -65,14 +77,9 @@ def _render_graph(ctx: RunContext) -> None:
     if too_big:
         st.info(f"The graph has {size.nodes:,} nodes, more than the {MAX_DRAWN_NODES} that stay readable "
                 "here. The module tree below summarises the model; download the graph to explore it.")
-    elif svg is not None and (dims := svg_size_pt(svg)) is not None:
-        st.plotly_chart(make_svg_figure(svg, *dims), width="stretch", key=ctx.key("graph_svg"),
-                        config={"scrollZoom": True, "displaylogo": False})
-        st.caption("Scroll or drag a box to zoom, drag to pan, double-click to reset.")
-    elif dot is not None:
-        st.graphviz_chart(dot, width="stretch")
-    else:
-        st.info("The graph file is too large to show here; download it instead.")
+        too_big = not st.toggle("Draw it anyway (slow to render, hard to read)", key=ctx.key("graph_force"))
+    if not too_big:
+        _draw(ctx, dot, svg)
     _render_downloads(ctx, dot_path, svg_path)
 
 
