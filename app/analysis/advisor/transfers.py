@@ -78,8 +78,11 @@ def _sync_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str,
     runtime = events["cat"].astype(str).isin(("cuda_runtime", "cuda_driver")).to_numpy()
     calls = inside & runtime & names.str.contains(_SYNC_CALL).to_numpy()
     scalars = inside & names.isin(_SCALAR).to_numpy()
+    # Kineto's cuda_sync events mark the same waits on the GPU timeline (newer torch versions).
+    marks = in_spans(ts, *_spans(ev, rank, host=False)) & (events["cat"].astype(str) == "cuda_sync").to_numpy()
     n = max(1, len(start))
     return {"steps": len(start), "syncs": float(calls.sum()) / n, "items": float(scalars.sum()) / n,
+            "sync_marks": float(marks.sum()) / n,
             "blocked_us": float(events.loc[calls, "dur_us"].sum()) / n,
             "step_us": float((end - start).mean()) if len(start) else 0.0}
 
@@ -104,6 +107,7 @@ def sync_points(ev: RunEvidence) -> list[Finding]:
             f"cannot queue the next kernels, so the GPU idles right after each sync."
         ),
         evidence={"syncs_per_step": float(worst["syncs"]), "item_calls_per_step": float(worst["items"]),
+                  "cuda_sync_events_per_step": float(worst["sync_marks"]),
                   "blocked_ms_per_step": worst["blocked_us"] / 1000, "blocked_share": share,
                   "step_ms": worst["step_us"] / 1000, "rank": int(worst["rank"])},
         fix_summary="Remove .item()/.cpu()/print(tensor)/explicit synchronize from the step; accumulate on the device.",
