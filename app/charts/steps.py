@@ -31,7 +31,7 @@ _REST = "loop_other_us"
 
 
 def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") -> go.Figure:
-    """Time of every step (ms) per rank, with each rank's median as a dashed line.
+    """Time of every step (ms) per rank, with each rank's median (first step left out) dashed.
 
     ``metrics`` needs columns ``step``, ``rank`` and ``value`` (seconds).
     """
@@ -40,7 +40,9 @@ def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") 
         y = pd.to_numeric(part[value], errors="coerce") * 1e3
         fig.add_trace(go.Scatter(x=part["step"], y=y, mode="lines+markers", name=f"rank {rank}",
                                    marker={"size": 4}, hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>"))
-        med = y.median()
+        # Same rule as the headline numbers: the first step (one-off costs) is left out of the median.
+        steady = y[part["step"] != part["step"].min()] if part["step"].nunique() > 1 else y
+        med = steady.median()
         if pd.notna(med):
             fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6,
                           annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None)

@@ -51,13 +51,15 @@ def _render_headline(ctx: RunContext) -> None:
                        help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
                             f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
                             + source.format(n=stats.steps))
-        cols[1].metric("Spread (p10–p90)", f"{format_seconds(stats.p10_s)} – {format_seconds(stats.p90_s)}",
-                       help=f"coefficient of variation {stats.cv:.1%}")
+        ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 else float("nan")
+        cols[1].metric("Spread (p90 / p10)", f"{ratio:.2f}×",
+                       help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
+                            f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.")
         cols[2].metric("Samples/s", f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
                        help="median samples per step / median step time, summed over ranks")
     else:
         cols[0].metric("Median step time", "–")
-        cols[1].metric("Spread (p10–p90)", "–")
+        cols[1].metric("Spread (p90 / p10)", "–")
         cols[2].metric("Samples/s", "–")
     cols[3].metric("Peak memory", format_bytes(peak), help=peak_kind or "no system samples in this run")
     loss = compute_rank_rows(run.metrics, ctx.rank)
