@@ -56,9 +56,15 @@ def _dict(values: Any, none: str = "") -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
 
 
+_STR_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
 def _ids(values: Any) -> pa.Array:
     """pid/tid are ints for host threads and strings for devices ("stream 7", "Spans")."""
-    return _dict(values)
+    try:  # usually all ints: encode in Arrow, without a Python step per event
+        return pa.array(values, pa.int64()).dictionary_encode().cast(_STR_DICT)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return _dict(values)
 
 
 def _text(raws: Any, squeeze: bool) -> pa.Array:
