@@ -1,15 +1,21 @@
-"""Agent overhead: per-step time of a training loop run bare vs under ``torchscope run``, alternating.
+"""Agent overhead: per-step time of the same training loop bare vs under ``torchscope run``, in lockstep.
 
-    python -m benchmarks.overhead                      # 4 rounds of 150 steps each way
-    python -m benchmarks.overhead --rounds 6 --steps 300 --json out.json
+    python -m benchmarks.overhead                           # 2 pairs of processes, 300 steps each
+    python -m benchmarks.overhead --pairs 3 --steps 500 --json out.json
 
-Each round starts the same loop twice in fresh processes, once bare and once wrapped by the
-launcher (default profiler schedule, so one window of 5 iterations), alternating which goes
-first. The loop times every iteration itself (data, forward, backward, optimizer step) with
-``perf_counter``; the comparison drops the first ``--skip`` iterations of both (warm-up and
-the profiler window) so it measures what steps outside windows pay. Reported: the median step
-time of each mode over all kept steps, the overhead ratio, and the spread of the per-round
-ratios. Target: at most 2 % slower.
+Two processes run the same loop (the optimized sample model on in-memory data, one CPU
+thread): one bare, one wrapped by the launcher with the default profiler schedule. The parent
+lets them take turns, one training step at a time, alternating which goes first in each pair of
+steps, so both see the same background load at nearly the same moment (this matters on a
+shared machine whose load swings by 2x within seconds). Each child times its own iterations
+(data, forward, backward, optimizer step, and in the wrapped one everything the agent does
+in its hooks) with ``perf_counter``. The first ``--skip`` steps (warm-up and the profiler
+window) are dropped from both, so the result is what steps outside profiler windows pay.
+
+Reported for wall time and for process CPU time (all threads, so the agent's sampler thread
+counts; far less sensitive to other jobs on a shared machine): median step time of each, the
+ratio of medians, and the median of the per-step ratios (wrapped step i / bare step i).
+Target: at most 1.02.
 """
 from __future__ import annotations
 
@@ -22,12 +28,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_loop(steps: int, batch_size: int, width: int, out: Path) -> None:
-    """The timed training loop (child process): the optimized sample model on in-memory data."""
+def run_child(batch_size: int, width: int, control: IO[str], report: IO[str]) -> None:
+    """The timed loop: waits for a line on ``control`` before each step, reports its time on ``report``."""
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
@@ -41,80 +48,114 @@ def run_loop(steps: int, batch_size: int, width: int, out: Path) -> None:
     loader = DataLoader(TensorPairDataset(images, labels), batch_size=batch_size, shuffle=True, drop_last=True)
     model = SmallSeparableResNet(width=width)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    times: list[float] = []
-    done = False
-    while not done:
-        it = iter(loader)
-        while True:
-            start = time.perf_counter()
-            try:
-                x, y = next(it)
-            except StopIteration:
-                break
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            times.append(time.perf_counter() - start)
-            if len(times) >= steps:
-                done = True
-                break
-    out.write_text(json.dumps(times))
+    report.write("ready\n")
+    report.flush()
+    it = iter(loader)
+    for line in control:
+        if line.strip() != "step":
+            break
+        start, cpu_start = time.perf_counter(), time.process_time()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader)
+            x, y = next(it)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        report.write(f"{time.perf_counter() - start!r} {time.process_time() - cpu_start!r}\n")
+        report.flush()
 
 
-def _child_cmd(args: argparse.Namespace, out: Path) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.overhead", "--child", str(out), "--steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--width", str(args.width)]
-
-
-def _measure(args: argparse.Namespace, wrapped: bool, store: Path, work: Path, index: int) -> list[float]:
-    out = work / f"{'wrapped' if wrapped else 'bare'}-{index}.json"
-    cmd = _child_cmd(args, out)
+def _start(args: argparse.Namespace, wrapped: bool, store: Path) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", "--batch-size", str(args.batch_size),
+           "--width", str(args.width)]
     if wrapped:
-        cmd = [sys.executable, "-m", "profiler_agent", "run", "--root", str(store), "--name", f"overhead-{index}",
-               "--", *cmd]
+        cmd = [sys.executable, "-m", "profiler_agent", "run", "--root", str(store), "--name", "overhead", "--",
+               *cmd]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    times = json.loads(out.read_text())
-    return times[args.skip:]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"child {'wrapped' if wrapped else 'bare'} exited before starting")
+        if line.strip() == "ready":
+            return proc
+
+
+def _step(proc: subprocess.Popen[str]) -> tuple[float, float]:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("step\n")
+    proc.stdin.flush()
+    while True:  # the wrapped job's output passes through the launcher: skip anything else
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("child exited mid-benchmark")
+        try:
+            wall, cpu = line.split()
+            return float(wall), float(cpu)
+        except ValueError:
+            continue
+
+
+Times = list[tuple[float, float]]  # (wall seconds, process CPU seconds) per step
+
+
+def run_pair(args: argparse.Namespace, store: Path) -> tuple[Times, Times]:
+    """Start a bare and a wrapped child, step them in turn; return their kept step times."""
+    bare, wrapped = _start(args, False, store), _start(args, True, store)
+    times: dict[bool, Times] = {False: [], True: []}
+    try:
+        for i in range(args.steps):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            for which in order:
+                times[which].append(_step(wrapped if which else bare))
+    finally:
+        for proc in (bare, wrapped):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in (bare, wrapped):
+            proc.wait(timeout=120)
+    return times[False][args.skip:], times[True][args.skip:]
+
+
+def _ratio(bare: Times, wrapped: Times, index: int) -> float:
+    return statistics.median(t[index] for t in wrapped) / statistics.median(t[index] for t in bare)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--skip", type=int, default=15, help="leading steps dropped from both (warm-up, window)")
+    p.add_argument("--pairs", type=int, default=2, help="bare/wrapped process pairs (2)")
+    p.add_argument("--steps", type=int, default=300, help="steps per process (300)")
+    p.add_argument("--skip", type=int, default=20, help="leading steps dropped from both (20)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--json", type=Path, help="also write the result here")
-    p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        run_loop(args.steps, args.batch_size, args.width, args.child)
+        run_child(args.batch_size, args.width, sys.stdin, sys.stdout)
         return 0
-    bare: list[float] = []
-    wrapped: list[float] = []
-    round_ratios: list[float] = []
+    bare: Times = []
+    wrapped: Times = []
     with tempfile.TemporaryDirectory(prefix="torchscope-overhead-") as tmp:
-        work = Path(tmp)
-        for i in range(args.rounds):
-            order = (False, True) if i % 2 == 0 else (True, False)
-            got = {w: _measure(args, w, work / "runs", work, i) for w in order}
-            bare += got[False]
-            wrapped += got[True]
-            ratio = statistics.median(got[True]) / statistics.median(got[False])
-            round_ratios.append(ratio)
-            print(f"round {i + 1}/{args.rounds}: bare {statistics.median(got[False]) * 1e3:.2f} ms, "
-                  f"wrapped {statistics.median(got[True]) * 1e3:.2f} ms, ratio {ratio:.4f}", flush=True)
-    result = {
-        "steps_per_round": len(bare) // args.rounds,
-        "rounds": args.rounds,
-        "bare_median_step_ms": statistics.median(bare) * 1e3,
-        "wrapped_median_step_ms": statistics.median(wrapped) * 1e3,
-        "overhead_ratio": statistics.median(wrapped) / statistics.median(bare),
-        "round_ratio_min": min(round_ratios),
-        "round_ratio_max": max(round_ratios),
-    }
+        for i in range(args.pairs):
+            b, w = run_pair(args, Path(tmp) / "runs")
+            bare += b
+            wrapped += w
+            print(f"pair {i + 1}/{args.pairs}: wall {_ratio(b, w, 0):.4f}, cpu {_ratio(b, w, 1):.4f} "
+                  f"(bare wall median {statistics.median(t[0] for t in b) * 1e3:.2f} ms)", flush=True)
+    result: dict[str, object] = {"pairs": args.pairs, "steps_kept_per_process": len(bare) // args.pairs}
+    for index, kind in ((0, "wall"), (1, "cpu")):
+        result[f"bare_median_{kind}_ms"] = round(statistics.median(t[index] for t in bare) * 1e3, 3)
+        result[f"wrapped_median_{kind}_ms"] = round(statistics.median(t[index] for t in wrapped) * 1e3, 3)
+        result[f"{kind}_ratio_of_medians"] = round(_ratio(bare, wrapped, index), 4)
+        result[f"{kind}_median_per_step_ratio"] = round(
+            statistics.median(w[index] / b[index] for b, w in zip(bare, wrapped, strict=True) if b[index] > 0), 4)
+    result["target_ratio"] = 1.02
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

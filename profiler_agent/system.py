@@ -23,9 +23,15 @@ __all__ = ["SystemSampler", "read_system_sample"]
 
 
 class _ProcessTree:
-    """Keeps psutil.Process objects alive between samples: cpu_percent needs the previous reading."""
+    """Keeps psutil.Process objects alive between samples: cpu_percent needs the previous reading.
 
-    def __init__(self) -> None:
+    Finding children scans all of /proc (milliseconds of CPU on a busy host), so the list of
+    children is refreshed only every ``rescan_s`` seconds; known children are sampled each time.
+    """
+
+    def __init__(self, rescan_s: float = 10.0) -> None:
+        self.rescan_s = rescan_s
+        self.last_scan = float("-inf")
         self.me = psutil.Process(os.getpid())
         self.me.cpu_percent(None)
         psutil.cpu_percent(None)  # the first reading of each counter is meaningless (0.0)
@@ -38,15 +44,18 @@ class _ProcessTree:
         child_cpu = 0.0
         child_rss = 0
         alive: dict[int, psutil.Process] = {}
-        with contextlib.suppress(psutil.Error):
-            for child in self.me.children(recursive=True):
-                proc = self.children.get(child.pid, child)
-                try:
-                    child_cpu += proc.cpu_percent(None)
-                    child_rss += proc.memory_info().rss
-                    alive[child.pid] = proc
-                except psutil.Error:
-                    continue
+        candidates = list(self.children.values())
+        if time.monotonic() - self.last_scan >= self.rescan_s:
+            self.last_scan = time.monotonic()
+            with contextlib.suppress(psutil.Error):
+                candidates = [self.children.get(c.pid, c) for c in self.me.children(recursive=True)]
+        for proc in candidates:
+            try:
+                child_cpu += proc.cpu_percent(None)
+                child_rss += proc.memory_info().rss
+                alive[proc.pid] = proc
+            except psutil.Error:
+                continue
         self.children = alive
         return {
             "cpu_percent": cpu,

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from profiler_agent.options import RUN_DIR_ENV
 from profiler_agent.runformat import (
     HEARTBEAT_STALE_S,
@@ -62,15 +64,16 @@ def test_sigkilled_launcher_leaves_a_readable_crashed_run(tmp_path: Path) -> Non
     assert len([r for r in read.records if "loss" in r]) >= 3 and not read.skipped
 
 
-def test_sigterm_marks_killed_and_passes_the_signal_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_sigint_marks_killed_and_passes_the_signal_on(tmp_path: Path, sig: signal.Signals) -> None:
     proc = start_wrapped(tmp_path, *LONG)
     try:
         run_dir = wait_for_steps(tmp_path, 2, proc=proc)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)  # to the launcher only, as `kill` would: it must forward it
         code = proc.wait(timeout=60)
     finally:
         proc.kill()
-    assert code == 128 + signal.SIGTERM
+    assert code == 128 + sig
     m = read_manifest(run_dir)
     assert m.status is RunStatus.KILLED and m.exit_code == code and m.ended_at is not None
     assert read_jsonl(run_dir / layout.METRICS).records
