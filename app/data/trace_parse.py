@@ -383,6 +383,7 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
     buf = b""
     base = 0  # absolute (decompressed) offset of buf[0]
     start = None
+    limit = PIECE_BYTES
     for piece in pieces:
         buf += piece
         if start is None:
@@ -396,9 +397,13 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
             if is_object:
                 out.meta = _meta_from(buf[:off - len(b"[")].rsplit(b'"traceEvents"', 1)[0])
             buf, base = buf[off:], base + off
-        if len(buf) < PIECE_BYTES:
+        if len(buf) < limit:
             continue
         cut, evs = _cut(buf, out.warnings, path)
+        if cut is None and len(buf) < 4 * PIECE_BYTES:
+            limit = len(buf) + PIECE_BYTES  # maybe one huge event: read on before calling it corrupt
+            continue
+        limit = PIECE_BYTES
         if cut is None:
             end, evs = _longest_prefix(buf, out.warnings, path)
             sink.add(evs, buf[:end])

@@ -135,3 +135,11 @@ def test_metadata_after_events_and_overlapping_events(tmp_path: Path) -> None:
     doc = {"traceEvents": events, "deviceProperties": [{"id": 0}, {"id": 1}], "distributedInfo": {"rank": 5}}
     t = load_trace(_write(tmp_path / "t.json", json.dumps(doc).encode()))
     assert t.rank == 5 and t.meta["deviceProperties"] == [{"id": 0}, {"id": 1}] and len(t.events) == 2
+
+
+def test_an_event_larger_than_a_piece_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_parse, "PIECE_BYTES", 4096)
+    doc = _doc(50)
+    doc["traceEvents"][20]["args"]["Call stack"] = "x" * 10000  # one event bigger than two pieces
+    t = load_trace(_write(tmp_path / "big.json", json.dumps(doc).encode()), use_cache=False)
+    assert len(t.events) == 50 and t.warnings == []
