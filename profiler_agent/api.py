@@ -52,52 +52,67 @@ class Run:
         self._session: Session | None = None
         self._heartbeat: Heartbeat | None = None
         self.owner = False
-        existing = get_session() or (activate_from_environment() if os.environ.get(RUN_DIR_ENV) else None)
-        if existing is not None:
-            self._session = existing
-        else:
-            options = AgentOptions(profile=profile, schedule=schedule or ProfileSchedule(),
-                                   grad_norm=grad_norm, graph=graph)
-            script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "run"
-            run_dir, manifest = create_run(layout.resolve_root(root), name or script or "run",
-                                           command=[sys.executable, *sys.argv], tags=list(tags), notes=notes,
-                                           **describe_launch())
-            self._session = start_session(run_dir, options, t0=manifest.started_at)
-            self._session.finalize = self._finalize
-            self._heartbeat = Heartbeat(run_dir).start()
-            self.owner = True
+        self.disabled = False
+        options = AgentOptions(profile=profile, schedule=schedule or ProfileSchedule(),
+                               grad_norm=grad_norm, graph=graph)
+        try:
+            self._session = self._attach_or_create(name, root, options, tags, notes)
+        except Exception as e:  # noqa: BLE001 - an unrecordable run must not stop the training script
+            print(f"torchscope: cannot record this run ({type(e).__name__}: {e}); training continues unrecorded",
+                  file=sys.stderr)
+            self.disabled = True
+            return
         self._session.manual = True
         self._session.start_clock()
         if config:
             self._session.record_config(dict(config))
 
+    def _attach_or_create(self, name: str | None, root: str | os.PathLike[str] | None, options: AgentOptions,
+                          tags: tuple[str, ...] | list[str], notes: str) -> Session:
+        existing = get_session() or (activate_from_environment() if os.environ.get(RUN_DIR_ENV) else None)
+        if existing is not None:
+            return existing
+        script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "run"
+        run_dir, manifest = create_run(layout.resolve_root(root), name or script or "run",
+                                       command=[sys.executable, *sys.argv], tags=list(tags), notes=notes,
+                                       **describe_launch())
+        session = start_session(run_dir, options, t0=manifest.started_at)
+        session.finalize = self._finalize
+        self._heartbeat = Heartbeat(run_dir).start()
+        self.owner = True
+        return session
+
     # -- public surface ---------------------------------------------------------------------
 
     @property
-    def dir(self) -> Path:
-        """The run folder."""
-        return self._require().run_dir
+    def dir(self) -> Path | None:
+        """The run folder (None when the run could not be created)."""
+        return None if self.disabled else self._require().run_dir
 
     @property
     def step_count(self) -> int:
         """Iterations ended so far (the number the next ``step()`` will record)."""
-        return self._require().step
+        return 0 if self.disabled else self._require().step
 
     def step(self, **metrics: Any) -> None:
         """End the current iteration: write its metrics (plus ``metrics``) and advance the profiler."""
-        self._require().end_iteration(metrics or None)
+        if not self.disabled:
+            self._require().end_iteration(metrics or None)
 
     def log(self, **metrics: Any) -> None:
         """Write ``metrics`` (numbers or scalar tensors) at the current step, e.g. validation loss."""
-        self._require().log(metrics)
+        if not self.disabled:
+            self._require().log(metrics)
 
     def profile_window(self, *, warmup: int = 1, active: int = 3) -> None:
         """Profile ``active`` iterations (after ``warmup``) starting with the next one."""
-        self._require().windows.request_window(warmup=warmup, active=active)
+        if not self.disabled:
+            self._require().windows.request_window(warmup=warmup, active=active)
 
     def set_config(self, **config: Any) -> None:
         """Record more hyperparameters in the manifest."""
-        self._require().record_config(config)
+        if not self.disabled:
+            self._require().record_config(config)
 
     def finish(self, status: RunStatus = RunStatus.FINISHED) -> None:
         """Flush everything; when this Run created the run, mark it ``status``."""

@@ -101,3 +101,14 @@ def test_api_inside_a_wrapped_process_attaches_to_that_run(tmp_path: Path) -> No
     assert steps == list(range(12))  # run.step() drives iterations; the optimizer hook does not double them
     assert len([r for r in records if "val_loss" in r]) == 2
     assert m.config["hidden"] == 128  # from argparse (wrapper) and config= (API)
+
+
+def test_unwritable_store_leaves_the_script_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "store"
+    blocker.write_text("a file, not a folder")
+    with profiler_agent.Run(name="nowhere", root=blocker) as run:
+        _train(run, 3)
+        run.log(x=1)
+        assert run.dir is None and run.disabled
+    assert "training continues unrecorded" in capsys.readouterr().err
+    assert get_session() is None
