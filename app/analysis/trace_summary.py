@@ -4,7 +4,8 @@
 ``TraceAnalysis.to_json()`` is the documented, stable CLI document::
 
     {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
-     "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}}}
+     "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}},
+     "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}]}
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.breakdown import compute_breakdown
+from app.analysis.distributed import compute_overlap, compute_rank_skew
 from app.analysis.kernels import compute_kernel_table
 from app.analysis.memory import compute_memory_peaks
 from app.analysis.ops import compute_op_table
@@ -51,6 +53,8 @@ class TraceAnalysis:
     ops: pd.DataFrame
     kernels: pd.DataFrame
     memory_peaks: pd.DataFrame
+    rank_skew: pd.DataFrame  # per step number: slowest/fastest rank (empty for one rank)
+    overlap: pd.DataFrame  # per (rank, step): computation/communication overlap (empty without kernels)
 
     @property
     def memory(self) -> dict[str, dict[str, int]]:
@@ -74,6 +78,7 @@ class TraceAnalysis:
             "ops": _records(ops, ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share"]),
             "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
             "memory": self.memory,
+            "ranks": _records(self.rank_skew, list(self.rank_skew.columns)),
         }
 
 
@@ -90,4 +95,7 @@ def analyze_traces(traces: Sequence[Any]) -> TraceAnalysis:
         ops=compute_op_table(traces, steps_us=step_total),
         kernels=compute_kernel_table(traces),
         memory_peaks=compute_memory_peaks(traces),
+        rank_skew=compute_rank_skew(steps) if len({t.rank for t in traces}) > 1 else compute_rank_skew(steps.iloc[0:0]),
+        overlap=compute_overlap(traces, steps) if len(steps) and steps["kernel_us"].sum() > 0
+        else compute_overlap([], steps),
     )

@@ -125,6 +125,16 @@ def format_text(analysis: Any, top: int) -> str:
         out += ["", f"Top {len(kern)} kernels by total time", _table(kern, [
             ("KERNEL", "name", str), ("CALLS", "calls", str), ("TOTAL", "total_us", _fmt_us),
             ("MEAN", "mean_us", _fmt_us), ("SHARE", "share", lambda v: f"{v:.1%}")])]
+    if len(analysis.rank_skew):
+        out += ["", "Ranks per step (slowest vs fastest)", _table(analysis.rank_skew, [
+            ("STEP", "step", str), ("RANKS", "ranks", str), ("SLOWEST", "slowest_rank", str),
+            ("TIME", "slowest_us", _fmt_us), ("FASTEST", "fastest_rank", str), ("TIME ", "fastest_us", _fmt_us),
+            ("SPREAD", "spread_us", _fmt_us)])]
+    if len(analysis.overlap) and analysis.overlap["communication_us"].sum() > 0:
+        out += ["", "Computation / communication overlap", _table(analysis.overlap, [
+            ("RANK", "rank", str), ("STEP", "step", str), ("COMPUTE", "computation_us", _fmt_us),
+            ("COMMUNICATION", "communication_us", _fmt_us), ("OVERLAP", "overlap_us", _fmt_us),
+            ("OTHER", "other_us", _fmt_us)])]
     if analysis.memory:
         out += ["", "Memory peaks"]
         for dev, m in analysis.memory.items():

@@ -21,7 +21,8 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_to_json_document() -> None:
     a = analyze_traces(load_traces(TINY))
     doc = json.loads(json.dumps(a.to_json()))
-    assert set(doc) == {"traces", "steps", "ops", "kernels", "memory"}
+    assert set(doc) == {"traces", "steps", "ops", "kernels", "memory", "ranks"}
+    assert doc["ranks"] == []  # one rank
     assert doc["traces"][0]["rank"] == 0 and doc["traces"][0]["events"] > 1000
     assert [list(s) for s in doc["steps"]] == [JSON_STEP_KEYS] * 3
     assert doc["kernels"] == []  # CPU only
