@@ -6,6 +6,9 @@ import plotly.graph_objects as go
 
 __all__ = ["make_kernel_share_figure", "make_gpu_busy_figure"]
 
+# Horizontal legend above the plot, clear of the x-axis title.
+_LEGEND_TOP = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0}
+
 
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
@@ -44,5 +47,5 @@ def make_gpu_busy_figure(steps: pd.DataFrame) -> go.Figure:
     ])
     fig.update_layout(barmode="stack", yaxis_title="% of step", xaxis_title="profiled step", height=300,
                       xaxis={"type": "category"}, yaxis={"range": [0, 100]},
-                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"})
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP)
     return fig

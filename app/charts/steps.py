@@ -6,6 +6,9 @@ import plotly.graph_objects as go
 
 __all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
 
+# Horizontal legend above the plot, clear of the x-axis title.
+_LEGEND_TOP = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0}
+
 # (column of the trace engine's step table, label) — device view, as torch-tb-profiler's Overview.
 DEVICE_CATEGORIES: tuple[tuple[str, str], ...] = (
     ("kernel_us", "Kernel"),
@@ -47,7 +50,7 @@ def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") 
             fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6,
                           annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None)
     fig.update_layout(xaxis_title="step", yaxis_title="step time (ms)", height=320,
-                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"})
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP)
     return fig
 
 
@@ -76,6 +79,6 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
         fig.add_trace(go.Bar(x=list(x), y=ms, name=label, customdata=share,
                              hovertemplate=f"{label}: %{{y:.2f}} ms (%{{customdata}}% of step)<extra></extra>"))
     fig.update_layout(barmode="stack", xaxis_title="profiled step", yaxis_title="time (ms)", height=360,
-                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"},
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP,
                       xaxis={"type": "category"})
     return fig

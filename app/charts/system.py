@@ -27,5 +27,5 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
             fig.add_trace(go.Scatter(x=part["time"], y=y, mode="lines", name=name))
     fig.update_layout(title=title, xaxis_title="time since start (s)",
                       yaxis_title="MiB" if unit == "bytes" else "%", height=300,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h"})
+                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig

@@ -104,7 +104,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})  # type: ignore[attr-defined]
+    context = browser.new_context(viewport={"width": 1500, "height": 2400})  # type: ignore[attr-defined]
     pg = context.new_page()
     pg.set_default_timeout(60_000)
     try:
