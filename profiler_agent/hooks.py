@@ -2,7 +2,8 @@
 
 - optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``):
   iteration boundaries, learning rates, gradient norm;
-- ``torch.autograd.backward`` wrapped (``Tensor.backward`` calls it): the scalar loss;
+- ``torch.autograd.backward`` wrapped (``Tensor.backward`` calls it): the scalar loss, unscaled
+  when it came from ``GradScaler.scale`` (also wrapped);
 - global module forward hooks during the first iteration only: the top-level modules, their
   batch size and every module's output shape; afterwards a single forward pre-hook on the
   model's root counts samples, so later iterations pay one Python call per forward;
@@ -59,6 +60,7 @@ class _Hooks:
         self.root_handle: RemovableHandle | None = None
         self.depth = threading.local()
         self.original_backward: Callable[..., Any] | None = None
+        self.original_scale: Callable[..., Any] | None = None
 
     # -- first iteration: which modules are top-level, and their shapes ----------------------
 
@@ -106,6 +108,8 @@ class _Hooks:
         self.root_handle = None
         if self.original_backward is not None and getattr(torch.autograd.backward, "__torchscope__", False):
             torch.autograd.backward = self.original_backward
+        if self.original_scale is not None and getattr(torch.amp.GradScaler.scale, "__torchscope__", False):
+            torch.amp.GradScaler.scale = self.original_scale  # type: ignore[method-assign]
         self.session.on_root_found = None
 
 
@@ -127,6 +131,24 @@ def _wrap_backward(hooks: _Hooks) -> None:
     torch.autograd.backward = backward
 
 
+def _wrap_grad_scaler(hooks: _Hooks) -> None:
+    # With AMP, backward() receives scaler.scale(loss): remember the unscaled loss behind it.
+    scaler_cls = torch.amp.GradScaler
+    original = scaler_cls.scale
+    hooks.original_scale = original
+
+    @functools.wraps(original)
+    def scale(self: Any, outputs: Any) -> Any:
+        result = original(self, outputs)
+        if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and outputs.numel() == 1:
+            with hooks.session.failures.guard("grad scaler hook"):
+                hooks.session.unscaled[id(result)] = outputs
+        return result
+
+    scale.__torchscope__ = True  # type: ignore[attr-defined]
+    scaler_cls.scale = scale  # type: ignore[method-assign]
+
+
 def install_hooks(session: Session) -> Callable[[], None]:
     """Install the global hooks feeding ``session``; return a function that removes them."""
     hooks = _Hooks(session)
@@ -135,5 +157,6 @@ def install_hooks(session: Session) -> Callable[[], None]:
     hooks.discovery.append(module_globals.register_module_forward_pre_hook(hooks.forward_pre))
     hooks.discovery.append(module_globals.register_module_forward_hook(hooks.forward_post, always_call=True))
     _wrap_backward(hooks)
+    _wrap_grad_scaler(hooks)
     session.on_root_found = hooks.root_found
     return hooks.uninstall

@@ -78,6 +78,7 @@ class Session:
         self.top_level: dict[int, tuple[weakref.ref[torch.nn.Module], int]] = {}  # id -> (module, samples)
         self.output_shapes: dict[int, tuple[int, ...]] = {}
         self.root: torch.nn.Module | None = None
+        self.unscaled: dict[int, torch.Tensor] = {}  # id(scaler.scale(loss)) -> loss
         self.on_root_found: Any = None  # set by hooks.install: callable(root | None)
         self.finalize: Any = None  # set by an API Run that owns the run: callable(RunStatus)
 
@@ -95,7 +96,12 @@ class Session:
 
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
-        self._losses.append(loss.detach())
+        if self.unscaled:  # AMP: report the loss, not loss * scale
+            original = self.unscaled.pop(id(loss), None)
+            self.unscaled.clear()
+            self._losses.append((original if original is not None else loss).detach())
+        else:
+            self._losses.append(loss.detach())
         if not self._graph_drawn and self.options.graph and self.rank == 0:
             self._graph_drawn = True
             with self.failures.guard("backward graph"):

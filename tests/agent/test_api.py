@@ -112,3 +112,23 @@ def test_unwritable_store_leaves_the_script_running(tmp_path: Path, capsys: pyte
         assert run.dir is None and run.disabled
     assert "training continues unrecorded" in capsys.readouterr().err
     assert get_session() is None
+
+
+def test_amp_loss_is_recorded_unscaled(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    losses = []
+    with profiler_agent.Run(name="amp", root=tmp_path, profile=False, graph=False) as run:
+        for _ in range(3):
+            loss = model(torch.ones(2, 4)).pow(2).mean()
+            losses.append(loss.item())
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            run.step()
+        run_dir = run.dir
+    rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "loss" in r]
+    assert [r["loss"] for r in rows] == pytest.approx(losses)
