@@ -170,9 +170,10 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_report_markdown(cmp: Comparison, *, top: int = 10) -> str:
+def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[dict[str, str]] = ()) -> str:
     """A Markdown comparison for a PR comment: headline, verdicts, breakdown, top op/kernel changes,
-    changed config keys. Every cell is escaped."""
+    advisor findings (rows of ``compare_advice.findings_diff_rows``), changed config keys.
+    Every cell is escaped."""
     rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in _verdict_rows(cmp)]
     out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
            f"**{_md(headline(cmp))}**", "", _md_table(_VERDICT_HEADER, rows)]
@@ -191,6 +192,9 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10) -> str:
         out += ["", f"#### Top {top} kernel changes (per step)", "",
                 _md_table(["kernel", "baseline", "candidate", "delta", "change"],
                           _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
+    if advice:
+        out += ["", "#### Advisor findings", "",
+                _md_table(["status", "finding", "fix"], [[a["status"], a["title"], a["fix"]] for a in advice])]
     if len(cmp.config):
         out += ["", "#### Config and environment that differ", "",
                 _md_table(list(cmp.config.columns), cmp.config.astype(str).values.tolist())]
@@ -222,7 +226,8 @@ th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;font-size:.9rem
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}.headline{font-size:1.1rem;font-weight:600}"""
 
 
-def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (), *, top: int = 30) -> str:
+def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (), *, top: int = 30,
+                       advice: Sequence[dict[str, str]] = ()) -> str:
     """A self-contained HTML page: headline, verdicts, figures (HTML fragments, inserted as given),
     breakdown, operators, kernels, metrics, module and config diffs. Every run-provided
     string is escaped; the figure fragments must come from plotly (``figures_to_html``)."""
@@ -233,6 +238,7 @@ def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (),
                  ("Operators (per step)", _html_table(cmp.ops, top=top)),
                  ("Kernels (per step)", _html_table(cmp.kernels, top=top)),
                  ("Logged metrics", _html_table(cmp.metrics)),
+                 ("Advisor findings", _html_table(pd.DataFrame(list(advice)))),
                  ("Model structure", _html_table(cmp.modules)),
                  ("Config and environment that differ", _html_table(cmp.config))]
     title = html.escape(f"{cmp.candidate.label} vs {cmp.baseline.label}")

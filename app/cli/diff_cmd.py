@@ -10,18 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from app.analysis.compare import CompareOptions, Comparison, diff_sides
 from app.analysis.compare_inputs import load_side
 from app.analysis.compare_json import comparison_to_json
 from app.analysis.compare_tables import OpGrouping
 from app.analysis.report import format_verdict_text
-from app.errors import UsageError
+from app.errors import TorchscopeError, UsageError
 
 HELP = "compare a candidate run or trace with a baseline: verdicts with confidence, breakdown and op deltas"
 
 __all__ = ["HELP", "add_arguments", "run", "add_compare_arguments", "options_from_args", "load_comparison",
-           "gate_failures"]
+           "gate_failures", "advice_diff"]
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--top", type=int, default=10, help="rows of the op and kernel tables")
+    parser.add_argument("--no-advice", action="store_true",
+                        help="skip the advisor's resolved / remaining / new findings")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +72,20 @@ def load_comparison(args: argparse.Namespace) -> Comparison:
     return diff_sides(baseline, candidate, options)
 
 
+def advice_diff(cmp: Comparison, args: argparse.Namespace) -> Any | None:
+    """The advisor's FindingsDiff of the two sides, or None when skipped (--no-advice) or when
+    the advisor cannot run (the reason becomes a note of the comparison)."""
+    if getattr(args, "no_advice", False):
+        return None
+    from app.analysis.compare_advice import diff_side_advice
+
+    try:
+        return diff_side_advice(cmp.baseline, cmp.candidate)
+    except TorchscopeError as e:
+        cmp.notes.append(f"advisor not run: {e}")
+        return None
+
+
 def gate_failures(cmp: Comparison, fail_if_slower: float | None, fail_if_more_memory: float | None) -> list[str]:
     """Messages of the CI gates that fail (empty when every requested gate passes)."""
     failures = []
@@ -92,13 +109,22 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{flag.replace('_', '-')} {value}: expected a percentage >= 0")
     cmp = load_comparison(args)
     failures = gate_failures(cmp, args.fail_if_slower, args.fail_if_more_memory)
+    advice = advice_diff(cmp, args)
     if args.json:
         doc = comparison_to_json(cmp)
+        doc["advice"] = advice.to_json() if advice is not None else None
         doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
                         "failures": failures}
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_verdict_text(cmp, top=args.top))
+        if advice is not None:
+            sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
+                             f"{len(advice.new)} new finding(s)\n")
+            for f in advice.resolved:
+                sys.stdout.write(f"  resolved: {f.title}\n")
+            for f in advice.new:
+                sys.stdout.write(f"  new:      {f.title}\n")
         for f in failures:
             sys.stdout.write(f"GATE FAILED: {f}\n")
     return 1 if failures else 0

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from app.analysis.report import format_report_html, format_report_markdown
-from app.cli.diff_cmd import add_compare_arguments, load_comparison
+from app.analysis.compare_advice import findings_diff_rows
+from app.cli.diff_cmd import add_compare_arguments, advice_diff, load_comparison
 from app.errors import UsageError
 from profiler_agent.runformat import atomic_write_text
 
@@ -39,12 +40,15 @@ def _format(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     fmt = _format(args)
     cmp = load_comparison(args)
+    diff = advice_diff(cmp, args)
+    advice = findings_diff_rows(diff) if diff is not None else []
     if fmt == "html":
         from app.charts.compare import figures_to_html, make_report_figures
 
-        text = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), top=max(args.top, 30))
+        text = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), top=max(args.top, 30),
+                                  advice=advice)
     else:
-        text = format_report_markdown(cmp, top=args.top)
+        text = format_report_markdown(cmp, top=args.top, advice=advice)
     if not args.output:
         sys.stdout.write(text)
         return 0

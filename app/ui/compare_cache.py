@@ -68,15 +68,9 @@ def cached_comparison(baseline: Path, candidate: Path, options: CompareOptions) 
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> Any:
-    from app.analysis.advisor import advise, diff_advice, evidence_from_run
+    from app.analysis.compare_advice import diff_side_advice
 
-    advice = []
-    for path in (base, cand):
-        side = cached_side(path)
-        evidence = evidence_from_run(side.run, traces=list(side.traces), analysis=side.analysis,
-                                     module_tree=side.module_tree)
-        advice.append(advise(evidence))
-    return diff_advice(advice[0], advice[1])
+    return diff_side_advice(cached_side(base), cached_side(cand))
 
 
 def cached_findings_diff(baseline: Path, candidate: Path) -> Any:

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.compare import Comparison
+from app.analysis.compare_advice import findings_diff_rows
 from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
 from app.analysis.graph_diff import diff_backward_graphs
 from app.analysis.report import format_value
@@ -137,14 +138,8 @@ def render_model_tab(cmp: Comparison) -> None:
             st.caption("Same autograd node types and counts.")
 
 
-def _finding_rows(findings, status: str) -> list[dict]:
-    return [{"status": status, "rule": f.rule, "severity": str(f.severity), "title": f.title,
-             "fix": f.fix_summary} for f in findings]
-
-
 def render_advisor_tab(diff) -> None:  # noqa: ANN001 - advisor.FindingsDiff
-    rows = _finding_rows(diff.resolved, "resolved") + _finding_rows([r.candidate for r in diff.remaining], "remaining")
-    rows += _finding_rows(diff.new, "new") + _finding_rows(diff.unverified, "not checked on the candidate")
+    rows = findings_diff_rows(diff)
     c1, c2, c3 = st.columns(3)
     c1.metric("Resolved", len(diff.resolved))
     c2.metric("Remaining", len(diff.remaining))

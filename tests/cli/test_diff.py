@@ -100,3 +100,17 @@ def test_gpu_trace_pair_by_path(shared_data: Path, capsys) -> None:
     rc, back = _json(capsys, str(pair / "test.json.gz"), str(pair / "control.json.gz"))
     assert back["step_time"]["ratio"] * doc["step_time"]["ratio"] == pytest.approx(1.0)
     assert back["step_time"]["ci95"][0] * doc["step_time"]["ci95"][1] == pytest.approx(1.0)
+
+
+def test_sample_runs_faster_with_advisor_resolved(sample_store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "baseline", "optimized", "--root", str(sample_store), "--fail-if-slower", "0")
+    assert rc == 0
+    assert doc["step_time"]["verdict"] == "faster" and doc["step_time"]["ci95"][1] < 1.0
+    assert doc["baseline"]["step_source"] == "metrics" and doc["baseline"]["steps_profiled_excluded"] > 0
+    advice = doc["advice"]
+    resolved = {f["rule"] for f in advice["resolved"]}
+    shrunk = {r["baseline"]["rule"] for r in advice["remaining"] if r["gain_delta"] < 0}
+    # The data-loading finding of the baseline is gone or smaller in the optimized run.
+    assert any("data" in r for r in resolved | shrunk), advice
+    rc, doc = _json(capsys, "baseline", "optimized", "--root", str(sample_store), "--no-advice")
+    assert doc["advice"] is None
