@@ -67,9 +67,12 @@ def _rank(path: Path, meta: dict[str, Any]) -> int:
     return found if found is not None else 0
 
 
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
+def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
+    """Convert and drop the Arrow table, freeing its buffers as columns are converted (peak memory)."""
+    table = tables.pop(name)
     # Integer columns with nulls stay integers (Int64) instead of turning into floats.
-    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get, ignore_metadata=True)
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get, ignore_metadata=True,
+                           self_destruct=True, split_blocks=True)
 
 
 def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table:
@@ -102,8 +105,9 @@ def _sorted(table: pa.Table) -> pa.Table:
 def _ingest(path: Path, progress: Progress | None) -> trace_cache.CachedTrace:
     parsed = parse_trace_file(path, progress)
     warnings = list(parsed.warnings)
+    events, parsed.events = parsed.events, None  # the sorted copy replaces it: never hold both longer
     tables = {
-        "events": _clean_events(parsed.events, path, warnings),
+        "events": _clean_events(events, path, warnings),
         "memory": _sorted(parsed.memory),
         "flows": _sorted(parsed.flows),
         "counters": _sorted(parsed.counters),
@@ -139,11 +143,11 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
     elif progress is not None:
         size = p.stat().st_size
         progress(size, size)
-    t = cached.tables
+    t = cached.tables  # _to_pandas pops each table, so its Arrow buffers go as it is converted
     return TraceTables(
         path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
-        events=_to_pandas(t["events"]), memory=_to_pandas(t["memory"]), flows=_to_pandas(t["flows"]),
-        counters=_to_pandas(t["counters"]), threads=_to_pandas(t["threads"]), n_events=cached.n_events,
+        events=_to_pandas(t, "events"), memory=_to_pandas(t, "memory"), flows=_to_pandas(t, "flows"),
+        counters=_to_pandas(t, "counters"), threads=_to_pandas(t, "threads"), n_events=cached.n_events,
         from_cache=from_cache,
     )
 

@@ -471,7 +471,9 @@ def _done(out: ParsedTrace, sink: _Sink) -> ParsedTrace:
     schemas = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "threads": THREAD_SCHEMA}
     for kind, schema in schemas.items():
         parts = sink.parts[kind]
-        table = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else schema.empty_table()
+        # Chunks stay separate (no combine_chunks copy); unified dictionaries make one categorical.
+        table = pa.concat_tables(parts).unify_dictionaries() if parts else schema.empty_table()
+        sink.parts[kind] = []
         setattr(out, kind, table)
     out.counters = counters_table(sink.counter_rows) if sink.counter_rows else COUNTER_SCHEMA.empty_table()
     out.n_events = sink.n_events
