@@ -77,7 +77,11 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     an event shows its name, duration, category, lane and input shapes.
     """
     events = timeline.events
-    y, ticks, labels, rows = lane_rows(timeline)
+    rows_of_events, ticks, labels, rows = lane_rows(timeline)
+    # Row r is drawn at y = -r on a normal axis: Streamlit's plotly.js draws WebGL traces wrongly
+    # on a reversed axis (everything collapses to one edge), so the top-down order is made with
+    # negative values instead of autorange="reversed".
+    y = -rows_of_events.astype(np.float64)
     height = int(min(1600, max(260, 70 + rows * 18)))
     width_px = float(max(2.0, min(12.0, (height - 70) / rows * 0.7)))
     span_ms = (timeline.end_us - timeline.start_us) / 1000.0
@@ -102,7 +106,7 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
         # per segment end) would triple the payload sent to the browser.
         traces.append(
             go.Scattergl(
-                x=(start + end) / 2, y=y[mask].astype(np.float64), text=np.asarray(_hover(sub), dtype=object),
+                x=(start + end) / 2, y=y[mask], text=np.asarray(_hover(sub), dtype=object),
                 mode="markers", name=name,
                 legendgroup=name, showlegend=False, marker={"size": width_px, "color": colour, "opacity": 0},
                 hovertemplate="%{text}<extra></extra>",
@@ -110,7 +114,7 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
         )
     fig = go.Figure(data=traces)
     for tick in ticks[1:]:  # a thin rule between lanes
-        fig.add_hline(y=tick - 0.5, line={"width": 1, "color": "rgba(120,120,120,0.35)"})
+        fig.add_hline(y=-(tick - 0.5), line={"width": 1, "color": "rgba(120,120,120,0.35)"})
     fig.update_layout(
         title={"text": title, "x": 0.01} if title else None,
         height=height,
@@ -122,7 +126,7 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     )
     fig.update_xaxes(title_text="ms since window start", range=[0, span_ms], showgrid=True, zeroline=False)
     fig.update_yaxes(
-        tickvals=ticks, ticktext=[html.escape(label) for label in labels], automargin=True,
-        range=[rows - 0.5, -0.5], showgrid=False, zeroline=False, fixedrange=False,
+        tickvals=[-t for t in ticks], ticktext=[html.escape(label) for label in labels], automargin=True,
+        range=[-(rows - 0.5), 0.5], showgrid=False, zeroline=False, fixedrange=False,
     )
     return fig

@@ -109,6 +109,10 @@ def test_timeline_figure_one_trace_pair_per_category_and_escaped_names() -> None
     assert any("&lt;script&gt;" in t for t in texts) and not any("<script>" in t for t in texts)
     y, ticks, labels, rows = lane_rows(tl)
     assert labels == tl.lanes and len(y) == len(tl.events) and rows >= len(tl.lanes)
+    # Streamlit's plotly.js misdraws WebGL traces on a reversed axis: rows go down as -row instead.
+    lo, hi = fig.layout.yaxis.range
+    assert lo < hi and fig.layout.yaxis.autorange is None
+    assert list(fig.layout.yaxis.tickvals) == [-t for t in ticks]
 
 
 def test_ops_at_instant() -> None:
