@@ -309,3 +309,40 @@ def test_metric_sides_mirror(a, b) -> None:
     assert la["ratio"] * lb["ratio"] == pytest.approx(1.0)
     assert (la["baseline_final"], la["candidate_final"]) == (lb["candidate_final"], lb["baseline_final"])
     assert list(ab.config.columns[1:]) == list(reversed(ba.config.columns[1:]))
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def test_step_aligned_memory_positions() -> None:
+    from app.analysis.compare_memory import compute_step_aligned_memory
+
+    mem = pd.DataFrame({"ts_us": [50.0, 100.0, 150.0, 250.0, 320.0, 999.0], "device_type": 0, "device_id": -1,
+                        "addr": 1, "bytes": 10, "total_allocated_bytes": [1, 2, 3, 4, 5, 6],
+                        "total_reserved_bytes": 0})
+    trace = SimpleNamespace(rank=0, memory=mem)
+    steps = pd.DataFrame({"rank": 0, "step": [7, 8], "start_us": [100.0, 200.0], "end_us": [200.0, 400.0]})
+    out = compute_step_aligned_memory([trace], steps)
+    # 50 and 999 are outside every step; 150 is half-way through step 0, 320 is 60 % into step 1.
+    assert out["step_pos"].tolist() == pytest.approx([0.0, 0.5, 1.25, 1.6])
+    assert out["allocated_bytes"].tolist() == [2, 3, 4, 5]
+    assert compute_step_aligned_memory([], steps).empty
+
+
+def test_largest_allocations_diff_from_snapshots() -> None:
+    import copy
+
+    from app.analysis.compare_memory import diff_largest_allocations
+    from app.data.snapshot import load_snapshot
+
+    snap = load_snapshot(Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle")
+    cand = copy.deepcopy(snap)
+    big = next(e for e in cand["device_traces"][0] if e.get("action") == "alloc" and e["size"] == 6 * 2**20)
+    cand["device_traces"][0] = [e for e in cand["device_traces"][0] if e.get("addr") != big["addr"]
+                                or e.get("action") not in ("alloc", "free_requested", "free_completed")]
+    d = diff_largest_allocations(snap, cand).set_index("top_frame")
+    assert d.index[0] == "model.py:23:forward"  # the removed 6 MiB temporary
+    assert d.loc["model.py:23:forward", "delta_bytes"] == -6 * 2**20
+    assert (d.drop(index="model.py:23:forward")["delta_bytes"] == 0).all()
+    same = diff_largest_allocations(snap, snap)
+    assert (same["delta_bytes"] == 0).all() and len(same) > 0
