@@ -346,3 +346,16 @@ def test_largest_allocations_diff_from_snapshots() -> None:
     assert (d.drop(index="model.py:23:forward")["delta_bytes"] == 0).all()
     same = diff_largest_allocations(snap, snap)
     assert (same["delta_bytes"] == 0).all() and len(same) > 0
+
+
+def test_ranks_slowest_rank_sets_the_step_and_samples_add_up(tmp_path: Path) -> None:
+    run_dir, _ = rf.create_run(tmp_path, "ddp", world_size=2)
+    with rf.JsonlWriter(run_dir / layout.METRICS) as w:
+        for step in range(20):
+            w.write({"step": step, "rank": 0, "time": float(step), "step_time_s": 0.10, "samples": 16})
+            w.write({"step": step, "rank": 1, "time": float(step), "step_time_s": 0.12, "samples": 16})
+    table, source = compute_step_times(side(run_dir), warmup_steps=0)
+    assert source == "metrics" and len(table) == 20
+    assert (table["step_time_s"] == 0.12).all() and (table["samples"] == 32).all()
+    cmp = diff_sides(side(run_dir), side(run_dir))
+    assert cmp.throughput.baseline == pytest.approx(32 / 0.12) and cmp.throughput_unit == "samples_per_s"
