@@ -29,8 +29,6 @@ _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ID", "id"),
 )
 
-# Shown next to a status that needs attention, so it stands out in a terminal without colour.
-STATUS_MARKERS = {"crashed": "✗ ", "failed": "✗ ", "killed": "✗ ", "running": "● "}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +40,8 @@ def _cell(key: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if key == "status":
-        return STATUS_MARKERS.get(str(value), "") + str(value)
+        # the same markers as the Runs page, so crashed and running runs stand out without colour
+        return runs_data.STATUS_MARKERS.get(str(value), "") + str(value)
     if key == "started_at":
         return str(value)[:19].replace("T", " ")
     if key in ("duration_s", "mean_step_time_s"):
@@ -72,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if records:
         print(format_table(records))
     else:
-        print(f"no runs in {store.root}; record one with: torchscope run --root {store.root} --name NAME -- python train.py")
+        print(f"no runs in {store.root}; record one with: "
+              f"torchscope run --root {store.root} --name NAME -- python train.py")
     for p in store.problems:
         print(f"warning: {p}", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """The Run page's pieces: run picker, header, rank selector and the tab strip (UI layer)."""
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import streamlit as st
@@ -70,9 +71,8 @@ def render_run_header(run: runs_data.RunData) -> None:
     st.title(m.name)
     bits = [f"{marker}**{status}**", f"`{m.id}`"]
     if m.started_at:
-        import datetime as _dt
-
-        bits.append(_dt.datetime.fromtimestamp(m.started_at, tz=_dt.UTC).strftime("started %Y-%m-%d %H:%M:%S UTC"))
+        started = datetime.datetime.fromtimestamp(m.started_at, tz=datetime.UTC)
+        bits.append(started.strftime("started %Y-%m-%d %H:%M:%S UTC"))
     if m.duration_s is not None:
         bits.append(f"ran {runs_data.format_seconds(m.duration_s)}")
     if m.tags:

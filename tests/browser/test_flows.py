@@ -13,13 +13,10 @@ EXCEPTION = '[data-testid="stException"]'
 
 
 def _wait_idle(page) -> None:  # noqa: ANN001
-    # Streamlit shows a "running" status widget while the script runs.
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
-        timeout=120_000,
-    )
-    page.wait_for_timeout(300)
+    # Streamlit shows its status widget ("Running…", "Stop") only while the script runs.
+    page.wait_for_timeout(200)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                           timeout=120_000)
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001

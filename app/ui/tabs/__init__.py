@@ -13,7 +13,7 @@ the page. A tab with no data for the run shows ``st.info`` saying how to record 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -55,7 +55,6 @@ class RunContext:
     ranks: tuple[int, ...] = ()
     root: Path | None = None
     live: bool = False
-    extras: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def key(self, name: str) -> str:
         """A widget key unique to this run page and tab: ``<key_prefix><name>``."""

@@ -1,6 +1,7 @@
 """Run page tab "Operators": op table (self/total time, calls, % of step), top-N chart, by shape (UI layer)."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from app.analysis.run_summary import compute_ops_view
@@ -26,7 +27,7 @@ _COLUMNS = {
 }
 
 
-def _table(ops):  # noqa: ANN001, ANN202 - a DataFrame in, a DataFrame out
+def _table(ops: pd.DataFrame) -> pd.DataFrame:
     shown = ops[["name", "calls"]].copy()
     for col in ("self_us", "total_us", "device_self_us", "mean_us"):
         if col in ops.columns:
@@ -72,7 +73,7 @@ def render(ctx: RunContext) -> None:
         return
     st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
     st.dataframe(_table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table"))
-    st.caption(f"{len(view)} operators" + (" (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else "")
-               + "; % of step = self time / wall time of the profiled steps.")
+    pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
+    st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps.")
     if st.toggle("Group by input shape", key=ctx.key("ops_by_shape")):
         _render_by_shape(ctx, text)
