@@ -120,7 +120,7 @@ def _traces(draw: st.DrawFn) -> list[dict]:
     return events
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=_traces())
 def test_breakdowns_always_sum_to_the_step(tmp_path: Path, events: list[dict]) -> None:
     steps = compute_steps(_load(tmp_path, events))
@@ -160,10 +160,15 @@ TB_GOLDEN = {
 }
 
 
+@pytest.fixture(scope="module")
+def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 @pytest.mark.parametrize("name", sorted(TB_GOLDEN))
-def test_device_view_equals_tb_profiler(name: str) -> None:
-    steps = compute_steps(load_trace(SHARED / name, use_cache=False), nccl_by_name=False)
+def test_device_view_equals_tb_profiler(name: str, golden_cache: Path) -> None:
+    steps = compute_steps(load_trace(SHARED / name, cache_dir=golden_cache), nccl_by_name=False)
     got = steps[DEVICE_COLS + ["duration_us"]].to_numpy()
     assert got.shape == (len(TB_GOLDEN[name]), 9)
     assert np.allclose(got, np.array(TB_GOLDEN[name]), atol=0.06)  # tb's golden numbers are rounded to 0.1

@@ -1,6 +1,7 @@
 """Kernel, copy and utilisation tables on a real GPU trace."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,17 @@ SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "trace
 pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+@pytest.fixture(autouse=True, scope="module")
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One cache per module: a trace read by several tests is parsed once."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture(scope="module")
 def gpu() -> object:
-    return load_trace(SHARED / "gpu_before_after" / "control.json.gz", use_cache=False)
+    return load_trace(SHARED / "gpu_before_after" / "control.json.gz")
 
 
 def test_kernel_table_totals(gpu: object) -> None:

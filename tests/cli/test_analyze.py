@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,12 @@ TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.jso
 SHARED = HERE.parents[1] / ".." / "shared" / "data" / "traces"
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+@pytest.fixture(autouse=True, scope="module")
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One cache per module: a trace read by several tests is parsed once."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 def test_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from app.data import trace_cache
@@ -33,7 +34,7 @@ def _shared_files() -> list[Path]:
 @needs_shared
 @pytest.mark.parametrize("path", _shared_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shared_trace_ingests_without_warnings(path: Path) -> None:
-    raw = json.loads(gzip.open(path).read())
+    raw = orjson.loads(gzip.open(path).read())
     t = load_trace(path)
     assert t.warnings == []
     assert t.n_events == len(raw["traceEvents"])
