@@ -21,11 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.data import trace_cache
+from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "rank_from_name", "Progress"]
+__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "rank_from_name", "Progress",
+           "load_memory_timeline_raw"]
 
 Progress = Callable[[int, int], None]
 
