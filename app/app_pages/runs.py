@@ -1,6 +1,8 @@
 """The Runs page: every run of the store, filterable, with open / compare / tag / archive (UI layer)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from app.ui.layout import store_root
@@ -15,9 +17,7 @@ from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
 
 
-def main() -> None:
-    st.title("Runs")
-    root = store_root()
+def _catalog(root: Path) -> None:
     try:
         view = cached_store_view(root)
     except rf.RunStoreNotFoundError:
@@ -40,6 +40,17 @@ def main() -> None:
         render_selection_actions(selected, root, read_only=read_only)
     except rf.TorchscopeError as e:
         st.error(str(e))
+
+
+def main() -> None:
+    st.title("Runs")
+    root = store_root()
+    refresh_s = st.session_state.get("refresh_s", 5)
+    if st.toggle("Auto-refresh", key="runs_autorefresh",
+                 help=f"Re-read the store every {refresh_s} s, to follow runs while they are recorded."):
+        st.fragment(run_every=refresh_s)(_catalog)(root)
+    else:
+        _catalog(root)
 
 
 main()

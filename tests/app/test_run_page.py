@@ -187,3 +187,23 @@ def test_agent_runs_render_every_tab(monkeypatch, sample_store):
         assert_clean(at)
         overview = _tab(at, "Overview")
         assert {m.label: m.value for m in overview.metric}["Median step time"] != "–", manifest.name
+
+
+def test_system_columns_grouped_by_unit():
+    import pandas as pd
+
+    from app.ui.tabs.system import group_system_columns
+
+    system = pd.DataFrame({
+        "time": [0.0, 1.0], "rank": [0, 0], "pid": [1, 1],
+        "cpu_percent": [50.0, 60.0], "children_cpu_percent": [10.0, 5.0], "rss_bytes": [1, 2],
+        "gpu_util_percent": [80.0, 90.0], "gpu_allocated_bytes": [5, 6], "gpu_total_bytes": [9, 9],
+        "system_cpu_percent": [20.0, 30.0], "system_memory_used_bytes": [7, 8], "note": ["a", "b"],
+    })
+    groups = {title: cols for title, _, cols in group_system_columns(system)}
+    assert groups["CPU (process and its children)"] == ["cpu_percent", "children_cpu_percent"]
+    assert groups["Memory (resident set)"] == ["rss_bytes"]
+    assert groups["GPU utilisation"] == ["gpu_util_percent"]
+    assert groups["GPU memory"] == ["gpu_allocated_bytes"]  # the device's total is not a curve
+    assert groups["Whole machine"] == ["system_cpu_percent"]
+    assert "note" not in sum(groups.values(), [])

@@ -142,3 +142,22 @@ def test_compare_selected_runs(monkeypatch, fixture_store):
     assert not at.exception
     url = str(at.query_params["runs"])
     assert url.index(runs["baseline"].name) < url.index(runs["optimized"].name)  # the older one is the baseline
+
+
+def test_auto_refresh_picks_up_new_runs(monkeypatch, make_run):
+    import time
+
+    first = make_run("first")
+    at = open_app(monkeypatch, first.parent)
+    at.toggle(key="runs_autorefresh").set_value(True).run()
+    assert_clean(at)
+    assert list(at.dataframe[0].value["name"]) == ["first"]
+    make_run("second")
+    time.sleep(2.1)  # older than the store view's reuse window
+    at.run()
+    assert_clean(at)
+    assert set(at.dataframe[0].value["name"]) == {"first", "second"}
+    at = _select(at, ["first"])
+    at.button(key="runs_open").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "first"
