@@ -53,10 +53,19 @@ def _writable(folder: Path) -> bool:
     return os.access(probe, os.W_OK)
 
 
+def _hash(text: str, n: int) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
+
+
 def _key(path: Path) -> str:
     st = path.stat()
-    raw = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{CACHE_VERSION}"
-    return hashlib.sha1(raw.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return _hash(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{CACHE_VERSION}", 16)
+
+
+def _stem(path: Path) -> str:
+    """Entry-name prefix shared by every version of one file's entry (stale ones are removed)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.name)[:80]
+    return f"{safe}-{_hash(str(path.resolve()), 8)}-"
 
 
 def cache_entry_dir(path: Path, cache_dir: Path | None = None) -> Path:
@@ -67,8 +76,7 @@ def cache_entry_dir(path: Path, cache_dir: Path | None = None) -> Path:
             cache_dir = parent.parent / layout.CACHE_DIR
         else:
             cache_dir = default_cache_dir()
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.name)[:80]
-    return Path(cache_dir) / _SUB / f"{safe}-{_key(path)}"
+    return Path(cache_dir) / _SUB / f"{_stem(path)}{_key(path)}"
 
 
 def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> CachedTrace | None:
@@ -91,7 +99,8 @@ def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> Cac
 
 def write_cached(entry: Path, tables: dict[str, pa.Table], meta: dict[str, Any], warnings: list[str],
                  n_events: int) -> bool:
-    """Write an entry atomically; return False (and leave nothing behind) if the folder is not writable."""
+    """Write an entry atomically and remove older entries of the same file; return False (and
+    leave nothing behind) if the folder is not writable."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
@@ -106,7 +115,11 @@ def write_cached(entry: Path, tables: dict[str, pa.Table], meta: dict[str, Any],
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         os.replace(tmp, entry)
-        return True
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         return False
+    stem = entry.name[: entry.name.rfind("-") + 1]
+    for old in entry.parent.glob(f"{stem}*"):
+        if old != entry and old.is_dir():  # the file changed or the format moved on
+            shutil.rmtree(old, ignore_errors=True)
+    return True

@@ -82,6 +82,7 @@ def test_cache_is_used_and_rebuilt_when_the_file_changes(tmp_path: Path, _cache:
     os.utime(f, (1, 1))
     third = load_trace(f)
     assert not third.from_cache and third.n_events == len(doc["traceEvents"])
+    assert len(list(_cache.rglob("meta.json"))) == 1  # the stale entry was removed
 
 
 def test_run_folder_caches_inside_the_run(tmp_path: Path) -> None:
