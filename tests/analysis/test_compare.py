@@ -359,3 +359,45 @@ def test_ranks_slowest_rank_sets_the_step_and_samples_add_up(tmp_path: Path) -> 
     assert (table["step_time_s"] == 0.12).all() and (table["samples"] == 32).all()
     cmp = diff_sides(side(run_dir), side(run_dir))
     assert cmp.throughput.baseline == pytest.approx(32 / 0.12) and cmp.throughput_unit == "samples_per_s"
+
+
+# --- many runs: config diff, sweep table, curve bands ---------------------------------------------
+
+
+def test_config_diff_only_keys_that_differ(tmp_path: Path) -> None:
+    from app.analysis.compare_runs import diff_config
+
+    a = rf.Manifest(id="a", name="a", config={"lr": 0.1, "opt": {"name": "sgd", "momentum": 0.9}},
+                    versions={"torch": "2.3"}, git={"commit": "abc"})
+    b = rf.Manifest(id="b", name="b", config={"lr": 0.1, "opt": {"name": "adam", "momentum": 0.9}, "wd": 0.01},
+                    versions={"torch": "2.4"}, git={"commit": "abc"})
+    d = diff_config([a, b], ["a", "a"])
+    assert list(d.columns) == ["key", "a", "a (2)"]
+    rows = d.set_index("key")
+    assert list(rows.index) == ["config.opt.name", "config.wd", "versions.torch"]  # config first
+    assert rows.loc["config.wd"].tolist() == ["", "0.01"]
+    assert diff_config([a, None], ["a", "traces"]).empty
+
+
+def test_sweep_table_and_curve_bands(tmp_path: Path) -> None:
+    from app.analysis.compare_runs import compute_curve_bands, compute_sweep_table
+
+    runs = []
+    for lr, seed, t in ((0.1, 0, 0.10), (0.1, 1, 0.11), (0.01, 0, 0.20)):
+        loss = list(np.linspace(2.0, 1.0 if lr == 0.1 else 1.5, 30) + 0.01 * seed)
+        runs.append(load_run(make_run(tmp_path, f"lr{lr}-s{seed}", [t] * 30, config={"lr": lr, "seed": seed},
+                                      loss=loss, rss=1e9)))
+    table, varying = compute_sweep_table(runs)
+    assert varying == ["config.lr", "config.seed"]
+    assert table["median_step_time_s"].tolist() == pytest.approx([0.10, 0.11, 0.20])
+    assert table["best_loss"].tolist() == pytest.approx([1.0, 1.01, 1.5])
+    assert (table["peak_memory_bytes"] == 1e9).all()
+    bands = compute_curve_bands({r.name: r.metrics for r in runs}, "loss",
+                                {r.name: f"lr={r.manifest.config['lr']}" for r in runs}, smoothing=0.0)
+    g = bands[bands["group"] == "lr=0.1"].set_index("step")
+    assert g.loc[0, "runs"] == 2 and g.loc[0, "mean"] == pytest.approx(2.005)
+    assert g.loc[0, "lo"] < g.loc[0, "mean"] < g.loc[0, "hi"]
+    single = bands[bands["group"] == "lr=0.01"]
+    assert (single["lo"] == single["hi"]).all()  # one run: no spread
+    with pytest.raises(ValueError, match="spread"):
+        compute_curve_bands({}, "loss", {}, spread="iqr")

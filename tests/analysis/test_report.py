@@ -80,3 +80,21 @@ def test_html_escapes_every_user_string(tmp_path: Path) -> None:
 def test_headline_for_same(tmp_path: Path, verdict_word: str) -> None:
     a = _side(tmp_path, "a", 0.1)
     assert verdict_word in headline(diff_sides(a, a))
+
+
+def test_report_figures_and_waterfall_add_up(tmp_path: Path) -> None:
+    from app.charts.compare import figures_to_html, make_report_figures, make_waterfall_figure
+
+    base, cand = _side(tmp_path, "base", 0.1), _side(tmp_path, "cand", 0.05)
+    cand.analysis.steps["duration_us"] = 600.0
+    cand.analysis.steps["cpu_exec_us"] = 600.0
+    cmp = diff_sides(base, cand)
+    wf = make_waterfall_figure(cmp.breakdown).data[0]
+    assert list(wf.x) == ["baseline step", "cpu_exec", "candidate step"]
+    assert wf.y[0] + sum(wf.y[1:-1]) == pytest.approx(wf.y[-1])  # the bars add up to the candidate step
+    figs = make_report_figures(cmp)
+    titles = [t for t, _ in figs]
+    assert titles[:2] == ["Step times", "Where the time went"] and "Operator changes" in titles
+    html = figures_to_html(figs)
+    assert len(html) == len(figs)
+    assert len(html[0][1]) > 1_000_000 and len(html[1][1]) < 200_000  # plotly.js only in the first
