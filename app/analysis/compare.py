@@ -166,6 +166,10 @@ def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str
     if unit_a != unit_b:
         tp_a, tp_b, unit_a = 1.0 / cs.kept_step_times(ta), 1.0 / cs.kept_step_times(tb), "steps_per_s"
     tp = _bootstrap(tp_a, tp_b, o)
+    sa, sb = (float(np.nanmedian(t.loc[t["kept"].astype(bool), "samples"].to_numpy(float)))
+              if t["kept"].astype(bool).any() and t["samples"].notna().any() else math.nan for t in (ta, tb))
+    if unit_a == "samples_per_s" and math.isfinite(sa) and math.isfinite(sb) and sa != sb:
+        notes.append(f"samples per step differ ({sa:g} vs {sb:g}): judge speed by throughput, not step time")
     tp_verdict = Verdict.UNKNOWN
     if tp is not None:
         raw = classify_ratio(tp.ratio, tp.lo, tp.hi, direction=Direction.HIGHER, threshold=o.threshold)

@@ -84,19 +84,26 @@ def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
 
 
 def headline(cmp: Comparison) -> str:
-    """One sentence: "optimized is 1.41× faster than baseline (95 % CI 1.38–1.45×)" or why not."""
+    """One sentence: "optimized is 1.41× faster than baseline (95 % CI 1.38–1.45×)" or why not.
+    When the two runs process different numbers of samples per step, the throughput verdict is
+    added, since step times alone then mislead."""
     est, b, c = cmp.step_time, cmp.baseline.label, cmp.candidate.label
     if est is None or not _finite(est.ratio):
         return f"{c} vs {b}: no step times to compare"
     ci = f" (95 % CI of the time ratio {est.lo:.3f}–{est.hi:.3f})" if est.has_interval else ""
     if cmp.step_verdict == "faster":
-        return f"{c} is {1 / est.ratio:.2f}× faster than {b}: median step {format_value(est.candidate, 's')} " \
+        text = f"{c} is {1 / est.ratio:.2f}× faster than {b}: median step {format_value(est.candidate, 's')} " \
                f"vs {format_value(est.baseline, 's')}{ci}"
-    if cmp.step_verdict == "slower":
-        return f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
+    elif cmp.step_verdict == "slower":
+        text = f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
                f"vs {format_value(est.baseline, 's')}{ci}"
-    interval = f"; 95 % CI {est.lo:.3f}–{est.hi:.3f}" if est.has_interval else ""
-    return f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{interval})"
+    else:
+        interval = f"; 95 % CI {est.lo:.3f}–{est.hi:.3f}" if est.has_interval else ""
+        text = f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{interval})"
+    tp = cmp.throughput
+    if tp is not None and any(n.startswith("samples per step differ") for n in cmp.notes):
+        text += f"; throughput ({cmp.throughput_unit.replace('_per_', '/')}) {tp.ratio:.2f}×: {cmp.throughput_verdict}"
+    return text
 
 
 def _verdict_rows(cmp: Comparison) -> list[list[str]]:

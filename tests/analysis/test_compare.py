@@ -401,3 +401,14 @@ def test_sweep_table_and_curve_bands(tmp_path: Path) -> None:
     assert (single["lo"] == single["hi"]).all()  # one run: no spread
     with pytest.raises(ValueError, match="spread"):
         compute_curve_bands({}, "loss", {}, spread="iqr")
+
+
+def test_different_batch_sizes_point_to_throughput(tmp_path: Path, noisy) -> None:
+    from app.analysis.report import headline
+
+    a = make_run(tmp_path, "bs32", noisy(0.10), samples=32)
+    b = make_run(tmp_path, "bs64", noisy(0.15), samples=64)
+    cmp = diff_sides(side(a), side(b))
+    assert cmp.step_verdict == "slower" and cmp.throughput_verdict == "faster"
+    assert any("samples per step differ (32 vs 64)" in n for n in cmp.notes)
+    assert "throughput (samples/s) 1.3" in headline(cmp) and "faster" in headline(cmp)
