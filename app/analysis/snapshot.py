@@ -1,4 +1,5 @@
-"""CUDA allocator snapshots and memory categories as tables (analysis layer).
+"""Memory tables beyond the trace engine's totals: CUDA allocator snapshots, memory categories,
+and the largest allocations of a profiler trace with the ops that made them (analysis layer).
 
 Snapshot input is the plain dict of ``app.data.snapshot.load_snapshot`` (torch's
 ``_dump_snapshot`` format: ``segments`` with ``blocks``, and ``device_traces[device]`` entries
@@ -29,6 +30,8 @@ __all__ = [
     "format_frames",
     "compute_category_timeline",
     "compute_category_peak",
+    "TRACE_ALLOCATION_COLUMNS",
+    "compute_trace_allocations",
 ]
 
 SNAPSHOT_TIMELINE_COLUMNS = ["event", "time_us", "action", "addr", "size_bytes", "allocated_bytes",
@@ -247,3 +250,54 @@ def compute_category_peak(categories: pd.DataFrame) -> pd.DataFrame:
     out["share"] = out["bytes"] / total
     out["time_ms"] = float(row["time_ms"])
     return out.sort_values("bytes", ascending=False, kind="stable").reset_index(drop=True)
+
+
+TRACE_ALLOCATION_COLUMNS = ["ts_us", "device", "bytes", "lifetime_us", "op", "op_stack", "input_shapes"]
+# Ops that only allocate: the op that asked for the memory is the one around them.
+_ALLOCATOR_OPS = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                            "aten::new_empty_strided", "aten::resize_"})
+
+
+def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top: int = 20) -> pd.DataFrame:
+    """Return the ``top`` largest allocations of a trace's ``[memory]`` events, largest first.
+
+    For each: when (``ts_us``), on which device, how many bytes, how long it lived
+    (``lifetime_us``: until the next free of the same address on the same device; NaN when not
+    freed before the trace ends), and the host op that made it: the innermost op of the
+    allocating thread whose interval contains the allocation, skipping pure allocation ops
+    such as ``aten::empty`` (``op``, with its ``input_shapes``), and the innermost enclosing ops
+    outermost first (``op_stack``, at most 5).
+    """
+    from app.analysis.memory import device_label
+    from app.analysis.timeline import host_ops
+
+    if memory.empty or "bytes" not in memory.columns:
+        return pd.DataFrame(columns=TRACE_ALLOCATION_COLUMNS)
+    size = pd.to_numeric(memory["bytes"], errors="coerce")
+    allocs = memory[size > 0].assign(alloc_bytes=size[size > 0]).nlargest(top, "alloc_bytes", keep="first")
+    frees = memory[(size < 0) & memory["addr"].isin(allocs["addr"].dropna())]
+    ops = host_ops(events)
+    op_end = ops["ts_us"] + ops["dur_us"].fillna(0.0)
+    op_tid = ops["tid"].astype(object).astype(str).to_numpy() if "tid" in ops.columns else None
+    rows = []
+    for a in allocs.itertuples(index=False):
+        later = frees[(frees["addr"] == a.addr) & (frees["device_id"] == a.device_id) & (frees["ts_us"] >= a.ts_us)]
+        # Allocations are recorded on the allocating thread: match it when both sides know it.
+        same_thread = op_tid == str(a.tid) if op_tid is not None and "tid" in memory.columns else True
+        around = ops[same_thread & (ops["ts_us"] <= a.ts_us) & (op_end >= a.ts_us)].sort_values("ts_us")
+        names = [str(n) for n in around["name"]]
+        maker = next((i for i in range(len(names) - 1, -1, -1) if names[i] not in _ALLOCATOR_OPS), len(names) - 1)
+        rows.append({
+            "ts_us": float(a.ts_us),
+            "device": device_label(_opt_int(a.device_type), _opt_int(a.device_id)),
+            "bytes": int(a.alloc_bytes),
+            "lifetime_us": float(later["ts_us"].min() - a.ts_us) if len(later) else float("nan"),
+            "op": names[maker] if names else "",
+            "op_stack": " > ".join(names[-5:]),
+            "input_shapes": str(around["input_shapes"].iloc[maker]) if names and "input_shapes" in around else "",
+        })
+    return pd.DataFrame(rows, columns=TRACE_ALLOCATION_COLUMNS)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)

@@ -22,6 +22,7 @@ __all__ = [
     "compute_timeline",
     "combine_timelines",
     "compute_ops_at",
+    "host_ops",
 ]
 
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
@@ -261,6 +262,13 @@ def combine_timelines(timelines: list[Timeline]) -> Timeline:
     )
 
 
+def host_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """The host-side op events (CPU ops, user annotations, Python functions), without the
+    ``ProfilerStep#N`` markers."""
+    keep = events["cat"].isin(_HOST_OP_CATEGORIES).to_numpy() & _step_numbers(events["name"]).isna().to_numpy()
+    return events[keep]
+
+
 def compute_ops_at(events: pd.DataFrame, ts_us: float, *, before: int = 10) -> pd.DataFrame:
     """Return the host ops around the instant ``ts_us`` (e.g. a memory peak).
 
@@ -272,7 +280,7 @@ def compute_ops_at(events: pd.DataFrame, ts_us: float, *, before: int = 10) -> p
     columns = ["relation", "name", "ts_us", "dur_us", "ends_before_us", "input_shapes"]
     if events.empty:
         return pd.DataFrame(columns=columns)
-    ops = events[events["cat"].isin(_HOST_OP_CATEGORIES) & _step_numbers(events["name"]).isna().to_numpy()]
+    ops = host_ops(events)
     end = ops["ts_us"] + ops["dur_us"].fillna(0.0)
     running = ops[(ops["ts_us"] <= ts_us) & (end >= ts_us)].sort_values("dur_us", ascending=False)
     ended = ops[end < ts_us].assign(_end=end[end < ts_us]).nlargest(before, "_end")

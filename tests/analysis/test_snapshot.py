@@ -151,3 +151,39 @@ def test_oom_events(snap: dict) -> None:
     # An OOM entry has no address: the timeline and the allocations ignore it.
     assert compute_snapshot_timeline(with_oom, 0)["allocated_bytes"].iloc[-1] == 15 * MiB
     assert len(compute_largest_allocations(with_oom, 0)) == 6
+
+
+def test_trace_allocations_name_the_op_and_lifetime() -> None:
+    from app.analysis.snapshot import TRACE_ALLOCATION_COLUMNS, compute_trace_allocations
+
+    def cat(values: list) -> pd.Series:
+        return pd.Series(values, dtype="category")
+
+    events = pd.DataFrame({
+        "name": cat(["ProfilerStep#1", "aten::linear", "aten::addmm", "aten::empty", "aten::relu", "other::op"]),
+        "cat": cat(["user_annotation", "cpu_op", "cpu_op", "cpu_op", "cpu_op", "cpu_op"]),
+        "ts_us": [0.0, 10.0, 20.0, 24.0, 110.0, 20.0],
+        "dur_us": [200.0, 50.0, 30.0, 2.0, 20.0, 30.0],
+        "tid": cat(["11", "11", "11", "11", "11", "99"]),
+        "input_shapes": cat(["", "[[4,8]]", "[[4,8],[8,8]]", "[[]]", "[[4,8]]", ""]),
+    })
+    memory = pd.DataFrame({
+        "ts_us": [25.0, 75.0, 115.0, 116.0],
+        "device_type": pd.array([1, 1, 1, 0], dtype="Int64"),
+        "device_id": pd.array([0, 0, 0, -1], dtype="Int64"),
+        "addr": pd.array([1, 1, 2, 3], dtype="Int64"),
+        "bytes": pd.array([100, -100, 50, 10], dtype="Int64"),
+        "tid": cat(["11", "11", "11", "11"]),
+    })
+    got = compute_trace_allocations(memory, events, top=3)
+    assert list(got.columns) == TRACE_ALLOCATION_COLUMNS
+    assert got["bytes"].tolist() == [100, 50, 10]
+    first = got.iloc[0]
+    # aten::empty only allocates: the op that asked is addmm; the other thread's op is ignored.
+    assert first["op"] == "aten::addmm" and first["input_shapes"] == "[[4,8],[8,8]]"
+    assert first["op_stack"] == "aten::linear > aten::addmm > aten::empty"
+    assert first["device"] == "cuda:0" and first["lifetime_us"] == 50.0
+    second = got.iloc[1]
+    assert second["op"] == "aten::relu" and np.isnan(second["lifetime_us"])  # never freed in the trace
+    assert got.iloc[2]["device"] == "cpu"
+    assert compute_trace_allocations(memory.iloc[0:0], events).empty

@@ -186,6 +186,9 @@ def test_memory_from_cpu_trace_marks_peak_and_lists_ops(cpu_profiled_run) -> Non
     ops = at.dataframe[0].value
     assert len(ops) > 0 and set(ops["relation"]) <= {"running", "ended before"}
     assert ops["name"].str.startswith("aten::").any()
+    allocs = at.dataframe[1].value
+    assert 0 < len(allocs) <= 20 and allocs["op"].str.startswith("aten::").all()
+    assert not allocs["op"].isin(["aten::empty", "aten::empty_strided"]).any()
     info = texts(at.info)
     assert "No CUDA allocator snapshot" in info and "export_memory_timeline" in info
 

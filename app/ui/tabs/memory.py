@@ -16,6 +16,7 @@ from app.analysis.snapshot import (
     compute_oom_events,
     compute_segment_summary,
     compute_snapshot_timeline,
+    compute_trace_allocations,
     snapshot_devices,
 )
 from app.analysis.timeline import compute_ops_at
@@ -96,6 +97,25 @@ def _render_trace_memory(ctx: RunContext) -> None:
         st.caption("No host ops recorded around the peak.")
     else:
         st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"))
+    _render_trace_allocations(ctx, traces[index], device, origin)
+
+
+def _render_trace_allocations(ctx: RunContext, trace: Any, device: str, origin: float) -> None:
+    allocs = compute_trace_allocations(trace.memory, trace.events, top=50)
+    allocs = allocs[allocs["device"] == device].head(20)
+    if allocs.empty:
+        return
+    st.markdown("**Largest allocations** — the op that made each one and how long it lived "
+                "(long-lived ones during the forward pass are activations kept for backward).")
+    table = pd.DataFrame({
+        "size": [format_bytes(int(b)) for b in allocs["bytes"]],
+        "at_ms": (allocs["ts_us"] - origin) / 1000,
+        "lived_ms": allocs["lifetime_us"] / 1000,
+        "op": allocs["op"], "input_shapes": allocs["input_shapes"], "op_stack": allocs["op_stack"],
+    })
+    st.dataframe(table, hide_index=True, width="stretch", key=ctx.key("memory_trace_allocs"),
+                 column_config={"lived_ms": st.column_config.NumberColumn(
+                     "lived_ms", help="Until the same address was freed; empty when still held at the end of the trace")})
 
 
 def _render_snapshot(ctx: RunContext) -> None:
