@@ -26,7 +26,7 @@ __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "CachedTrace", "cache_entry_d
            "write_cached", "default_cache_dir"]
 
 # Bump when the parser, the kept fields or the table schemas change.
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 CACHE_ENV = "TORCHSCOPE_CACHE"
 TABLES = ("events", "memory", "flows", "counters", "threads")
 _META = "meta.json"

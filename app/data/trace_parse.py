@@ -273,8 +273,8 @@ class _Sink:
         for kind, table in columns_from_events(evs).items():
             if table.num_rows:
                 self.parts[kind].append(table)
-        if b'"C"' in data:
-            self.counter_rows.extend(_counters_from(data))
+        if b'"C"' in data:  # ``data`` is the events part that was decoded, without the brackets
+            self.counter_rows.extend(_counters_from(b"[" + data + b"]"))
 
 
 def _try(buf: bytes, end: int, warnings: list[str], path: Path) -> list[Any] | None:
@@ -342,12 +342,16 @@ def _tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _finish(buf: bytes, is_object: bool, warnings: list[str], path: Path) -> tuple[list[Any], dict[str, Any]] | None:
-    """At end of input: the events array must close, followed by the object's last fields."""
+def _finish(buf: bytes, is_object: bool, warnings: list[str],
+            path: Path) -> tuple[list[Any], dict[str, Any], int] | None:
+    """At end of input: the events array must close, followed by the object's last fields.
+
+    Returns (events, trailing fields, end of the events part in ``buf``), or None.
+    """
     head = buf.lstrip()
     if head.startswith(b"]"):  # no events at all: `"traceEvents": [ ]`
         meta = _tail_meta(head[1:], is_object)
-        return ([], meta) if meta is not None else None
+        return ([], meta, 0) if meta is not None else None
     ends = list(_ARRAY_END.finditer(buf))
     for m in reversed(ends[-_MAX_BACKOFF:]):
         meta = _tail_meta(buf[m.end():], is_object)
@@ -355,11 +359,11 @@ def _finish(buf: bytes, is_object: bool, warnings: list[str], path: Path) -> tup
             continue
         if buf[m.start():m.start() + 1] == b"[":  # empty array: `[ ]`
             if buf[:m.start()].strip() == b"":
-                return [], meta
+                return [], meta, 0
             continue
         evs = _try(buf, m.start() + 1, warnings, path)
         if evs is not None:
-            return evs, meta
+            return evs, meta, m.start() + 1
     return None
 
 
@@ -419,8 +423,8 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
         raise TraceError(_no_events_message(path, buf))
     finished = _finish(buf, start[1], out.warnings, path)
     if finished is not None:
-        evs, tail = finished
-        sink.add(evs, buf)
+        evs, tail, end = finished
+        sink.add(evs, buf[:end])
         out.meta.update(tail)
     else:
         end, evs = _longest_prefix(buf, out.warnings, path)

@@ -119,3 +119,26 @@ def test_progress_reaches_total(tmp_path: Path) -> None:
     load_trace(TINY, progress=lambda d, t: seen.append((d, t)), use_cache=False)
     assert seen and seen[-1][0] == seen[-1][1] == TINY.stat().st_size
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+
+
+def test_flows_counters_and_thread_names_are_kept(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 5},
+        {"ph": "s", "id": 7, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2, "ts": 11},
+        {"ph": "f", "id": 7, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 20, "bp": "e"},
+        {"ph": "C", "name": "GPU Util", "pid": 0, "ts": 12, "args": {"util": 0.75}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "trainer"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 2, "ts": 13, "s": "t",
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 99, "Bytes": 512, "Total Allocated": 1024,
+                  "Total Reserved": 2048}},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(f)
+    assert list(t.flows["ph"].astype(str)) == ["s", "f"] and set(t.flows["id"]) == {"7"}
+    assert t.counters[["name", "value"]].astype(str).values.tolist() == [["GPU Util", "0.75"]]
+    assert set(zip(t.threads["kind"].astype(str), t.threads["name"])) == {("thread", "trainer"), ("process", "GPU 0")}
+    m = t.memory.iloc[0]
+    assert (m["device_type"], m["device_id"], m["addr"], m["bytes"], m["total_allocated_bytes"],
+            m["total_reserved_bytes"]) == (1, 0, 99, 512, 1024, 2048)
