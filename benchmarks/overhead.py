@@ -2,6 +2,7 @@
 
     python -m benchmarks.overhead                           # 2 pairs of processes, 300 steps each
     python -m benchmarks.overhead --pairs 3 --steps 500 --json out.json
+    python -m benchmarks.overhead --inprocess --pairs 10 --steps 20   # hooks only, one process
 
 Two processes run the same loop (the optimized sample model on in-memory data, one CPU
 thread): one bare, one wrapped by the launcher with the default profiler schedule. The parent
@@ -66,6 +67,56 @@ def run_child(batch_size: int, width: int, control: IO[str], report: IO[str]) ->
         optimizer.step()
         report.write(f"{time.perf_counter() - start!r} {time.process_time() - cpu_start!r}\n")
         report.flush()
+
+
+def run_inprocess(blocks: int, steps: int, batch_size: int, width: int) -> dict[str, float]:
+    """Hooks only, one process: alternate blocks of steps without and with an agent session.
+
+    Immune to load swings between processes; measures what the hooks, the metrics writer and
+    the sampler thread cost per step (the session's first steps, which draw the model, are
+    dropped; profiling is off).
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from profiler_agent.activation import start_session, stop_session
+    from profiler_agent.options import AgentOptions
+    from profiler_agent.runformat import create_run
+    from sample_models.data import TensorPairDataset, make_images
+    from sample_models.resnet_optimized import SmallSeparableResNet
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    images, labels = make_images(1024, classes=10, size=32, seed=0)
+    loader = DataLoader(TensorPairDataset(images, labels), batch_size=batch_size, shuffle=True, drop_last=True)
+    model = SmallSeparableResNet(width=width)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    batches = [next(iter(loader)) for _ in range(8)]
+
+    def step(i: int) -> float:
+        start = time.process_time()
+        x, y = batches[i % len(batches)]
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        return time.process_time() - start
+
+    for i in range(10):
+        step(i)
+    bare: list[float] = []
+    agent: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="torchscope-overhead-") as tmp:
+        for _ in range(blocks):
+            bare += [step(i) for i in range(steps)]
+            run_dir, _ = create_run(tmp, "inprocess")
+            session = start_session(run_dir, AgentOptions(profile=False))
+            agent += [step(i) for i in range(steps + 3)][3:]
+            stop_session(session)
+    return {"blocks": blocks, "steps_per_block": steps,
+            "bare_median_cpu_ms": round(statistics.median(bare) * 1e3, 3),
+            "agent_median_cpu_ms": round(statistics.median(agent) * 1e3, 3),
+            "cpu_ratio_of_medians": round(statistics.median(agent) / statistics.median(bare), 4)}
 
 
 def _start(args: argparse.Namespace, wrapped: bool, store: Path) -> subprocess.Popen[str]:
@@ -134,10 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument("--inprocess", action="store_true",
+                   help="instead: one process, blocks of steps without/with the agent's hooks (--pairs blocks)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         run_child(args.batch_size, args.width, sys.stdin, sys.stdout)
+        return 0
+    if args.inprocess:
+        result_in = run_inprocess(args.pairs, args.steps, args.batch_size, args.width)
+        print(json.dumps(result_in, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(result_in, indent=2) + "\n")
         return 0
     bare: Times = []
     wrapped: Times = []
