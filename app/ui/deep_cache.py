@@ -21,6 +21,7 @@ __all__ = [
     "cached_memory_categories",
     "cached_uploaded_categories",
     "cached_memory_timeline",
+    "cached_trace_allocations",
     "cached_module_tree",
 ]
 
@@ -84,6 +85,19 @@ def _memory_timeline(run_dir: str, sig: tuple[float, ...], index: int) -> pd.Dat
 def cached_memory_timeline(run_dir: str | os.PathLike[str], index: int) -> pd.DataFrame:
     """Allocator totals over time from the ``index``-th trace's memory events (every device)."""
     return _memory_timeline(str(run_dir), run_signature(run_dir), index)
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _trace_allocations(run_dir: str, sig: tuple[float, ...], index: int, top: int) -> pd.DataFrame:
+    from app.analysis.snapshot import compute_trace_allocations
+
+    trace = cached_traces(run_dir)[index]
+    return compute_trace_allocations(trace.memory, trace.events, top=top)
+
+
+def cached_trace_allocations(run_dir: str | os.PathLike[str], index: int, *, top: int = 50) -> pd.DataFrame:
+    """The largest allocations of the ``index``-th trace with the ops that made them."""
+    return _trace_allocations(str(run_dir), run_signature(run_dir), index, top)
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

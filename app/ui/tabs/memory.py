@@ -16,7 +16,6 @@ from app.analysis.snapshot import (
     compute_oom_events,
     compute_segment_summary,
     compute_snapshot_timeline,
-    compute_trace_allocations,
     snapshot_devices,
 )
 from app.analysis.timeline import compute_ops_at
@@ -24,7 +23,12 @@ from app.charts.memory import make_category_figure, make_memory_timeline_figure
 from app.data.runs import format_bytes
 from app.errors import TorchscopeError
 from app.ui.cache import cached_traces
-from app.ui.deep_cache import cached_memory_timeline, cached_snapshot, cached_uploaded_categories
+from app.ui.deep_cache import (
+    cached_memory_timeline,
+    cached_snapshot,
+    cached_trace_allocations,
+    cached_uploaded_categories,
+)
 from app.ui.tabs import RunContext
 from app.ui.tabs.timeline import has_traces
 
@@ -74,6 +78,9 @@ def _render_trace_memory(ctx: RunContext) -> None:
     device = st.radio("Device", devices, horizontal=True, key=ctx.key("memory_device")) if len(devices) > 1 \
         else devices[0]
     rows = timeline[timeline["device"] == device].reset_index(drop=True)
+    if rows["allocated_bytes"].isna().all():
+        st.info(f"The memory events of {device} carry no allocator totals to draw.")
+        return
     if not (rows["reserved_bytes"] > 0).any():  # CPU allocators report no reserved memory
         rows = rows.assign(reserved_bytes=np.nan)
     peak = int(rows["allocated_bytes"].idxmax())
@@ -97,11 +104,11 @@ def _render_trace_memory(ctx: RunContext) -> None:
         st.caption("No host ops recorded around the peak.")
     else:
         st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"))
-    _render_trace_allocations(ctx, traces[index], device, origin)
+    _render_trace_allocations(ctx, index, device, origin)
 
 
-def _render_trace_allocations(ctx: RunContext, trace: Any, device: str, origin: float) -> None:
-    allocs = compute_trace_allocations(trace.memory, trace.events, top=50)
+def _render_trace_allocations(ctx: RunContext, index: int, device: str, origin: float) -> None:
+    allocs = cached_trace_allocations(ctx.run_dir, index, top=200)
     allocs = allocs[allocs["device"] == device].head(20)
     if allocs.empty:
         return
