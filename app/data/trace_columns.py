@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.data.trace_parse import _EMPTY
+from app.data.trace_decode import EMPTY_RAW
 
 __all__ = ["EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA", "THREAD_SCHEMA",
            "columns_from_events", "empty_table"]
@@ -69,13 +69,13 @@ def _ids(values: Any) -> pa.Array:
 
 def _text(raws: Any, squeeze: bool) -> pa.Array:
     """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once."""
-    if raws.count(_EMPTY) == len(raws):
+    if raws.count(EMPTY_RAW) == len(raws):
         return _dict([""] * len(raws))
     memo: dict[bytes, str] = {}
     out = []
     append = out.append
     for r in raws:
-        if r is _EMPTY:  # most events have no shapes: skip the copy
+        if r is EMPTY_RAW:  # most events have no shapes: skip the copy
             append("")
             continue
         b = bytes(r)
@@ -116,7 +116,7 @@ def _complete_events(xs: list[Any]) -> pa.Table:
     cols = [
         _dict(name), _dict(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
         pa.array(corr, pa.int64()), pa.array(_first(ext, ext_lc), pa.int64()), pa.array(dev, pa.int64()),
-        _ints(stream), _text(_first(dims, dims_lc, _EMPTY), True), _text(types, False),
+        _ints(stream), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
         pa.array(nbytes, pa.int64()), pa.array(seq, pa.int64()), pa.array(fwd, pa.int64()),
     ]
     return pa.Table.from_arrays(cols, schema=EVENT_SCHEMA)
