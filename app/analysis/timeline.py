@@ -29,7 +29,7 @@ STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 # Event categories that run on a device stream rather than a host thread.
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_profiler_range"})
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "privateuse1_runtime"})
-_HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "ac2g"})
+_HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
 # The profiler's own "PyTorch Profiler (0)" span covers the whole trace: a lane of no news.
 _PROFILER_SPAN_CATEGORIES = frozenset({"Trace"})
 
@@ -114,7 +114,7 @@ def _launch_device_ends(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(0), np.empty(0)
     cat = events["cat"]
     launches = events.loc[cat.isin(_LAUNCH_CATEGORIES), ["ts_us", "correlation"]]
-    device = events.loc[cat.isin(DEVICE_CATEGORIES), ["ts_us", "dur_us", "correlation"]]
+    device = events.loc[cat.isin(DEVICE_CATEGORIES), ["ts_us", "dur_us", "correlation"]].dropna(subset=["correlation"])
     if launches.empty or device.empty:
         return np.empty(0), np.empty(0)
     ends = (device["ts_us"] + device["dur_us"]).groupby(device["correlation"].to_numpy()).max()
