@@ -24,7 +24,8 @@ import pandas as pd
 __all__ = [
     "DEVICE_CATEGORIES", "LOOP_CATEGORIES", "LOOP_PHASES", "compute_breakdown", "device_view", "loop_view",
     "merge_intervals", "covered_us", "cat_in", "is_host_op", "is_device_activity", "is_runtime", "is_kernel",
-    "communication_kernel_mask", "dataloader_mask", "RUNTIME_CATS", "KERNEL_CATS", "MEMCPY_CATS", "MEMSET_CATS",
+    "communication_kernel_mask", "dataloader_mask", "name_mask", "event_spans", "RUNTIME_CATS", "KERNEL_CATS",
+    "MEMCPY_CATS", "MEMSET_CATS",
 ]
 
 DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
@@ -55,7 +56,7 @@ def cat_in(ev: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
     return cats[col.cat.codes.to_numpy()]  # code -1 (missing) indexes the trailing False
 
 
-def _name_mask(ev: pd.DataFrame, pred: Any) -> np.ndarray:
+def name_mask(ev: pd.DataFrame, pred: Any) -> np.ndarray:
     """Evaluate ``pred(name)`` once per distinct name, not once per event."""
     col = ev["name"]
     if not isinstance(col.dtype, pd.CategoricalDtype):
@@ -86,7 +87,7 @@ def _is_dataloader_name(n: str) -> bool:
 
 
 def dataloader_mask(ev: pd.DataFrame) -> np.ndarray:
-    return cat_in(ev, OP_CATS | ANNOTATION_CATS) & _name_mask(ev, _is_dataloader_name)
+    return cat_in(ev, OP_CATS | ANNOTATION_CATS) & name_mask(ev, _is_dataloader_name)
 
 
 def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndarray:
@@ -94,12 +95,12 @@ def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndar
     off with ``by_name=False``: newer torch launches collectives from ``record_param_comms``, which
     tb-profiler's name list misses)."""
     kern = is_kernel(ev)
-    comm_ops = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"}) & _name_mask(ev, COMM_OP_NAMES.__contains__)
+    comm_ops = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"}) & name_mask(ev, COMM_OP_NAMES.__contains__)
     ext = set(ev.loc[comm_ops, "external_id"].dropna().astype(int))
     by_ext = ev["external_id"].isin(ext).to_numpy() if ext else np.zeros(len(ev), bool)
     if not by_name:
         return kern & by_ext
-    return kern & (by_ext | _name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl")))
+    return kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl")))
 
 
 # ---------------------------------------------------------------- interval arithmetic
@@ -152,7 +153,8 @@ def _exclusive(layers: list[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: 
     return out
 
 
-def _span(ev: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def event_spans(ev: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in µs of the masked events."""
     s = ev["ts_us"].to_numpy(float)[mask]
     return s, s + ev["dur_us"].to_numpy(float)[mask]
 
@@ -169,12 +171,12 @@ def device_view(ev: pd.DataFrame, spans: Any, *, nccl_by_name: bool = True) -> d
     comm_kernel = communication_kernel_mask(ev, by_name=nccl_by_name)
     kernel = is_kernel(ev) & ~comm_kernel
     host = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"})
-    names_step = _name_mask(ev, lambda n: n.startswith("ProfilerStep#"))
+    names_step = name_mask(ev, lambda n: n.startswith("ProfilerStep#"))
     dl = dataloader_mask(ev)
-    comm_host = host & _name_mask(ev, COMM_OP_NAMES.__contains__)
+    comm_host = host & name_mask(ev, COMM_OP_NAMES.__contains__)
     cpu = host & ~names_step & ~dl & ~comm_host
     roles = [kernel, cat_in(ev, MEMCPY_CATS), cat_in(ev, MEMSET_CATS), comm_kernel | comm_host, is_runtime(ev), dl, cpu]
-    layers = [merge_intervals(*_span(ev, m)) for m in roles]
+    layers = [merge_intervals(*event_spans(ev, m)) for m in roles]
     costs = _exclusive(layers, spans.start, spans.end)
     out = dict(zip(DEVICE_CATEGORIES[:-1], costs))
     out["other"] = (spans.end - spans.start) - np.sum(costs, axis=0)
@@ -200,12 +202,12 @@ def _inside(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def _loop_host_windows(ev: pd.DataFrame, spans: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     host = is_host_op(ev)
-    bwd = host & _name_mask(ev, lambda n: n.startswith("autograd::engine::evaluate_function")
+    bwd = host & name_mask(ev, lambda n: n.startswith("autograd::engine::evaluate_function")
                             or n.rstrip("0123456789").endswith("Backward"))
-    opt = host & _name_mask(ev, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
-    opt_step = host & _name_mask(ev, lambda n: n.startswith("Optimizer.step#"))
-    bs, be = _span(ev, bwd)
-    os_, _ = _span(ev, opt_step)
+    opt = host & name_mask(ev, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
+    opt_step = host & name_mask(ev, lambda n: n.startswith("Optimizer.step#"))
+    bs, be = event_spans(ev, bwd)
+    os_, _ = event_spans(ev, opt_step)
     hs, he = spans.host_start, spans.host_end
     bw_s, bw_e, fw_s, fw_e = [], [], [], []
     for lo, hi in zip(hs, he):
@@ -220,8 +222,8 @@ def _loop_host_windows(ev: pd.DataFrame, spans: Any) -> dict[str, tuple[np.ndarr
         fw_s.append(lo)
         fw_e.append(end)
     return {
-        "dataloader": merge_intervals(*_span(ev, dataloader_mask(ev))),
-        "optimizer": merge_intervals(*_span(ev, opt)),
+        "dataloader": merge_intervals(*event_spans(ev, dataloader_mask(ev))),
+        "optimizer": merge_intervals(*event_spans(ev, opt)),
         "backward": merge_intervals(np.array(bw_s), np.array(bw_e)),
         "forward": merge_intervals(np.array(fw_s), np.array(fw_e)),
     }

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from app.analysis.breakdown import _span, communication_kernel_mask, covered_us, is_kernel, merge_intervals
+from app.analysis.breakdown import event_spans, communication_kernel_mask, covered_us, is_kernel, merge_intervals
 
 __all__ = ["compute_communication_table", "compute_overlap", "compute_rank_skew"]
 
@@ -50,8 +50,8 @@ def compute_overlap(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFr
         ev = t.events
         comm = communication_kernel_mask(ev)
         comp = is_kernel(ev) & ~comm
-        cs, ce = merge_intervals(*_span(ev, comp))
-        ms, me = merge_intervals(*_span(ev, comm))
+        cs, ce = merge_intervals(*event_spans(ev, comp))
+        ms, me = merge_intervals(*event_spans(ev, comm))
         both_s, both_e = _intersect(cs, ce, ms, me)
         lo, hi = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)
         comp_us, comm_us = covered_us(cs, ce, lo, hi), covered_us(ms, me, lo, hi)
@@ -88,6 +88,8 @@ def compute_rank_skew(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for step, g in steps.groupby("step", sort=True):
+        if g["rank"].nunique() < 2:
+            continue
         slow = g.loc[g["duration_us"].idxmax()]
         fast = g.loc[g["duration_us"].idxmin()]
         rows.append({"step": int(step), "ranks": int(g["rank"].nunique()), "slowest_rank": int(slow["rank"]),

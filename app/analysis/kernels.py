@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from app.analysis.breakdown import (MEMCPY_CATS, MEMSET_CATS, _span, cat_in, communication_kernel_mask,
+from app.analysis.breakdown import (MEMCPY_CATS, MEMSET_CATS, event_spans, cat_in, communication_kernel_mask,
                                     covered_us, is_kernel, is_runtime, merge_intervals)
 
 __all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "compute_device_utilization",
@@ -76,7 +76,7 @@ def compute_device_utilization(traces: Any, steps: pd.DataFrame | None = None) -
         if st.empty or not kern.any():
             continue
         dev = ev.loc[kern, "device"].astype("Float64").fillna(-1).astype(int).to_numpy()
-        s, e = _span(ev, kern)
+        s, e = event_spans(ev, kern)
         lo, hi = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)
         for d in np.unique(dev):
             ms, me = merge_intervals(s[dev == d], e[dev == d])
@@ -116,10 +116,10 @@ def compute_temporal_breakdown(traces: Any, *, drop_last_step: bool = True) -> p
         if not work.any():
             continue
         compute = work & is_kernel(ev) & ~communication_kernel_mask(ev)
-        s, e = _span(ev, work)
+        s, e = event_spans(ev, work)
         lo, hi = np.array([s.min()]), np.array([e.max()])
         busy = float(covered_us(*merge_intervals(s, e), lo, hi)[0])
-        comp = float(covered_us(*merge_intervals(*_span(ev, compute)), lo, hi)[0])
+        comp = float(covered_us(*merge_intervals(*event_spans(ev, compute)), lo, hi)[0])
         span = float(hi[0] - lo[0])
         rows.append({"rank": t.rank, "span_us": span, "compute_us": comp, "non_compute_us": busy - comp,
                      "idle_us": span - busy, "compute_share": comp / span if span else 0.0,

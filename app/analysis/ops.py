@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from app.analysis.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, _name_mask, cat_in,
+from app.analysis.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name_mask, cat_in,
                                     is_device_activity, is_runtime)
 
 __all__ = ["OP_COLUMNS", "HOST_CATS", "compute_op_table", "compute_op_events", "op_tree"]
@@ -146,7 +146,7 @@ def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: floa
     frames, total_steps = [], 0.0
     for t in items:
         ev = compute_op_events(t.events)
-        ev = ev[~_name_mask(ev, lambda n: n.startswith("ProfilerStep#"))]
+        ev = ev[~name_mask(ev, lambda n: n.startswith("ProfilerStep#"))]
         frames.append(ev)
         total_steps += _step_total(t) if steps_us is None else 0.0
     if steps_us is not None:

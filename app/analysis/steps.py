@@ -47,7 +47,7 @@ class StepSpans:
 
 def _host_steps(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     host = ev[cats.is_host_op(ev)]
-    is_prof = cats._name_mask(host, lambda n: n.startswith("ProfilerStep#"))
+    is_prof = cats.name_mask(host, lambda n: n.startswith("ProfilerStep#"))
     prof = host[is_prof]
     if len(prof):
         prof = prof.assign(step=pd.to_numeric(prof["name"].astype(str).str.split("#").str[1], errors="coerce"))
@@ -55,7 +55,7 @@ def _host_steps(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, s
         if len(prof):
             s = prof["ts_us"].to_numpy(float)
             return prof["step"].to_numpy(int), s, s + prof["dur_us"].to_numpy(float), "profiler_step"
-    opt = host[cats._name_mask(host, lambda n: n.startswith("Optimizer.step#"))].sort_values("ts_us")
+    opt = host[cats.name_mask(host, lambda n: n.startswith("Optimizer.step#"))].sort_values("ts_us")
     ops = host[~is_prof]
     if len(opt) and len(ops):
         ends = (opt["ts_us"] + opt["dur_us"]).to_numpy(float)

@@ -95,7 +95,6 @@ def analyze_traces(traces: Sequence[Any]) -> TraceAnalysis:
         ops=compute_op_table(traces, steps_us=step_total),
         kernels=compute_kernel_table(traces),
         memory_peaks=compute_memory_peaks(traces),
-        rank_skew=compute_rank_skew(steps) if len({t.rank for t in traces}) > 1 else compute_rank_skew(steps.iloc[0:0]),
-        overlap=compute_overlap(traces, steps) if len(steps) and steps["kernel_us"].sum() > 0
-        else compute_overlap([], steps),
+        rank_skew=compute_rank_skew(steps),
+        overlap=compute_overlap(traces, steps),
     )
