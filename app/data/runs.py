@@ -306,10 +306,14 @@ def store_records(store: StoreTable) -> list[dict[str, Any]]:
 
 
 def run_ranks(run: RunData) -> list[int]:
-    """Every rank the run has data for: ranks of metrics lines and of trace files (by worker name)."""
+    """Every rank the run has data for: ranks of metrics lines, of trace artifacts in the manifest,
+    and of trace files whose worker name says ``rank<N>``."""
     ranks: set[int] = set()
     if "rank" in run.metrics.columns and len(run.metrics):
         ranks.update(int(r) for r in pd.to_numeric(run.metrics["rank"], errors="coerce").dropna().unique())
+    for artifact in run.manifest.artifacts:  # the agent and `import` record each trace's rank
+        if artifact.kind is rf.ArtifactKind.TRACE and isinstance(artifact.rank, int):
+            ranks.add(artifact.rank)
     for path in run.trace_files:
         match = layout.TRACE_FILE_RE.match(path.name)
         found = _RANK_IN_NAME.search(match.group("worker")) if match else None

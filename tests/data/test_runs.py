@@ -135,6 +135,20 @@ def test_import_folder_of_ranks_is_one_run(shared_data, tmp_path):
     assert runs_data.run_ranks(runs_data.load_run(run_dir)) == [0, 1]
 
 
+def test_import_plain_json_trace_keeps_rank_from_distributed_info(tmp_path):
+    src = tmp_path / "worker_a.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 5, "world_size": 8},
+                               "traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1,
+                                                "dur": 2, "pid": 1, "tid": 1}]}))
+    (run_dir,) = tbprofiler.import_traces(src, tmp_path / "store")
+    (trace,) = layout.list_trace_files(run_dir)
+    assert trace.name.startswith("worker_a.") and trace.name.endswith(".pt.trace.json")
+    assert json.loads(trace.read_text())["distributedInfo"]["rank"] == 5
+    run = runs_data.load_run(run_dir)
+    assert run.manifest.world_size == 8
+    assert runs_data.run_ranks(run) == [5]  # from the manifest's trace artifact, not the file name
+
+
 def _tb_folder(shared_data: Path, tmp_path: Path) -> Path:
     tb = tmp_path / "tb_logs"
     for run in ("resnet", "bert"):
