@@ -9,13 +9,16 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.analysis.curves import XAxis, compute_curve, compute_rank_band
 from app.analysis.timeline import compute_step_windows
 from app.data import snapshot as snapshot_data
 from app.data.runs import load_module_tree
-from app.ui.cache import cached_traces, run_signature
+from app.ui.cache import cached_run, cached_traces, run_signature
 
 __all__ = [
     "file_signature",
+    "cached_curve",
+    "cached_rank_band",
     "cached_step_windows",
     "cached_snapshot",
     "cached_memory_categories",
@@ -33,6 +36,32 @@ def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:
     except OSError:
         return (0.0, -1)
     return (st_.st_mtime, st_.st_size)
+
+
+# Curves are recomputed only when the run's files or the curve's own settings change, not on
+# every rerun caused by another widget (1e6 points take ~0.2 s per curve).
+@st.cache_data(max_entries=64, ttl=600, show_spinner=False)
+def _curve(run_dir: str, sig: tuple[float, ...], key: str, x_axis: str, smoothing: float, max_points: int,
+           ranks: tuple[int, ...] | None, started_at: float | None) -> pd.DataFrame:
+    return compute_curve(cached_run(run_dir).metrics, key, x_axis=XAxis(x_axis), smoothing=smoothing,
+                         max_points=max_points, ranks=ranks, started_at=started_at)
+
+
+def cached_curve(run_dir: str | os.PathLike[str], key: str, *, x_axis: XAxis, smoothing: float, max_points: int,
+                 ranks: list[int] | None, started_at: float | None) -> pd.DataFrame:
+    """compute_curve over the run's metrics, cached per run state and settings."""
+    return _curve(str(run_dir), run_signature(run_dir), key, str(x_axis), float(smoothing), int(max_points),
+                  tuple(ranks) if ranks is not None else None, started_at)
+
+
+@st.cache_data(max_entries=64, ttl=600, show_spinner=False)
+def _rank_band(run_dir: str, sig: tuple[float, ...], key: str, smoothing: float, max_points: int) -> pd.DataFrame:
+    return compute_rank_band(cached_run(run_dir).metrics, key, smoothing=smoothing, max_points=max_points)
+
+
+def cached_rank_band(run_dir: str | os.PathLike[str], key: str, *, smoothing: float, max_points: int) -> pd.DataFrame:
+    """compute_rank_band over the run's metrics, cached per run state and settings."""
+    return _rank_band(str(run_dir), run_signature(run_dir), key, float(smoothing), int(max_points))
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.curves import XAxis, compute_curve, compute_rank_band, list_curve_keys
+from app.analysis.curves import XAxis, list_curve_keys
 from app.charts.curves import make_curve_figure, make_rank_band_figure
+from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 
 __all__ = ["TITLE", "render"]
@@ -80,15 +81,15 @@ def render(ctx: RunContext) -> None:
     started = ctx.run.manifest.started_at
     for key in chosen:
         if ranks == _BAND:
-            band = compute_rank_band(metrics, key, smoothing=smoothing, max_points=_MAX_POINTS)
+            band = cached_rank_band(ctx.run_dir, key, smoothing=smoothing, max_points=_MAX_POINTS)
             if band.empty:
                 st.info(f"No finite values of `{key}`.")
                 continue
             fig = make_rank_band_figure(band, key, log_y=log_y and bool((band["value_min"] > 0).all()))
             st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_band_{key}"))
             continue
-        curve = compute_curve(
-            metrics, key, x_axis=x_axis, smoothing=smoothing, max_points=_MAX_POINTS, ranks=ranks,
+        curve = cached_curve(
+            ctx.run_dir, key, x_axis=x_axis, smoothing=smoothing, max_points=_MAX_POINTS, ranks=ranks,
             started_at=float(started) if started else None,
         )
         if curve.empty:
