@@ -1,6 +1,7 @@
 """The Runs page's pieces: store messages, the runs table with selection, actions (UI layer)."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pandas as pd
@@ -107,10 +108,12 @@ def _open_buttons(selected: pd.DataFrame) -> None:
 
 
 def _render_edit(row: pd.Series) -> None:
-    with st.form(key="runs_edit_form"):
-        st.markdown(f"**Tags and notes of** `{row['id']}`")
-        tags = st.text_input("Tags (comma-separated)", value=str(row["tags"] or ""), key="runs_edit_tags")
-        notes = st.text_area("Notes", value=str(row.get("notes") or ""), key="runs_edit_notes")
+    # Keys carry the run id: another selected run gets fresh widgets showing its own values.
+    run_id = row["id"]
+    with st.form(key=f"runs_edit_form_{run_id}"):
+        st.markdown(f"**Tags and notes of** `{run_id}`")
+        tags = st.text_input("Tags (comma-separated)", value=str(row["tags"] or ""), key=f"runs_edit_tags_{run_id}")
+        notes = st.text_area("Notes", value=str(row.get("notes") or ""), key=f"runs_edit_notes_{run_id}")
         if st.form_submit_button("Save"):
             new_tags = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
             rf.update_manifest(Path(row["path"]), tags=new_tags, notes=notes)
@@ -125,7 +128,9 @@ def _render_archive(selected: pd.DataFrame, root: Path) -> None:
         action = st.radio("Action", ["Archive", "Delete"], key="runs_remove_action", horizontal=True,
                           help=f"Archive moves runs into {root / runs_data.ARCHIVE_DIR}; delete removes them for good.")
         st.write(", ".join(f"`{i}`" for i in selected["id"]))
-        sure = st.checkbox(f"Yes, {action.lower()} these {n} run(s)", key="runs_remove_confirm")
+        # The confirmation belongs to this exact selection: selecting other runs asks again.
+        digest = hashlib.sha1(",".join(sorted(selected["id"])).encode()).hexdigest()[:12]
+        sure = st.checkbox(f"Yes, {action.lower()} these {n} run(s)", key=f"runs_remove_confirm_{digest}")
         if st.button(action, key="runs_remove", disabled=not sure):
             for path in selected["path"]:
                 if action == "Archive":
@@ -133,7 +138,6 @@ def _render_archive(selected: pd.DataFrame, root: Path) -> None:
                 else:
                     runs_data.delete_run(path)
             clear_store_caches()
-            st.session_state.pop("runs_remove_confirm", None)
             st.rerun()
 
 

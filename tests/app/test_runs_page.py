@@ -51,15 +51,35 @@ def test_open_selected_run_goes_to_run_page(monkeypatch, fixture_store):
 
 def test_edit_tags_and_notes_saved_in_manifest(monkeypatch, make_run):
     run_dir = make_run("tagme", tags=("old",))
-    at = _select(open_app(monkeypatch, run_dir.parent), ["tagme"])
-    at.text_input(key="runs_edit_tags").input("amp, fast ,amp")
-    at.text_area(key="runs_edit_notes").input("tried <script>alert(1)</script> amp")
+    other = make_run("other", tags=("x",))
+    at = _select(open_app(monkeypatch, run_dir.parent), ["other"])
+    assert at.text_input(key=f"runs_edit_tags_{other.name}").value == "x"
+    at = _select(at, ["tagme"])
+    assert at.text_input(key=f"runs_edit_tags_{run_dir.name}").value == "old"  # not the other run's
+    at.text_input(key=f"runs_edit_tags_{run_dir.name}").input("amp, fast ,amp")
+    at.text_area(key=f"runs_edit_notes_{run_dir.name}").input("tried <script>alert(1)</script> amp")
     at.button[[b.label for b in at.button].index("Save")].click().run()
     assert_clean(at)
     m = rf.read_manifest(run_dir)
     assert m.tags == ("amp", "fast")
     assert m.notes.startswith("tried <script>")
     assert "amp, fast" in list(at.dataframe[0].value["tags"])
+    assert rf.read_manifest(other).tags == ("x",)
+
+
+def _confirm(at):  # noqa: ANN001, ANN202
+    (box,) = [c for c in at.checkbox if c.label.startswith("Yes, ")]
+    return box
+
+
+def test_confirmation_does_not_carry_over_to_another_selection(monkeypatch, make_run):
+    a, b = make_run("a"), make_run("b")
+    at = _select(open_app(monkeypatch, a.parent), ["a"])
+    _confirm(at).check().run()
+    assert not at.button(key="runs_remove").disabled
+    at = _select(at, ["b"])
+    assert at.button(key="runs_remove").disabled
+    assert a.exists() and b.exists()
 
 
 def test_archive_needs_confirmation(monkeypatch, make_run):
@@ -67,7 +87,7 @@ def test_archive_needs_confirmation(monkeypatch, make_run):
     root = keep.parent
     at = _select(open_app(monkeypatch, root), ["gone"])
     assert at.button(key="runs_remove").disabled
-    at.checkbox(key="runs_remove_confirm").check().run()
+    _confirm(at).check().run()
     at.button(key="runs_remove").click().run()
     assert_clean(at)
     assert not gone.exists() and (root / runs_data.ARCHIVE_DIR / gone.name).is_dir()
@@ -78,7 +98,7 @@ def test_delete_removes_run(monkeypatch, make_run):
     keep, gone = make_run("keep"), make_run("gone")
     at = _select(open_app(monkeypatch, keep.parent), ["gone"])
     at.radio(key="runs_remove_action").set_value("Delete").run()
-    at.checkbox(key="runs_remove_confirm").check().run()
+    _confirm(at).check().run()
     at.button(key="runs_remove").click().run()
     assert_clean(at)
     assert not gone.exists() and not (keep.parent / runs_data.ARCHIVE_DIR).exists()
