@@ -8,7 +8,6 @@ launchers such as torchrun) leave no trace in the run.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
@@ -294,8 +293,3 @@ def _total_grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
         first = norms[0].device
         return torch.linalg.vector_norm(torch.stack([n.to(first) for n in norms]))
 
-
-def close_quietly(session: Session | None) -> None:
-    if session is not None:
-        with contextlib.suppress(Exception):
-            session.close()

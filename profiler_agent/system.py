@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
+
+try:  # a job's own interpreter may lack psutil: then only GPU figures are sampled
+    import psutil
+except ImportError:  # pragma: no cover - psutil is a dependency of torchscope
+    psutil = None  # type: ignore[assignment]
 
 from .failures import FailureLog
 from .runformat import JsonlWriter, layout
@@ -70,7 +74,9 @@ class _ProcessTree:
 
 def read_system_sample(tree: _ProcessTree | None = None) -> dict[str, Any]:
     """Return one sample (CPU, RSS, GPU) of this process; a helper for tests and the API."""
-    sample = (tree or _ProcessTree()).sample()
+    sample: dict[str, Any] = {}
+    if psutil is not None:
+        sample.update((tree or _ProcessTree()).sample())
     sample.update(_cuda_sample())
     return sample
 
@@ -120,7 +126,7 @@ class SystemSampler:
     def _loop(self) -> None:
         writer: JsonlWriter | None = None
         try:
-            tree = _ProcessTree()
+            tree = _ProcessTree() if psutil is not None else None
             writer = JsonlWriter(self._path)
             while not self._stop.wait(self._interval):
                 now = time.time()
