@@ -90,7 +90,10 @@ def render_rank_selector(ranks: list[int]) -> int | None:
     """A rank picker when the run has several ranks; None means all ranks / the only one."""
     if len(ranks) < 2:
         return None
-    choice = st.selectbox("Rank", ["all", *ranks], key="run_rank",
+    options = ["all", *ranks]
+    if st.session_state.get("run_rank") not in options:  # another run with other ranks was shown
+        st.session_state.pop("run_rank", None)
+    choice = st.selectbox("Rank", options, key="run_rank",
                           help="Charts and tables show this rank; 'all' shows every rank where it makes sense.")
     return None if choice == "all" else int(choice)
 

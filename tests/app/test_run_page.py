@@ -70,6 +70,13 @@ def test_rank_selector_for_two_ranks(monkeypatch, fixture_store):
     at.selectbox(key="run_rank").set_value(1).run()
     assert_clean(at)
     assert "rank 1" in texts(_tab(at, "Overview").caption)
+    # another run with other ranks: the stale choice is dropped, not an error
+    root, runs = fixture_store
+    at.selectbox(key="run_picker").set_value(runs["baseline"].name).run()
+    assert_clean(at)
+    at.selectbox(key="run_picker").set_value(runs["ddp"].name).run()
+    assert_clean(at)
+    assert at.selectbox(key="run_rank").value == "all"
 
 
 def test_system_tab_charts_samples(monkeypatch, fixture_store):
