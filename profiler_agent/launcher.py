@@ -126,6 +126,9 @@ class _Job:
         status, code = RunStatus.FAILED, 1
         previous: dict[int, object] = {}
         try:
+            # Handlers first: a signal arriving while the job starts is forwarded once it exists.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
             try:
                 self.proc = subprocess.Popen(  # noqa: S603 - the user's own command
                     list(self.request.command), env=_child_env(self.run_dir, self.request.options, self.t0),
@@ -136,8 +139,8 @@ class _Job:
                 print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
                 code = 127
                 return code
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
+            for sig in self.signals:
+                self.proc.send_signal(sig)
             pid = self.proc.pid
             with contextlib.suppress(Exception):
                 update_manifest(self.run_dir, lambda m: m.replace(extra={**m.extra, "job_pid": pid}))
@@ -145,8 +148,10 @@ class _Job:
             tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
                     self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]
             returncode = self.proc.wait()
+            # A background process the job left behind may hold the pipes open: do not wait for it.
+            deadline = time.monotonic() + 10
             for tee in tees:
-                tee.join()
+                tee.join(timeout=max(0.0, deadline - time.monotonic()))
             heartbeat.stop()
             code = _exit_code(returncode)
             status = self._status(returncode)

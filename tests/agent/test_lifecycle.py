@@ -176,3 +176,11 @@ def test_bad_schedule_is_a_usage_error_naming_the_value(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "active=0 (need > 0)" in proc.stderr and "Traceback" not in proc.stderr
     assert not tmp_path.joinpath("x").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_background_process_holding_the_pipes_does_not_hang_the_launcher(tmp_path: Path) -> None:
+    start = time.monotonic()
+    proc = torchscope("run", "--root", str(tmp_path), "--", "sh", "-c", "sleep 30 & echo started", timeout=28)
+    assert proc.returncode == 0 and "started" in proc.stdout
+    assert time.monotonic() - start < 25
+    assert read_manifest(only_run(tmp_path)).status is RunStatus.FINISHED
