@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.analysis.compare_advice import findings_diff_rows
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run
 from app.ui.compare_cache import cached_comparison, cached_findings_diff
@@ -56,6 +57,11 @@ def _body() -> None:
                             key="compare_detail")
         detail = comparisons[pick]
     runs = [detail.baseline.run] + [c.candidate.run for c in comparisons]
+    advice, advice_error = None, ""
+    try:
+        advice = cached_findings_diff(base_path, detail.candidate.path)
+    except TorchscopeError as e:
+        advice_error = str(e)
     tabs = st.tabs(_TABS)
     with tabs[0]:
         render_time_tab(detail)
@@ -75,13 +81,12 @@ def _body() -> None:
         render_sweep_tab(runs, _store_runs(root) if st.session_state.get("compare_sweep_scope", "").startswith(
             "every") else None)
     with tabs[8]:
-        try:
-            render_advisor_tab(cached_findings_diff(base_path, selection.paths[selection.candidates[0]]
-                                                    if len(comparisons) == 1 else detail.candidate.path))
-        except TorchscopeError as e:
-            st.warning(f"The advisor could not run: {e}")
+        if advice is not None:
+            render_advisor_tab(advice)
+        else:
+            st.warning(f"The advisor could not run: {advice_error}")
     with tabs[9]:
-        render_exports(detail)
+        render_exports(detail, findings_diff_rows(advice) if advice is not None else [])
 
 
 def main() -> None:

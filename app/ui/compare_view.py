@@ -173,17 +173,19 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
             st.caption(_plain(f"{cmp.candidate.label}: {note}"))
 
 
-def render_exports(cmp: Comparison) -> None:
-    """Download buttons: Markdown for a PR comment, self-contained interactive HTML."""
+def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:
+    """Download buttons: Markdown for a PR comment, self-contained interactive HTML (both with
+    the advisor's findings rows when given)."""
     from app.charts.compare import figures_to_html, make_report_figures
 
-    stem = f"{cmp.candidate.label}-vs-{cmp.baseline.label}".replace("/", "_").replace(" ", "_")
+    stem = re.sub(r"[^\w.-]+", "_", f"{cmp.candidate.label}-vs-{cmp.baseline.label}")[:120]
     c1, c2 = st.columns(2)
-    c1.download_button("Download Markdown (PR comment)", format_report_markdown(cmp), file_name=f"{stem}.md",
-                       mime="text/markdown", key=f"compare_md_{stem}")
+    c1.download_button("Download Markdown (PR comment)", format_report_markdown(cmp, advice=advice or []),
+                       file_name=f"{stem}.md", mime="text/markdown", key=f"compare_md_{stem}")
     if c2.button("Build HTML report", key=f"compare_build_html_{stem}",
                  help="One self-contained file with interactive charts (plotly.js inlined, no network)."):
-        st.session_state["compare_html"] = (stem, format_report_html(cmp, figures_to_html(make_report_figures(cmp))))
+        html = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), advice=advice or [])
+        st.session_state["compare_html"] = (stem, html)
     built = st.session_state.get("compare_html")
     if built and built[0] == stem:
         c2.download_button("Download HTML report", built[1], file_name=f"{stem}.html", mime="text/html",
