@@ -132,3 +132,22 @@ def test_amp_loss_is_recorded_unscaled(tmp_path: Path) -> None:
         run_dir = run.dir
     rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "loss" in r]
     assert [r["loss"] for r in rows] == pytest.approx(losses)
+
+
+def test_a_graph_that_cannot_be_drawn_is_recorded_not_raised(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler_agent import graph
+
+    def broken(*args: object) -> str:
+        raise RecursionError("graph too deep for torchviz")
+
+    monkeypatch.setattr(graph, "make_backward_dot", broken)
+    with profiler_agent.Run(name="nograph", root=tmp_path, profile=False) as run:
+        _train(run, 3)
+        run_dir = run.dir
+    errors = read_jsonl(run_dir / layout.AGENT_ERRORS).records
+    assert [e["where"] for e in errors] == ["backward graph"]
+    assert "RecursionError: graph too deep" in errors[0]["error"]
+    assert not (run_dir / layout.GRAPH_DOT).exists()
+    assert len([r for r in read_jsonl(run_dir / layout.METRICS).records if "loss" in r]) == 3
+    assert read_manifest(run_dir).status is RunStatus.FINISHED
