@@ -4,6 +4,7 @@ Run it with ``torchscope ui`` (or ``streamlit run app/streamlit_app.py``); the r
 from ``$TORCHSCOPE_RUNS`` (``torchscope ui --root`` sets it), else ``./runs``, and can be changed
 in the sidebar.
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,11 +26,20 @@ def main() -> None:
     st.set_page_config(page_title="Torchscope", page_icon="🔭", layout="wide")
     set_session_defaults()
     pages = [
-        st.Page(_PAGES_DIR / "runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
+        st.Page(
+            _PAGES_DIR / "runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True
+        ),
         st.Page(_PAGES_DIR / "run.py", title="Run", icon=":material/monitoring:", url_path="run"),
     ]
     if (_PAGES_DIR / "compare.py").is_file():  # built by its own module; the app works without it
-        pages.append(st.Page(_PAGES_DIR / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"))
+        pages.append(
+            st.Page(
+                _PAGES_DIR / "compare.py",
+                title="Compare",
+                icon=":material/compare_arrows:",
+                url_path="compare",
+            )
+        )
     page = st.navigation(pages)
     render_sidebar()
     page.run()

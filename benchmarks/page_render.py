@@ -8,11 +8,11 @@ waits for; the browser's drawing time is not included. "cold" is the first rende
 parsed or read from the columnar cache), "warm" the second (Streamlit caches hit). With
 ``--runs N`` a synthetic store of N hand-made runs is timed for the Runs page as well.
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import sys
 import tempfile
 import time
@@ -24,8 +24,11 @@ if str(ROOT) not in sys.path:
 
 
 def _quiet() -> None:
-    for name in ("streamlit", "streamlit.runtime.caching.cache_data_api",
-                 "streamlit.runtime.scriptrunner_utils.script_run_context"):
+    for name in (
+        "streamlit",
+        "streamlit.runtime.caching.cache_data_api",
+        "streamlit.runtime.scriptrunner_utils.script_run_context",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -90,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:10s} cold {cold * 1e3:8.1f} ms   warm {warm * 1e3:8.1f} ms")
     if args.runs:
         cold, warm, plain = time_store(args.runs)
-        print(f"\nRuns page store of {args.runs} runs: cold {cold:.2f} s, warm {warm:.3f} s "
-              f"(uncached load_store {plain:.2f} s); warm/cold = {warm / cold:.3f}")
+        print(
+            f"\nRuns page store of {args.runs} runs: cold {cold:.2f} s, warm {warm:.3f} s "
+            f"(uncached load_store {plain:.2f} s); warm/cold = {warm / cold:.3f}"
+        )
     return 0
 
 

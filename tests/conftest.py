@@ -3,6 +3,7 @@
 Session-scoped stores are read-only for tests: a test that changes runs copies the store first
 (``copy_store``) or builds its own with ``make_run``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,30 +41,53 @@ def write_run(
     **fields: Any,
 ) -> Path:
     """Write a complete, realistic run the way the agent lays it out; return its folder."""
-    run_dir, manifest = rf.create_run(root, name, command=["python", "train.py", "--lr", "0.01"],
-                                      config=config or {"lr": 0.01, "batch_size": 32, "optimizer": "sgd"},
-                                      tags=tags, world_size=ranks,
-                                      versions={"python": sys.version.split()[0], "torch": "2.13.0"},
-                                      git={"commit": "0123456789abcdef", "dirty": False})
+    run_dir, manifest = rf.create_run(
+        root,
+        name,
+        command=["python", "train.py", "--lr", "0.01"],
+        config=config or {"lr": 0.01, "batch_size": 32, "optimizer": "sgd"},
+        tags=tags,
+        world_size=ranks,
+        versions={"python": sys.version.split()[0], "torch": "2.13.0"},
+        git={"commit": "0123456789abcdef", "dirty": False},
+    )
     t0 = manifest.started_at or time.time()
     with rf.JsonlWriter(run_dir / layout.METRICS) as w:
         for rank in range(ranks):
             for step in range(steps):
                 jitter = 1.0 + 0.1 * ((step * 7 + rank) % 5) / 5
-                w.write({"step": step, "time": t0 + step * step_time_s, "rank": rank,
-                         "loss": 2.0 / (1 + step), "lr": 0.01, "samples": 32,
-                         "step_time_s": step_time_s * (3.0 if step == 0 else jitter)})
+                w.write(
+                    {
+                        "step": step,
+                        "time": t0 + step * step_time_s,
+                        "rank": rank,
+                        "loss": 2.0 / (1 + step),
+                        "lr": 0.01,
+                        "samples": 32,
+                        "step_time_s": step_time_s * (3.0 if step == 0 else jitter),
+                    }
+                )
     if system:
         with rf.JsonlWriter(run_dir / layout.SYSTEM) as w:
             for rank in range(ranks):
                 for i in range(10):
-                    w.write({"time": i * 0.5, "rank": rank, "pid": 1000 + rank, "cpu_percent": 90.0 + i,
-                             "rss_bytes": (200 + 10 * i) * 2**20, "children_rss_bytes": 0,
-                             "system_cpu_percent": 50.0, "system_memory_used_bytes": 4 * 2**30})
+                    w.write(
+                        {
+                            "time": i * 0.5,
+                            "rank": rank,
+                            "pid": 1000 + rank,
+                            "cpu_percent": 90.0 + i,
+                            "rss_bytes": (200 + 10 * i) * 2**20,
+                            "children_rss_bytes": 0,
+                            "system_cpu_percent": 50.0,
+                            "system_memory_used_bytes": 4 * 2**30,
+                        }
+                    )
     if logs:
         (run_dir / layout.LOGS_DIR).mkdir(exist_ok=True)
-        (run_dir / layout.STDOUT_LOG).write_text("".join(f"epoch 0 step {i} loss {2.0 / (1 + i):.3f}\n"
-                                                         for i in range(steps)))
+        (run_dir / layout.STDOUT_LOG).write_text(
+            "".join(f"epoch 0 step {i} loss {2.0 / (1 + i):.3f}\n" for i in range(steps))
+        )
         (run_dir / layout.STDERR_LOG).write_text("warning: <b>not html</b>\n")
     end = t0 + steps * step_time_s
     changes: dict[str, Any] = {"status": status, "heartbeat": end}
@@ -78,17 +102,30 @@ def build_fixture_store(root: Path) -> dict[str, Path]:
     """A store with one run of each kind a user meets; returns name → run folder."""
     runs = {
         "baseline": write_run(root, "baseline", tags=("base",)),
-        "optimized": write_run(root, "optimized", step_time_s=0.03, tags=("amp",),
-                               config={"lr": 0.02, "batch_size": 64, "optimizer": "adam"}),
+        "optimized": write_run(
+            root,
+            "optimized",
+            step_time_s=0.03,
+            tags=("amp",),
+            config={"lr": 0.02, "batch_size": 64, "optimizer": "adam"},
+        ),
         "ddp": write_run(root, "ddp", ranks=2),
         "failed": write_run(root, "failed", status=rf.RunStatus.FAILED, steps=3),
-        "crashed": write_run(root, "crashed", status=rf.RunStatus.RUNNING, steps=4, heartbeat=time.time() - 3600,
-                             started_at=time.time() - 3700, pid=DEAD_PID),
+        "crashed": write_run(
+            root,
+            "crashed",
+            status=rf.RunStatus.RUNNING,
+            steps=4,
+            heartbeat=time.time() - 3600,
+            started_at=time.time() - 3700,
+            pid=DEAD_PID,
+        ),
         "live": write_run(root, "live", status=rf.RunStatus.RUNNING, steps=5, heartbeat=time.time() + 3600),
     }
     failed = runs["failed"]
-    (failed / layout.TRACEBACK_LOG).write_text('Traceback (most recent call last):\n  File "train.py", line 3\n'
-                                              "RuntimeError: CUDA out of memory\n")
+    (failed / layout.TRACEBACK_LOG).write_text(
+        'Traceback (most recent call last):\n  File "train.py", line 3\nRuntimeError: CUDA out of memory\n'
+    )
     with rf.JsonlWriter(failed / layout.AGENT_ERRORS) as w:
         w.write({"time": 1.0, "where": "system sampler", "error": "RuntimeError: boom"})
     return runs
@@ -110,7 +147,9 @@ def fixture_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
 
 
 @pytest.fixture(scope="session")
-def imported_store(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, dict[str, Path]]:
+def imported_store(
+    tmp_path_factory: pytest.TempPathFactory, shared_data: Path
+) -> tuple[Path, dict[str, Path]]:
     """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks."""
     from app.data.tbprofiler import import_traces
 

@@ -1,4 +1,5 @@
 """The one dependency rule, checked in fresh interpreters: lower layers never load the UI (or torch)."""
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,9 @@ def _loaded_after_import(modules: list[str]) -> set[str]:
         "    importlib.import_module(m)\n"
         "print(json.dumps(sorted({n.split('.')[0] for n in sys.modules})))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -53,8 +55,14 @@ def test_data_and_analysis_load_no_ui_and_no_torch(package):
 def test_charts_and_cli_load_no_streamlit():
     from app import cli
 
-    modules = [*_modules(app.charts), *[f"app.cli.{n}_cmd" for n in cli.COMMANDS
-                                        if (PROJECT_ROOT / "app" / "cli" / f"{n}_cmd.py").is_file()]]
+    modules = [
+        *_modules(app.charts),
+        *[
+            f"app.cli.{n}_cmd"
+            for n in cli.COMMANDS
+            if (PROJECT_ROOT / "app" / "cli" / f"{n}_cmd.py").is_file()
+        ],
+    ]
     loaded = _loaded_after_import(modules)
     assert "streamlit" not in loaded
 
@@ -83,7 +91,9 @@ def test_only_ui_layers_import_streamlit_and_only_charts_and_pages_plotly():
         rel = path.relative_to(app_dir).as_posix()
         imported = _imports(path)
         if "streamlit" in imported:
-            assert rel.startswith(("app_pages/", "ui/")) or rel == "streamlit_app.py", f"{rel} imports streamlit"
+            assert rel.startswith(("app_pages/", "ui/")) or rel == "streamlit_app.py", (
+                f"{rel} imports streamlit"
+            )
         if "plotly" in imported:
             assert rel.startswith(("charts/", "app_pages/")), f"{rel} imports plotly"
 

@@ -1,4 +1,5 @@
 """Headline numbers of one run and display-ready op tables (analysis layer: tables in, tables out)."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-__all__ = ["StepTimeStats", "compute_step_time_stats", "compute_trace_step_time_stats", "compute_trace_step_times", "compute_ops_view",
-           "compute_rank_rows", "compute_peak_memory"]
+__all__ = [
+    "StepTimeStats",
+    "compute_step_time_stats",
+    "compute_trace_step_time_stats",
+    "compute_trace_step_times",
+    "compute_ops_view",
+    "compute_rank_rows",
+    "compute_peak_memory",
+]
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,13 @@ def compute_trace_step_times(steps: pd.DataFrame) -> pd.DataFrame:
     """The trace engine's step table as metrics-like rows: ``rank``, ``step``, ``step_time_s``."""
     if steps is None or steps.empty or "duration_us" not in steps.columns:
         return pd.DataFrame(columns=["rank", "step", "step_time_s"])
-    out = pd.DataFrame({
-        "rank": steps["rank"] if "rank" in steps.columns else 0,
-        "step": steps["step"],
-        "step_time_s": pd.to_numeric(steps["duration_us"], errors="coerce") / 1e6,
-    })
+    out = pd.DataFrame(
+        {
+            "rank": steps["rank"] if "rank" in steps.columns else 0,
+            "step": steps["step"],
+            "step_time_s": pd.to_numeric(steps["duration_us"], errors="coerce") / 1e6,
+        }
+    )
     return out.reset_index(drop=True)
 
 
@@ -87,9 +97,15 @@ def compute_trace_step_time_stats(steps: pd.DataFrame, rank: int | None = None) 
     t = pd.to_numeric(rows["step_time_s"], errors="coerce").dropna()
     if t.empty:
         return None
-    return StepTimeStats(steps=int(t.size), mean_s=float(t.mean()), median_s=float(t.median()),
-                         std_s=float(t.std(ddof=1)) if t.size > 1 else 0.0, p10_s=float(t.quantile(0.1)),
-                         p90_s=float(t.quantile(0.9)), samples_per_s=None)
+    return StepTimeStats(
+        steps=int(t.size),
+        mean_s=float(t.mean()),
+        median_s=float(t.median()),
+        std_s=float(t.std(ddof=1)) if t.size > 1 else 0.0,
+        p10_s=float(t.quantile(0.1)),
+        p90_s=float(t.quantile(0.9)),
+        samples_per_s=None,
+    )
 
 
 def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[float | None, str]:

@@ -1,4 +1,5 @@
 """The Run page: one run's tabs (overview, operators, kernels, memory, system, logs, ...) (UI layer)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,13 @@ import streamlit as st
 
 from app.ui.cache import cached_run
 from app.ui.layout import store_root
-from app.ui.run_view import build_context, render_rank_selector, render_run_header, render_run_picker, render_tabs
+from app.ui.run_view import (
+    build_context,
+    render_rank_selector,
+    render_run_header,
+    render_run_picker,
+    render_tabs,
+)
 from profiler_agent import runformat as rf
 
 
@@ -26,8 +33,12 @@ def main() -> None:
         if run_dir is None:
             return
         live = str(cached_run(run_dir).status) == "running"
-        if live and st.toggle("Auto-refresh", value=True, key="run_autorefresh",
-                              help="While the run is running, re-read its files every few seconds."):
+        if live and st.toggle(
+            "Auto-refresh",
+            value=True,
+            key="run_autorefresh",
+            help="While the run is running, re-read its files every few seconds.",
+        ):
             st.fragment(run_every=st.session_state.get("refresh_s", 5))(_body)(run_dir, root)
         else:
             _body(run_dir, root)

@@ -1,4 +1,5 @@
 """The Runs page: every run of the store, filterable, with open / compare / tag / archive (UI layer)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +36,9 @@ def _catalog(root: Path) -> None:
     st.caption(f"{len(shown)} of {len(table)} runs in `{view.store.root}`")
     positions = render_runs_table(shown)
     selected = shown.iloc[positions]
-    read_only = set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()
+    read_only = (
+        set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()
+    )
     try:
         render_selection_actions(selected, root, read_only=read_only)
     except rf.TorchscopeError as e:
@@ -46,8 +49,11 @@ def main() -> None:
     st.title("Runs")
     root = store_root()
     refresh_s = st.session_state.get("refresh_s", 5)
-    if st.toggle("Auto-refresh", key="runs_autorefresh",
-                 help=f"Re-read the store every {refresh_s} s, to follow runs while they are recorded."):
+    if st.toggle(
+        "Auto-refresh",
+        key="runs_autorefresh",
+        help=f"Re-read the store every {refresh_s} s, to follow runs while they are recorded.",
+    ):
         st.fragment(run_every=refresh_s)(_catalog)(root)
     else:
         _catalog(root)

@@ -1,4 +1,5 @@
 """GPU kernel charts: time share of the top kernels, device busy/idle per step (charts layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -23,10 +24,22 @@ def make_kernel_share_figure(kernels: pd.DataFrame, *, n: int = 15) -> go.Figure
     if len(rest):
         labels.append(f"other ({len(rest)} kernels)")
         values.append(float(pd.to_numeric(rest["total_us"], errors="coerce").sum()) / 1e3)
-    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.45, sort=False, textinfo="percent",
-                           hovertemplate="%{label}<br>%{value:.3f} ms (%{percent})<extra></extra>"))
-    fig.update_layout(height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10}, showlegend=True,
-                      legend={"font": {"size": 10}})
+    fig = go.Figure(
+        go.Pie(
+            labels=labels,
+            values=values,
+            hole=0.45,
+            sort=False,
+            textinfo="percent",
+            hovertemplate="%{label}<br>%{value:.3f} ms (%{percent})<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=420,
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        showlegend=True,
+        legend={"font": {"size": 10}},
+    )
     return fig
 
 
@@ -41,11 +54,20 @@ def make_gpu_busy_figure(steps: pd.DataFrame) -> go.Figure:
     busy = steps[busy_cols].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)
     busy_pct = (busy / dur * 100).clip(upper=100)
     x = [f"r{r}·{s}" if steps["rank"].nunique() > 1 else str(s) for r, s in zip(steps["rank"], steps["step"])]
-    fig = go.Figure([
-        go.Bar(x=x, y=busy_pct, name="busy", hovertemplate="busy %{y:.1f}%<extra></extra>"),
-        go.Bar(x=x, y=100 - busy_pct, name="idle", hovertemplate="idle %{y:.1f}%<extra></extra>"),
-    ])
-    fig.update_layout(barmode="stack", yaxis_title="% of step", xaxis_title="profiled step", height=300,
-                      xaxis={"type": "category"}, yaxis={"range": [0, 100]},
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP)
+    fig = go.Figure(
+        [
+            go.Bar(x=x, y=busy_pct, name="busy", hovertemplate="busy %{y:.1f}%<extra></extra>"),
+            go.Bar(x=x, y=100 - busy_pct, name="idle", hovertemplate="idle %{y:.1f}%<extra></extra>"),
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        yaxis_title="% of step",
+        xaxis_title="profiled step",
+        height=300,
+        xaxis={"type": "category"},
+        yaxis={"range": [0, 100]},
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend=_LEGEND_TOP,
+    )
     return fig

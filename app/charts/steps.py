@@ -1,4 +1,5 @@
 """Step-time charts: time per step from metrics, step breakdown as stacked bars (charts layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -41,16 +42,34 @@ def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") 
     fig = go.Figure()
     for rank, part in metrics.groupby("rank", sort=True):
         y = pd.to_numeric(part[value], errors="coerce") * 1e3
-        fig.add_trace(go.Scatter(x=part["step"], y=y, mode="lines+markers", name=f"rank {rank}",
-                                   marker={"size": 4}, hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=part["step"],
+                y=y,
+                mode="lines+markers",
+                name=f"rank {rank}",
+                marker={"size": 4},
+                hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>",
+            )
+        )
         # Same rule as the headline numbers: the first step (one-off costs) is left out of the median.
         steady = y[part["step"] != part["step"].min()] if part["step"].nunique() > 1 else y
         med = steady.median()
         if pd.notna(med):
-            fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6,
-                          annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None)
-    fig.update_layout(xaxis_title="step", yaxis_title="step time (ms)", height=320,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP)
+            fig.add_hline(
+                y=float(med),
+                line_dash="dash",
+                line_width=1,
+                opacity=0.6,
+                annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None,
+            )
+    fig.update_layout(
+        xaxis_title="step",
+        yaxis_title="step time (ms)",
+        height=320,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend=_LEGEND_TOP,
+    )
     return fig
 
 
@@ -60,8 +79,14 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
     Columns missing from ``steps`` are skipped; hover shows each part's share of the step.
     """
     fig = go.Figure()
-    x = [f"rank {r} · step {s}" if steps["rank"].nunique() > 1 else str(s)
-         for r, s in zip(steps["rank"], steps["step"])] if "rank" in steps else steps["step"].astype(str)
+    x = (
+        [
+            f"rank {r} · step {s}" if steps["rank"].nunique() > 1 else str(s)
+            for r, s in zip(steps["rank"], steps["step"])
+        ]
+        if "rank" in steps
+        else steps["step"].astype(str)
+    )
     total = pd.to_numeric(steps.get("duration_us"), errors="coerce") if "duration_us" in steps else None
     for col, label in categories:
         if col not in steps.columns and _FALLBACK.get(col) in steps.columns:
@@ -69,16 +94,31 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
         if col == _REST and col not in steps.columns and total is not None:
             parts = [_FALLBACK.get(c, c) for c, _ in categories if c != _REST]
             parts = [c for c in parts if c in steps.columns]
-            values = (total - steps[parts].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)).clip(lower=0)
+            values = (total - steps[parts].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)).clip(
+                lower=0
+            )
         elif col not in steps.columns:
             continue
         else:
             values = pd.to_numeric(steps[col], errors="coerce").fillna(0.0)
         ms = values / 1e3
         share = (ms * 1e3 / total * 100).round(1) if total is not None else None
-        fig.add_trace(go.Bar(x=list(x), y=ms, name=label, customdata=share,
-                             hovertemplate=f"{label}: %{{y:.2f}} ms (%{{customdata}}% of step)<extra></extra>"))
-    fig.update_layout(barmode="stack", xaxis_title="profiled step", yaxis_title="time (ms)", height=360,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend=_LEGEND_TOP,
-                      xaxis={"type": "category"})
+        fig.add_trace(
+            go.Bar(
+                x=list(x),
+                y=ms,
+                name=label,
+                customdata=share,
+                hovertemplate=f"{label}: %{{y:.2f}} ms (%{{customdata}}% of step)<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        xaxis_title="profiled step",
+        yaxis_title="time (ms)",
+        height=360,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend=_LEGEND_TOP,
+        xaxis={"type": "category"},
+    )
     return fig

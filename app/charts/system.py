@@ -1,4 +1,5 @@
 """System sample charts: CPU %, memory and GPU over the run's time (charts layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -25,7 +26,11 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
                 continue
             name = f"{col} · rank {rank}" if multi else col
             fig.add_trace(go.Scatter(x=part["time"], y=y, mode="lines", name=name))
-    fig.update_layout(title=title, xaxis_title="time since start (s)",
-                      yaxis_title="MiB" if unit == "bytes" else "%", height=300,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    fig.update_layout(
+        title=title,
+        xaxis_title="time since start (s)",
+        yaxis_title="MiB" if unit == "bytes" else "%",
+        height=300,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    )
     return fig

@@ -1,4 +1,5 @@
 """`torchscope import`: turn a trace file or a torch-tb-profiler log folder into runs (CLI layer)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,10 +12,17 @@ HELP = "import a trace file, a folder of traces or a torch-tb-profiler log folde
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="a *.json[.gz] trace, a folder of traces (one run), or a tb-profiler "
-                                     "log folder (one run per sub-folder)")
-    parser.add_argument("--root", help=f"run store to import into (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})")
-    parser.add_argument("--name", help="run name (default: the file or folder name; with several runs, a prefix)")
+    parser.add_argument(
+        "path",
+        help="a *.json[.gz] trace, a folder of traces (one run), or a tb-profiler "
+        "log folder (one run per sub-folder)",
+    )
+    parser.add_argument(
+        "--root", help=f"run store to import into (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
+    )
+    parser.add_argument(
+        "--name", help="run name (default: the file or folder name; with several runs, a prefix)"
+    )
     parser.add_argument("--json", action="store_true", help='print {"runs": [{"id", "name", "path"}]}')
 
 

@@ -3,6 +3,7 @@
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
 has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,10 @@ _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", help=f"run store folder (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})")
+    parser.add_argument(
+        "--root", help=f"run store folder (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
@@ -71,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
     if records:
         print(format_table(records))
     else:
-        print(f"no runs in {store.root}; record one with: "
-              f"torchscope run --root {store.root} --name NAME -- python train.py")
+        print(
+            f"no runs in {store.root}; record one with: "
+            f"torchscope run --root {store.root} --name NAME -- python train.py"
+        )
     for p in store.problems:
         print(f"warning: {p}", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ Binds to 127.0.0.1 unless ``--host`` says otherwise; the store reaches the app t
 ``$TORCHSCOPE_RUNS``. A missing or empty store is not an error here: the app explains how to
 record runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,17 @@ APP_SCRIPT = Path(__file__).resolve().parents[1] / "streamlit_app.py"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", help=f"run store or torch-tb-profiler log folder "
-                                       f"(default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})")
+    parser.add_argument(
+        "--root",
+        help=f"run store or torch-tb-profiler log folder "
+        f"(default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})",
+    )
     parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes your runs to the network)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes your runs to the network)",
+    )
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser window")
 
 
@@ -32,12 +39,21 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The streamlit command line and environment for ``args``."""
     root = layout.resolve_root(args.root).resolve()
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
-        "--server.port", str(args.port),
-        "--server.address", args.host,
-        "--server.headless", "true" if args.no_browser else "false",
-        "--browser.gatherUsageStats", "false",
-        "--server.fileWatcherType", "none",  # users browse runs; they do not edit the app
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP_SCRIPT),
+        "--server.port",
+        str(args.port),
+        "--server.address",
+        args.host,
+        "--server.headless",
+        "true" if args.no_browser else "false",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",  # users browse runs; they do not edit the app
     ]
     env = {**os.environ, layout.ROOT_ENV: str(root)}
     return cmd, env

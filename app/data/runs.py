@@ -1,4 +1,5 @@
 """Runs and run stores as pandas tables (data layer: files → tables, via profiler_agent.runformat)."""
+
 from __future__ import annotations
 
 import json
@@ -185,7 +186,9 @@ def load_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         raise rf.CorruptFileError(f"{path}: not valid JSON ({e})") from None
 
 
-def read_text_artifact(run_dir: str | os.PathLike[str], name: str, *, max_bytes: int = 2_000_000) -> str | None:
+def read_text_artifact(
+    run_dir: str | os.PathLike[str], name: str, *, max_bytes: int = 2_000_000
+) -> str | None:
     """Return the tail (at most ``max_bytes``) of a text file of the run, e.g. layout.STDOUT_LOG."""
     path = Path(run_dir) / name
     if not path.is_file():
@@ -199,8 +202,9 @@ def read_text_artifact(run_dir: str | os.PathLike[str], name: str, *, max_bytes:
 
 def summarise_run(run: RunData) -> dict[str, Any]:
     """One row of the store table (keys STORE_COLUMNS + EXTRA_COLUMNS) for a loaded ``run``."""
-    return store_rows.row_from_records(run.path, run.manifest, run.status, _records(run.metrics),
-                                       _records(run.system))
+    return store_rows.row_from_records(
+        run.path, run.manifest, run.status, _records(run.metrics), _records(run.system)
+    )
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -245,7 +249,9 @@ def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None 
 def store_from_rows(root: Path, rows: list[dict[str, Any]], problems: list[str]) -> StoreTable:
     """Assemble a StoreTable from rows made by :func:`summarise_run`."""
     table = pd.DataFrame(rows, columns=[*STORE_COLUMNS, *EXTRA_COLUMNS])
-    table["started_at"] = pd.to_datetime(pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True)
+    table["started_at"] = pd.to_datetime(
+        pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True
+    )
     for col in ("duration_s", "final_loss", "mean_step_time_s", "samples_per_s"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("steps", "peak_memory_bytes", "world_size"):

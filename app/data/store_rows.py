@@ -6,6 +6,7 @@ makes a cold store of 1,000 runs list in seconds. The rules (which step times, w
 column) are documented in docs/app.md and shared with the Overview tab via
 :func:`peak_memory_from_records`.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,9 @@ def _rank(record: Mapping[str, Any]) -> int:
     return int(r) if r is not None else 0
 
 
-def peak_memory_from_records(records: Iterable[Mapping[str, Any]], rank: int | None = None) -> tuple[int | None, str]:
+def peak_memory_from_records(
+    records: Iterable[Mapping[str, Any]], rank: int | None = None
+) -> tuple[int | None, str]:
     """(peak bytes, what it measures) from system samples: the GPU allocator's peak when
     sampled, else the largest resident set of the process plus its children (DataLoader workers)."""
     rows = [r for r in records if rank is None or _rank(r) == rank]
@@ -66,8 +69,10 @@ def search_text(m: rf.Manifest) -> str:
 
 
 def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, Any]:
-    rank0 = sorted((r for r in metrics if _rank(r) == 0 and _num(r.get("step")) is not None),
-                   key=lambda r: _num(r.get("step")))  # type: ignore[arg-type, return-value]
+    rank0 = sorted(
+        (r for r in metrics if _rank(r) == 0 and _num(r.get("step")) is not None),
+        key=lambda r: _num(r.get("step")),
+    )  # type: ignore[arg-type, return-value]
     steps = int(max(_num(r["step"]) for r in rank0)) + 1 if rank0 else None  # type: ignore[type-var]
     losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
     timed = [(_num(r["step"]), _num(r.get("step_time_s"))) for r in rank0]
@@ -78,12 +83,21 @@ def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, 
     mean_step = statistics.fmean(t for _, t in timed) if timed else None
     samples = [v for v in (_num(r.get("samples")) for r in rank0) if v is not None]
     sps = statistics.median(samples) / mean_step * max(1, world_size) if samples and mean_step else None
-    return {"steps": steps, "final_loss": losses[-1] if losses else None, "mean_step_time_s": mean_step,
-            "samples_per_s": sps}
+    return {
+        "steps": steps,
+        "final_loss": losses[-1] if losses else None,
+        "mean_step_time_s": mean_step,
+        "samples_per_s": sps,
+    }
 
 
-def row_from_records(path: Path, manifest: rf.Manifest, status: rf.RunStatus,
-                     metrics: list[Mapping[str, Any]], system: list[Mapping[str, Any]]) -> dict[str, Any]:
+def row_from_records(
+    path: Path,
+    manifest: rf.Manifest,
+    status: rf.RunStatus,
+    metrics: list[Mapping[str, Any]],
+    system: list[Mapping[str, Any]],
+) -> dict[str, Any]:
     """The catalog row (STORE_COLUMNS + EXTRA_COLUMNS of app.data.runs) of one run."""
     m = manifest
     peak, _ = peak_memory_from_records(system)
@@ -106,7 +120,9 @@ def row_from_records(path: Path, manifest: rf.Manifest, status: rf.RunStatus,
     return row
 
 
-def load_run_row(run_dir: str | os.PathLike[str], *, now: float | None = None) -> tuple[dict[str, Any], list[str]]:
+def load_run_row(
+    run_dir: str | os.PathLike[str], *, now: float | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """(catalog row, problems) of one run, reading run.json, metrics.jsonl and system.jsonl.
 
     Raises the run format's errors for the manifest (NotARunError, CorruptFileError,
@@ -116,7 +132,8 @@ def load_run_row(run_dir: str | os.PathLike[str], *, now: float | None = None) -
     manifest = rf.read_manifest(run_dir)
     metrics = rf.read_jsonl(run_dir / layout.METRICS)
     system = rf.read_jsonl(run_dir / layout.SYSTEM)
-    row = row_from_records(run_dir, manifest, rf.effective_status(manifest, now=now), metrics.records,
-                           system.records)
+    row = row_from_records(
+        run_dir, manifest, rf.effective_status(manifest, now=now), metrics.records, system.records
+    )
     problems = [f"{run_dir.name}: {p}" for p in (*metrics.skipped, *system.skipped)]
     return row, problems

@@ -5,6 +5,7 @@ one run), and torch-tb-profiler's log folder (one sub-folder per run, one file p
 The originals are never changed: traces are copied (``torchscope import``) or symlinked (the
 read-only mirror that ``torchscope ui --root <tb log folder>`` builds under the user's cache).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -39,7 +40,9 @@ _HEAD_BYTES = 1 << 18
 def is_trace_file(path: Path) -> bool:
     """True for ``*.json`` / ``*.json.gz`` files (Kineto writes ``*.pt.trace.json[.gz]``)."""
     name = path.name
-    return path.is_file() and (name.endswith(".json") or name.endswith(".json.gz")) and name != layout.MANIFEST
+    return (
+        path.is_file() and (name.endswith(".json") or name.endswith(".json.gz")) and name != layout.MANIFEST
+    )
 
 
 def find_tb_runs(folder: str | os.PathLike[str]) -> list[Path]:
@@ -97,7 +100,12 @@ def read_trace_meta(path: str | os.PathLike[str]) -> TraceMeta:
         return TraceMeta()
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     devices = tuple(
-        {"type": "cuda", "index": d.get("id"), "name": d.get("name"), "total_memory_bytes": d.get("totalGlobalMem")}
+        {
+            "type": "cuda",
+            "index": d.get("id"),
+            "name": d.get("name"),
+            "total_memory_bytes": d.get("totalGlobalMem"),
+        }
         for d in meta.get("deviceProperties") or ()
         if isinstance(d, dict)
     )
@@ -162,8 +170,14 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
                 _copy(src, target)
         else:
             _copy(src, target)
-        artifacts.append(rf.Artifact(kind=rf.ArtifactKind.TRACE, path=f"{layout.TRACES_DIR}/{target.name}",
-                                     rank=meta.rank, bytes=src.stat().st_size))
+        artifacts.append(
+            rf.Artifact(
+                kind=rf.ArtifactKind.TRACE,
+                path=f"{layout.TRACES_DIR}/{target.name}",
+                rank=meta.rank,
+                bytes=src.stat().st_size,
+            )
+        )
     rf.update_manifest(
         run_dir,
         status=rf.RunStatus.FINISHED,
@@ -206,7 +220,11 @@ def _groups(source: Path, name: str | None) -> list[tuple[str, Path, list[Path]]
 
 
 def import_traces(
-    source: str | os.PathLike[str], root: str | os.PathLike[str], *, name: str | None = None, link: bool = False
+    source: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    link: bool = False,
 ) -> list[Path]:
     """Turn traces into finished runs under the store ``root``; return the new run folders.
 
@@ -227,7 +245,9 @@ def mirror_cache_dir(folder: str | os.PathLike[str]) -> Path:
     return base / "tb-mirror" / digest
 
 
-def mirror_tb_folder(folder: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+def mirror_tb_folder(
+    folder: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None
+) -> Path | None:
     """Keep a store of symlinked runs in step with the tb-profiler sub-folders of ``folder``.
 
     A sub-folder whose files changed is re-imported; one that disappeared is dropped. Returns

@@ -1,4 +1,5 @@
 """App-wide Streamlit pieces: session defaults, the sidebar store picker, page links (UI layer)."""
+
 from __future__ import annotations
 
 import os

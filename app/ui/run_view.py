@@ -1,4 +1,5 @@
 """The Run page's pieces: run picker, header, rank selector and the tab strip (UI layer)."""
+
 from __future__ import annotations
 
 import datetime
@@ -79,8 +80,10 @@ def render_run_header(run: runs_data.RunData) -> None:
         bits.append("tags: " + ", ".join(f"`{t}`" for t in m.tags))
     st.markdown(" · ".join(bits))
     if status == "crashed":
-        st.warning("This run stopped sending heartbeats and its process is gone: it crashed. "
-                   "Everything it wrote until then is shown below.")
+        st.warning(
+            "This run stopped sending heartbeats and its process is gone: it crashed. "
+            "Everything it wrote until then is shown below."
+        )
     if run.problems:
         with st.expander(f"⚠️ {len(run.problems)} line(s) of this run's files were skipped"):
             st.warning("\n".join(f"- {p}" for p in run.problems[:100]))
@@ -93,8 +96,12 @@ def render_rank_selector(ranks: list[int]) -> int | None:
     options = ["all", *ranks]
     if st.session_state.get("run_rank") not in options:  # another run with other ranks was shown
         st.session_state.pop("run_rank", None)
-    choice = st.selectbox("Rank", options, key="run_rank",
-                          help="Charts and tables show this rank; 'all' shows every rank where it makes sense.")
+    choice = st.selectbox(
+        "Rank",
+        options,
+        key="run_rank",
+        help="Charts and tables show this rank; 'all' shows every rank where it makes sense.",
+    )
     return None if choice == "all" else int(choice)
 
 

@@ -1,4 +1,5 @@
 """The Runs page's pieces: store messages, the runs table with selection, actions (UI layer)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,15 +22,18 @@ __all__ = [
 ]
 
 _COLUMN_CONFIG = {
-    "status": st.column_config.TextColumn("Status", help="● running, ✓ finished, ✗ failed or crashed, ■ killed"),
+    "status": st.column_config.TextColumn(
+        "Status", help="● running, ✓ finished, ✗ failed or crashed, ■ killed"
+    ),
     "name": st.column_config.TextColumn("Name"),
     "tags": st.column_config.TextColumn("Tags"),
     "started_at": st.column_config.DatetimeColumn("Started (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "duration_s": st.column_config.NumberColumn("Duration (s)", format="%.1f"),
     "steps": st.column_config.NumberColumn("Steps", format="%d"),
     "final_loss": st.column_config.NumberColumn("Final loss", format="%.4g"),
-    "mean_step_time_ms": st.column_config.NumberColumn("Step time (ms)", format="%.2f",
-                                                       help="median step time of rank 0, from metrics"),
+    "mean_step_time_ms": st.column_config.NumberColumn(
+        "Step time (ms)", format="%.2f", help="median step time of rank 0, from metrics"
+    ),
     "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
     "peak_memory_mib": st.column_config.NumberColumn("Peak memory (MiB)", format="%.1f"),
     "device": st.column_config.TextColumn("Device"),
@@ -59,8 +63,9 @@ def render_store_problems(view: StoreView) -> None:
     problems = view.store.problems
     if view.mirror is not None:
         st.caption(
-            f"This folder holds torch-tb-profiler runs; they are listed read-only from a mirror in `{view.mirror}` "
-            "(symlinks to the original traces). Use `torchscope import` to make editable copies."
+            "This folder holds torch-tb-profiler runs; they are listed read-only from a mirror in "
+            f"`{view.mirror}` (symlinks to the original traces). Use `torchscope import` to make "
+            "editable copies."
         )
     if problems:
         with st.expander(f"⚠️ {len(problems)} problem(s) in this store: some folders or lines were skipped"):
@@ -72,7 +77,9 @@ def render_store_problems(view: StoreView) -> None:
 def render_filters(table: pd.DataFrame) -> pd.DataFrame:
     """Text and status filters; return the rows that pass."""
     left, right = st.columns([3, 2])
-    text = left.text_input("Filter", key="runs_filter", placeholder="words in name, tags, notes or config (lr=0.01)")
+    text = left.text_input(
+        "Filter", key="runs_filter", placeholder="words in name, tags, notes or config (lr=0.01)"
+    )
     statuses = sorted(table["status"].dropna().unique())
     chosen = right.multiselect("Status", statuses, key="runs_status_filter")
     return runs_data.filter_store(table, text, chosen)
@@ -101,8 +108,12 @@ def _open_buttons(selected: pd.DataFrame) -> None:
     if left.button("Open run", key="runs_open", disabled=len(ids) != 1, type="primary"):
         st.switch_page(RUN_PAGE, query_params={"run": ids[0]})
     if compare_page_exists():
-        if right.button("Compare", key="runs_compare", disabled=len(ids) < 2,
-                        help="select two or more runs; the oldest is the baseline, the others candidates"):
+        if right.button(
+            "Compare",
+            key="runs_compare",
+            disabled=len(ids) < 2,
+            help="select two or more runs; the oldest is the baseline, the others candidates",
+        ):
             oldest_first = list(selected.sort_values("started_at", kind="stable")["id"])
             st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(oldest_first)})
 
@@ -112,7 +123,9 @@ def _render_edit(row: pd.Series) -> None:
     run_id = row["id"]
     with st.form(key=f"runs_edit_form_{run_id}"):
         st.markdown(f"**Tags and notes of** `{run_id}`")
-        tags = st.text_input("Tags (comma-separated)", value=str(row["tags"] or ""), key=f"runs_edit_tags_{run_id}")
+        tags = st.text_input(
+            "Tags (comma-separated)", value=str(row["tags"] or ""), key=f"runs_edit_tags_{run_id}"
+        )
         notes = st.text_area("Notes", value=str(row.get("notes") or ""), key=f"runs_edit_notes_{run_id}")
         if st.form_submit_button("Save"):
             new_tags = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
@@ -125,8 +138,13 @@ def _render_edit(row: pd.Series) -> None:
 def _render_archive(selected: pd.DataFrame, root: Path) -> None:
     n = len(selected)
     with st.expander(f"Archive or delete {n} run(s)"):
-        action = st.radio("Action", ["Archive", "Delete"], key="runs_remove_action", horizontal=True,
-                          help=f"Archive moves runs into {root / runs_data.ARCHIVE_DIR}; delete removes them for good.")
+        action = st.radio(
+            "Action",
+            ["Archive", "Delete"],
+            key="runs_remove_action",
+            horizontal=True,
+            help=f"Archive moves runs into {root / runs_data.ARCHIVE_DIR}; delete removes them for good.",
+        )
         st.write(", ".join(f"`{i}`" for i in selected["id"]))
         # The confirmation belongs to this exact selection: selecting other runs asks again.
         digest = hashlib.sha1(",".join(sorted(selected["id"])).encode()).hexdigest()[:12]
@@ -145,7 +163,9 @@ def render_selection_actions(selected: pd.DataFrame, root: Path, *, read_only: s
     """Open / compare / edit / archive the selected runs. Runs in ``read_only`` (mirrored
     tb-profiler runs) can be opened and compared but not changed."""
     if selected.empty:
-        st.caption("Select runs in the table (click the left edge of a row) to open, compare, tag or archive them.")
+        st.caption(
+            "Select runs in the table (click the left edge of a row) to open, compare, tag or archive them."
+        )
         return
     _open_buttons(selected)
     editable = selected[~selected["path"].isin(read_only)]

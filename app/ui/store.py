@@ -5,6 +5,7 @@ re-reads only the runs that changed since the last rerun (manifests are listed e
 is one small JSON file per run). A torch-tb-profiler log folder given as the store is mirrored
 into a read-only store of symlinked runs (see app.data.tbprofiler.mirror_tb_folder).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,9 @@ class _RowCache:
     """
 
     def __init__(self, max_entries: int = 10_000) -> None:
-        self._data: OrderedDict[tuple[str, tuple[float, ...]], tuple[dict[str, Any] | None, list[str]]] = OrderedDict()
+        self._data: OrderedDict[tuple[str, tuple[float, ...]], tuple[dict[str, Any] | None, list[str]]] = (
+            OrderedDict()
+        )
         self._max = max_entries
         self._lock = threading.Lock()
 

@@ -1,4 +1,5 @@
 """Shared by the trace-based tabs: load a run's trace analysis or explain why there is none (UI layer)."""
+
 from __future__ import annotations
 
 import importlib.util

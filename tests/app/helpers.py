@@ -1,4 +1,5 @@
 """Helpers for AppTest-based page tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,14 @@ from profiler_agent.runformat import layout
 APP = str(Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py")
 
 
-def open_app(monkeypatch: pytest.MonkeyPatch, root: Path, *, run: str | None = None, page: str | None = None,
-             timeout: float = 120) -> AppTest:
+def open_app(
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+    *,
+    run: str | None = None,
+    page: str | None = None,
+    timeout: float = 120,
+) -> AppTest:
     """Run the app on store ``root``; on the Run page when ``run`` is given (or on ``page``)."""
     monkeypatch.setenv(layout.ROOT_ENV, str(root))
     at = AppTest.from_file(APP, default_timeout=timeout)

@@ -1,5 +1,6 @@
 """The Run page with AppTest: picker and URL, rank selector, and the Overview, Operators, Kernels,
 System, Logs and Config tabs on hand-made runs, real GPU/multi-rank traces and agent runs."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -169,7 +170,9 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     at.toggle(key="run_ops_by_shape").set_value(True).run()
     assert_clean(at)
     by_shape = _tab(at, "Operators").dataframe[1].value
-    assert "input_shapes" in by_shape.columns and len(by_shape) >= len(_tab(at, "Operators").dataframe[0].value)
+    assert "input_shapes" in by_shape.columns and len(by_shape) >= len(
+        _tab(at, "Operators").dataframe[0].value
+    )
 
 
 @needs_trace_engine
@@ -201,12 +204,22 @@ def test_system_columns_grouped_by_unit():
 
     from app.ui.tabs.system import group_system_columns
 
-    system = pd.DataFrame({
-        "time": [0.0, 1.0], "rank": [0, 0], "pid": [1, 1],
-        "cpu_percent": [50.0, 60.0], "children_cpu_percent": [10.0, 5.0], "rss_bytes": [1, 2],
-        "gpu_util_percent": [80.0, 90.0], "gpu_allocated_bytes": [5, 6], "gpu_total_bytes": [9, 9],
-        "system_cpu_percent": [20.0, 30.0], "system_memory_used_bytes": [7, 8], "note": ["a", "b"],
-    })
+    system = pd.DataFrame(
+        {
+            "time": [0.0, 1.0],
+            "rank": [0, 0],
+            "pid": [1, 1],
+            "cpu_percent": [50.0, 60.0],
+            "children_cpu_percent": [10.0, 5.0],
+            "rss_bytes": [1, 2],
+            "gpu_util_percent": [80.0, 90.0],
+            "gpu_allocated_bytes": [5, 6],
+            "gpu_total_bytes": [9, 9],
+            "system_cpu_percent": [20.0, 30.0],
+            "system_memory_used_bytes": [7, 8],
+            "note": ["a", "b"],
+        }
+    )
     groups = {title: cols for title, _, cols in group_system_columns(system)}
     assert groups["CPU (process and its children)"] == ["cpu_percent", "children_cpu_percent"]
     assert groups["Memory (resident set)"] == ["rss_bytes"]

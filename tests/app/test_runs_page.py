@@ -1,4 +1,5 @@
 """The app entry and the Runs page with AppTest: catalog, filters, selection actions, bad stores."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,9 @@ def test_open_selected_run_goes_to_run_page(monkeypatch, fixture_store):
     at = _select(open_app(monkeypatch, root), ["baseline"])
     at.button(key="runs_open").click().run()
     assert_clean(at)
-    assert at.query_params["run"] == [runs["baseline"].name] or at.query_params["run"] == runs["baseline"].name
+    assert (
+        at.query_params["run"] == [runs["baseline"].name] or at.query_params["run"] == runs["baseline"].name
+    )
     assert at.title[0].value == "baseline"
 
 
@@ -161,7 +164,9 @@ def test_compare_selected_runs(monkeypatch, fixture_store):
     at.button(key="runs_compare").click().run()
     assert not at.exception
     url = str(at.query_params["runs"])
-    assert url.index(runs["baseline"].name) < url.index(runs["optimized"].name)  # the older one is the baseline
+    assert url.index(runs["baseline"].name) < url.index(
+        runs["optimized"].name
+    )  # the older one is the baseline
 
 
 def test_auto_refresh_picks_up_new_runs(monkeypatch, make_run):

@@ -1,4 +1,5 @@
 """Main flows in a real headless Chromium: Runs catalog → a run → every tab, with screenshots."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,9 @@ EXCEPTION = '[data-testid="stException"]'
 def _wait_idle(page) -> None:  # noqa: ANN001
     # Streamlit shows its status widget ("Running…", "Stop") only while the script runs.
     page.wait_for_timeout(200)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
+    )
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001

@@ -1,4 +1,5 @@
 """`torchscope import`: trace files, folders of ranks, tb-profiler log folders; bad paths."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`torchscope ls`: table, --json document, empty and missing stores."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`torchscope ui`: binds to 127.0.0.1, passes the store, serves the app."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,9 @@ def test_defaults_bind_localhost_and_pass_root(tmp_path):
 
 
 def test_host_and_port_options(tmp_path):
-    cmd, _ = build_command(_args("--root", str(tmp_path), "--host", "0.0.0.0", "--port", "9999", "--no-browser"))
+    cmd, _ = build_command(
+        _args("--root", str(tmp_path), "--host", "0.0.0.0", "--port", "9999", "--no-browser")
+    )
     assert cmd[cmd.index("--server.address") + 1] == "0.0.0.0"
     assert cmd[cmd.index("--server.port") + 1] == "9999"
     assert cmd[cmd.index("--server.headless") + 1] == "true"
@@ -45,8 +48,20 @@ def _free_port() -> int:
 def test_ui_serves_the_app(fixture_store, tmp_path):
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "ui", "--root", str(fixture_store[0]), "--port", str(port), "--no-browser"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(tmp_path)},
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "ui",
+            "--root",
+            str(fixture_store[0]),
+            "--port",
+            str(port),
+            "--no-browser",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HOME": str(tmp_path)},
         start_new_session=True,
     )
     try:

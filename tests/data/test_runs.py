@@ -1,4 +1,5 @@
 """app.data.runs and app.data.tbprofiler: store tables, bad input, archive/delete, trace import."""
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,7 @@ def test_bad_runs_are_problems_and_others_still_listed(make_run, tmp_path):
     (newer / layout.MANIFEST).write_text(json.dumps(data))
     garbage = make_run("garbage")
     with open(garbage / layout.METRICS, "ab") as f:
-        f.write(b"\x00\xffnot json\n{\"step\": 99, \"loss\": \"oops\"}\n[1, 2]\n")
+        f.write(b'\x00\xffnot json\n{"step": 99, "loss": "oops"}\n[1, 2]\n')
     store = runs_data.load_store(root)
     names = set(store.table["name"])
     assert names == {"good", "garbage"}
@@ -137,9 +138,17 @@ def test_import_folder_of_ranks_is_one_run(shared_data, tmp_path):
 
 def test_import_plain_json_trace_keeps_rank_from_distributed_info(tmp_path):
     src = tmp_path / "worker_a.json"
-    src.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 5, "world_size": 8},
-                               "traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1,
-                                                "dur": 2, "pid": 1, "tid": 1}]}))
+    src.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "distributedInfo": {"rank": 5, "world_size": 8},
+                "traceEvents": [
+                    {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, "tid": 1}
+                ],
+            }
+        )
+    )
     (run_dir,) = tbprofiler.import_traces(src, tmp_path / "store")
     (trace,) = layout.list_trace_files(run_dir)
     assert trace.name.startswith("worker_a.") and trace.name.endswith(".pt.trace.json")

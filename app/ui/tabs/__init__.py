@@ -10,6 +10,7 @@ in that order. A module that does not exist yet is skipped; a ``TorchscopeError`
 tab's ``render`` is shown as ``st.error`` inside that tab only, so one broken tab never breaks
 the page. A tab with no data for the run shows ``st.info`` saying how to record it.
 """
+
 from __future__ import annotations
 
 import importlib

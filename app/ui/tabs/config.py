@@ -1,4 +1,5 @@
 """Run page tab "Config": hyperparameters and the environment the run was recorded in (UI layer)."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def render(ctx: RunContext) -> None:
     if m.config:
         st.dataframe(_kv(m.config), hide_index=True, width="stretch", key=ctx.key("config_table"))
     else:
-        st.info("No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "
-                "with the API, pass `config={...}`.")
+        st.info(
+            "No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "
+            "with the API, pass `config={...}`."
+        )
     st.subheader("Command")
     if m.command:
         st.code(shlex.join(m.command), language="bash")
@@ -54,12 +57,20 @@ def render(ctx: RunContext) -> None:
         "versions": dict(m.versions),
     }
     st.subheader("Environment")
-    st.dataframe(_kv({k: v for k, v in env.items() if v not in (None, {}, "")}), hide_index=True,
-                 width="stretch", key=ctx.key("config_env"))
+    st.dataframe(
+        _kv({k: v for k, v in env.items() if v not in (None, {}, "")}),
+        hide_index=True,
+        width="stretch",
+        key=ctx.key("config_env"),
+    )
     if m.devices:
         st.subheader("Devices")
-        st.dataframe(pd.DataFrame([dict(d) for d in m.devices]), hide_index=True, width="stretch",
-                     key=ctx.key("config_devices"))
+        st.dataframe(
+            pd.DataFrame([dict(d) for d in m.devices]),
+            hide_index=True,
+            width="stretch",
+            key=ctx.key("config_devices"),
+        )
     if m.extra:
         with st.expander("Other manifest fields"):
             st.json(dict(m.extra), expanded=False)

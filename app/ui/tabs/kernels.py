@@ -1,4 +1,5 @@
 """Run page tab "Kernels": GPU kernel table and time share, device busy/idle per step (UI layer)."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -27,15 +28,19 @@ def render(ctx: RunContext) -> None:
         return
     kernels = cached_kernel_table(ctx) if ctx.rank is not None else analysis.kernels
     if kernels.empty:
-        st.info("No GPU kernels in this run's traces: the job ran on the CPU (or CUDA activity was not "
-                "recorded). Operators and their CPU time are in the Operators tab.")
+        st.info(
+            "No GPU kernels in this run's traces: the job ran on the CPU (or CUDA activity was not "
+            "recorded). Operators and their CPU time are in the Operators tab."
+        )
         return
     steps = rank_rows(analysis.steps, ctx.rank)
     if not steps.empty and "kernel_us" in steps.columns:
         st.subheader("Device busy and idle per profiled step")
         st.plotly_chart(make_gpu_busy_figure(steps), width="stretch", key=ctx.key("kernels_busy"))
-        st.caption("Busy = kernels + memcpy + memset + communication on the device, as a share of the step's "
-                   "wall time; idle is the rest (the device waiting for the CPU, data or synchronisation).")
+        st.caption(
+            "Busy = kernels + memcpy + memset + communication on the device, as a share of the step's "
+            "wall time; idle is the rest (the device waiting for the CPU, data or synchronisation)."
+        )
     n = st.slider("Kernels in the chart", 5, 40, 12, key=ctx.key("kernels_top_n"))
     st.plotly_chart(make_kernel_share_figure(kernels, n=n), width="stretch", key=ctx.key("kernels_share"))
     table = kernels.sort_values("total_us", ascending=False).copy()
@@ -43,5 +48,10 @@ def render(ctx: RunContext) -> None:
     if "mean_us" not in table.columns:
         table["mean_us"] = table["total_us"] / table["calls"]
     table["share_pct"] = table["total_us"] / table["total_us"].sum() * 100
-    st.dataframe(table[["name", "calls", "total_ms", "mean_us", "share_pct"]], hide_index=True, width="stretch",
-                 column_config=_COLUMNS, key=ctx.key("kernels_table"))
+    st.dataframe(
+        table[["name", "calls", "total_ms", "mean_us", "share_pct"]],
+        hide_index=True,
+        width="stretch",
+        column_config=_COLUMNS,
+        key=ctx.key("kernels_table"),
+    )

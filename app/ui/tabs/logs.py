@@ -1,4 +1,5 @@
 """Run page tab "Logs": stdout/stderr tails, the traceback of a failed job, agent errors (UI layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -44,8 +45,12 @@ def render(ctx: RunContext) -> None:
     if run.agent_errors:
         st.subheader("Agent errors")
         st.caption("Failures caught inside the agent; the job went on without that piece of data.")
-        st.dataframe(pd.DataFrame(run.agent_errors), hide_index=True, width="stretch", key=ctx.key("logs_agent"))
+        st.dataframe(
+            pd.DataFrame(run.agent_errors), hide_index=True, width="stretch", key=ctx.key("logs_agent")
+        )
         shown = True
     if not shown:
-        st.info("No logs in this run. `torchscope run -- CMD` keeps the tails of the command's stdout and "
-                "stderr; runs recorded with the API or imported from traces have none.")
+        st.info(
+            "No logs in this run. `torchscope run -- CMD` keeps the tails of the command's stdout and "
+            "stderr; runs recorded with the API or imported from traces have none."
+        )

@@ -1,4 +1,5 @@
-"""Run page tab "Operators": op table (self/total time, calls, % of step), top-N chart, by shape (UI layer)."""
+"""Run page tab "Operators": op table (self/total, calls, % of step), top-N chart, by shape (UI layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -17,13 +18,17 @@ _VALUES = {"self_us": "Self time", "total_us": "Total time", "device_self_us": "
 _COLUMNS = {
     "name": st.column_config.TextColumn("Operator"),
     "calls": st.column_config.NumberColumn("Calls", format="%d"),
-    "self_ms": st.column_config.NumberColumn("Self (ms)", format="%.3f", help="time in the op itself, children excluded"),
+    "self_ms": st.column_config.NumberColumn(
+        "Self (ms)", format="%.3f", help="time in the op itself, children excluded"
+    ),
     "total_ms": st.column_config.NumberColumn("Total (ms)", format="%.3f", help="time including child ops"),
-    "device_self_ms": st.column_config.NumberColumn("Device self (ms)", format="%.3f",
-                                                    help="GPU kernel time launched by the op"),
+    "device_self_ms": st.column_config.NumberColumn(
+        "Device self (ms)", format="%.3f", help="GPU kernel time launched by the op"
+    ),
     "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f", help="total time / calls"),
-    "pct_of_step": st.column_config.NumberColumn("% of step", format="%.2f",
-                                                 help="self time / time of the profiled steps"),
+    "pct_of_step": st.column_config.NumberColumn(
+        "% of step", format="%.2f", help="self time / time of the profiled steps"
+    ),
 }
 
 
@@ -39,8 +44,10 @@ def _table(ops: pd.DataFrame) -> pd.DataFrame:
 def _render_by_shape(ctx: RunContext, text: str) -> None:
     by_shape = cached_op_table(ctx, group_by="shape")
     if by_shape.empty or (by_shape["input_shapes"].astype(str).str.len() == 0).all():
-        st.info("These traces have no input shapes: record with `record_shapes=True` "
-                "(`torchscope run` records them by default) to group operators by input shape.")
+        st.info(
+            "These traces have no input shapes: record with `record_shapes=True` "
+            "(`torchscope run` records them by default) to group operators by input shape."
+        )
         return
     if text:
         by_shape = by_shape[by_shape["name"].astype(str).str.contains(text, case=False, regex=False)]
@@ -49,8 +56,13 @@ def _render_by_shape(ctx: RunContext, text: str) -> None:
     shown["self_ms"] = by_shape["self_us"] / 1e3
     shown["total_ms"] = by_shape["total_us"] / 1e3
     shown["mean_ms"] = by_shape["mean_us"] / 1e3
-    st.dataframe(shown.head(1000), hide_index=True, width="stretch", key=ctx.key("ops_shape_table"),
-                 column_config={**_COLUMNS, "input_shapes": st.column_config.TextColumn("Input shapes")})
+    st.dataframe(
+        shown.head(1000),
+        hide_index=True,
+        width="stretch",
+        key=ctx.key("ops_shape_table"),
+        column_config={**_COLUMNS, "input_shapes": st.column_config.TextColumn("Input shapes")},
+    )
 
 
 def render(ctx: RunContext) -> None:
@@ -63,16 +75,25 @@ def render(ctx: RunContext) -> None:
         st.info("No CPU operators in this run's traces (was `torch.profiler` recording CPU activity?).")
         return
     c1, c2, c3 = st.columns([3, 2, 2])
-    text = c1.text_input("Search operators", key=ctx.key("ops_search"), placeholder="e.g. conv, matmul, copy_")
-    value = c2.radio("Rank by", [k for k in _VALUES if k in ops.columns], format_func=_VALUES.get,
-                     horizontal=True, key=ctx.key("ops_value"))
+    text = c1.text_input(
+        "Search operators", key=ctx.key("ops_search"), placeholder="e.g. conv, matmul, copy_"
+    )
+    value = c2.radio(
+        "Rank by",
+        [k for k in _VALUES if k in ops.columns],
+        format_func=_VALUES.get,
+        horizontal=True,
+        key=ctx.key("ops_value"),
+    )
     n = c3.slider("Top N", 5, 50, 15, key=ctx.key("ops_top_n"))
     view = compute_ops_view(ops, rank_rows(analysis.steps, ctx.rank), text)
     if view.empty:
         st.info(f"No operator matches “{text}”.")
         return
     st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
-    st.dataframe(_table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table"))
+    st.dataframe(
+        _table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table")
+    )
     pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
     st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps.")
     if st.toggle("Group by input shape", key=ctx.key("ops_by_shape")):

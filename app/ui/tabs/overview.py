@@ -1,4 +1,5 @@
 """Run page tab "Overview": headline numbers, time per step, step-time breakdown (UI layer)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,16 +48,25 @@ def _render_headline(ctx: RunContext) -> None:
             peak_kind = "allocated memory at its peak in the traces' memory events (profile_memory)"
     cols = st.columns(6)
     if stats:
-        cols[0].metric("Median step time", format_seconds(stats.median_s),
-                       help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
-                            f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
-                            + source.format(n=stats.steps))
+        cols[0].metric(
+            "Median step time",
+            format_seconds(stats.median_s),
+            help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
+            f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
+            + source.format(n=stats.steps),
+        )
         ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 else float("nan")
-        cols[1].metric("Spread (p90 / p10)", f"{ratio:.2f}×",
-                       help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
-                            f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.")
-        cols[2].metric("Samples/s", f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
-                       help="median samples per step / median step time, summed over ranks")
+        cols[1].metric(
+            "Spread (p90 / p10)",
+            f"{ratio:.2f}×",
+            help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
+            f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.",
+        )
+        cols[2].metric(
+            "Samples/s",
+            f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
+            help="median samples per step / median step time, summed over ranks",
+        )
     else:
         cols[0].metric("Median step time", "–")
         cols[1].metric("Spread (p90 / p10)", "–")
@@ -68,8 +78,14 @@ def _render_headline(ctx: RunContext) -> None:
     devices = ", ".join(str(d.get("name") or d.get("type") or "?") for d in run.manifest.devices) or "cpu"
     cols[5].metric("Device", devices if len(devices) < 24 else devices[:22] + "…", help=devices)
     if ctx.run.manifest.world_size > 1:
-        st.caption(f"World size {ctx.run.manifest.world_size}; "
-                   + ("numbers above pool every rank" if ctx.rank is None else f"numbers above are rank {ctx.rank}'s"))
+        st.caption(
+            f"World size {ctx.run.manifest.world_size}; "
+            + (
+                "numbers above pool every rank"
+                if ctx.rank is None
+                else f"numbers above are rank {ctx.rank}'s"
+            )
+        )
 
 
 def _render_step_times(ctx: RunContext) -> None:
@@ -81,11 +97,16 @@ def _render_step_times(ctx: RunContext) -> None:
             st.caption("From the profiled steps of the traces (this run logged no step times).")
             metrics = compute_rank_rows(compute_trace_step_times(steps), ctx.rank)
         else:
-            st.info("No step times in this run's metrics. `torchscope run` measures them from optimizer "
-                    "steps; with the API, call `run.step()` once per iteration.")
+            st.info(
+                "No step times in this run's metrics. `torchscope run` measures them from optimizer "
+                "steps; with the API, call `run.step()` once per iteration."
+            )
             return
-    st.plotly_chart(make_step_time_figure(metrics.dropna(subset=["step_time_s"])), width="stretch",
-                    key=ctx.key("overview_step_time"))
+    st.plotly_chart(
+        make_step_time_figure(metrics.dropna(subset=["step_time_s"])),
+        width="stretch",
+        key=ctx.key("overview_step_time"),
+    )
 
 
 def _render_breakdown(ctx: RunContext) -> None:
@@ -95,15 +116,23 @@ def _render_breakdown(ctx: RunContext) -> None:
         return
     steps = rank_rows(analysis.steps, ctx.rank)
     if steps.empty:
-        st.info("The traces hold no profiler steps (no `ProfilerStep#N` ranges): call `prof.step()` "
-                "once per iteration when profiling by hand, or record with `torchscope run`.")
+        st.info(
+            "The traces hold no profiler steps (no `ProfilerStep#N` ranges): call `prof.step()` "
+            "once per iteration when profiling by hand, or record with `torchscope run`."
+        )
         return
-    view = st.radio("View", ["Device categories", "Training-loop phases"], horizontal=True,
-                    key=ctx.key("overview_breakdown_view"),
-                    help="Device categories follow torch-tb-profiler's Overview; phases split the step into "
-                         "data loading, forward, backward and optimizer. See docs/trace-engine.md.")
+    view = st.radio(
+        "View",
+        ["Device categories", "Training-loop phases"],
+        horizontal=True,
+        key=ctx.key("overview_breakdown_view"),
+        help="Device categories follow torch-tb-profiler's Overview; phases split the step into "
+        "data loading, forward, backward and optimizer. See docs/trace-engine.md.",
+    )
     categories = DEVICE_CATEGORIES if view == "Device categories" else LOOP_PHASES
-    st.plotly_chart(make_breakdown_figure(steps, categories), width="stretch", key=ctx.key("overview_breakdown"))
+    st.plotly_chart(
+        make_breakdown_figure(steps, categories), width="stretch", key=ctx.key("overview_breakdown")
+    )
 
 
 def render(ctx: RunContext) -> None:

@@ -1,4 +1,5 @@
 """Run page tab "System": CPU %, memory and GPU samples over the run's time (UI layer)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -19,18 +20,42 @@ def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]
     Columns are recognised by their unit suffix (``_percent``, ``_bytes``) so new samples the
     agent adds appear without changes here.
     """
-    numeric = [c for c in system.columns if c not in ("time", "rank", "pid")
-               and pd.to_numeric(system[c], errors="coerce").notna().any()]
+    numeric = [
+        c
+        for c in system.columns
+        if c not in ("time", "rank", "pid") and pd.to_numeric(system[c], errors="coerce").notna().any()
+    ]
     groups = [
-        ("CPU (process and its children)", "percent",
-         [c for c in numeric if c.endswith("_percent") and not c.startswith(("gpu", "system"))]),
-        ("Memory (resident set)", "bytes",
-         [c for c in numeric if c.endswith("_bytes") and not c.startswith(("gpu", "system"))]),
-        ("GPU utilisation", "percent", [c for c in numeric if c.startswith("gpu") and c.endswith("_percent")]),
-        ("GPU memory", "bytes",
-         [c for c in numeric if c.startswith("gpu") and c.endswith("_bytes") and c != "gpu_total_bytes"]),
-        ("Whole machine", "percent", [c for c in numeric if c.startswith("system") and c.endswith("_percent")]),
-        ("Whole machine memory", "bytes", [c for c in numeric if c.startswith("system") and c.endswith("_bytes")]),
+        (
+            "CPU (process and its children)",
+            "percent",
+            [c for c in numeric if c.endswith("_percent") and not c.startswith(("gpu", "system"))],
+        ),
+        (
+            "Memory (resident set)",
+            "bytes",
+            [c for c in numeric if c.endswith("_bytes") and not c.startswith(("gpu", "system"))],
+        ),
+        (
+            "GPU utilisation",
+            "percent",
+            [c for c in numeric if c.startswith("gpu") and c.endswith("_percent")],
+        ),
+        (
+            "GPU memory",
+            "bytes",
+            [c for c in numeric if c.startswith("gpu") and c.endswith("_bytes") and c != "gpu_total_bytes"],
+        ),
+        (
+            "Whole machine",
+            "percent",
+            [c for c in numeric if c.startswith("system") and c.endswith("_percent")],
+        ),
+        (
+            "Whole machine memory",
+            "bytes",
+            [c for c in numeric if c.startswith("system") and c.endswith("_bytes")],
+        ),
     ]
     return [g for g in groups if g[2]]
 
@@ -39,15 +64,20 @@ def render(ctx: RunContext) -> None:
     """One chart per group of sampled columns, for the chosen rank."""
     system = rank_rows(ctx.run.system, ctx.rank)
     if system.empty or "time" not in system.columns:
-        st.info("No system samples in this run. `torchscope run` samples CPU %, resident memory and GPU "
-                "utilisation and memory every few seconds while the job runs; runs imported from traces, "
-                "and jobs shorter than one sampling interval, have none.")
+        st.info(
+            "No system samples in this run. `torchscope run` samples CPU %, resident memory and GPU "
+            "utilisation and memory every few seconds while the job runs; runs imported from traces, "
+            "and jobs shorter than one sampling interval, have none."
+        )
         return
     groups = group_system_columns(system)
     if not groups:
         st.info("The system samples of this run hold no numbers to chart.")
         return
     for i, (title, unit, columns) in enumerate(groups):
-        st.plotly_chart(make_system_figure(system, columns, unit=unit, title=title), width="stretch",
-                        key=ctx.key(f"system_fig_{i}"))
+        st.plotly_chart(
+            make_system_figure(system, columns, unit=unit, title=title),
+            width="stretch",
+            key=ctx.key(f"system_fig_{i}"),
+        )
     st.caption(f"{len(system)} samples; time is seconds since the agent started.")
