@@ -35,11 +35,14 @@ def start_wrapped(root: Path, *job: str) -> subprocess.Popen[str]:
 
 
 def _pid_gone(pid: int, timeout: float = 30) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped counts as exited)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return True
+        except (ProcessLookupError, FileNotFoundError):
             return True
         time.sleep(0.1)
     return False
