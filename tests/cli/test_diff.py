@@ -90,14 +90,15 @@ def test_bad_input_is_one_line_exit_2(store: Path, capsys) -> None:
 
 def test_gpu_trace_pair_by_path(shared_data: Path, capsys) -> None:
     pair = shared_data / "traces" / "gpu_before_after"
-    rc, doc = _json(capsys, str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--by", "shape")
+    rc, doc = _json(capsys, str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--by", "shape",
+                    "--no-advice")
     assert rc == 0
     assert doc["baseline"]["kind"] == "traces" and doc["baseline"]["steps"] == 6
     assert doc["kernels"] and doc["breakdown_delta"] and doc["ops"]
     assert "input_shapes" in doc["ops"][0]
     deltas = [abs(o["delta_us"]) for o in doc["ops"]]
     assert deltas == sorted(deltas, reverse=True)
-    rc, back = _json(capsys, str(pair / "test.json.gz"), str(pair / "control.json.gz"))
+    rc, back = _json(capsys, str(pair / "test.json.gz"), str(pair / "control.json.gz"), "--no-advice")
     assert back["step_time"]["ratio"] * doc["step_time"]["ratio"] == pytest.approx(1.0)
     assert back["step_time"]["ci95"][0] * doc["step_time"]["ci95"][1] == pytest.approx(1.0)
 
