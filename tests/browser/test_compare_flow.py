@@ -1,0 +1,47 @@
+"""The Compare page in a real headless Chromium: verdicts, every tab, the Markdown download."""
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+EXCEPTION = '[data-testid="stException"]'
+
+
+def _wait_idle(page) -> None:  # noqa: ANN001
+    page.wait_for_timeout(300)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+
+
+def _pair(store) -> str:  # noqa: ANN001
+    """Agent-recorded sample runs when the store has them, else the hand-made pair."""
+    from profiler_agent import runformat as rf
+
+    ids = {m.name: p.name for p, m in rf.list_runs(store).runs if "sample" in m.tags}
+    if {"baseline", "optimized"} <= set(ids):
+        return f"{ids['baseline']},{ids['optimized']}"
+    return "baseline,optimized"
+
+
+def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
+    page.goto(f"{server}/compare?runs={_pair(browser_store)}")
+    page.get_by_role("heading", name="Compare runs").wait_for()
+    page.get_by_text("optimized is", exact=False).first.wait_for(timeout=180_000)
+    _wait_idle(page)
+    assert page.locator(EXCEPTION).count() == 0
+    assert page.get_by_text("Median step time").count() >= 1
+    screenshot(page, "compare_00_verdicts")
+    tabs = page.get_by_role("tab")
+    names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
+    assert names[0] == "Where the time went" and names[-1] == "Export", names
+    for i, name in enumerate(names):
+        page.get_by_role("tab").nth(i).click()
+        page.wait_for_timeout(300)
+        assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
+        screenshot(page, f"compare_{i + 1:02d}_{name.lower().replace(' ', '_')}")
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download Markdown (PR comment)").click()
+    text = open(info.value.path(), encoding="utf-8").read()
+    assert text.startswith("### Torchscope: optimized vs baseline") and "step time (median)" in text
