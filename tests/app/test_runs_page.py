@@ -150,6 +150,11 @@ def test_tb_profiler_folder_is_listed_read_only(monkeypatch, shared_data, tmp_pa
     at = _select(at, ["exp1"])
     assert "read-only" in texts(at.caption)
     assert not [b for b in at.button if b.key == "runs_remove"]
+    at.button(key="runs_open").click().run()  # the mirrored run opens like any other
+    assert_clean(at)
+    assert at.title[0].value == "exp1"
+    assert not [i for i in at.info if "No profiler trace" in i.value]
+    assert sorted(p.name for p in (tb / "exp1").iterdir()) == [src.name]  # the original folder is untouched
 
 
 def test_compare_selected_runs(monkeypatch, fixture_store):
