@@ -99,7 +99,7 @@ def _outcomes(run: RunData) -> dict[str, float]:
     loss = _number(m, "loss")
     samples = _number(m, "samples")
     peak = np.nan
-    for col in ("cuda_max_allocated_bytes", "peak_memory_bytes", "rss_bytes"):
+    for col in ("gpu_max_allocated_bytes", "cuda_max_allocated_bytes", "peak_memory_bytes", "rss_bytes"):
         vals = _number(run.system, col)
         if len(vals):
             peak = float(vals.max())

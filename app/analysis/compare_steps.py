@@ -154,9 +154,19 @@ class PeakMemory:
     source: str  # "trace_allocated:<device kind>", "system:<column>" or "none"
 
 
-# Columns of system.jsonl that hold a memory level, best first (device memory before host RSS).
-_SYSTEM_MEMORY_COLUMNS = ("cuda_max_allocated_bytes", "cuda_allocated_bytes", "gpu_memory_used_bytes",
-                          "peak_memory_bytes", "rss_bytes")
+# Columns of system.jsonl that hold a memory level, best first (device memory before host memory;
+# the agent's names, then names other writers use). "host_rss_bytes" is derived: the job's RSS
+# plus its children's (DataLoader workers), so moving work into workers does not look free.
+_SYSTEM_MEMORY_COLUMNS = ("gpu_max_allocated_bytes", "gpu_allocated_bytes", "cuda_max_allocated_bytes",
+                          "gpu_reserved_bytes", "gpu_used_bytes", "peak_memory_bytes", "host_rss_bytes", "rss_bytes")
+
+
+def _system_levels(system: pd.DataFrame) -> pd.DataFrame:
+    if "rss_bytes" in system.columns and "children_rss_bytes" in system.columns:
+        rss = pd.to_numeric(system["rss_bytes"], errors="coerce")
+        children = pd.to_numeric(system["children_rss_bytes"], errors="coerce").fillna(0)
+        system = system.assign(host_rss_bytes=rss + children)
+    return system
 
 
 def _trace_peaks(analysis: object) -> dict[str, float]:
@@ -176,7 +186,7 @@ def _trace_peaks(analysis: object) -> dict[str, float]:
 
 def _memory_sources(side: CompareSide) -> dict[str, float]:
     found = _trace_peaks(side.analysis)
-    system = side.run.system if side.run is not None else None
+    system = _system_levels(side.run.system) if side.run is not None else None
     if system is not None:
         for col in _SYSTEM_MEMORY_COLUMNS:
             if col in system.columns:

@@ -419,3 +419,23 @@ def test_different_batch_sizes_point_to_throughput(tmp_path: Path, noisy) -> Non
     assert cmp.step_verdict == "slower" and cmp.throughput_verdict == "faster"
     assert any("samples per step differ (32 vs 64)" in n for n in cmp.notes)
     assert "throughput (samples/s) 1.3" in headline(cmp) and "faster" in headline(cmp)
+
+
+def test_memory_sources_prefer_gpu_and_count_worker_rss(tmp_path: Path) -> None:
+    from app.analysis.compare_steps import compute_peak_memory
+
+    def run_with(system_rows: list[dict]) -> CompareSide:
+        run_dir, _ = rf.create_run(tmp_path, "m")
+        with rf.JsonlWriter(run_dir / layout.SYSTEM) as w:
+            for r in system_rows:
+                w.write({"time": 0.0, **r})
+        return side(run_dir)
+
+    a = run_with([{"rss_bytes": 100, "children_rss_bytes": 0}])
+    b = run_with([{"rss_bytes": 80, "children_rss_bytes": 70}])  # work moved into workers
+    pa, pb = compute_peak_memory(a, b)
+    assert pa.source == "system:host_rss_bytes" and (pa.bytes, pb.bytes) == (100, 150)
+    g1 = run_with([{"rss_bytes": 1, "gpu_max_allocated_bytes": 5e9}])
+    g2 = run_with([{"rss_bytes": 1, "gpu_max_allocated_bytes": 4e9}])
+    ga, gb = compute_peak_memory(g1, g2)
+    assert ga.source == "system:gpu_max_allocated_bytes" and gb.bytes / ga.bytes == pytest.approx(0.8)
