@@ -70,6 +70,7 @@ class Session:
         self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
         self._pending_config: dict[str, Any] = {}
         self._step_lrs: dict[str, Any] | None = None
+        self._other_steps: set[int] = set()  # ids of non-primary optimizers stepped since the primary
         self._sampler: SystemSampler | None = None
         self._graph_thread: threading.Thread | None = None
         self._graph_drawn = False
@@ -113,9 +114,7 @@ class Session:
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer stepped: in automatic mode the primary optimizer's step ends the iteration."""
-        if self._optimizer is None:
-            self._optimizer = weakref.ref(optimizer)
-        if not self._is_primary(optimizer):
+        if not self._claim_primary(optimizer):
             return
         # The rates this step used: a scheduler may change them before Run.step() is called.
         self._step_lrs = self._learning_rates()
@@ -194,7 +193,26 @@ class Session:
     # -- internals --------------------------------------------------------------------------
 
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
-        return self._optimizer is None or self._optimizer() is optimizer
+        current = self._optimizer() if self._optimizer is not None else None
+        return current is None or current is optimizer
+
+    def _claim_primary(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether this step is the primary optimizer's, switching primaries between phases.
+
+        Several optimizers per iteration (a GAN's D and G) alternate, and the first to step stays
+        primary. An optimizer that steps twice while the primary does not (a new training phase)
+        becomes primary; so does any optimizer once the primary has been freed.
+        """
+        if self._is_primary(optimizer):
+            self._optimizer = weakref.ref(optimizer)
+            self._other_steps.clear()
+            return True
+        if id(optimizer) in self._other_steps:
+            self._optimizer = weakref.ref(optimizer)
+            self._other_steps.clear()
+            return True
+        self._other_steps.add(id(optimizer))
+        return False
 
     def _learning_rates(self) -> dict[str, Any]:
         opt = self._optimizer() if self._optimizer is not None else None

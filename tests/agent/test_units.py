@@ -126,3 +126,31 @@ def test_heartbeat_refreshes_the_manifest(tmp_path: Path) -> None:
         time.sleep(0.05)
     beat.stop()
     assert read_manifest(run_dir).heartbeat > m.heartbeat
+
+
+def test_primary_optimizer_gan_alternation_and_phase_switch(tmp_path: Path) -> None:
+    from profiler_agent.activation import start_session, stop_session
+    from profiler_agent.runformat import create_run
+
+    run_dir, _ = create_run(tmp_path, "phases")
+    session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+    try:
+        a, b = nn.Linear(2, 1), nn.Linear(2, 1)
+        opt_a = torch.optim.SGD(a.parameters(), lr=0.1)
+        opt_b = torch.optim.SGD(b.parameters(), lr=0.2)
+
+        def train(*opts: torch.optim.Optimizer) -> None:
+            for opt, model in zip(opts, (a, b) if opts[0] is opt_a else (b,), strict=False):
+                model(torch.ones(3, 2)).sum().backward()
+                opt.step()
+
+        for _ in range(3):
+            train(opt_a, opt_b)  # GAN-like: both step every iteration, A first
+        for _ in range(3):
+            train(opt_b)  # a second phase: only B steps, A is still alive
+    finally:
+        stop_session(session)
+    rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "step_time_s" in r]
+    # B's step in the last GAN iteration and its first solo step make it primary: no step is lost.
+    assert [r["lr"] for r in rows] == [0.1, 0.1, 0.1, 0.2, 0.2, 0.2]
+    assert [r["step"] for r in rows] == list(range(6))
