@@ -5,8 +5,9 @@ Definitions (the same as ``torch.profiler``'s ``key_averages()``):
 - the host events of one thread form a tree by interval containment (sorted by start, longest
   first); ``total_us`` is an event's duration, ``self_us`` its duration minus its direct
   children's (runtime calls such as ``cudaLaunchKernel`` are children too, as in torch);
-- ``device_self_us`` is the time of the kernels, memcpys and memsets launched by runtime calls
-  that are direct children of the op (linked by correlation id), as torch-tb-profiler counts it;
+- ``device_self_us`` is the time of the kernels, memcpys and memsets (linked by correlation id)
+  launched by the op's runtime calls: those carrying the op's External id, as torch and
+  torch-tb-profiler link them, else (older traces) those directly inside the op;
 - ``share`` is ``self_us`` over the summed duration of the trace's steps.
 ``ProfilerStep#N`` spans are tree nodes (they are parents) but not rows of the table.
 """
@@ -105,7 +106,7 @@ def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
     """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns."""
-    cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "input_shapes"]
+    cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "external_id", "input_shapes"]
     host = events.loc[cat_in(events, HOST_CATS), cols].reset_index(drop=True)
     parent = op_tree(host)
     dur = host["dur_us"].to_numpy(float)
@@ -121,10 +122,29 @@ def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
         rt_pos = np.nonzero(rt_mask)[0]
         rt_corr = host["correlation"].to_numpy(dtype=np.int64, na_value=-1)[rt_mask]
         rt_dev = dev_by_corr.reindex(rt_corr).fillna(0.0).to_numpy(float)
-        owner = parent[rt_pos]
+        owner = _launching_ops(host, rt_pos, parent)
         ok = owner >= 0
         device += np.bincount(owner[ok], weights=rt_dev[ok], minlength=len(host))
     return host.assign(parent=parent, self_us=self_us, device_self_us=device)
+
+
+def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """The op each runtime call belongs to: the host op with the call's External id when that op's
+    span contains the call (how torch and tb-profiler link them; it also reaches past user
+    annotations nested inside the op), else the innermost enclosing event (older traces, whose
+    runtime External ids are correlation ids)."""
+    ext = host["external_id"].to_numpy(dtype=np.int64, na_value=-1)
+    starts = host["ts_us"].to_numpy(float)
+    ends = starts + host["dur_us"].to_numpy(float)
+    is_op = ~is_runtime(host) & (ext >= 0)
+    by_ext = pd.Series(np.nonzero(is_op)[0], index=ext[is_op])
+    by_ext = by_ext[~by_ext.index.duplicated()]
+    cand = by_ext.reindex(ext[rt_pos]).to_numpy(dtype=float, na_value=np.nan)
+    found = ~np.isnan(cand)
+    c = np.where(found, cand, 0).astype(np.int64)
+    t = starts[rt_pos]
+    found &= (starts[c] <= t) & (t <= ends[c])
+    return np.where(found, c, parent[rt_pos])
 
 
 def _step_total(trace: Any) -> float:

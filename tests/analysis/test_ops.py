@@ -102,3 +102,6 @@ def test_gpu_trace_device_time_goes_to_launching_ops() -> None:
     assert ops.loc["aten::mm", "device_self_us"] > 0
     assert ops.loc["cudaLaunchKernel", "device_self_us"] == 0
     assert 0.9 * kernels < attributed  # kernels + copies, nearly all linked to an op
+    # NCCL kernels belong to record_param_comms (the runtime call carries its External id), not to
+    # the nccl:* annotation nested inside it; torch-tb-profiler reports 46,876.49 µs too.
+    assert ops.loc["record_param_comms", "device_self_us"] == pytest.approx(46876.49, abs=0.1)
