@@ -8,7 +8,8 @@ Torchscope follows: ``cuda_runtime`` (and the other ``*_runtime`` categories) co
 and every ``user_annotation`` is an operator (so ``enumerate(DataLoader)…`` spans count as
 DataLoader). The script applies those two fixes to the installed parser before running it, and
 runs Torchscope with ``nccl_by_name=False`` (tb-profiler's Communication rule). It prints, per
-step, tb-profiler's costs, ours, and the largest difference.
+step, tb-profiler's costs, ours, and the largest difference; then, per trace, how many ops differ
+in call count or device self time between tb-profiler's operator view and ``compute_op_table``.
 """
 from __future__ import annotations
 
@@ -59,12 +60,39 @@ def compare(path: Path) -> float:
     return worst
 
 
+def compare_ops(path: Path) -> None:
+    """Operator view: calls, host total and device self time per op name, tb-profiler vs ours."""
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    sys.path.insert(0, str(ROOT))
+    from app.analysis.ops import compute_op_table
+    from app.data.trace import load_trace
+
+    prof = RunProfileData.parse("w", "span", str(path), tempfile.mkdtemp())
+    ours = compute_op_table(load_trace(path, use_cache=False)).set_index("name")
+    calls = device = 0
+    examples = []
+    for op in prof.op_list_groupby_name:
+        if op.name not in ours.index:
+            continue
+        row = ours.loc[op.name]
+        calls += int(row["calls"] != op.calls)
+        if abs(row["device_self_us"] - op.self_device_duration) > 1:
+            device += 1
+            examples.append(f"{op.name}: ours {row['device_self_us']:.1f} tb {op.self_device_duration:.1f}")
+    print(f"{path.parent.name}/{path.name}: {len(prof.op_list_groupby_name)} ops; calls differ for {calls}, "
+          f"device self time for {device}", *examples[:3], sep="\n  ")
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     _patch_to_master()
     print("columns:", " ".join(CATEGORIES), "total")
     for path in sorted(TRACES.glob("*/*.json.gz")):
         compare(path)
+    print("\noperator view")
+    for path in sorted(TRACES.glob("*/*.json.gz")):
+        compare_ops(path)
 
 
 if __name__ == "__main__":
