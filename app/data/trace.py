@@ -171,6 +171,9 @@ def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
     found = layout.list_trace_files(p)
     if not found and (p / layout.TRACES_DIR).is_dir():  # a run whose traces do not follow the name pattern
         found = sorted(f for f in (p / layout.TRACES_DIR).iterdir() if f.is_file() and _is_trace_name(f.name))
+    if not found and (p / layout.MANIFEST).is_file():  # a run folder: its other .json files are not traces
+        raise UsageError(f"{p}: this run has no profiler traces in '{layout.TRACES_DIR}/' "
+                         "(was profiling enabled, and did a profiling window complete?)")
     if not found:
         found = sorted(f for f in p.iterdir() if f.is_file() and _is_trace_name(f.name))
     if not found:  # torch-tb-profiler layout: one sub-folder per run, one file per worker

@@ -94,6 +94,14 @@ def test_run_folder_caches_inside_the_run(tmp_path: Path) -> None:
     assert any((run / layout.CACHE_DIR).rglob("events.parquet"))
 
 
+def test_run_without_traces_is_a_usage_error(tmp_path: Path) -> None:
+    run = tmp_path / "run2"
+    run.mkdir()
+    (run / layout.MANIFEST).write_text("{}")
+    with pytest.raises(UsageError, match="no profiler traces"):
+        list_trace_paths(run)
+
+
 def test_tb_profiler_layout_one_subfolder_per_run(tmp_path: Path) -> None:
     for run, worker in (("run_a", "rank0"), ("run_a", "rank1"), ("run_b", "rank0")):
         (tmp_path / run).mkdir(exist_ok=True)
