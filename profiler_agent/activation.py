@@ -123,6 +123,8 @@ def _disable_in_child() -> None:
     session = get_session()
     if session is not None:
         session.disabled = True
+        with contextlib.suppress(Exception):  # a fork during evaluation must not record in the child
+            session.evaluation.remove_hook()
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

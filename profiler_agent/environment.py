@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-__all__ = ["RankInfo", "read_rank_info", "read_git_info", "describe_launch", "describe_torch"]
+__all__ = ["RankInfo", "read_rank_info", "read_git_info", "describe_launch", "describe_torch", "describe_threads"]
 
 
 @dataclass(frozen=True)
@@ -115,4 +115,21 @@ def describe_torch() -> dict[str, Any]:
                 "capability": f"{props.major}.{props.minor}",
                 "multi_processor_count": int(props.multi_processor_count),
             })
-    return {"versions": versions, "devices": devices, "executable": sys.executable}
+    return {"versions": versions, "devices": devices, "executable": sys.executable, "threads": describe_threads()}
+
+
+def describe_threads() -> dict[str, int]:
+    """The manifest's ``threads``: torch's intra-op and inter-op pools and the CPUs this process may use.
+
+    ``affinity_cpus`` (``len(os.sched_getaffinity(0))``, Linux) is left out where unavailable; it is
+    smaller than ``cpu_count`` under ``taskset``, cgroup cpusets and most container CPU limits.
+    """
+    import torch
+
+    threads: dict[str, int] = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    cpus = os.cpu_count()
+    if cpus:
+        threads["cpu_count"] = cpus
+    with contextlib.suppress(AttributeError, OSError):
+        threads["affinity_cpus"] = len(os.sched_getaffinity(0))
+    return threads

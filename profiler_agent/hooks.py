@@ -6,7 +6,9 @@
   when it came from ``GradScaler.scale`` (also wrapped);
 - global module forward hooks during the first iteration only: the top-level modules, their
   batch size and every module's output shape; afterwards a single forward pre-hook on the
-  model's root counts samples, so later iterations pay one Python call per forward;
+  model's root counts samples and times the wait for data (``data_time_s``), so later
+  iterations pay one Python call per forward; when the root runs in eval mode, a global forward
+  hook records loss modules' outputs until training resumes (``evaluation.py``);
 
 (argparse results are captured by ``argcapture``, which must not import torch.)
 Every hook body runs under the session's failure guard.
@@ -86,9 +88,13 @@ class _Hooks:
             self.root_handle = root.register_forward_pre_hook(self.root_pre, with_kwargs=True)
 
     def root_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if module.training and torch.is_grad_enabled():
-            with self.session.failures.guard("forward hook"):
-                self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
+        if module.training:
+            if torch.is_grad_enabled():
+                with self.session.failures.guard("forward hook"):
+                    self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
+        else:  # evaluation: its loss modules are recorded until training resumes
+            with self.session.failures.guard("evaluation hook"):
+                self.session.on_eval_forward()
 
     # -- every iteration --------------------------------------------------------------------
 

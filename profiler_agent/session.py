@@ -21,6 +21,7 @@ import torch
 
 from . import graph
 from .environment import describe_torch, read_rank_info
+from .evaluation import VAL_LOSS_KEY, EvalLosses
 from .failures import FailureLog
 from .metrics import MetricsLog
 from .options import AgentOptions
@@ -64,6 +65,10 @@ class Session:
         self._lock = threading.RLock()
         self._started = False
         self._iteration_start: float | None = None  # perf_counter at the start of this iteration
+        self._trained_this_iteration = False  # a training forward of the model happened in it
+        self._data_time: float | None = None  # iteration start (or evaluation end) -> first training forward
+        self.evaluation = EvalLosses(self.failures)
+        self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
         self._samples = 0
         self._grad_norm: torch.Tensor | None = None
@@ -86,13 +91,18 @@ class Session:
 
     def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool) -> None:
         """A training forward of ``module`` with ``batch`` samples (top-level call or the root)."""
-        if self._iteration_start is None:
-            self._iteration_start = time.perf_counter()
+        if not self._trained_this_iteration:
+            self._first_training_forward()
         if self.root is None and top_level:
             ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
             self.top_level[id(module)] = (ref, seen + (batch or 0))
         elif module is self.root and batch:
             self._samples += batch
+
+    def on_eval_forward(self) -> None:
+        """The model's root was called in eval mode: an evaluation phase begins or goes on."""
+        if not (self.disabled or self.closed):
+            self.evaluation.begin(self.step)
 
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
@@ -138,9 +148,14 @@ class Session:
             now = time.perf_counter()
             if not self._started:
                 self._on_first_step()
+            with self.failures.guard("evaluation loss"):
+                self._end_evaluation()
             record: dict[str, Any] = {"step": self.step}
             if self._iteration_start is not None:
                 record["step_time_s"] = now - self._iteration_start
+            if self._data_time is not None:
+                record["data_time_s"], self._data_time = self._data_time, None
+            self._trained_this_iteration = False
             if self._losses:
                 losses, self._losses = self._losses, []
                 record["loss"] = losses[0] if len(losses) == 1 else torch.stack(
@@ -167,6 +182,8 @@ class Session:
         if self.disabled or self.closed:
             return
         with self._lock:
+            if VAL_LOSS_KEY in values:
+                self._user_val_loss = True
             self.metrics.append({"step": self.step, **values})
 
     def start_clock(self) -> None:
@@ -179,7 +196,10 @@ class Session:
         with self._lock:
             if self.closed or self.disabled:
                 return
+            with self.failures.guard("evaluation loss"):
+                self._end_evaluation()  # an evaluation after the last step
             self.closed = True
+        self.evaluation.remove_hook()
         with self.failures.guard("close profiler"):
             self.windows.close()
         with self.failures.guard("close metrics"):
@@ -191,6 +211,30 @@ class Session:
         self.failures.close()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _first_training_forward(self) -> None:
+        """Start of the iteration's compute: what came before it since the last step was data waiting."""
+        now = time.perf_counter()
+        self._trained_this_iteration = True
+        with self.failures.guard("evaluation loss"):
+            self._end_evaluation()
+        if self._iteration_start is None:  # step 0 (zero-code): the clock starts here
+            self._iteration_start = now
+            return
+        since = self._iteration_start
+        last_eval = self.evaluation.last_activity
+        if last_eval is not None and last_eval > since:  # an evaluation ran in between: not data time
+            since = last_eval
+        self._data_time = now - since
+
+    def _end_evaluation(self) -> None:
+        """Close an evaluation phase, logging its mean loss at the step it began in."""
+        if not self.evaluation.active:
+            return
+        step = self.evaluation.step
+        values = self.evaluation.end()
+        if values and not self._user_val_loss and self._started:
+            self.metrics.append({"step": step, **values})
 
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         current = self._optimizer() if self._optimizer is not None else None
@@ -246,10 +290,13 @@ class Session:
             add_artifact(self.run_dir, Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
 
             def change(m: Any) -> Any:
+                first = self.rank == 0 or not m.devices
                 return m.replace(
                     versions={**m.versions, **info["versions"]},
-                    devices=tuple(info["devices"]) if self.rank == 0 or not m.devices else m.devices,
+                    devices=tuple(info["devices"]) if first else m.devices,
                     world_size=max(m.world_size, self.world_size),
+                    # Readers keep unknown top-level fields in Manifest.extra: "threads" lives there.
+                    extra={**m.extra, "threads": info["threads"]} if first or "threads" not in m.extra else m.extra,
                 )
 
             update_manifest(self.run_dir, change)
