@@ -13,7 +13,6 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -77,12 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def evaluate(model: nn.Module, loader: DataLoader) -> tuple[float, float]:
+def evaluate(model: nn.Module, loader: DataLoader, criterion: nn.Module) -> tuple[float, float]:
     model.eval()
     total, correct, loss_sum = 0, 0, 0.0
     for x, y in loader:  # no torch.no_grad(): every batch builds a graph nobody uses
         out = model(x)
-        loss_sum += F.cross_entropy(out, y, reduction="sum").item()
+        loss_sum += criterion(out, y).item()
         correct += (out.argmax(1) == y).sum().item()
         total += len(y)
     model.train()
@@ -103,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
     criterion = nn.CrossEntropyLoss()
+    # A loss module (not F.cross_entropy) in evaluation: `torchscope run` logs its mean as val_loss.
+    val_criterion = nn.CrossEntropyLoss(reduction="sum")
     step, start = 0, time.perf_counter()
     for epoch in range(args.epochs):
         for x, y in train_loader:
@@ -116,13 +117,13 @@ def main(argv: list[str] | None = None) -> None:
             if step % 10 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
             if args.eval_every and step % args.eval_every == 0:
-                val_loss, val_acc = evaluate(model, val_loader)
+                val_loss, val_acc = evaluate(model, val_loader, val_criterion)
                 print(f"step {step} val_loss {val_loss:.4f} val_acc {val_acc:.3f}", flush=True)
             if args.steps and step >= args.steps:
                 break
         if args.steps and step >= args.steps:
             break
-    val_loss, val_acc = evaluate(model, val_loader)
+    val_loss, val_acc = evaluate(model, val_loader, val_criterion)
     elapsed = time.perf_counter() - start
     print(f"done: {step} steps in {elapsed:.1f}s, val_loss {val_loss:.4f} val_acc {val_acc:.3f}", flush=True)
 

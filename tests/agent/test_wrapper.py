@@ -66,6 +66,23 @@ def test_metrics_have_one_line_per_step(wrapped: tuple[Path, object]) -> None:
     assert all(r["samples"] == 8 for r in steps)
 
 
+def test_zero_code_data_time_val_loss_and_threads(wrapped: tuple[Path, object]) -> None:
+    run_dir, proc = wrapped
+    records = read_jsonl(run_dir / layout.METRICS).records
+    steps = [r for r in records if "step_time_s" in r]
+    # num_workers=0 with per-sample augmentation: the wait for each batch is real and measured.
+    assert all(0 < r["data_time_s"] < r["step_time_s"] for r in steps[1:])
+    # The script evaluates after steps 3 and 6 (--eval-every 3) and at the end, with a loss module.
+    printed = [float(line.split("val_loss ")[1].split()[0]) for line in proc.stdout.splitlines()
+               if "val_loss" in line]
+    val = [r for r in records if "val_loss" in r]
+    assert [r["step"] for r in val] == [3, 6, STEPS]
+    assert [round(r["val_loss"], 4) for r in val] == pytest.approx(printed, abs=1e-4)
+    threads = read_manifest(run_dir).extra["threads"]
+    assert threads["intra_op"] == 1  # the script's --threads default, set before the first step
+    assert threads["cpu_count"] >= 1 and threads["inter_op"] >= 1
+
+
 def test_trace_is_a_named_gzipped_kineto_trace(wrapped: tuple[Path, object]) -> None:
     run_dir, _ = wrapped
     traces = layout.list_trace_files(run_dir)
