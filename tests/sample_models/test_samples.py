@@ -65,3 +65,30 @@ def test_record_skips_runs_already_there(tmp_path: Path, capsys: pytest.CaptureF
     assert record.main(["--root", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("already in") == 2
     assert record.recorded_names(tmp_path / "missing") == set()
+
+
+def test_record_profiles_the_evaluation_and_logs_grad_norm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+    monkeypatch.setattr(record, "launch", lambda request: seen.append(request) or 0)
+    assert record.record_sample(record.SAMPLES[0], tmp_path, steps=40, extra=["--lr", "0.1"]) == 0
+    request = seen[0]
+    assert request.options.grad_norm  # type: ignore[attr-defined]
+    command = list(request.command)  # type: ignore[attr-defined]
+    every = int(command[command.index("--eval-every") + 1])
+    schedule = request.options.schedule  # type: ignore[attr-defined]
+    active = range(1 + schedule.wait + schedule.warmup, 1 + schedule.cycle)
+    assert every in active and every == 9  # evaluation after step 9 runs in iteration 9 (active: 8-10)
+    assert command[-2:] == ["--lr", "0.1"]  # the caller's extra arguments come last and win
+
+
+def test_median_step_time_leaves_out_window_and_evaluations(tmp_path: Path) -> None:
+    from profiler_agent.runformat import JsonlWriter, layout
+
+    with JsonlWriter(tmp_path / layout.METRICS) as w:
+        for step in range(20):
+            slow = step == 0 or 6 <= step <= 11 or step == 15
+            w.write({"step": step, "step_time_s": 9.0 if slow else 0.1 + step / 1000})
+            if step == 15:
+                w.write({"step": step, "val_loss": 2.0})  # the evaluation ran during iteration 15
+    # Kept: steps 1-5, 12-14, 16-19 (12 values); the middle two are steps 12 and 13.
+    assert record.read_median_step_time(tmp_path) == pytest.approx(0.1125)
