@@ -48,13 +48,14 @@ class Run:
         profile: bool = True,
         grad_norm: bool = False,
         graph: bool = True,
+        memory_timeline: bool = False,
     ) -> None:
         self._session: Session | None = None
         self._heartbeat: Heartbeat | None = None
         self.owner = False
         self.disabled = False
         options = AgentOptions(profile=profile, schedule=schedule or ProfileSchedule(),
-                               grad_norm=grad_norm, graph=graph)
+                               grad_norm=grad_norm, graph=graph, memory_timeline=memory_timeline)
         try:
             self._session = self._attach_or_create(name, root, options, tags, notes)
         except Exception as e:  # noqa: BLE001 - an unrecordable run must not stop the training script

@@ -87,6 +87,7 @@ class AgentOptions:
     profile_memory: bool = True
     grad_norm: bool = False
     graph: bool = True  # torchviz backward graph of the first step
+    memory_timeline: bool = False  # export_memory_timeline per window (needs and turns on with_stack)
     system_interval_s: float = 1.0
 
     def to_json(self) -> str:
@@ -114,6 +115,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-profile", action="store_true", help="no torch.profiler traces; metrics and graph only")
     g.add_argument("--no-graph", action="store_true", help="do not draw the backward graph")
     g.add_argument("--grad-norm", action="store_true", help="log the total gradient norm every step")
+    g.add_argument("--memory-timeline", action="store_true",
+                   help="write torch.profiler's memory timeline by category per window (turns on --with-stack)")
     g.add_argument(
         "--system-interval", type=float, default=1.0, metavar="S", help="seconds between system samples (1.0)"
     )
@@ -130,6 +133,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         with_stack=args.with_stack,
         grad_norm=args.grad_norm,
         graph=not args.no_graph,
+        memory_timeline=getattr(args, "memory_timeline", False),
         system_interval_s=args.system_interval,
     )
 

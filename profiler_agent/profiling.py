@@ -4,7 +4,9 @@ A window is a fresh ``torch.profiler.profile`` created just before its warm-up i
 dropped after its last active one, so iterations outside windows pay nothing. Its step labels
 (``ProfilerStep#N``) use the agent's own step numbers, so traces and metrics.jsonl line up.
 On CUDA the allocator history is recorded during the window and a snapshot is dumped to
-memory/ at its end.
+memory/ at its end. With ``memory_timeline`` the window also records Python stacks and its
+``export_memory_timeline`` raw records (memory by category: parameters, gradients, activations,
+optimizer state, ...) are written to memory/ next to the trace.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import gzip
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,7 +102,8 @@ class ProfilerWindows:
                 on_trace_ready=self._write_trace,
                 record_shapes=self._options.record_shapes,
                 profile_memory=self._options.profile_memory,
-                with_stack=self._options.with_stack,
+                # The memory timeline's categories come from the Python stacks of the allocations.
+                with_stack=self._options.with_stack or self._options.memory_timeline,
             )
             # Number the profiler's steps like ours so ProfilerStep#N is iteration N.
             prof.step_num = first_step
@@ -138,7 +142,29 @@ class ProfilerWindows:
             rel = f"{layout.TRACES_DIR}/{name}"
             add_artifact(self._run_dir, Artifact(ArtifactKind.TRACE, rel, rank=self._rank,
                                                  bytes=path.stat().st_size))
+        if self._options.memory_timeline:
+            self._write_memory_timeline(prof)
         self._dump_cuda_snapshot()
+
+    def _write_memory_timeline(self, prof: torch.profiler.profile) -> None:
+        with self._failures.guard("memory timeline"):
+            folder = self._run_dir / layout.MEMORY_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            name = layout.memory_timeline_file_name(self._worker, time.time_ns())
+            # torch picks the raw form from the ".raw.json.gz" ending: keep it on the temporary name.
+            tmp = folder / f".{os.getpid()}.tmp.{name}"
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                device = f"cuda:{torch.cuda.current_device()}"
+            else:
+                device = "cpu"
+            try:
+                with warnings.catch_warnings():  # deprecated in favour of CUDA snapshots, which CPUs lack
+                    warnings.simplefilter("ignore", FutureWarning)
+                    prof.export_memory_timeline(str(tmp), device=device)
+                os.replace(tmp, folder / name)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def _start_cuda_history(self) -> None:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):

@@ -28,6 +28,7 @@ __all__ = [
     "MODULE_TREE",
     "TRACE_FILE_RE",
     "SNAPSHOT_FILE_RE",
+    "MEMORY_TIMELINE_RE",
     "DEFAULT_ROOT",
     "ROOT_ENV",
     "trace_file_name",
@@ -36,6 +37,8 @@ __all__ = [
     "snapshot_file_name",
     "list_trace_files",
     "list_snapshot_files",
+    "memory_timeline_file_name",
+    "list_memory_timeline_files",
     "resolve_root",
 ]
 
@@ -66,6 +69,9 @@ ROOT_ENV = "TORCHSCOPE_RUNS"
 # TensorBoard's plugin, HTA and Perfetto all recognise that suffix.
 TRACE_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.pt\.trace\.json(?:\.gz)?$")
 SNAPSHOT_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.snapshot\.pickle$")
+# torch.profiler's export_memory_timeline raw records ([time_ns, action, bytes, category] each),
+# gzipped: the ".raw.json.gz" suffix is the one that makes torch write the raw form.
+MEMORY_TIMELINE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.memory_timeline\.raw\.json\.gz$")
 
 
 def trace_file_name(worker: str, time_ns: int, *, gzip: bool = True) -> str:
@@ -96,6 +102,11 @@ def snapshot_file_name(worker: str, time_ns: int) -> str:
     return f"{worker}.{time_ns}.snapshot.pickle"
 
 
+def memory_timeline_file_name(worker: str, time_ns: int) -> str:
+    """Return the file name of a profiler memory timeline (raw records, gzipped JSON) under ``memory/``."""
+    return f"{worker}.{time_ns}.memory_timeline.raw.json.gz"
+
+
 def list_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
     """Return the run's trace files, sorted by name (worker, then time)."""
     folder = Path(run_dir) / TRACES_DIR
@@ -110,6 +121,14 @@ def list_snapshot_files(run_dir: str | os.PathLike[str]) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.is_file() and SNAPSHOT_FILE_RE.match(p.name))
+
+
+def list_memory_timeline_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Return the run's profiler memory timelines, sorted by name (worker, then time)."""
+    folder = Path(run_dir) / MEMORY_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and MEMORY_TIMELINE_RE.match(p.name))
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:

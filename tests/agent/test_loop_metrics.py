@@ -139,3 +139,51 @@ def test_manifest_records_threads(tmp_path: Path) -> None:
     assert threads["cpu_count"] == os.cpu_count()
     if hasattr(os, "sched_getaffinity"):
         assert threads["affinity_cpus"] == len(os.sched_getaffinity(0))
+
+
+def test_memory_timeline_per_window(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    import profiler_agent
+
+    model, criterion = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)), nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    schedule = profiler_agent.ProfileSchedule(wait=1, warmup=1, active=1)
+    with profiler_agent.Run(name="mem", root=tmp_path, schedule=schedule, graph=False, memory_timeline=True) as run:
+        for x, y in _batches(5):
+            opt.zero_grad()
+            criterion(model(x), y).backward()
+            opt.step()
+            run.step()
+        run_dir = run.dir
+    files = layout.list_memory_timeline_files(run_dir)
+    assert len(files) == 1 and len(layout.list_trace_files(run_dir)) == 1
+    match = layout.MEMORY_TIMELINE_RE.match(files[0].name)
+    assert match and layout.rank_from_worker(match["worker"]) == 0
+    with gzip.open(files[0], "rt") as f:
+        records = json.load(f)
+    # [time_ns, action (1-4), bytes, category index]: the window allocated something.
+    assert records and all(len(r) == 4 and 1 <= r[1] <= 4 for r in records)
+    assert not (run_dir / layout.AGENT_ERRORS).exists()
+    assert not [p for p in (run_dir / layout.MEMORY_DIR).iterdir() if p.name.startswith(".")]
+
+
+def test_memory_timeline_flag_is_off_by_default() -> None:
+    import argparse
+
+    from profiler_agent.options import add_agent_arguments, options_from_args, read_env_options, write_env_options
+
+    from profiler_agent import argcapture
+
+    parser = argparse.ArgumentParser()
+    add_agent_arguments(parser)
+    argcapture.set_config_sink(lambda values: None)  # these are not a job's hyperparameters: drop them
+    try:
+        assert not options_from_args(parser.parse_args([])).memory_timeline
+        opts = options_from_args(parser.parse_args(["--memory-timeline"]))
+    finally:
+        argcapture.set_config_sink(None)
+    env: dict[str, str] = {}
+    write_env_options(env, "/tmp/run", opts, owner_pid=1, t0=0.0)
+    assert opts.memory_timeline and read_env_options(env).memory_timeline
