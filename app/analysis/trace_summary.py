@@ -9,9 +9,12 @@
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -23,7 +26,13 @@ from app.analysis.memory import compute_memory_peaks
 from app.analysis.ops import compute_op_table
 from app.analysis.steps import compute_steps
 
-__all__ = ["TraceAnalysis", "analyze_traces", "JSON_STEP_KEYS"]
+__all__ = ["TraceAnalysis", "analyze_traces", "JSON_STEP_KEYS", "ANALYSIS_VERSION", "analysis_version"]
+
+# Bump when what analyze_traces computes changes. The cached tables (app/data/trace_analysis_cache)
+# are also keyed by a digest of the analysis modules' source, so an edit invalidates them anyway.
+ANALYSIS_VERSION = 1
+_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
+_SOURCES = ("steps", "breakdown", "ops", "kernels", "memory", "distributed", "trace_summary")
 
 JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_us", "memcpy_us", "memset_us",
                   "communication_us", "runtime_us", "dataloader_us", "cpu_exec_us", "other_us", "forward_us",
@@ -55,6 +64,7 @@ class TraceAnalysis:
     memory_peaks: pd.DataFrame
     rank_skew: pd.DataFrame  # per step number: slowest/fastest rank (empty for one rank)
     overlap: pd.DataFrame  # per (rank, step): computation/communication overlap (empty without kernels)
+    from_cache: bool = field(default=False, compare=False)  # the tables were read from the analysis cache
 
     @property
     def memory(self) -> dict[str, dict[str, int]]:
@@ -82,19 +92,55 @@ class TraceAnalysis:
         }
 
 
-def analyze_traces(traces: Sequence[Any]) -> TraceAnalysis:
-    """Compute steps, breakdown, ops, kernels and memory peaks of TraceTables (one per rank)."""
-    traces = list(traces)
+@lru_cache(maxsize=1)
+def _source_digest() -> str:
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha1()
+    for name in _SOURCES:
+        h.update((here / f"{name}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def analysis_version() -> str:
+    """What the cached analysis tables are keyed by: ANALYSIS_VERSION, the analysis code, pandas."""
+    return f"{ANALYSIS_VERSION}\0{_source_digest()}\0{pd.__version__}"
+
+
+def _compute(traces: list[Any]) -> dict[str, pd.DataFrame]:
     steps = compute_steps(traces)
     step_total = float(steps["duration_us"].sum()) if len(steps) else None
+    return {
+        "steps": steps,
+        "breakdown": compute_breakdown(traces, steps),
+        "ops": compute_op_table(traces, steps_us=step_total),
+        "kernels": compute_kernel_table(traces),
+        "memory_peaks": compute_memory_peaks(traces),
+        "rank_skew": compute_rank_skew(steps),
+        "overlap": compute_overlap(traces, steps),
+    }
+
+
+def analyze_traces(traces: Sequence[Any], *, use_cache: bool = True) -> TraceAnalysis:
+    """Compute steps, breakdown, ops, kernels and memory peaks of TraceTables (one per rank).
+
+    When every trace comes from (or was written to) the trace cache, the tables are cached next to
+    it (app/data/trace_analysis_cache) and a later call reads them instead of any event.
+    """
+    from app.data import trace_analysis_cache as tac
+
+    traces = list(traces)
+    entries = [getattr(t, "cache_entry", None) for t in traces]
+    folder = None
+    if use_cache and traces and all(e is not None for e in entries):
+        folder = tac.analysis_dir(entries, [int(t.rank) for t in traces], analysis_version())
+    tables = tac.read_analysis(folder, _TABLES) if folder is not None else None
+    hit = tables is not None
+    if tables is None:
+        tables = _compute(traces)
+        if folder is not None:
+            tac.write_analysis(folder, tables)
     return TraceAnalysis(
         traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events), "warnings": list(t.warnings)}
                 for t in traces],
-        steps=steps,
-        breakdown=compute_breakdown(traces, steps),
-        ops=compute_op_table(traces, steps_us=step_total),
-        kernels=compute_kernel_table(traces),
-        memory_peaks=compute_memory_peaks(traces),
-        rank_skew=compute_rank_skew(steps),
-        overlap=compute_overlap(traces, steps),
+        **tables, from_cache=hit,
     )

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +36,67 @@ _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-@dataclass(frozen=True)
-class TraceTables:
-    """One trace file as tables; see docs/architecture.md "Trace tables" for every column."""
+_TABLES = ("events", "memory", "flows", "counters", "threads")
 
-    path: Path
-    rank: int
-    meta: dict[str, Any]
-    warnings: list[str]
-    events: pd.DataFrame
-    memory: pd.DataFrame
-    flows: pd.DataFrame
-    counters: pd.DataFrame
-    threads: pd.DataFrame
-    n_events: int = 0  # events in the file, of every phase (the events table keeps only "X")
-    from_cache: bool = field(default=False, compare=False)
+
+class TraceTables:
+    """One trace file as tables; see docs/architecture.md "Trace tables" for every column.
+
+    ``events``, ``memory``, ``flows``, ``counters`` and ``threads`` are DataFrames. A trace opened
+    from the cache reads each of them from its Parquet file the first time it is used, so opening a
+    trace whose analysis is cached too (``analyze_traces``) reads no event at all. ``cache_entry``
+    is the cache folder the tables came from or were written to (None without a cache).
+    """
+
+    def __init__(self, path: Path, rank: int, meta: dict[str, Any], warnings: list[str],
+                 events: pd.DataFrame | None = None, memory: pd.DataFrame | None = None,
+                 flows: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
+                 threads: pd.DataFrame | None = None, n_events: int = 0, from_cache: bool = False, *,
+                 cache_entry: Path | None = None,
+                 loader: Callable[[str], pd.DataFrame] | None = None) -> None:
+        self.path = path
+        self.rank = rank
+        self.meta = meta
+        self.warnings = warnings
+        self.n_events = n_events  # events in the file, of every phase (the events table keeps only "X")
+        self.from_cache = from_cache
+        self.cache_entry = cache_entry
+        self._tables: dict[str, pd.DataFrame | None] = {
+            "events": events, "memory": memory, "flows": flows, "counters": counters, "threads": threads}
+        self._loader = loader
+        self._lock = threading.Lock()
+
+    def _table(self, name: str) -> pd.DataFrame:
+        df = self._tables[name]
+        if df is None and self._loader is not None:
+            with self._lock:  # two threads of the app asking at once read the file once
+                df = self._tables[name]
+                if df is None:
+                    df = self._tables[name] = self._loader(name)
+        return df  # type: ignore[return-value]
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self._table("events")
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        return self._table("memory")
+
+    @property
+    def flows(self) -> pd.DataFrame:
+        return self._table("flows")
+
+    @property
+    def counters(self) -> pd.DataFrame:
+        return self._table("counters")
+
+    @property
+    def threads(self) -> pd.DataFrame:
+        return self._table("threads")
+
+    def __repr__(self) -> str:
+        return f"TraceTables(path={str(self.path)!r}, rank={self.rank}, n_events={self.n_events})"
 
 
 def rank_from_name(name: str) -> int | None:
@@ -131,27 +177,50 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")
     entry = trace_cache.cache_entry_dir(p, Path(cache_dir) if cache_dir is not None else None)
-    cached = trace_cache.read_cached(entry) if use_cache else None
-    from_cache = cached is not None
-    if cached is None:
-        try:
-            cached = _ingest(p, progress)
-        except OSError as e:
-            raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
-        except MemoryError:
-            raise TraceError(f"{p}: not enough memory to read this trace") from None
-        if use_cache:
-            trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings, cached.n_events)
-    elif progress is not None:
-        size = p.stat().st_size
-        progress(size, size)
+    cached = trace_cache.read_cached_meta(entry) if use_cache else None
+    if cached is not None:  # tables are read from the entry when first used
+        if progress is not None:
+            size = p.stat().st_size
+            progress(size, size)
+        return TraceTables(path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
+                           n_events=cached.n_events, from_cache=True, cache_entry=entry,
+                           loader=_cached_loader(p, entry))
+    try:
+        cached = _ingest(p, progress)
+    except OSError as e:
+        raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
+    except MemoryError:
+        raise TraceError(f"{p}: not enough memory to read this trace") from None
+    written = use_cache and trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings,
+                                                     cached.n_events)
     t = cached.tables  # _to_pandas pops each table, so its Arrow buffers go as it is converted
     return TraceTables(
         path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
         events=_to_pandas(t, "events"), memory=_to_pandas(t, "memory"), flows=_to_pandas(t, "flows"),
         counters=_to_pandas(t, "counters"), threads=_to_pandas(t, "threads"), n_events=cached.n_events,
-        from_cache=from_cache,
+        from_cache=False, cache_entry=entry if written else None,
     )
+
+
+def _cached_loader(p: Path, entry: Path) -> Callable[[str], pd.DataFrame]:
+    """Read one table of a cache entry; if the entry has gone since it was opened (the file
+    changed, or the cache was cleaned), parse the file again and serve every table from that."""
+    fresh: dict[str, pa.Table] = {}
+
+    def load(name: str) -> pd.DataFrame:
+        if name not in fresh:
+            table = trace_cache.read_cached_table(entry, name)
+            if table is not None:
+                return _to_pandas({name: table}, name)
+            if fresh:  # already converted once from this parse
+                raise TraceError(f"{p}: table {name!r} is no longer available")
+            try:
+                fresh.update(_ingest(p, None).tables)
+            except OSError as e:
+                raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
+        return _to_pandas(fresh, name)
+
+    return load
 
 
 def _is_trace_name(name: str) -> bool:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from profiler_agent.runformat import layout
 
 __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "CachedTrace", "cache_entry_dir", "read_cached",
-           "write_cached", "default_cache_dir"]
+           "read_cached_meta", "read_cached_table", "write_cached", "default_cache_dir"]
 
 # Bump when the parser, the kept fields or the table schemas change.
 CACHE_VERSION = 5
@@ -95,6 +95,29 @@ def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> Cac
     except (OSError, ValueError, pa.ArrowException):
         return None  # a damaged entry is rebuilt, never trusted
     return CachedTrace(tables, doc.get("meta", {}), doc.get("warnings", []), int(doc.get("n_events", 0)))
+
+
+def read_cached_meta(entry: Path) -> CachedTrace | None:
+    """Return an entry's metadata with no table read yet (``tables`` is empty), or None when the
+    entry is missing, incomplete or of another version. Tables are then read one at a time by
+    ``read_cached_table``, only when used."""
+    try:
+        doc = json.loads((entry / _META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("cache_version") != CACHE_VERSION:
+        return None
+    if not all((entry / f"{name}.parquet").is_file() for name in TABLES):
+        return None
+    return CachedTrace({}, doc.get("meta", {}), doc.get("warnings", []), int(doc.get("n_events", 0)))
+
+
+def read_cached_table(entry: Path, name: str, columns: list[str] | None = None) -> pa.Table | None:
+    """Return one table of an entry, or None when it cannot be read (removed, damaged)."""
+    try:
+        return pq.read_table(entry / f"{name}.parquet", columns=columns)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
 
 
 def write_cached(entry: Path, tables: dict[str, pa.Table], meta: dict[str, Any], warnings: list[str],
