@@ -15,23 +15,37 @@ def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _unique_labels(labels: list[str]) -> list[str]:
+    """Labels made unique with a " [2]", " [3]" suffix: a pie sums slices that share a label,
+    and kernel names truncated to the same prefix (template instances) would merge."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} [{seen[label]}]")
+    return out
+
+
 def make_kernel_share_figure(kernels: pd.DataFrame, *, n: int = 15) -> go.Figure:
     """Donut of the kernels' time (``total_us``): the ``n`` largest and the rest as "other"."""
     k = kernels.sort_values("total_us", ascending=False)
     top, rest = k.head(n), k.iloc[n:]
-    labels = [_short(str(x)) for x in top["name"]]
+    full = [str(x) for x in top["name"]]
+    labels = _unique_labels([_short(x) for x in full])
     values = list(pd.to_numeric(top["total_us"], errors="coerce") / 1e3)
     if len(rest):
         labels.append(f"other ({len(rest)} kernels)")
+        full.append(labels[-1])
         values.append(float(pd.to_numeric(rest["total_us"], errors="coerce").sum()) / 1e3)
     fig = go.Figure(
         go.Pie(
             labels=labels,
             values=values,
+            customdata=full,
             hole=0.45,
             sort=False,
             textinfo="percent",
-            hovertemplate="%{label}<br>%{value:.3f} ms (%{percent})<extra></extra>",
+            hovertemplate="%{customdata}<br>%{value:.3f} ms (%{percent})<extra></extra>",
         )
     )
     fig.update_layout(

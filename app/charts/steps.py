@@ -31,16 +31,24 @@ LOOP_PHASES: tuple[tuple[str, str], ...] = (
 )
 # Older step tables: the device view's data-loading column, and the rest computed here.
 _FALLBACK = {"loop_dataloader_us": "dataloader_us"}
+# Ranks whose median line gets a text label in the step-time chart (more would overlap).
+_LABELLED_MEDIANS = 4
 _REST = "loop_other_us"
 
 
-def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") -> go.Figure:
-    """Time of every step (ms) per rank, with each rank's median (first step left out) dashed.
+def make_step_time_figure(
+    metrics: pd.DataFrame, *, value: str = "step_time_s", skip_first: bool = True
+) -> go.Figure:
+    """Time of every step (ms) per rank, with each rank's median dashed and labelled.
 
-    ``metrics`` needs columns ``step``, ``rank`` and ``value`` (seconds).
+    ``metrics`` needs columns ``step``, ``rank`` and ``value`` (seconds). With ``skip_first``
+    (steps from the metrics) the first step, which carries one-off costs, is left out of the
+    median, as in the headline numbers; profiled steps from traces pass False (every profiled
+    step counts: profiler windows start after warm-up).
     """
     fig = go.Figure()
-    for rank, part in metrics.groupby("rank", sort=True):
+    groups = list(metrics.groupby("rank", sort=True))
+    for rank, part in groups:
         y = pd.to_numeric(part[value], errors="coerce") * 1e3
         fig.add_trace(
             go.Scatter(
@@ -52,23 +60,31 @@ def make_step_time_figure(metrics: pd.DataFrame, *, value: str = "step_time_s") 
                 hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>",
             )
         )
-        # Same rule as the headline numbers: the first step (one-off costs) is left out of the median.
-        steady = y[part["step"] != part["step"].min()] if part["step"].nunique() > 1 else y
+        first_out = skip_first and part["step"].nunique() > 1
+        steady = y[part["step"] != part["step"].min()] if first_out else y
         med = steady.median()
-        if pd.notna(med):
-            fig.add_hline(
-                y=float(med),
-                line_dash="dash",
-                line_width=1,
-                opacity=0.6,
-                annotation_text=f"median {med:.2f} ms" if metrics["rank"].nunique() == 1 else None,
-            )
+        if pd.isna(med):
+            continue
+        # An hline given an empty annotation draws plotly's placeholder "new text": label each
+        # rank's median while they stay readable, otherwise draw the lines without labels.
+        label: dict[str, str] = {}
+        if len(groups) == 1:
+            label = {"annotation_text": f"median {med:.2f} ms"}
+        elif len(groups) <= _LABELLED_MEDIANS:
+            label = {"annotation_text": f"rank {rank} median {med:.2f} ms"}
+        fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6, **label)
+    xaxis: dict[str, object] = {}
+    steps = pd.to_numeric(metrics["step"], errors="coerce") if "step" in metrics else pd.Series(dtype=float)
+    if steps.notna().any() and steps.max() - steps.min() <= 10:
+        # Steps are integers; plotly's automatic ticks would put them at 0.5 intervals.
+        xaxis = {"tick0": 0, "dtick": 1, "tickformat": "d"}
     fig.update_layout(
         xaxis_title="step",
         yaxis_title="step time (ms)",
         height=320,
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
         legend=_LEGEND_TOP,
+        xaxis=xaxis,
     )
     return fig
 

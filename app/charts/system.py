@@ -31,6 +31,9 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
         xaxis_title="time since start (s)",
         yaxis_title="MiB" if unit == "bytes" else "%",
         height=300,
+        # Plotly hides the legend of a one-line chart; the column name is the only label saying
+        # what the line is (e.g. system_memory_used_bytes vs available).
+        showlegend=True,
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
     )
     return fig

@@ -1,0 +1,14 @@
+"""System sample charts."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from app.charts.system import make_system_figure
+
+
+def test_a_single_line_still_says_what_it_is() -> None:
+    system = pd.DataFrame({"time": [1.0, 2.0], "rank": [0, 0], "system_memory_used_bytes": [2**30, 2**31]})
+    fig = make_system_figure(system, ["system_memory_used_bytes"], unit="bytes", title="Whole machine memory")
+    assert fig.layout.showlegend is True
+    assert fig.data[0].name == "system_memory_used_bytes"
