@@ -37,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         for p in created:
             print(f"imported {p}")
-        print(f"{len(created)} run(s) in {root}; browse them with: torchscope ui --root {root}")
+        print(f"{len(created)} run(s) imported into {root}; browse them with: torchscope ui --root {root}")
     return 0

@@ -109,7 +109,9 @@ def row_from_records(
         "duration_s": m.duration_s,
         **_step_stats(metrics, m.world_size),
         "peak_memory_bytes": peak,
-        "device": ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices) or "cpu",
+        # No devices recorded (an imported trace without deviceProperties) is unknown, not "cpu":
+        # such traces often hold GPU kernels.
+        "device": ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices),
         "tags": ", ".join(m.tags),
         "git_commit": str(m.git.get("commit") or "")[:10],
         "path": str(path),

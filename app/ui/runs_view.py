@@ -32,7 +32,10 @@ _COLUMN_CONFIG = {
     "steps": st.column_config.NumberColumn("Steps", format="%d"),
     "final_loss": st.column_config.NumberColumn("Final loss", format="%.4g"),
     "mean_step_time_ms": st.column_config.NumberColumn(
-        "Step time (ms)", format="%.2f", help="median step time of rank 0, from metrics"
+        "Step time (ms)",
+        format="%.2f",
+        help="mean step time of rank 0 from metrics.jsonl, first step left out "
+        "(the Run page's Overview shows the median)",
     ),
     "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
     "peak_memory_mib": st.column_config.NumberColumn("Peak memory (MiB)", format="%.1f"),

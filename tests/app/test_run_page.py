@@ -227,3 +227,33 @@ def test_system_columns_grouped_by_unit():
     assert groups["GPU memory"] == ["gpu_allocated_bytes"]  # the device's total is not a curve
     assert groups["Whole machine"] == ["system_cpu_percent"]
     assert "note" not in sum(groups.values(), [])
+
+
+def test_overview_spread_needs_two_steps(monkeypatch, make_run):
+    make_run("short", steps=2)  # step 0 is left out: one step left, no spread to speak of
+    at = open_app(monkeypatch, make_run("other").parent, run="short")
+    assert_clean(at)
+    headline = {m.label: m.value for m in _tab(at, "Overview").metric}
+    assert headline["Median step time"] != "–"
+    assert headline["Spread (p90 / p10)"] == "–"
+
+
+def test_world_size_caption_says_which_ranks_the_run_holds():
+    from app.ui.tabs.overview import world_size_caption
+
+    assert world_size_caption(1, (0,), None) == ""
+    assert "pool every rank" in world_size_caption(2, (0, 1), None)
+    partial = world_size_caption(128, (0, 1), None)
+    assert "2 of them" in partial and "ranks 0, 1" in partial and "every rank" not in partial
+    assert "rank 3" in world_size_caption(8, (3,), None)
+    assert "rank 1's" in world_size_caption(128, (0, 1), 1)
+
+
+@needs_trace_engine
+def test_imported_trace_without_devices_is_not_called_cpu(monkeypatch, imported_store):
+    root, _ = imported_store
+    at = open_app(monkeypatch, root, run="two-ranks", timeout=240)  # no deviceProperties, GPU kernels
+    assert_clean(at)
+    overview = _tab(at, "Overview")
+    assert {m.label: m.value for m in overview.metric}["Device"] == "–"
+    assert "2 of them" in texts(overview.caption)  # world size 128, two ranks' traces

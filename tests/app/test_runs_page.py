@@ -191,3 +191,12 @@ def test_auto_refresh_picks_up_new_runs(monkeypatch, make_run):
     at.button(key="runs_open").click().run()
     assert_clean(at)
     assert at.title[0].value == "first"
+
+
+def test_step_time_column_says_it_is_the_mean():
+    # The catalog's number is the mean (ls --json: mean_step_time_s); the Overview shows the
+    # median. The help must not call it the median, or the two pages seem to disagree.
+    from app.ui.runs_view import _COLUMN_CONFIG
+
+    help_text = _COLUMN_CONFIG["mean_step_time_ms"]["help"]
+    assert "mean" in help_text and "median step time of rank 0" not in help_text

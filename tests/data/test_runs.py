@@ -134,6 +134,9 @@ def test_import_folder_of_ranks_is_one_run(shared_data, tmp_path):
     (run_dir,) = tbprofiler.import_traces(shared_data / "traces" / "two_ranks", tmp_path)
     assert len(layout.list_trace_files(run_dir)) == 2
     assert runs_data.run_ranks(runs_data.load_run(run_dir)) == [0, 1]
+    # the traces carry no deviceProperties (but GPU kernels): the device is unknown, not "cpu"
+    (row,) = runs_data.store_records(runs_data.load_store(tmp_path))
+    assert row["device"] == ""
 
 
 def test_import_plain_json_trace_keeps_rank_from_distributed_info(tmp_path):

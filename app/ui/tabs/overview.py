@@ -20,7 +20,7 @@ from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows
 
-__all__ = ["TITLE", "render"]
+__all__ = ["TITLE", "render", "world_size_caption"]
 
 TITLE = "Overview"
 
@@ -46,7 +46,9 @@ def _render_headline(ctx: RunContext) -> None:
         if not peaks.empty and peaks["peak_allocated_bytes"].notna().any():
             peak = float(peaks["peak_allocated_bytes"].max())
             peak_kind = "allocated memory at its peak in the traces' memory events (profile_memory)"
-    cols = st.columns(6)
+    # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
+    # common laptop widths.
+    cols = [*st.columns(3), *st.columns(3)]
     if stats:
         cols[0].metric(
             "Median step time",
@@ -55,10 +57,10 @@ def _render_headline(ctx: RunContext) -> None:
             f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
             + source.format(n=stats.steps),
         )
-        ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 else float("nan")
+        ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 and stats.steps > 1 else float("nan")
         cols[1].metric(
             "Spread (p90 / p10)",
-            f"{ratio:.2f}×",
+            f"{ratio:.2f}×" if ratio == ratio else "–",
             help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
             f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.",
         )
@@ -75,27 +77,47 @@ def _render_headline(ctx: RunContext) -> None:
     loss = compute_rank_rows(run.metrics, ctx.rank)
     final = loss["loss"].dropna().iloc[-1] if "loss" in loss.columns and loss["loss"].notna().any() else None
     cols[4].metric("Final loss", f"{final:.4g}" if final is not None else "–")
-    devices = ", ".join(str(d.get("name") or d.get("type") or "?") for d in run.manifest.devices) or "cpu"
-    cols[5].metric("Device", devices if len(devices) < 24 else devices[:22] + "…", help=devices)
-    if ctx.run.manifest.world_size > 1:
-        st.caption(
-            f"World size {ctx.run.manifest.world_size}; "
-            + (
-                "numbers above pool every rank"
-                if ctx.rank is None
-                else f"numbers above are rank {ctx.rank}'s"
-            )
-        )
+    devices = ", ".join(str(d.get("name") or d.get("type") or "?") for d in run.manifest.devices)
+    cols[5].metric(
+        "Device",
+        (devices if len(devices) < 40 else devices[:38] + "…") or "–",
+        help=devices or "The run records no devices (an imported trace without deviceProperties).",
+    )
+    caption = world_size_caption(ctx.run.manifest.world_size, ctx.ranks, ctx.rank)
+    if caption:
+        st.caption(caption)
+
+
+def world_size_caption(world_size: int, ranks: tuple[int, ...], rank: int | None) -> str:
+    """What the headline numbers cover in a distributed run ("" for a single process).
+
+    An imported trace often holds a few ranks of a large job (world size from
+    ``distributedInfo``), so "every rank" would overstate what was pooled.
+    """
+    if world_size <= 1 and len(ranks) <= 1:
+        return ""
+    if rank is not None:
+        return f"World size {world_size}; numbers above are rank {rank}'s."
+    if len(ranks) >= world_size:
+        return f"World size {world_size}; numbers above pool every rank."
+    shown = ", ".join(str(r) for r in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+    which = f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+    return (
+        f"World size {world_size}; this run holds data for {len(ranks)} of them ({which}): "
+        "numbers above cover only those."
+    )
 
 
 def _render_step_times(ctx: RunContext) -> None:
     metrics = compute_rank_rows(ctx.run.metrics, ctx.rank)
     st.subheader("Time per step")
+    from_traces = False
     if "step_time_s" not in metrics.columns or metrics["step_time_s"].notna().sum() == 0:
         steps = _trace_steps(ctx)
         if steps is not None and not steps.empty:
             st.caption("From the profiled steps of the traces (this run logged no step times).")
             metrics = compute_rank_rows(compute_trace_step_times(steps), ctx.rank)
+            from_traces = True
         else:
             st.info(
                 "No step times in this run's metrics. `torchscope run` measures them from optimizer "
@@ -103,7 +125,7 @@ def _render_step_times(ctx: RunContext) -> None:
             )
             return
     st.plotly_chart(
-        make_step_time_figure(metrics.dropna(subset=["step_time_s"])),
+        make_step_time_figure(metrics.dropna(subset=["step_time_s"]), skip_first=not from_traces),
         width="stretch",
         key=ctx.key("overview_step_time"),
     )
