@@ -148,8 +148,9 @@ class Session:
             now = time.perf_counter()
             if not self._started:
                 self._on_first_step()
-            with self.failures.guard("evaluation loss"):
-                self._end_evaluation()
+            if self.evaluation.active:
+                with self.failures.guard("evaluation loss"):
+                    self._end_evaluation()
             record: dict[str, Any] = {"step": self.step}
             if self._iteration_start is not None:
                 record["step_time_s"] = now - self._iteration_start
@@ -216,8 +217,9 @@ class Session:
         """Start of the iteration's compute: what came before it since the last step was data waiting."""
         now = time.perf_counter()
         self._trained_this_iteration = True
-        with self.failures.guard("evaluation loss"):
-            self._end_evaluation()
+        if self.evaluation.active:
+            with self.failures.guard("evaluation loss"):
+                self._end_evaluation()
         if self._iteration_start is None:  # step 0 (zero-code): the clock starts here
             self._iteration_start = now
             return

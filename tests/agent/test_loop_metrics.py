@@ -187,3 +187,32 @@ def test_memory_timeline_flag_is_off_by_default() -> None:
     env: dict[str, str] = {}
     write_env_options(env, "/tmp/run", opts, owner_pid=1, t0=0.0)
     assert opts.memory_timeline and read_env_options(env).memory_timeline
+
+
+def test_a_failing_evaluation_hook_is_recorded_and_training_goes_on(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler_agent.evaluation import EvalLosses
+
+    def broken(self: EvalLosses) -> dict[str, torch.Tensor]:
+        self.remove_hook()
+        self.step = None
+        raise RuntimeError("evaluation bookkeeping broke")
+
+    monkeypatch.setattr(EvalLosses, "end", broken)
+    model, criterion = nn.Linear(6, 3), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def loop() -> None:
+        for x, y in _batches(4):
+            opt.zero_grad()
+            criterion(model(x), y).backward()
+            opt.step()
+            model.eval()
+            criterion(model(x), y)
+            model.train()
+
+    rows, run_dir = _record(tmp_path, loop)
+    assert [r["step"] for r in rows if "step_time_s" in r] == [0, 1, 2, 3]
+    assert not [r for r in rows if "val_loss" in r]
+    errors = read_jsonl(run_dir / layout.AGENT_ERRORS).records
+    assert errors and {e["where"] for e in errors} == {"evaluation loss"}
