@@ -55,3 +55,34 @@ def test_gpu_figures_in_system_samples(tmp_path: Path) -> None:
     torch.ones(1, device="cuda")
     sample = read_system_sample()
     assert sample["gpu_allocated_bytes"] > 0 and sample["gpu_reserved_bytes"] >= sample["gpu_allocated_bytes"]
+
+
+def test_cuda_val_loss_and_memory_timeline(tmp_path: Path) -> None:
+    device = torch.device("cuda")
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8)).to(device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    schedule = profiler_agent.ProfileSchedule(wait=1, warmup=1, active=1)
+    val_x, val_y = torch.randn(16, 64, device=device), torch.randint(0, 8, (16,), device=device)
+    expected = []
+    with profiler_agent.Run(name="cuda-val", root=tmp_path, schedule=schedule, graph=False,
+                            memory_timeline=True) as run:
+        for _ in range(6):
+            loss = criterion(model(torch.randn(32, 64, device=device)), torch.randint(0, 8, (32,), device=device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            run.step()
+            model.eval()
+            with torch.no_grad():
+                expected.append(criterion(model(val_x), val_y))  # kept on the device, like the agent's
+            model.train()
+        run_dir = run.dir
+    rows = read_jsonl(run_dir / layout.METRICS).records
+    val = [r["val_loss"] for r in rows if "val_loss" in r]
+    assert val == pytest.approx([float(v) for v in expected], rel=1e-5)
+    timelines = layout.list_memory_timeline_files(run_dir)
+    assert len(timelines) == 1
+    with gzip.open(timelines[0], "rt") as f:
+        assert json.load(f)
+    assert not (run_dir / layout.AGENT_ERRORS).exists()
