@@ -41,7 +41,7 @@ def render_run_picker(root: Path) -> Path | None:
         st.session_state["run_url_seen"] = wanted
         if wanted not in ids:
             try:  # a name, a unique prefix, or a run folder (possibly outside the store)
-                found = rf.find_run(wanted, root)
+                found = _find_run(wanted, root)
                 manifest = rf.read_manifest(found)  # raises why an unlisted folder is not a run
                 if found.name not in ids:
                     st.session_state["run_extra"] = (found.name, str(found), f"{manifest.name} · {found}")
@@ -63,6 +63,22 @@ def render_run_picker(root: Path) -> Path | None:
         st.query_params["run"] = chosen
         st.session_state["run_url_seen"] = chosen
     return Path(paths[chosen])
+
+
+def _find_run(ref: str, root: Path) -> Path:
+    """rf.find_run, but a folder that exists (a path, or an id in the store) is returned as is.
+
+    find_run only matches runs it can list, so a run with a newer schema_version or a broken
+    run.json, or a folder that is not a run, came back as "no run with that id or name";
+    read_manifest on the folder says what is actually wrong with it.
+    """
+    try:
+        return rf.find_run(ref, root)
+    except rf.RunNotFoundError:
+        for candidate in (Path(ref), root / ref):
+            if candidate.is_dir():
+                return candidate
+        raise
 
 
 def render_run_header(run: runs_data.RunData) -> None:

@@ -257,3 +257,21 @@ def test_imported_trace_without_devices_is_not_called_cpu(monkeypatch, imported_
     overview = _tab(at, "Overview")
     assert {m.label: m.value for m in overview.metric}["Device"] == "–"
     assert "2 of them" in texts(overview.caption)  # world size 128, two ranks' traces
+
+
+def test_unreadable_run_by_id_or_folder_in_url_says_what_is_wrong(monkeypatch, make_run):
+    import json
+
+    run_dir = make_run("future")
+    make_run("present")
+    data = json.loads((run_dir / layout.MANIFEST).read_text())
+    data["schema_version"] = 42
+    (run_dir / layout.MANIFEST).write_text(json.dumps(data))
+    at = open_app(monkeypatch, run_dir.parent, run=run_dir.name)  # the id, as a link would give it
+    assert not at.exception
+    assert "schema_version 42" in texts(at.warning)
+    junk = run_dir.parent / "junk"
+    junk.mkdir()
+    at = open_app(monkeypatch, run_dir.parent, run=str(junk))
+    assert not at.exception
+    assert "no run.json" in texts(at.warning) and "no run with that id" not in texts(at.warning)
