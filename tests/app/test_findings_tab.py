@@ -57,3 +57,13 @@ def test_nan_loss_and_unreadable_trace(monkeypatch, tmp_path):
     tab = _tab(at, "Findings")
     assert any("Loss became NaN at step 6" in e.label for e in tab.expander)
     assert "traces not used" in texts(tab.warning)
+
+
+def test_evidence_numbers_carry_their_units():
+    from app.ui.tabs.findings import _fmt
+
+    assert _fmt(70.666, "copy_mb_per_step") == "70.67 MB"
+    assert _fmt(0.3412, "optimizer_ratio") == "0.34×"
+    assert _fmt(0.109, "copy_share") == "10.9%"
+    assert _fmt(8.46, "copy_ms_per_step") == "8.46 ms"
+    assert _fmt(25.0, "htod_per_step") == "25"

@@ -309,3 +309,19 @@ def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN00
     at.run()
     assert not at.exception
     assert "bad.json" in texts(at.error) and "4 integers" in texts(at.error)
+
+
+def test_operators_of_cpu_trace_offer_no_device_time(cpu_profiled_run, imported_store) -> None:  # noqa: ANN001
+    at = open_tab(cpu_profiled_run, "operators")
+    assert_ok(at)
+    assert at.radio(key="t_ops_value").options == ["Self time", "Total time"]
+    assert "device_self_ms" not in at.dataframe[0].value.columns
+    at = open_tab(imported_store[1]["gpu-control"], "operators")
+    assert_ok(at)
+    assert "Device self time" in at.radio(key="t_ops_value").options
+
+
+def test_timeline_counts_lanes_in_words(cpu_profiled_run) -> None:  # noqa: ANN001
+    at = open_tab(cpu_profiled_run, "timeline")
+    caption = texts(at.caption)
+    assert "events in" in caption and " 1 lanes" not in caption

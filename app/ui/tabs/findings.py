@@ -45,7 +45,8 @@ def cached_advice(run_dir: str | Path) -> Advice:
 
 
 def _fmt(v: float, key: str = "") -> str:
-    """An evidence number as read: shares in %, *_ms in ms, *_gib in GiB, counts with separators."""
+    """An evidence number as read: shares in %, *_ms in ms, *_gib in GiB, *_mb in MB, *_ratio as ×,
+    counts with separators."""
     f = float(v)
     if f != f:
         return "–"
@@ -55,6 +56,10 @@ def _fmt(v: float, key: str = "") -> str:
         return f"{f:,.2f} ms"
     if key.endswith("_gib"):
         return f"{f:,.2f} GiB"
+    if key.endswith("_mb") or "_mb_" in key:
+        return f"{f:,.2f} MB"
+    if key.endswith("_ratio"):
+        return f"{f:.2f}×"
     if f.is_integer() and abs(f) < 1e12:
         return f"{int(f):,}"
     return f"{f:.4g}"

@@ -74,13 +74,19 @@ def render(ctx: RunContext) -> None:
     if ops.empty:
         st.info("No CPU operators in this run's traces (was `torch.profiler` recording CPU activity?).")
         return
+    if "device_self_us" in ops.columns and not (pd.to_numeric(ops["device_self_us"], errors="coerce") > 0).any():
+        # A CPU-only trace: a column and a ranking of zeros only add noise.
+        ops = ops.drop(columns=["device_self_us"])
     c1, c2, c3 = st.columns([3, 2, 2])
     text = c1.text_input(
         "Search operators", key=ctx.key("ops_search"), placeholder="e.g. conv, matmul, copy_"
     )
+    options = [k for k in _VALUES if k in ops.columns]
+    if st.session_state.get(ctx.key("ops_value")) not in options:  # e.g. a GPU run's choice
+        st.session_state.pop(ctx.key("ops_value"), None)
     value = c2.radio(
         "Rank by",
-        [k for k in _VALUES if k in ops.columns],
+        options,
         format_func=_VALUES.get,
         horizontal=True,
         key=ctx.key("ops_value"),

@@ -104,7 +104,8 @@ def _render_counts(timeline: Timeline) -> None:
             "Raise the limit, or open the raw trace in Perfetto to see all of them."
         )
     else:
-        st.caption(f"{timeline.total_events:,} events in {len(timeline.lanes)} lanes. "
+        lanes = len(timeline.lanes)
+        st.caption(f"{timeline.total_events:,} events in {lanes} lane{'' if lanes == 1 else 's'}. "
                    "Drag to zoom, double-click to reset, hover the middle of an event for details.")
 
 
