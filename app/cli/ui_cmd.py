@@ -54,6 +54,8 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "false",
         "--server.fileWatcherType",
         "none",  # users browse runs; they do not edit the app
+        "--client.toolbarMode",
+        "minimal",  # no "Deploy" button or developer menu: this is a local viewer, not an app to ship
     ]
     env = {**os.environ, layout.ROOT_ENV: str(root)}
     return cmd, env
