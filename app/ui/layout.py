@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import streamlit as st
@@ -18,6 +19,7 @@ __all__ = [
     "RUNS_PAGE",
     "COMPARE_PAGE",
     "compare_page_exists",
+    "md_escape",
 ]
 
 _PAGES = Path(__file__).resolve().parents[1] / "app_pages"
@@ -59,3 +61,12 @@ def render_sidebar() -> None:
             help=f"Folder of runs (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT}). "
             "A torch-tb-profiler log folder works too.",
         )
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md_escape(text: str) -> str:
+    """``text`` with Markdown markup escaped, for user text (run names, tags) inside st.markdown /
+    st.title: "[x](https://…)" stays text instead of becoming a link, ":red[x]" stays uncoloured."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.data import runs as runs_data
 from app.ui.cache import cached_run
-from app.ui.layout import record_hint
+from app.ui.layout import md_escape, record_hint
 from app.ui.store import cached_store_view
 from app.ui.tabs import RunContext, load_tab_modules
 from profiler_agent import runformat as rf
@@ -85,7 +85,7 @@ def render_run_header(run: runs_data.RunData) -> None:
     m = run.manifest
     status = str(run.status)
     marker = runs_data.STATUS_MARKERS.get(status, "")
-    st.title(m.name)
+    st.title(md_escape(m.name))  # names are user text: shown literally, never as Markdown
     bits = [f"{marker}**{status}**", f"`{m.id}`"]
     if m.started_at:
         started = datetime.datetime.fromtimestamp(m.started_at, tz=datetime.UTC)
@@ -93,7 +93,7 @@ def render_run_header(run: runs_data.RunData) -> None:
     if m.duration_s is not None:
         bits.append(f"ran {runs_data.format_seconds(m.duration_s)}")
     if m.tags:
-        bits.append("tags: " + ", ".join(f"`{t}`" for t in m.tags))
+        bits.append("tags: " + ", ".join(md_escape(t) for t in m.tags))
     st.markdown(" · ".join(bits))
     if status == "crashed":
         st.warning(

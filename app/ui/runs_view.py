@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app.data import runs as runs_data
-from app.ui.layout import COMPARE_PAGE, RUN_PAGE, compare_page_exists, record_hint
+from app.ui.layout import COMPARE_PAGE, RUN_PAGE, compare_page_exists, md_escape, record_hint
 from app.ui.store import StoreView, clear_store_caches
 from profiler_agent import runformat as rf
 
@@ -134,7 +134,7 @@ def _render_edit(row: pd.Series) -> None:
             new_tags = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
             rf.update_manifest(Path(row["path"]), tags=new_tags, notes=notes)
             clear_store_caches()
-            st.success(f"Saved tags and notes of {row['name']}.")
+            st.success(f"Saved tags and notes of {md_escape(row['name'])}.")
             st.rerun()
 
 

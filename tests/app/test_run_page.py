@@ -275,3 +275,15 @@ def test_unreadable_run_by_id_or_folder_in_url_says_what_is_wrong(monkeypatch, m
     at = open_app(monkeypatch, run_dir.parent, run=str(junk))
     assert not at.exception
     assert "no run.json" in texts(at.warning) and "no run with that id" not in texts(at.warning)
+
+
+def test_run_name_and_tags_are_not_markdown(monkeypatch, make_run):
+    from app.ui.layout import md_escape
+
+    name = "[click](https://evil.example) **big** :red[x]"
+    make_run(name, tags=("`odd`", "_it_"))
+    at = open_app(monkeypatch, make_run("other").parent, run=name)
+    assert_clean(at)
+    assert at.title[0].value == md_escape(name)
+    header = texts(at.markdown)
+    assert "\\`odd\\`" in header and "\\_it\\_" in header
