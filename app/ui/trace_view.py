@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -11,7 +12,14 @@ import streamlit as st
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
-__all__ = ["NO_TRACE_HINT", "load_trace_analysis", "rank_rows", "cached_op_table", "cached_kernel_table"]
+__all__ = [
+    "NO_TRACE_HINT",
+    "load_trace_analysis",
+    "rank_rows",
+    "cached_op_table",
+    "cached_kernel_table",
+    "render_trace_warnings",
+]
 
 NO_TRACE_HINT = (
     "No profiler trace in this run. `torchscope run` records traces in profiler windows a few "
@@ -67,3 +75,14 @@ def _kernel_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.Dat
 def cached_kernel_table(ctx: RunContext) -> pd.DataFrame:
     """The kernel table of the chosen rank (all ranks summed when ``ctx.rank`` is None)."""
     return _kernel_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank)
+
+
+def render_trace_warnings(analysis: Any) -> None:
+    """One warning per recovery the trace engine made (a truncated file, a cut gzip stream):
+    numbers from such a trace miss what came after the cut, and its last step may be partial."""
+    for trace in getattr(analysis, "traces", None) or []:
+        for w in trace.get("warnings") or []:
+            st.warning(
+                f"{Path(str(trace.get('path', ''))).name}: {w}. Numbers from this trace miss what "
+                "came after that point; its last profiled step may be incomplete."
+            )

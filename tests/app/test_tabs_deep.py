@@ -325,3 +325,23 @@ def test_timeline_counts_lanes_in_words(cpu_profiled_run) -> None:  # noqa: ANN0
     at = open_tab(cpu_profiled_run, "timeline")
     caption = texts(at.caption)
     assert "events in" in caption and " 1 lanes" not in caption
+
+
+def test_truncated_trace_is_flagged_in_overview_and_operators(cpu_profiled_run, tmp_path) -> None:  # noqa: ANN001
+    import gzip
+    import shutil
+
+    from profiler_agent.runformat import layout
+
+    run_dir = tmp_path / cpu_profiled_run.name
+    shutil.copytree(cpu_profiled_run, run_dir, ignore=shutil.ignore_patterns(".cache"))
+    for trace in layout.list_trace_files(run_dir):
+        opener = gzip.open if trace.name.endswith(".gz") else open
+        with opener(trace, "rb") as f:
+            raw = f.read()
+        with opener(trace, "wb") as f:
+            f.write(raw[: len(raw) * 2 // 3])  # the job died while the trace was written
+    for tab in ("overview", "operators"):
+        at = open_tab(run_dir, tab)
+        assert not at.exception, [e.value for e in at.exception]
+        assert "ends mid-event" in texts(at.warning) and "incomplete" in texts(at.warning), tab

@@ -8,7 +8,7 @@ import streamlit as st
 from app.analysis.run_summary import compute_ops_view
 from app.charts.operators import make_top_ops_figure
 from app.ui.tabs import RunContext
-from app.ui.trace_view import cached_op_table, load_trace_analysis, rank_rows
+from app.ui.trace_view import cached_op_table, load_trace_analysis, rank_rows, render_trace_warnings
 
 __all__ = ["TITLE", "render"]
 
@@ -70,6 +70,7 @@ def render(ctx: RunContext) -> None:
     analysis = load_trace_analysis(ctx)
     if analysis is None:
         return
+    render_trace_warnings(analysis)
     ops = cached_op_table(ctx) if ctx.rank is not None else analysis.ops
     if ops.empty:
         st.info("No CPU operators in this run's traces (was `torch.profiler` recording CPU activity?).")

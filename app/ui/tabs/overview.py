@@ -18,7 +18,7 @@ from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figu
 from app.data.runs import format_bytes, format_seconds
 from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
-from app.ui.trace_view import load_trace_analysis, rank_rows
+from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
 
 __all__ = ["TITLE", "render", "world_size_caption"]
 
@@ -136,6 +136,7 @@ def _render_breakdown(ctx: RunContext) -> None:
     analysis = load_trace_analysis(ctx)
     if analysis is None:
         return
+    render_trace_warnings(analysis)
     steps = rank_rows(analysis.steps, ctx.rank)
     if steps.empty:
         st.info(
