@@ -158,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
         traces = [t for t in traces if t.rank == args.rank]
         if not traces:
             raise UsageError(f"--rank {args.rank}: {path} has traces of ranks {ranks}")
-    analysis = analyze_traces(traces)
+    # Cached traces also cache their analysis next to them (steps, breakdown, op/kernel tables):
+    # a second `analyze` of an unchanged trace reads no event.
+    analysis = analyze_traces(traces, use_cache=not args.no_cache)
     if args.json:
         json.dump(analysis.to_json(), sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -10,6 +10,7 @@ from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from app.data.trace_decode import EMPTY_RAW
 
@@ -35,9 +36,10 @@ FLOW_SCHEMA = pa.schema([
 COUNTER_SCHEMA = pa.schema([("name", _DICT), ("ts_us", pa.float64()), ("pid", _DICT), ("value", pa.float64())])
 THREAD_SCHEMA = pa.schema([("pid", _DICT), ("tid", _DICT), ("kind", _DICT), ("name", pa.string())])
 
-_X = attrgetter("name", "cat", "ts", "dur", "pid", "tid", "args.correlation", "args.external_id",
-                "args.external_id_lc", "args.device", "args.stream", "args.input_dims", "args.input_dims_lc",
-                "args.input_type", "args.nbytes", "args.sequence", "args.fwd_tid")
+_X_TOP = [attrgetter(f) for f in ("name", "cat", "ts", "dur", "pid", "tid")]
+_X_ARGS = [attrgetter(f) for f in ("correlation", "external_id", "external_id_lc", "device", "stream", "input_dims",
+                                   "input_dims_lc", "input_type", "nbytes", "sequence", "fwd_tid")]
+_ARGS = attrgetter("args")
 _MEM = attrgetter("device_type", "device_id", "addr", "mem_bytes", "total_allocated", "total_reserved")
 
 
@@ -68,24 +70,23 @@ def _ids(values: Any) -> pa.Array:
 
 
 def _text(raws: Any, squeeze: bool) -> pa.Array:
-    """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once."""
+    """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once.
+
+    The bytes are dictionary-encoded in Arrow (one C-level pass, no Python step per event); only
+    the distinct texts are then cleaned and decoded in Python."""
     if raws.count(EMPTY_RAW) == len(raws):
         return _dict([""] * len(raws))
-    memo: dict[bytes, str] = {}
-    out = []
-    append = out.append
-    for r in raws:
-        if r is EMPTY_RAW:  # most events have no shapes: skip the copy
-            append("")
-            continue
-        b = bytes(r)
-        s = memo.get(b)
-        if s is None:
-            # shapes hold only digits and brackets: drop spaces so writers' spacing does not split groups
-            t = b.replace(b" ", b"") if squeeze else b
-            s = memo[b] = "" if t in (b"", b"null") else t.decode("utf-8", "replace")
-        append(s)
-    return _dict(out)
+    enc = pa.array(list(map(bytes, raws)), pa.binary()).dictionary_encode()
+    memo: dict[str, int] = {}
+    remap = []
+    for b in enc.dictionary.to_pylist():
+        # shapes hold only digits and brackets: drop spaces so writers' spacing does not split groups
+        t = b.replace(b" ", b"") if squeeze else b
+        remap.append(memo.setdefault("" if t in (b"", b"null") else t.decode("utf-8", "replace"), len(memo)))
+    indices = enc.indices.cast(pa.int32())
+    if len(memo) < len(remap):  # texts that differ only in spacing (or "" and null) become one
+        indices = pc.take(pa.array(remap, pa.int32()), indices)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(memo), pa.string()))
 
 
 def _first(a: tuple[Any, ...], b: tuple[Any, ...], empty: Any = None) -> Any:
@@ -111,8 +112,10 @@ def _parse_int(v: Any) -> int | None:
 def _complete_events(xs: list[Any]) -> pa.Table:
     if not xs:
         return empty_table(EVENT_SCHEMA)
-    (name, cat, ts, dur, pid, tid, corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq,
-     fwd) = zip(*map(_X, xs))
+    # One C-level map per column (measured faster than transposing per-event tuples with zip(*…)).
+    name, cat, ts, dur, pid, tid = (list(map(g, xs)) for g in _X_TOP)
+    args = list(map(_ARGS, xs))
+    corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq, fwd = (list(map(g, args)) for g in _X_ARGS)
     cols = [
         _dict(name), _dict(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
         pa.array(corr, pa.int64()), pa.array(_first(ext, ext_lc), pa.int64()), pa.array(dev, pa.int64()),
@@ -133,11 +136,22 @@ def _memory_events(ms: list[Any]) -> pa.Table:
     ], schema=MEMORY_SCHEMA)
 
 
+_ID = attrgetter("id")
+
+
+def _id_text(ids: list[Any]) -> pa.Array:
+    """Flow ids as text ("" when absent); usually all ints, formatted by Arrow as str() would."""
+    try:
+        return pa.array(ids, pa.int64()).cast(pa.string()).fill_null("")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array(["" if v is None else str(v) for v in ids], pa.string())
+
+
 def _flow_events(fs: list[Any]) -> pa.Table:
     if not fs:
         return empty_table(FLOW_SCHEMA)
     return pa.Table.from_arrays([
-        pa.array(["" if e.id is None else str(e.id) for e in fs], pa.string()),
+        _id_text(list(map(_ID, fs))),
         _dict([e.cat for e in fs]), _dict([e.ph for e in fs]),
         pa.array([e.ts for e in fs], pa.float64()), _ids([e.pid for e in fs]), _ids([e.tid for e in fs]),
     ], schema=FLOW_SCHEMA)
