@@ -40,6 +40,7 @@ class RunStatus(enum.StrEnum):
 class ArtifactKind(enum.StrEnum):
     TRACE = "trace"
     MEMORY_SNAPSHOT = "memory_snapshot"
+    MEMORY_TIMELINE = "memory_timeline"  # torch export_memory_timeline raw records (by category)
     GRAPH_DOT = "graph_dot"
     GRAPH_SVG = "graph_svg"
     MODULE_TREE = "module_tree"
