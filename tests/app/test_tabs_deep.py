@@ -345,3 +345,21 @@ def test_truncated_trace_is_flagged_in_overview_and_operators(cpu_profiled_run, 
         at = open_tab(run_dir, tab)
         assert not at.exception, [e.value for e in at.exception]
         assert "ends mid-event" in texts(at.warning) and "incomplete" in texts(at.warning), tab
+
+
+def test_flops_read_in_si_units() -> None:
+    from app.ui.tabs.graph import format_flops
+
+    assert format_flops(1_102_094_336) == "1.10 GFLOP"
+    assert format_flops(512) == "512 FLOP"
+    assert format_flops(2.5e12) == "2.50 TFLOP"
+
+
+def test_config_shows_every_hyperparameter_without_scrolling(make_run) -> None:  # noqa: ANN001
+    from app.ui.tabs.config import table_height
+
+    assert table_height(14) >= 35 * 15 and table_height(500) == table_height(40)
+    run_dir = make_run("wide", config={f"hp_{i:02d}": i for i in range(14)})
+    at = open_tab(run_dir, "config")
+    assert_ok(at)
+    assert len(at.dataframe[0].value) == 14

@@ -12,7 +12,7 @@ import streamlit as st
 
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "flatten_config"]
+__all__ = ["TITLE", "render", "flatten_config", "table_height"]
 
 TITLE = "Config"
 
@@ -33,12 +33,21 @@ def _kv(d: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(flatten_config(d), columns=["key", "value"])
 
 
+def table_height(rows: int) -> int:
+    """Pixels for st.dataframe to show ``rows`` rows and the header without scrolling (up to 40
+    rows): the default height cuts a config at 10 rows, and configs are read whole, like a diff."""
+    return 35 * (min(rows, 40) + 1) + 3
+
+
 def render(ctx: RunContext) -> None:
     """Config table, then command, versions, git, host and devices."""
     m = ctx.run.manifest
     st.subheader("Hyperparameters")
     if m.config:
-        st.dataframe(_kv(m.config), hide_index=True, width="stretch", key=ctx.key("config_table"))
+        table = _kv(m.config)
+        st.dataframe(
+            table, hide_index=True, width="stretch", height=table_height(len(table)), key=ctx.key("config_table")
+        )
     else:
         st.info(
             "No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "

@@ -12,7 +12,7 @@ from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "MAX_DRAWN_NODES"]
+__all__ = ["TITLE", "render", "MAX_DRAWN_NODES", "format_flops"]
 
 TITLE = "Graph"
 
@@ -94,9 +94,10 @@ def _render_tree(ctx: RunContext) -> None:
     c = st.columns(4)
     c[0].metric("Parameters", f"{int(root['params']):,}")
     c[1].metric("Trainable", f"{int(root['trainable_params']):,}")
-    c[2].metric("Forward FLOPs", f"{int(root['flops']):,}" if root["flops"] else "–",
-                help="Counted for convolutions and linear layers from the first forward's output shapes; "
-                     "other layers count 0.")
+    c[2].metric("Forward FLOPs", format_flops(root["flops"]) if root["flops"] else "–",
+                help=(f"{int(root['flops']):,} FLOPs. " if root["flops"] else "")
+                + "Counted for convolutions and linear layers from the first forward's output shapes; "
+                "other layers count 0.")
     c[3].metric("Modules", f"{len(table):,}")
     if tree.get("truncated"):
         st.warning(f"The agent cut this tree at {tree.get('nodes', len(table)):,} modules.")
@@ -115,6 +116,16 @@ def _render_tree(ctx: RunContext) -> None:
         column_config={"param_share": st.column_config.ProgressColumn("share of params", format="percent",
                                                                       min_value=0.0, max_value=1.0)},
     )
+
+
+def format_flops(n: float) -> str:
+    """1_102_094_336 → '1.10 GFLOP' (a ten-digit count is unreadable at a glance)."""
+    value = float(n)
+    for unit in ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP"):
+        if abs(value) < 1000 or unit == "TFLOP":
+            return f"{value:.0f} {unit}" if unit == "FLOP" else f"{value:.2f} {unit}"
+        value /= 1000
+    return f"{value:.2f} PFLOP"  # pragma: no cover
 
 
 def render(ctx: RunContext) -> None:
