@@ -95,6 +95,18 @@ class TraceTables:
     def threads(self) -> pd.DataFrame:
         return self._table("threads")
 
+    def __getstate__(self) -> dict[str, Any]:  # pickling (e.g. a cache) takes every table along
+        for name in _TABLES:
+            self._table(name)
+        state = dict(self.__dict__)
+        state["_loader"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return f"TraceTables(path={str(self.path)!r}, rank={self.rank}, n_events={self.n_events})"
 

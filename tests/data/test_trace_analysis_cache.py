@@ -140,3 +140,14 @@ def test_lazy_tables_survive_a_removed_cache_entry(_cache: Path) -> None:
         assert getattr(cached, name).equals(getattr(fresh, name)), name
     assert not cached.cache_entry.exists()  # reading again did not bring the removed entry back
     assert not analyze_traces([cached]).from_cache and not cached.cache_entry.exists()
+
+
+def test_lazy_trace_pickles_with_its_tables() -> None:
+    import pickle
+
+    load_trace(TINY)
+    cached = load_trace(TINY)
+    back = pickle.loads(pickle.dumps(cached))
+    assert back.rank == cached.rank and back.n_events == cached.n_events
+    for name in ("events", "memory", "flows", "counters", "threads"):
+        assert getattr(back, name).equals(getattr(cached, name)), name
