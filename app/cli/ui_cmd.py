@@ -55,7 +55,8 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--server.fileWatcherType",
         "none",  # users browse runs; they do not edit the app
         "--client.toolbarMode",
-        "minimal",  # no "Deploy" button or developer menu: this is a local viewer, not an app to ship
+        "viewer",  # no "Deploy" button (a local viewer, not an app to ship); "minimal" would also hide the
+        # "Running…" status while traces are parsed
     ]
     env = {**os.environ, layout.ROOT_ENV: str(root)}
     return cmd, env

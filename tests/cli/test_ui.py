@@ -27,7 +27,7 @@ def test_defaults_bind_localhost_and_pass_root(tmp_path):
     assert cmd[cmd.index("--server.port") + 1] == "8501"
     assert str(APP_SCRIPT) in cmd and APP_SCRIPT.is_file()
     assert env[layout.ROOT_ENV] == str(tmp_path.resolve())
-    assert cmd[cmd.index("--client.toolbarMode") + 1] == "minimal"  # no "Deploy" button
+    assert cmd[cmd.index("--client.toolbarMode") + 1] == "viewer"  # no "Deploy" button, still a status
 
 
 def test_host_and_port_options(tmp_path):
