@@ -25,10 +25,31 @@ from .failures import FailureLog
 from .options import AgentOptions, ProfileSchedule
 from .runformat import Artifact, ArtifactKind, add_artifact, layout
 
-__all__ = ["ProfilerWindows"]
+__all__ = ["ProfilerWindows", "profiler_settings"]
 
 # Enough allocator events for a few steps of a large model without unbounded memory.
 _MEMORY_HISTORY_ENTRIES = 100_000
+
+
+def profiler_settings(options: AgentOptions) -> dict[str, int | bool]:
+    """The manifest's ``profiler`` field: the schedule as ``torch.profiler.schedule`` arguments, the switches.
+
+    ``skip_first`` is 1: iteration 0 (one-off costs) is never profiled, the first cycle starts at
+    iteration 1. ``with_stack`` is what the traces hold (``memory_timeline`` turns it on).
+    Windows asked for through ``Run.profile_window`` are not part of it (their iterations are
+    marked ``profiled`` in metrics.jsonl like the scheduled ones).
+    """
+    s = options.schedule
+    return {
+        "wait": s.wait,
+        "warmup": s.warmup,
+        "active": s.active,
+        "repeat": s.repeat,
+        "skip_first": 1,
+        "enabled": bool(options.profile),
+        "with_stack": bool(options.with_stack or options.memory_timeline),
+        "memory_timeline": bool(options.memory_timeline),
+    }
 
 
 class ProfilerWindows:
@@ -165,6 +186,8 @@ class ProfilerWindows:
             finally:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
+            add_artifact(self._run_dir, Artifact(ArtifactKind.MEMORY_TIMELINE, f"{layout.MEMORY_DIR}/{name}",
+                                                 rank=self._rank, bytes=(folder / name).stat().st_size))
 
     def _start_cuda_history(self) -> None:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):

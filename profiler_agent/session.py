@@ -25,7 +25,7 @@ from .evaluation import VAL_LOSS_KEY, EvalLosses
 from .failures import FailureLog
 from .metrics import MetricsLog
 from .options import AgentOptions
-from .profiling import ProfilerWindows
+from .profiling import ProfilerWindows, profiler_settings
 from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
 from .system import SystemSampler
 
@@ -170,6 +170,8 @@ class Session:
                 self._samples = 0
             if self._grad_norm is not None:
                 record["grad_norm"], self._grad_norm = self._grad_norm, None
+            if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
+                record["profiled"] = True
             if extra:
                 record.update(extra)
             self.metrics.append(record)
@@ -293,12 +295,17 @@ class Session:
 
             def change(m: Any) -> Any:
                 first = self.rank == 0 or not m.devices
+                # Readers keep unknown top-level fields in Manifest.extra: "threads", "profiler".
+                extra = dict(m.extra)
+                if first or "threads" not in extra:
+                    extra["threads"] = info["threads"]
+                if self.rank == 0 or "profiler" not in extra:  # every rank has the same options
+                    extra["profiler"] = profiler_settings(self.options)
                 return m.replace(
                     versions={**m.versions, **info["versions"]},
                     devices=tuple(info["devices"]) if first else m.devices,
                     world_size=max(m.world_size, self.world_size),
-                    # Readers keep unknown top-level fields in Manifest.extra: "threads" lives there.
-                    extra={**m.extra, "threads": info["threads"]} if first or "threads" not in m.extra else m.extra,
+                    extra=extra,
                 )
 
             update_manifest(self.run_dir, change)

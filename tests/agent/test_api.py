@@ -61,6 +61,11 @@ def test_run_writes_the_same_files_as_the_wrapper(tmp_path: Path) -> None:
                                  if str(e.get("name")).startswith("ProfilerStep#")))
     # The schedule's window (iteration 3) and the requested one (iteration 5, no warm-up).
     assert labels == [["ProfilerStep#3"], ["ProfilerStep#5"]]
+    # Iterations under a profiler (warm-up 2, active 3; requested 5) say so; the others carry no key.
+    assert [r["step"] for r in steps if r.get("profiled") is True] == [2, 3, 5]
+    assert all("profiled" not in r for r in steps if r["step"] not in (2, 3, 5))
+    assert m.extra["profiler"] == {"wait": 1, "warmup": 1, "active": 1, "repeat": 1, "skip_first": 1,
+                                   "enabled": True, "with_stack": False, "memory_timeline": False}
     tree = json.loads((run_dir / layout.MODULE_TREE).read_text())
     assert tree["root"]["type"] == "Sequential" and tree["root"]["params"] == 8 * 16 + 16 + 16 * 2 + 2
     assert (run_dir / layout.GRAPH_DOT).read_text().startswith("digraph")

@@ -83,6 +83,8 @@ def test_cuda_val_loss_and_memory_timeline(tmp_path: Path) -> None:
     assert val == pytest.approx([float(v) for v in expected], rel=1e-5)
     timelines = layout.list_memory_timeline_files(run_dir)
     assert len(timelines) == 1
+    listed = [a.path for a in read_manifest(run_dir).artifacts if a.kind is ArtifactKind.MEMORY_TIMELINE]
+    assert listed == [f"{layout.MEMORY_DIR}/{timelines[0].name}"]
     with gzip.open(timelines[0], "rt") as f:
         assert json.load(f)
     assert not (run_dir / layout.AGENT_ERRORS).exists()

@@ -12,7 +12,7 @@ from torch.nn.modules import module as module_globals
 
 from profiler_agent.activation import start_session, stop_session
 from profiler_agent.options import AgentOptions
-from profiler_agent.runformat import create_run, layout, read_jsonl, read_manifest
+from profiler_agent.runformat import ArtifactKind, create_run, layout, read_jsonl, read_manifest
 
 DATA_WAIT_S = 0.03
 
@@ -136,6 +136,8 @@ def test_manifest_records_threads(tmp_path: Path) -> None:
     _, run_dir = _record(tmp_path, loop)
     threads = read_manifest(run_dir).extra["threads"]
     assert threads["intra_op"] == torch.get_num_threads() and threads["inter_op"] >= 1
+    assert read_manifest(run_dir).extra["profiler"]["enabled"] is False  # _record profiles nothing
+    assert all("profiled" not in r for r in read_jsonl(run_dir / layout.METRICS).records)
     assert threads["cpu_count"] == os.cpu_count()
     if hasattr(os, "sched_getaffinity"):
         assert threads["affinity_cpus"] == len(os.sched_getaffinity(0))
@@ -167,6 +169,11 @@ def test_memory_timeline_per_window(tmp_path: Path) -> None:
     assert records and all(len(r) == 4 and 1 <= r[1] <= 4 for r in records)
     assert not (run_dir / layout.AGENT_ERRORS).exists()
     assert not [p for p in (run_dir / layout.MEMORY_DIR).iterdir() if p.name.startswith(".")]
+    m = read_manifest(run_dir)
+    listed = [a for a in m.artifacts if a.kind is ArtifactKind.MEMORY_TIMELINE]
+    assert [(a.path, a.rank, a.bytes) for a in listed] == [
+        (f"{layout.MEMORY_DIR}/{files[0].name}", 0, files[0].stat().st_size)]
+    assert m.extra["profiler"]["memory_timeline"] is True and m.extra["profiler"]["with_stack"] is True
 
 
 def test_memory_timeline_flag_is_off_by_default() -> None:

@@ -64,6 +64,15 @@ def test_metrics_have_one_line_per_step(wrapped: tuple[Path, object]) -> None:
         assert r["time"] > 0
     # The eval loop (model.eval(), no backward) must not be counted as training samples or steps.
     assert all(r["samples"] == 8 for r in steps)
+    # SCHEDULE (wait 1, warmup 1, active 2; step 0 never profiled): warm-up 2, active 3-4.
+    assert {r["step"]: r.get("profiled", False) for r in steps} == {s: s in (2, 3, 4) for s in range(STEPS)}
+
+
+def test_manifest_records_the_profiler_schedule(wrapped: tuple[Path, object]) -> None:
+    run_dir, _ = wrapped
+    assert read_manifest(run_dir).extra["profiler"] == {
+        "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "skip_first": 1,
+        "enabled": True, "with_stack": False, "memory_timeline": False}
 
 
 def test_zero_code_data_time_val_loss_and_threads(wrapped: tuple[Path, object]) -> None:
