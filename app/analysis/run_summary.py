@@ -15,13 +15,15 @@ __all__ = [
     "compute_ops_view",
     "compute_rank_rows",
     "compute_peak_memory",
+    "drop_profiled_steps",
 ]
 
 
 @dataclass(frozen=True)
 class StepTimeStats:
     """Step time of a run from its metrics (seconds). The first step is left out when there are
-    others: it carries one-off costs (CUDA context, allocator warm-up, compilation)."""
+    others: it carries one-off costs (CUDA context, allocator warm-up, compilation); so are steps
+    marked ``"profiled": true`` (slowed by the profiler) when unprofiled steps remain."""
 
     steps: int  # steps counted
     mean_s: float
@@ -44,6 +46,15 @@ def compute_rank_rows(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
     return df[pd.to_numeric(df["rank"], errors="coerce") == rank]
 
 
+def drop_profiled_steps(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` without the steps the agent marked ``"profiled": true`` (inside profiler windows,
+    slowed by the profiler), unless every row is marked. The Compare page drops them too."""
+    if "profiled" not in rows.columns or rows.empty:
+        return rows
+    profiled = rows["profiled"].map(lambda v: v is True or v == 1).astype(bool)
+    return rows if profiled.all() else rows[~profiled]
+
+
 def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> StepTimeStats | None:
     """Step-time statistics of ``rank`` (every rank pooled when None); None without step times."""
     if "step_time_s" not in metrics.columns or metrics.empty:
@@ -54,6 +65,7 @@ def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> S
         return None
     if "step" in rows.columns and rows["step"].nunique() > 1:
         rows = rows[rows["step"] != rows["step"].min()]
+    rows = drop_profiled_steps(rows)
     t = pd.to_numeric(rows["step_time_s"], errors="coerce")
     samples_per_s = None
     if "samples" in rows.columns:

@@ -61,7 +61,12 @@ def make_step_time_figure(
             )
         )
         first_out = skip_first and part["step"].nunique() > 1
-        steady = y[part["step"] != part["step"].min()] if first_out else y
+        keep = (part["step"] != part["step"].min()) if first_out else pd.Series(True, index=part.index)
+        if "profiled" in part.columns:  # the agent's mark on steps the profiler slowed
+            profiled = part["profiled"].map(lambda v: v is True or v == 1).astype(bool)
+            if (keep & ~profiled).any():
+                keep &= ~profiled
+        steady = y[keep]
         med = steady.median()
         if pd.isna(med):
             continue

@@ -80,6 +80,11 @@ def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, 
     if len({s for s, _ in timed}) > 1:  # the first step carries one-off costs
         first = min(s for s, _ in timed)
         timed = [(s, t) for s, t in timed if s != first]
+    # Steps inside profiler windows are slowed by the profiler (the agent marks them); leave
+    # them out as the Overview and Compare do, unless nothing else is left.
+    profiled = {_num(r["step"]) for r in rank0 if r.get("profiled") is True}
+    if profiled and any(s not in profiled for s, _ in timed):
+        timed = [(s, t) for s, t in timed if s not in profiled]
     mean_step = statistics.fmean(t for _, t in timed) if timed else None
     samples = [v for v in (_num(r.get("samples")) for r in rank0) if v is not None]
     sps = statistics.median(samples) / mean_step * max(1, world_size) if samples and mean_step else None

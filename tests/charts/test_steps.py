@@ -42,3 +42,15 @@ def test_few_steps_get_integer_ticks() -> None:
 
 def fig_median(fig) -> str:  # noqa: ANN001
     return fig.layout.annotations[0].text
+
+
+def test_median_leaves_out_steps_the_profiler_slowed() -> None:
+    m = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": [0, 1, 2, 3, 4, 5],
+            "step_time_s": [1.0, 0.1, 0.5, 0.5, 0.5, 0.1],
+            "profiled": [None, None, True, True, True, None],
+        }
+    )
+    assert fig_median(make_step_time_figure(m)) == "median 100.00 ms"
