@@ -162,6 +162,8 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
         v.insert(0, "run", cmp.candidate.label)
         rows.append(v)
     table = pd.concat(rows, ignore_index=True)
+    # Rows without an interval (memory, best loss) hold None: show them as blanks, not "None".
+    table[["ci_lo", "ci_hi"]] = table[["ci_lo", "ci_hi"]].apply(pd.to_numeric, errors="coerce")
     st.dataframe(table, hide_index=True, width="stretch",
                  column_config={"ratio": st.column_config.NumberColumn(format="%.3f"),
                                 "ci_lo": st.column_config.NumberColumn("CI low", format="%.3f"),

@@ -218,6 +218,12 @@ def find_run(ref: str | os.PathLike[str], root: str | os.PathLike[str] | None = 
     if len(prefix) == 1:
         return prefix[0]
     if not prefix:
+        candidate = listing.root / text
+        if candidate.is_dir():
+            # The folder exists but was not listed as a run: let read_manifest say why (newer
+            # schema, broken run.json, no run.json) instead of a misleading "no such run".
+            read_manifest(candidate)
+            return candidate
         raise RunNotFoundError(f"{text!r}: no run with that id or name in {listing.root}")
     names = ", ".join(p.name for p in prefix[:5])
     raise RunNotFoundError(f"{text!r}: matches {len(prefix)} runs in {listing.root} ({names}...); be more specific")

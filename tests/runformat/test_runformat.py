@@ -127,6 +127,17 @@ def test_list_and_find_runs(tmp_path: Path) -> None:
         rf.list_runs(tmp_path / "missing")
 
 
+def test_find_run_by_id_of_an_unreadable_run_says_why(tmp_path: Path) -> None:
+    future, _ = rf.create_run(tmp_path, "future")
+    raw = json.loads((future / layout.MANIFEST).read_text())
+    (future / layout.MANIFEST).write_text(json.dumps({**raw, "schema_version": 99}))
+    with pytest.raises(rf.SchemaVersionError, match="schema_version 99"):
+        rf.find_run(future.name, tmp_path)
+    (tmp_path / "not-a-run").mkdir()
+    with pytest.raises(rf.NotARunError, match="not a run folder"):
+        rf.find_run("not-a-run", tmp_path)
+
+
 def test_names_live_in_layout() -> None:
     worker = layout.worker_name("node-1.example", 4242, 3)
     name = layout.trace_file_name(worker, 123)
