@@ -29,7 +29,7 @@ demo: samples
 	$(BIN)/torchscope ui --root $(RUNS) --port $(PORT)
 
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 bench: setup
 	$(BIN)/python -m benchmarks.run_all

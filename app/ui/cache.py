@@ -79,7 +79,9 @@ def cached_run(run_dir: str | os.PathLike[str]) -> runs_data.RunData:
     return _run(str(run_dir), run_signature(run_dir))
 
 
-@st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
+# Trace tables are the big objects (hundreds of MB for a large trace): keep a few in memory;
+# analyses are small and also cached on disk by the trace engine, so keep many.
+@st.cache_resource(max_entries=12, ttl=900, show_spinner=False)
 def _traces(path: str, sig: tuple[float, ...]) -> list[Any]:
     from app.data.trace import load_traces
 
@@ -91,7 +93,7 @@ def cached_traces(path: str | os.PathLike[str]) -> list[Any]:
     return _traces(str(path), run_signature(path))
 
 
-@st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
+@st.cache_resource(max_entries=64, ttl=900, show_spinner=False)
 def _analysis(path: str, sig: tuple[float, ...]) -> Any:
     from app.analysis.trace_summary import analyze_traces
 

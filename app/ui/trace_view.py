@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
@@ -19,6 +20,7 @@ __all__ = [
     "cached_op_table",
     "cached_kernel_table",
     "render_trace_warnings",
+    "ingest_with_progress",
 ]
 
 NO_TRACE_HINT = (
@@ -38,8 +40,41 @@ def load_trace_analysis(ctx: RunContext) -> Any | None:
     if importlib.util.find_spec("app.analysis.trace_summary") is None:
         st.info("This Torchscope has no trace analysis installed (app.analysis.trace_summary).")
         return None
-    with st.spinner("Reading the run's traces (once; later views use the cache)…"):
+    ingest_with_progress(ctx.run.trace_files)
+    with st.spinner("Analysing the run's traces…"):
         return cached_trace_analysis(ctx.run_dir)
+
+
+def ingest_with_progress(paths: list[Path]) -> None:
+    """Ingest the traces that are not in the on-disk cache yet, with a progress bar.
+
+    The first open of a big trace parses it (seconds to minutes); later opens read the columnar
+    cache, so a warm run shows no bar at all. Unreadable files are left for the analysis to
+    report with its own error message.
+    """
+    from app.data import trace_cache
+    from app.data.trace import load_trace
+
+    cold = [p for p in paths if trace_cache.read_cached_meta(trace_cache.cache_entry_dir(p)) is None]
+    if not cold:
+        return
+    sizes = [p.stat().st_size for p in cold]
+    total = max(1, sum(sizes))
+    bar = st.progress(0.0, text="Reading traces for the first time…")
+    base = 0
+    for path, size in zip(cold, sizes):
+
+        def report(done: int, _total: int, base: int = base, name: str = path.name) -> None:
+            bar.progress(min(1.0, (base + done) / total),
+                         text=f"Reading {name} for the first time: {(base + done) / 2**20:,.0f} of "
+                              f"{total / 2**20:,.0f} MiB (compressed); later opens use the cache")
+
+        try:
+            load_trace(path, progress=report)
+        except TorchscopeError:
+            pass  # the analysis below raises it again with the file named, shown as st.error
+        base += size
+    bar.empty()
 
 
 def rank_rows(df: pd.DataFrame | None, rank: int | None) -> pd.DataFrame:

@@ -133,7 +133,8 @@ def browser() -> Iterator[object]:
 def page(browser: object) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1500, "height": 2400})  # type: ignore[attr-defined]
     pg = context.new_page()
-    pg.set_default_timeout(60_000)
+    # Generous: a cold page on a loaded 2-core CI machine parses traces before it draws.
+    pg.set_default_timeout(180_000)
     try:
         yield pg
     finally:
