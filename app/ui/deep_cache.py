@@ -23,6 +23,7 @@ __all__ = [
     "cached_snapshot",
     "cached_memory_categories",
     "cached_uploaded_categories",
+    "cached_recorded_categories",
     "cached_memory_timeline",
     "cached_trace_allocations",
     "cached_module_tree",
@@ -102,6 +103,16 @@ def _uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
 def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
     """The raw ``export_memory_timeline`` records of an uploaded file as a table."""
     return _uploaded_categories(data, name)
+
+
+@st.cache_data(max_entries=8, ttl=900, show_spinner=False)
+def _recorded_categories(path: str, mtime: float) -> pd.DataFrame:
+    return snapshot_data.load_memory_timeline_raw(path)
+
+
+def cached_recorded_categories(path: str) -> pd.DataFrame:
+    """The raw ``export_memory_timeline`` records of a file the agent wrote into the run."""
+    return _recorded_categories(path, os.path.getmtime(path))
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

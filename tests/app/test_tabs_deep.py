@@ -363,3 +363,16 @@ def test_config_shows_every_hyperparameter_without_scrolling(make_run) -> None: 
     at = open_tab(run_dir, "config")
     assert_ok(at)
     assert len(at.dataframe[0].value) == 14
+
+
+def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> None:  # noqa: ANN001
+    run_dir = make_run("recorded-cats")
+    (run_dir / layout.MEMORY_DIR).mkdir(exist_ok=True)
+    name = layout.memory_timeline_file_name("host_1_rank0", 1)
+    shutil.copy(shared_data / "memory" / "memory_timeline.raw.gz", run_dir / layout.MEMORY_DIR / name)
+    at = open_tab(run_dir, "memory")
+    assert_ok(at)
+    assert not at.get("file_uploader"), "a recorded timeline needs no upload"
+    spec = charts(at)[-1].proto.spec
+    assert '"stackgroup":"memory"' in spec and "activation" in spec
+    assert at.dataframe[-1].value["category"].iloc[0] == "activation"

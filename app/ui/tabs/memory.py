@@ -27,10 +27,12 @@ from app.ui.deep_cache import (
     cached_memory_timeline,
     cached_snapshot,
     cached_trace_allocations,
+    cached_recorded_categories,
     cached_uploaded_categories,
 )
 from app.ui.tabs import RunContext
 from app.ui.tabs.timeline import has_traces
+from profiler_agent.runformat import layout
 
 __all__ = ["TITLE", "render"]
 
@@ -50,7 +52,8 @@ _CATEGORY_HELP = (
     "Memory by category (parameters, gradients, optimizer state, activations, temporaries) comes "
     "from torch.profiler's `prof.export_memory_timeline(\"mem.json\", device=\"cuda:0\")` (or a "
     "`.json.gz` / `.raw.json.gz` path; the profile needs `record_shapes=True, profile_memory=True, "
-    "with_stack=True`). The run format has no place for it yet: upload the file here."
+    "with_stack=True`). `torchscope run --memory-timeline` records it in the run's profiler "
+    "windows; for other runs, upload such a file here."
 )
 
 
@@ -195,19 +198,24 @@ def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) 
 
 def _render_categories(ctx: RunContext) -> None:
     st.subheader("Memory by category")
-    upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
-                              key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
-    if upload is None:
-        st.info(_CATEGORY_HELP)
-        return
-    try:
+    recorded = layout.list_memory_timeline_files(ctx.run_dir)
+    if recorded:
+        names = [p.name for p in recorded]
+        chosen = st.selectbox("Memory timeline (one per profiler window and rank)", names,
+                              key=ctx.key("memory_categories_file")) if len(names) > 1 else names[0]
+        source = chosen
+        raw = cached_recorded_categories(str(recorded[names.index(chosen)]))
+    else:
+        upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
+                                  key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
+        if upload is None:
+            st.info(_CATEGORY_HELP)
+            return
+        source = upload.name
         raw = cached_uploaded_categories(upload.getvalue(), upload.name)
-    except TorchscopeError as e:
-        st.error(str(e))
-        return
     cats = compute_category_timeline(raw, max_points=_MAX_POINTS)
     if cats.empty:
-        st.info(f"`{upload.name}` holds no memory records.")
+        st.info(f"`{source}` holds no memory records.")
         return
     st.plotly_chart(make_category_figure(cats), width="stretch", key=ctx.key("memory_categories_fig"))
     peak = compute_category_peak(cats)
