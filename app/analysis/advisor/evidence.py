@@ -58,6 +58,7 @@ def evidence_from_run(run: runs_data.RunData, *, traces: list[Any] | None = None
         source=str(run.path), has_run=True, config=dict(m.config), devices=tuple(m.devices),
         world_size=m.world_size, metrics=run.metrics, system=run.system, traces=tuple(traces),
         analysis=analysis, module_tree=module_tree, problems=tuple(problems),
+        threads=dict(m.extra.get("threads") or {}) if isinstance(m.extra.get("threads"), dict) else {},
     )
 
 

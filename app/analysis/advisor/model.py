@@ -125,6 +125,8 @@ class RunEvidence:
     traces: tuple[Any, ...] = ()
     analysis: Any = None
     module_tree: Mapping[str, Any] | None = None
+    # The manifest's ``threads``: intra_op, inter_op, cpu_count, affinity_cpus (docs/run-format.md).
+    threads: Mapping[str, Any] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
 
     @cached_property

@@ -35,6 +35,12 @@ def _cpu_entry(ev: RunEvidence) -> tuple[float, float]:
     require_run(ev, "the manifest's device list")
     if any(str(d.get("type")) in ("cuda", "rocm", "hip", "mps", "xpu") for d in ev.devices) or ev.has_device_trace:
         raise MissingEvidence("an accelerator trains this run; CPU threads do not set its pace")
+    # Prefer the manifest's `threads` record: the CPUs this process may run on (affinity: taskset,
+    # container limits) are the real budget, not every CPU of the host.
+    t = ev.threads
+    cpus, intra = as_number(t.get("affinity_cpus") or t.get("cpu_count")), as_number(t.get("intra_op"))
+    if cpus and intra:
+        return cpus, intra
     for d in ev.devices:
         if str(d.get("type")) == "cpu":
             cores, threads = as_number(d.get("count")), as_number(d.get("threads"))

@@ -101,6 +101,17 @@ def test_cpu_threads_far_from_cores():
         cpu_threads(evidence(devices=({"type": "cpu"},)))
 
 
+def test_cpu_threads_prefers_the_affinity_in_the_manifest_threads_record():
+    import dataclasses
+
+    # The host has 64 CPUs but the container may use 4: 4 threads are right, not "too few".
+    ev = dataclasses.replace(evidence(devices=({"type": "cpu", "count": 64, "threads": 4},)),
+                             threads={"intra_op": 4, "cpu_count": 64, "affinity_cpus": 4})
+    assert cpu_threads(ev) == []
+    [f] = cpu_threads(dataclasses.replace(ev, threads={"intra_op": 16, "cpu_count": 64, "affinity_cpus": 4}))
+    assert "oversubscribe" in f.title and f.evidence["logical_cpus"] == 4
+
+
 def test_low_utilization_from_sampled_gpu_util_without_trace():
     from app.analysis.advisor import RunEvidence
 
