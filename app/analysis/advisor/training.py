@@ -114,17 +114,21 @@ def nonfinite_loss(ev: RunEvidence) -> list[Finding]:
 
 @rule("overfitting", family="training", title="Validation loss rises while training loss falls")
 def overfitting(ev: RunEvidence) -> list[Finding]:
-    """Fires when val_loss ends OVERFIT_RISE above its best while the training loss kept falling."""
+    """Fires when val_loss improved, bottomed out and ends OVERFIT_RISE above its best while the
+    training loss kept falling."""
     val = metric_curve(ev, "val_loss", min_points=OVERFIT_MIN_VAL_POINTS)
     train = metric_curve(ev, "loss", min_points=2)
-    val = val[np.isfinite(val["value"])]
+    val = val[np.isfinite(val["value"])].reset_index(drop=True)  # positions below, not labels
     train = train[np.isfinite(train["value"])]
     if len(val) < OVERFIT_MIN_VAL_POINTS or len(train) < 2:
         return []
     best_i = int(val["value"].idxmin())
     best, last = float(val["value"].iloc[best_i]), float(val["value"].iloc[-1])
     best_step, last_step = int(val["step"].iloc[best_i]), int(val["step"].iloc[-1])
-    if best_i >= len(val) - 1 or last <= best * (1 + OVERFIT_RISE):
+    # Overfitting is a U: validation improves, bottoms out, then rises. A curve whose best point
+    # is its first evaluation never improved; that is early instability (e.g. BatchNorm
+    # statistics in the first steps) or divergence, which other rules judge.
+    if best_i == 0 or best_i >= len(val) - 1 or last <= best * (1 + OVERFIT_RISE):
         return []
     train_at_best = float(train[train["step"] <= best_step]["value"].tail(5).mean())
     train_end = float(train["value"].tail(5).mean())

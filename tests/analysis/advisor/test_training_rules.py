@@ -75,6 +75,10 @@ def test_overfitting_when_val_rises_and_train_falls():
     for s, v in zip(range(9, n, 10), [1.5, 1.2, 1.1, 1.05, 1.0, 0.98]):
         improving[s] = v
     assert overfitting(_ev(loss=loss, val_loss=improving)) == []
+    never_improved = [float("nan")] * n  # best at the first evaluation: instability, not overfitting
+    for s, v in zip(range(9, n, 10), [0.57, 2.63, 1.01, 1.2, 1.1, 1.3]):
+        never_improved[s] = v
+    assert overfitting(_ev(loss=loss, val_loss=never_improved)) == []
 
 
 def test_divergence_and_no_divergence():
