@@ -31,8 +31,17 @@ demo: samples
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
+# Benchmarks against peers (HTA, orjson, torch-tb-profiler, tsdownsample), installed here only.
+# Results land in benchmarks/results/; see benchmarks/README.md for what each measures.
 bench: setup
-	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/pip install -q -r benchmarks/requirements.txt tsdownsample
+	$(BIN)/python -m benchmarks.overhead --pairs 3 --steps 300 --json benchmarks/results/overhead.json
+	$(BIN)/python benchmarks/trace_ingest.py --sizes 20 100 --out benchmarks/results/trace_ingest.json
+	$(BIN)/python benchmarks/curves.py --sizes 100000 1000000 --out benchmarks/results/curves.json
+	$(BIN)/python benchmarks/compare.py --out benchmarks/results/compare.json
+	$(BIN)/python benchmarks/tb_profiler_compare.py
+	$(MAKE) samples
+	$(BIN)/python -m benchmarks.page_render --root $(RUNS) --runs 1000
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-output
