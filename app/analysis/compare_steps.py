@@ -117,9 +117,11 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
     k = auto_warmup(len(table), source) if warmup_steps is None else max(0, int(warmup_steps))
     reason = np.full(len(table), "", dtype=object)
     if source is StepSource.METRICS:
-        profiled = table["step"].isin(_profiled_steps(side)).to_numpy()
+        # copy: pandas may hand back a read-only view, and the mask is edited in place below.
+        profiled = table["step"].isin(_profiled_steps(side)).to_numpy(copy=True)
         if "profiled" in table.columns:
-            profiled |= table["profiled"].to_numpy(bool)
+            # The agent writes the key only on profiled steps: missing (NaN) means not profiled.
+            profiled |= table["profiled"].eq(True).to_numpy()
         if profiled.all():  # every step was profiled: nothing unprofiled to compare
             profiled[:] = False
         reason[profiled] = "profiled"
