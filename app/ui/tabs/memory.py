@@ -106,7 +106,14 @@ def _render_trace_memory(ctx: RunContext) -> None:
     if ops.empty:
         st.caption("No host ops recorded around the peak.")
     else:
-        st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"))
+        st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"),
+                     column_config={
+                         "relation": st.column_config.TextColumn("when"),
+                         "dur_ms": st.column_config.NumberColumn("duration (ms)"),
+                         "ended_ms_before": st.column_config.NumberColumn(
+                             "ended before the peak (ms)", help="0 for ops still running at the peak"),
+                         "input_shapes": st.column_config.TextColumn("input shapes"),
+                     })
     _render_trace_allocations(ctx, index, device, origin)
 
 
@@ -124,8 +131,14 @@ def _render_trace_allocations(ctx: RunContext, index: int, device: str, origin: 
         "op": allocs["op"], "input_shapes": allocs["input_shapes"], "op_stack": allocs["op_stack"],
     })
     st.dataframe(table, hide_index=True, width="stretch", key=ctx.key("memory_trace_allocs"),
-                 column_config={"lived_ms": st.column_config.NumberColumn(
-                     "lived_ms", help="Until the same address was freed; empty when still held at the end of the trace")})
+                 column_config={
+                     "at_ms": st.column_config.NumberColumn("at (ms)"),
+                     "lived_ms": st.column_config.NumberColumn(
+                         "lived (ms)",
+                         help="Until the same address was freed; empty when still held at the end of the trace"),
+                     "input_shapes": st.column_config.TextColumn("input shapes"),
+                     "op_stack": st.column_config.TextColumn("op stack"),
+                 })
 
 
 def _render_snapshot(ctx: RunContext) -> None:
