@@ -73,7 +73,10 @@ def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, 
         (r for r in metrics if _rank(r) == 0 and _num(r.get("step")) is not None),
         key=lambda r: _num(r.get("step")),
     )  # type: ignore[arg-type, return-value]
-    steps = int(max(_num(r["step"]) for r in rank0)) + 1 if rank0 else None  # type: ignore[type-var]
+    # Count training steps only: an evaluation line (val_loss) is written at the step *after*
+    # the last optimizer step when the job evaluates at its end.
+    trained = [r for r in rank0 if any(k in r for k in ("loss", "step_time_s", "lr"))] or rank0
+    steps = int(max(_num(r["step"]) for r in trained)) + 1 if trained else None  # type: ignore[type-var]
     losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
     timed = [(_num(r["step"]), _num(r.get("step_time_s"))) for r in rank0]
     timed = [(s, t) for s, t in timed if t is not None]

@@ -216,3 +216,12 @@ def test_read_trace_meta_of_garbage_is_empty(tmp_path):
     bad.write_text('{"deviceProperties": [oops], "traceEvents": []}')
     assert tbprofiler.read_trace_meta(bad) == tbprofiler.TraceMeta()
     assert isinstance(pd.DataFrame(), pd.DataFrame)
+
+
+def test_steps_count_training_steps_not_a_final_evaluation_line(make_run):
+    run_dir = make_run("evaluated", steps=12)
+    # The agent logs an evaluation that ran after the last optimizer step at the next step number.
+    with open(run_dir / layout.METRICS, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": 12, "time": 1.0, "rank": 0, "val_loss": 0.5}) + "\n")
+    [row] = runs_data.load_store(run_dir.parent).table.to_dict(orient="records")
+    assert row["steps"] == 12
