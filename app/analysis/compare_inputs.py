@@ -6,6 +6,8 @@ trace file, a folder of traces). The page builds sides from its cached loaders i
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,7 +18,7 @@ from app.data.runs import RunData, load_module_tree, load_run
 from app.errors import TraceError, UsageError
 from profiler_agent import runformat as rf
 
-__all__ = ["SideKind", "CompareSide", "load_side", "side_from_run", "analyze_side_traces"]
+__all__ = ["SideKind", "CompareSide", "load_side", "side_from_run", "assemble_run_side", "analyze_side_traces"]
 
 
 class SideKind(StrEnum):
@@ -80,22 +82,30 @@ def side_from_run(
     )
 
 
-def _load_run_side(path: Path, with_traces: bool) -> CompareSide:
-    run = load_run(path)
+def assemble_run_side(
+    run: RunData, load_traces: Callable[[Path], tuple[tuple[Any, ...], Any]] | None
+) -> CompareSide:
+    """A run as a side: its traces and analysis from ``load_traces(path)`` (None: metrics only)
+    and its module tree. Unreadable traces or trees become problems; the metrics still allow a
+    step-time verdict. The CLI passes direct loaders, the page its cached ones."""
     problems: list[str] = list(run.problems)
     traces: tuple[Any, ...] = ()
     analysis = None
-    if with_traces and run.trace_files:
+    if load_traces is not None and run.trace_files:
         try:
-            traces, analysis = analyze_side_traces(path)
-        except TraceError as e:  # the metrics still allow a step-time verdict
+            traces, analysis = load_traces(run.path)
+        except TraceError as e:
             problems.append(f"traces not used: {e}")
     try:
-        tree = load_module_tree(path)
+        tree = load_module_tree(run.path)
     except rf.CorruptFileError as e:
         tree = None
         problems.append(str(e))
     return side_from_run(run, traces=traces, analysis=analysis, module_tree=tree, problems=tuple(problems))
+
+
+def _load_run_side(path: Path, with_traces: bool) -> CompareSide:
+    return assemble_run_side(load_run(path), analyze_side_traces if with_traces else None)
 
 
 def load_side(

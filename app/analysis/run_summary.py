@@ -77,6 +77,12 @@ def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> S
             if pd.notna(s) and pd.notna(m) and m > 0:
                 rates.append(float(s) / float(m))
         samples_per_s = sum(rates) if rates else None
+    return _stats(t, samples_per_s)
+
+
+
+def _stats(t: pd.Series, samples_per_s: float | None) -> StepTimeStats:
+    """Summary statistics of a non-empty series of step times in seconds."""
     return StepTimeStats(
         steps=int(t.size),
         mean_s=float(t.mean()),
@@ -86,7 +92,6 @@ def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> S
         p90_s=float(t.quantile(0.9)),
         samples_per_s=samples_per_s,
     )
-
 
 def compute_trace_step_times(steps: pd.DataFrame) -> pd.DataFrame:
     """The trace engine's step table as metrics-like rows: ``rank``, ``step``, ``step_time_s``."""
@@ -109,15 +114,7 @@ def compute_trace_step_time_stats(steps: pd.DataFrame, rank: int | None = None) 
     t = pd.to_numeric(rows["step_time_s"], errors="coerce").dropna()
     if t.empty:
         return None
-    return StepTimeStats(
-        steps=int(t.size),
-        mean_s=float(t.mean()),
-        median_s=float(t.median()),
-        std_s=float(t.std(ddof=1)) if t.size > 1 else 0.0,
-        p10_s=float(t.quantile(0.1)),
-        p90_s=float(t.quantile(0.9)),
-        samples_per_s=None,
-    )
+    return _stats(t, None)
 
 
 def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[float | None, str]:

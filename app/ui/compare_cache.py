@@ -12,34 +12,16 @@ from typing import Any
 import streamlit as st
 
 from app.analysis.compare import CompareOptions, Comparison, diff_sides
-from app.analysis.compare_inputs import CompareSide, side_from_run
+from app.analysis.compare_inputs import CompareSide, assemble_run_side
 from app.analysis.compare_tables import OpGrouping
-from app.data.runs import load_module_tree
-from app.errors import TraceError
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
-from profiler_agent import runformat as rf
 
 __all__ = ["cached_side", "cached_comparison", "cached_findings_diff", "options_key"]
 
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _side(path: str, sig: tuple[float, ...]) -> CompareSide:
-    run = cached_run(path)
-    problems = list(run.problems)
-    traces: tuple[Any, ...] = ()
-    analysis = None
-    if run.trace_files:
-        try:
-            traces = tuple(cached_traces(path))
-            analysis = cached_trace_analysis(path)
-        except TraceError as e:  # the metrics still give a step-time verdict
-            problems.append(f"traces not used: {e}")
-    try:
-        tree = load_module_tree(path)
-    except rf.CorruptFileError as e:
-        tree = None
-        problems.append(str(e))
-    return side_from_run(run, traces=traces, analysis=analysis, module_tree=tree, problems=tuple(problems))
+    return assemble_run_side(cached_run(path), lambda p: (tuple(cached_traces(p)), cached_trace_analysis(p)))
 
 
 def cached_side(run_dir: str | os.PathLike[str]) -> CompareSide:
