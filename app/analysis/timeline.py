@@ -1,7 +1,7 @@
 """One step of a trace as drawable timeline lanes, and the ops around an instant (analysis layer).
 
 Input is the ``events``/``threads`` tables of ``app.data.trace.TraceTables``. Lanes are host
-threads (named from the trace's thread/process metadata) and device streams; nested host ops
+threads and device streams, named and ordered by ``app.analysis.lanes``; nested host ops
 get a depth so that they stack like in Perfetto. A browser draws a few tens of thousands of
 rectangles smoothly, so :func:`compute_timeline` keeps the longest ``max_events`` and reports
 what it dropped.
@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from app.analysis.lanes import DEVICE_CATEGORIES, compute_lane_labels
+from app.analysis.lanes import text_values as _text
 
 __all__ = [
     "STEP_PATTERN",
@@ -26,8 +29,6 @@ __all__ = [
 ]
 
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
-# Event categories that run on a device stream rather than a host thread.
-DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_profiler_range"})
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "privateuse1_runtime"})
 _HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
 # The profiler's own "PyTorch Profiler (0)" span covers the whole trace: a lane of no news.
@@ -57,18 +58,6 @@ class Timeline:
     @property
     def shown_events(self) -> int:
         return self.total_events - self.hidden_events
-
-
-def _text(series: pd.Series) -> np.ndarray:
-    """Strings of a (usually categorical) column as an object array, "" for missing values.
-
-    Decoding the few categories once and indexing by code is ~100× faster than
-    ``astype(str)`` on a million-row categorical."""
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        cats = np.append(series.cat.categories.astype(object).to_numpy(), "")
-        codes = series.cat.codes.to_numpy()
-        return cats[np.where(codes >= 0, codes, len(cats) - 1)].astype(object)
-    return series.astype(object).where(series.notna(), "").astype(str).to_numpy(dtype=object)
 
 
 def compute_step_windows(events: pd.DataFrame) -> pd.DataFrame:
@@ -122,40 +111,6 @@ def _launch_device_ends(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return launches["ts_us"].to_numpy(np.float64), pd.to_numeric(mapped, errors="coerce").to_numpy(np.float64)
 
 
-def _lane_names(events: pd.DataFrame, threads: pd.DataFrame | None) -> pd.Series:
-    """One lane label per event: 'GPU d · stream s' on devices, '<process> · <thread>' on hosts.
-
-    Labels are built once per distinct (pid, tid, device, stream) and mapped back, since a
-    trace has a handful of lanes and up to millions of events."""
-    process_names: dict[str, str] = {}
-    thread_names: dict[tuple[str, str], str] = {}
-    if threads is not None and not threads.empty:
-        for row in threads.itertuples(index=False):
-            if str(row.kind) == "process":
-                process_names[str(row.pid)] = str(row.name)
-            else:
-                thread_names[(str(row.pid), str(row.tid))] = str(row.name)
-    keys = pd.DataFrame({
-        "pid": _text(events["pid"]), "tid": _text(events["tid"]),
-        "dev": events["cat"].isin(DEVICE_CATEGORIES).to_numpy(),
-        "d": _ints(events, "device"), "s": _ints(events, "stream"),
-    })
-    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
-    labels = []
-    for p, t, dev, d, s in uniques:
-        if dev:
-            labels.append(f"GPU {d if d >= 0 else p} · stream {s if s >= 0 else t}")
-        else:
-            labels.append(f"{process_names.get(p, f'process {p}')} · {thread_names.get((p, t), f'thread {t}')}")
-    return pd.Series(np.asarray(labels, dtype=object)[codes], index=events.index, dtype=object)
-
-
-def _ints(events: pd.DataFrame, col: str) -> np.ndarray:
-    if col not in events.columns:
-        return np.full(len(events), -1, dtype=np.int64)
-    return pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-
-
 def _depths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Nesting depth of intervals sorted by (start, -duration): how many still-open intervals
     contain each start. O(n · depth) with a stack of open end times."""
@@ -202,7 +157,8 @@ def compute_timeline(
         order = np.argsort(-inside["dur_us"].to_numpy(np.float64), kind="stable")
         hidden_max = float(inside["dur_us"].iloc[order[max_events:]].max())
         inside = inside.iloc[np.sort(order[:max_events])]
-    lanes = _lane_names(inside, threads)
+    lane_labels = compute_lane_labels(inside, threads)
+    lanes = lane_labels.per_event
     frame = pd.DataFrame(
         {
             "lane": lanes.to_numpy(),
@@ -220,13 +176,11 @@ def compute_timeline(
         depth[positions] = _depths(sub["ts_us"].to_numpy(), (sub["ts_us"] + sub["dur_us"]).to_numpy())
     frame["depth"] = depth
     frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
-    host = sorted(lane for lane in frame["lane"].unique() if not lane.startswith("GPU "))
-    device = sorted(lane for lane in frame["lane"].unique() if lane.startswith("GPU "))
     if lane_prefix:
         frame["lane"] = lane_prefix + frame["lane"]
     return Timeline(
         events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
-        lanes=[lane_prefix + lane for lane in host + device],
+        lanes=[lane_prefix + lane for lane in lane_labels.order],
         start_us=float(start_us),
         end_us=float(end_us),
         total_events=total,

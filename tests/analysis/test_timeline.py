@@ -60,7 +60,7 @@ def test_step_windows_empty_without_annotations() -> None:
 def test_timeline_lanes_depths_and_names() -> None:
     tl = compute_timeline(EVENTS, THREADS, 0.0, 130.0)
     assert list(tl.events.columns) == TIMELINE_COLUMNS
-    assert tl.lanes == ["python · main thread", "GPU 0 · stream 7"]
+    assert tl.lanes == ["main thread (tid 11)", "GPU 0 · stream 7"]
     by_name = tl.events.set_index("name")
     assert by_name.loc["ProfilerStep#3", "depth"] == 0
     assert by_name.loc["aten::linear", "depth"] == 1
@@ -143,7 +143,7 @@ def test_name_filter_prefix_and_combine() -> None:
 
     a = compute_timeline(EVENTS, THREADS, 0.0, 130.0, name_contains="ATEN::", lane_prefix="rank 0 · ")
     assert a.events["name"].tolist() == ["aten::linear", "aten::addmm", "aten::relu"]
-    assert a.lanes == ["rank 0 · python · main thread"] and set(a.events["lane"]) == set(a.lanes)
+    assert a.lanes == ["rank 0 · main thread (tid 11)"] and set(a.events["lane"]) == set(a.lanes)
     plain = EVENTS.assign(name=EVENTS["name"].astype(str))  # not categorical: same answer
     assert compute_timeline(plain, THREADS, 0.0, 130.0, name_contains="aten::").events["name"].tolist() == \
         a.events["name"].tolist()
