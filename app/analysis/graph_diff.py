@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = [
+    "module_parent",
     "MODULE_COLUMNS",
     "MODULE_DIFF_COLUMNS",
     "ROOT_PATH",
@@ -57,6 +58,14 @@ def flatten_module_tree(tree: Mapping[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MODULE_COLUMNS)
 
 
+def module_parent(path: str) -> str | None:
+    """The dotted path of a module's parent (``layer1.0`` → ``layer1``, ``layer1`` → ``(model)``);
+    None for the root."""
+    if path == ROOT_PATH:
+        return None
+    return path.rsplit(".", 1)[0] if "." in path else ROOT_PATH
+
+
 def _change(a: pd.Series | None, b: pd.Series | None) -> str:
     if a is None:
         return "added"
@@ -75,10 +84,13 @@ def _change(a: pd.Series | None, b: pd.Series | None) -> str:
     return ""
 
 
-def diff_module_trees(baseline: Mapping[str, Any] | None, candidate: Mapping[str, Any] | None) -> pd.DataFrame:
+def diff_module_trees(baseline: Mapping[str, Any] | None, candidate: Mapping[str, Any] | None, *,
+                      include_same: bool = False) -> pd.DataFrame:
     """Return the modules that differ, columns MODULE_DIFF_COLUMNS, in tree order (baseline order,
     then added modules in candidate order). The ``(model)`` row always comes first when either
-    side has a tree: it carries the total parameter count delta. Empty when neither has a tree."""
+    side has a tree: it carries the total parameter count delta. Empty when neither has a tree.
+    With ``include_same`` every module of either tree is a row (unchanged ones as ``same``): the
+    union tree the highlighted graph view draws."""
     fa, fb = flatten_module_tree(baseline), flatten_module_tree(candidate)
     if len(fa) == 0 and len(fb) == 0:
         return pd.DataFrame(columns=MODULE_DIFF_COLUMNS)
@@ -91,7 +103,7 @@ def diff_module_trees(baseline: Mapping[str, Any] | None, candidate: Mapping[str
         a = ia.loc[path] if path in ia.index else None
         b = ib.loc[path] if path in ib.index else None
         change = _change(a, b)
-        if not change and path != ROOT_PATH:
+        if not change and path != ROOT_PATH and not include_same:
             continue
         rows.append({
             "path": path, "change": change or "same",

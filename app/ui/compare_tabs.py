@@ -8,7 +8,7 @@ import streamlit as st
 from app.analysis.compare import Comparison
 from app.analysis.compare_advice import findings_diff_rows
 from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
-from app.analysis.graph_diff import diff_backward_graphs
+from app.analysis.graph_diff import diff_backward_graphs, diff_module_trees
 from app.analysis.report import format_value
 from app.charts.compare import (
     make_delta_bar_figure,
@@ -16,6 +16,7 @@ from app.charts.compare import (
     make_step_time_figure,
     make_waterfall_figure,
 )
+from app.charts.graph import MODULE_DIFF_STYLES, make_module_diff_dot
 from app.errors import TorchscopeError
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
@@ -116,6 +117,22 @@ def render_memory_tab(cmp: Comparison) -> None:
         st.dataframe(alloc, hide_index=True, width="stretch")
 
 
+def _render_module_graph(cmp: Comparison) -> None:
+    """Both module trees as one graph, each module coloured by its change."""
+    union = diff_module_trees(cmp.baseline.module_tree, cmp.candidate.module_tree, include_same=True)
+    dot, hidden = make_module_diff_dot(union)
+    st.subheader("Module tree, changes highlighted")
+    legend: dict[str, str] = {}  # the four kinds of change share one colour: one legend entry
+    for change, (fill, _, _, text) in MODULE_DIFF_STYLES.items():
+        legend.setdefault("changed" if change in ("type", "shape", "params", "config") else text, fill)
+    st.caption(" · ".join(f'<span style="background:{fill};border:1px solid #9e9e9e;padding:0 6px">{text}</span>'
+                          for text, fill in legend.items()), unsafe_allow_html=True)
+    if hidden:
+        st.caption(f"{len(union):,} modules: only the changed ones and their parents are drawn "
+                   f"({hidden:,} summarised in grey).")
+    st.graphviz_chart(dot, width="stretch")
+
+
 def render_model_tab(cmp: Comparison) -> None:
     if len(cmp.modules) == 0:
         st.info("No module tree on either side (graph/modules.json is written by the agent).")
@@ -127,6 +144,7 @@ def render_model_tab(cmp: Comparison) -> None:
         counts = changed["change"].value_counts().to_dict()
         st.caption(", ".join(f"{v} {k}" for k, v in counts.items()) or "Same structure.")
         st.dataframe(cmp.modules, hide_index=True, width="stretch")
+        _render_module_graph(cmp)
     dots = [s.run.graph_dot if s.run is not None else None for s in (cmp.baseline, cmp.candidate)]
     if all(dots):
         graph = diff_backward_graphs(dots[0].read_text(encoding="utf-8", errors="replace"),

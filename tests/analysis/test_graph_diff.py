@@ -110,3 +110,23 @@ def test_real_sample_models_tree(sample_store: Path) -> None:
 @pytest.mark.parametrize("bad", [{}, {"root": {}}, {"root": {"name": "", "children": ["junk", 3]}}])
 def test_odd_documents_do_not_crash(bad: dict) -> None:
     assert len(flatten_module_tree(bad)) <= 1
+
+
+def test_include_same_gives_the_union_tree() -> None:
+    a, b = tree(Plain()), tree(Separable())
+    union = diff_module_trees(a, b, include_same=True).set_index("path")
+    paths_a = set(flatten_module_tree(a)["path"])
+    paths_b = set(flatten_module_tree(b)["path"])
+    assert set(union.index) == paths_a | paths_b
+    assert union.loc["act", "change"] == "config"  # ReLU() → ReLU(inplace=True)
+    assert union.loc["head", "change"] == "same"
+    changed = diff_module_trees(a, b)
+    assert set(changed["path"]) == set(union.index[union["change"] != "same"]) | {ROOT_PATH}
+
+
+def test_module_parent() -> None:
+    from app.analysis.graph_diff import module_parent
+
+    assert module_parent(ROOT_PATH) is None
+    assert module_parent("layer1") == ROOT_PATH
+    assert module_parent("layer1.0.conv1") == "layer1.0"

@@ -76,6 +76,8 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     assert any("conv" in n for n in ops["name"].head(3))
     model = _tab(at, "Model")
     assert "Parameters" in texts(model.markdown)
+    graph = model.get("graphviz_chart")  # the union module tree, changed modules coloured
+    assert len(graph) == 1 and "->" in graph[0].proto.spec and "#fff1cc" in graph[0].proto.spec
     assert len(_tab(at, "Curves").get("plotly_chart")) == 1
     advisor = _tab(at, "Advisor")
     assert not advisor.warning, texts(advisor.warning)
