@@ -34,6 +34,7 @@ class Run:
         config: hyperparameters to record in the manifest.
         tags: labels shown by the app and ``torchscope ls``.
         schedule: when torch.profiler records (``ProfileSchedule``); ``profile=False`` disables it.
+        module_scopes: an ``nn.Module: <name>`` range around each module call in traces (default on).
     """
 
     def __init__(
@@ -49,13 +50,15 @@ class Run:
         grad_norm: bool = False,
         graph: bool = True,
         memory_timeline: bool = False,
+        module_scopes: bool = True,
     ) -> None:
         self._session: Session | None = None
         self._heartbeat: Heartbeat | None = None
         self.owner = False
         self.disabled = False
         options = AgentOptions(profile=profile, schedule=schedule or ProfileSchedule(),
-                               grad_norm=grad_norm, graph=graph, memory_timeline=memory_timeline)
+                               grad_norm=grad_norm, graph=graph, memory_timeline=memory_timeline,
+                               module_scopes=module_scopes)
         try:
             self._session = self._attach_or_create(name, root, options, tags, notes)
         except Exception as e:  # noqa: BLE001 - an unrecordable run must not stop the training script

@@ -88,6 +88,7 @@ class AgentOptions:
     grad_norm: bool = False
     graph: bool = True  # torchviz backward graph of the first step
     memory_timeline: bool = False  # export_memory_timeline per window (needs and turns on with_stack)
+    module_scopes: bool = True  # an "nn.Module: <name>" trace range per module call inside windows
     system_interval_s: float = 1.0
 
     def to_json(self) -> str:
@@ -117,6 +118,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-norm", action="store_true", help="log the total gradient norm every step")
     g.add_argument("--memory-timeline", action="store_true",
                    help="write torch.profiler's memory timeline by category per window (turns on --with-stack)")
+    g.add_argument("--no-module-scopes", action="store_true",
+                   help="no 'nn.Module: <name>' range around each module call in traces")
     g.add_argument(
         "--system-interval", type=float, default=1.0, metavar="S", help="seconds between system samples (1.0)"
     )
@@ -134,6 +137,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         grad_norm=args.grad_norm,
         graph=not args.no_graph,
         memory_timeline=getattr(args, "memory_timeline", False),
+        module_scopes=not getattr(args, "no_module_scopes", False),
         system_interval_s=args.system_interval,
     )
 

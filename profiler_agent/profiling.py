@@ -6,7 +6,9 @@ dropped after its last active one, so iterations outside windows pay nothing. It
 On CUDA the allocator history is recorded during the window and a snapshot is dumped to
 memory/ at its end. With ``memory_timeline`` the window also records Python stacks and its
 ``export_memory_timeline`` raw records (memory by category: parameters, gradients, activations,
-optimizer state, ...) are written to memory/ next to the trace.
+optimizer state, ...) are written to memory/ next to the trace. With ``module_scopes`` (the
+default) every nn.Module call inside the window is a ``nn.Module: <label>`` range in the trace
+(``module_scopes.py``); its global hooks exist only while the window does.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 
 from .failures import FailureLog
+from .module_scopes import ModuleScopes
 from .options import AgentOptions, ProfileSchedule
 from .runformat import Artifact, ArtifactKind, add_artifact, layout
 
@@ -35,7 +38,8 @@ def profiler_settings(options: AgentOptions) -> dict[str, int | bool]:
     """The manifest's ``profiler`` field: the schedule as ``torch.profiler.schedule`` arguments, the switches.
 
     ``skip_first`` is 1: iteration 0 (one-off costs) is never profiled, the first cycle starts at
-    iteration 1. ``with_stack`` is what the traces hold (``memory_timeline`` turns it on).
+    iteration 1. ``with_stack`` is what the traces hold (``memory_timeline`` turns it on);
+    ``module_scopes`` whether they hold ``nn.Module: <label>`` ranges.
     Windows asked for through ``Run.profile_window`` are not part of it (their iterations are
     marked ``profiled`` in metrics.jsonl like the scheduled ones).
     """
@@ -49,11 +53,16 @@ def profiler_settings(options: AgentOptions) -> dict[str, int | bool]:
         "enabled": bool(options.profile),
         "with_stack": bool(options.with_stack or options.memory_timeline),
         "memory_timeline": bool(options.memory_timeline),
+        "module_scopes": bool(options.module_scopes),
     }
 
 
 class ProfilerWindows:
-    """Starts and stops torch.profiler windows as the job's iterations advance."""
+    """Starts and stops torch.profiler windows as the job's iterations advance.
+
+    ``module_root`` returns the model's root (or None while none is known): module ranges are
+    labelled by their names in its tree.
+    """
 
     def __init__(
         self,
@@ -63,6 +72,7 @@ class ProfilerWindows:
         *,
         worker: str,
         rank: int,
+        module_root: Callable[[], torch.nn.Module | None] | None = None,
     ) -> None:
         self._run_dir = run_dir
         self._options = options
@@ -73,6 +83,7 @@ class ProfilerWindows:
         self._last_step = -1
         self._requests: list[ProfileSchedule] = []  # extra windows asked for through the API
         self._cuda_history = False
+        self._scopes = ModuleScopes(failures, module_root) if options.module_scopes else None
         self.traces_written: list[Path] = []
 
     @property
@@ -87,6 +98,9 @@ class ProfilerWindows:
         """Called when iteration ``step`` has ended (the next one, ``step + 1``, begins)."""
         self._last_step = step
         if self._prof is not None:
+            if self._prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE:
+                # This step() stops the profiler and writes the trace: close module ranges first.
+                self._stop_module_scopes()
             with self._failures.guard("profiler step"):
                 self._prof.step()
             if self._prof is not None and self._window_over():
@@ -134,13 +148,22 @@ class ProfilerWindows:
             self._start_cuda_history()
             prof.start()
             self._prof = prof
+        if self._prof is not None and self._scopes is not None:
+            with self._failures.guard("module scopes"):
+                self._scopes.install()
 
     def _finish(self) -> None:
+        self._stop_module_scopes()  # before stop(), so ranges still open are closed inside the trace
         prof, self._prof = self._prof, None
         if prof is not None:
             with self._failures.guard("profiler stop"):
                 prof.stop()
         self._stop_cuda_history()
+
+    def _stop_module_scopes(self) -> None:
+        if self._scopes is not None:
+            with self._failures.guard("module scopes"):
+                self._scopes.uninstall()
 
     def _write_trace(self, prof: torch.profiler.profile) -> None:
         with self._failures.guard("trace export"):

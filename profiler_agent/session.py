@@ -57,7 +57,8 @@ class Session:
         self.t0 = t0 if t0 is not None else time.time()
         self.failures = FailureLog(self.run_dir, rank=self.rank)
         self.metrics = MetricsLog(self.run_dir, self.failures, rank=self.rank, t0=self.t0)
-        self.windows = ProfilerWindows(self.run_dir, options, self.failures, worker=self.worker, rank=self.rank)
+        self.windows = ProfilerWindows(self.run_dir, options, self.failures, worker=self.worker, rank=self.rank,
+                                       module_root=lambda: self.root)
         self.step = 0  # iterations completed so far; the current iteration's number
         self.manual = False  # True when the API's Run.step() ends iterations
         self.disabled = False
