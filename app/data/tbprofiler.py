@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 IMPORTED_TAG = "imported"
+# Bumped when an import derives a manifest differently, so that mirrors are rebuilt (2: started
+# from the trace's own clock instead of the file's mtime).
+_IMPORT_VERSION = 2
 # Bytes of (decompressed) text read to find the metadata Kineto writes before "traceEvents".
 _HEAD_BYTES = 1 << 18
 # Bytes of the end of a trace searched for the fields Kineto writes after "traceEvents".
@@ -220,7 +223,8 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
         name,
         command=("torchscope", "import", str(source)),
         tags=(IMPORTED_TAG,),
-        extra={"imported_from": str(source.resolve()), "source_signature": _signature(files)},
+        extra={"imported_from": str(source.resolve()), "source_signature": _signature(files),
+               "import_version": _IMPORT_VERSION},
     )
     traces = run_dir / layout.TRACES_DIR
     traces.mkdir()
@@ -327,7 +331,9 @@ def mirror_tb_folder(
     for run_dir, manifest in rf.list_runs(store).runs:
         src = manifest.extra.get("imported_from")
         if isinstance(src, str):
-            existing[src] = (run_dir, manifest.extra.get("source_signature"))
+            # A run mirrored by an older import (e.g. started from the file's mtime) is redone.
+            current = manifest.extra.get("import_version") == _IMPORT_VERSION
+            existing[src] = (run_dir, manifest.extra.get("source_signature") if current else None)
     wanted = {str(s.resolve()): s for s in subs}
     for src, (run_dir, _) in existing.items():
         if src not in wanted:

@@ -73,3 +73,21 @@ def test_import_takes_started_from_the_trace_else_mtime(tmp_path: Path) -> None:
     os.utime(undated, (1_700_000_000, 1_700_000_000))
     (run,) = import_traces(undated, tmp_path / "store")
     assert rf.read_manifest(run).started_at == pytest.approx(1_700_000_000)
+
+
+def test_mirror_redoes_runs_of_an_older_import(tmp_path: Path) -> None:
+    from app.data.tbprofiler import mirror_tb_folder
+
+    sub = tmp_path / "tb" / "run1"
+    sub.mkdir(parents=True)
+    _write(sub / "w0.123.pt.trace.json", _kineto([1_000.0], baseTimeNanoseconds=BASE_NS), gz=False)
+    store = mirror_tb_folder(tmp_path / "tb", tmp_path / "cache")
+    ((run, manifest),) = rf.list_runs(store).runs
+    assert manifest.started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
+    mirror_tb_folder(tmp_path / "tb", tmp_path / "cache")
+    assert [p for p, _ in rf.list_runs(store).runs] == [run]  # unchanged: kept
+    extra = {k: v for k, v in manifest.extra.items() if k != "import_version"}
+    rf.update_manifest(run, extra=extra, started_at=1.0)  # as an import before version 2 left it
+    mirror_tb_folder(tmp_path / "tb", tmp_path / "cache")
+    ((again, manifest),) = rf.list_runs(store).runs
+    assert again != run and manifest.started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
