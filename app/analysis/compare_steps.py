@@ -14,6 +14,13 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.compare_inputs import CompareSide
+from app.analysis.peak_memory import (
+    common_peak,
+    peak_description,
+    peak_quantity,
+    peak_sources,
+    pick_peak,
+)
 from app.analysis.stats import Direction
 
 __all__ = [
@@ -84,7 +91,8 @@ def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
         m["samples"] = pd.to_numeric(m["samples"], errors="coerce")
         agg["samples"] = "sum"  # samples of all ranks together
     if "profiled" in m.columns:
-        m["profiled"] = m["profiled"].fillna(False).astype(bool)
+        # true/false/missing (read as 1.0/0.0/NaN or objects): only a true value marks a profiled step
+        m["profiled"] = pd.to_numeric(m["profiled"], errors="coerce").fillna(0.0).to_numpy(float) != 0
         agg["profiled"] = "max"
     return m.groupby("step", sort=True).agg(agg).reset_index()
 
@@ -150,65 +158,42 @@ def kept_throughput(table: pd.DataFrame) -> tuple[np.ndarray, str]:
 
 @dataclass(frozen=True)
 class PeakMemory:
-    """Peak memory of one side from one source (the same source is used for both sides)."""
+    """Peak memory of one side from one source (the same source is used for both sides).
+
+    ``source`` is ``system:<column>``, ``trace_allocated:<device kind>`` or ``none``
+    (app.analysis.peak_memory); ``own_source`` is the best source this side has on its own,
+    which differs from ``source`` when the other side lacks it."""
 
     bytes: float | None
     source: str  # "trace_allocated:<device kind>", "system:<column>" or "none"
+    own_source: str = ""
 
+    @property
+    def quantity(self) -> str:
+        """What the number measures, briefly ("GPU allocator peak", "CPU tensors (traced)", "host RSS")."""
+        return peak_quantity(self.source)
 
-# Columns of system.jsonl that hold a memory level, best first (device memory before host memory;
-# the agent's names, then names other writers use). "host_rss_bytes" is derived: the job's RSS
-# plus its children's (DataLoader workers), so moving work into workers does not look free.
-_SYSTEM_MEMORY_COLUMNS = ("gpu_max_allocated_bytes", "gpu_allocated_bytes", "cuda_max_allocated_bytes",
-                          "gpu_reserved_bytes", "gpu_used_bytes", "peak_memory_bytes", "host_rss_bytes", "rss_bytes")
-
-
-def _system_levels(system: pd.DataFrame) -> pd.DataFrame:
-    if "rss_bytes" in system.columns and "children_rss_bytes" in system.columns:
-        rss = pd.to_numeric(system["rss_bytes"], errors="coerce")
-        children = pd.to_numeric(system["children_rss_bytes"], errors="coerce").fillna(0)
-        system = system.assign(host_rss_bytes=rss + children)
-    return system
-
-
-def _trace_peaks(analysis: object) -> dict[str, float]:
-    peaks = getattr(analysis, "memory_peaks", None)
-    if peaks is None:  # older TraceAnalysis-like objects carry the peaks table as ``memory``
-        peaks = getattr(analysis, "memory", None)
-    if not isinstance(peaks, pd.DataFrame) or len(peaks) == 0 or "peak_allocated_bytes" not in peaks.columns:
-        return {}
-    dev = peaks["device"].astype(str).str.split(":").str[0] if "device" in peaks.columns else "device"
-    values = pd.to_numeric(peaks["peak_allocated_bytes"], errors="coerce")
-    out: dict[str, float] = {}
-    for kind, v in values.groupby(dev if isinstance(dev, pd.Series) else [dev] * len(values)).max().items():
-        if pd.notna(v) and v > 0:  # per device kind: the largest peak of any rank / device id
-            out[f"trace_allocated:{kind}"] = float(v)
-    return out
+    @property
+    def description(self) -> str:
+        """What the number measures, in one sentence."""
+        return peak_description(self.source)
 
 
 def _memory_sources(side: CompareSide) -> dict[str, float]:
-    found = _trace_peaks(side.analysis)
-    system = _system_levels(side.run.system) if side.run is not None else None
-    if system is not None:
-        for col in _SYSTEM_MEMORY_COLUMNS:
-            if col in system.columns:
-                peak = pd.to_numeric(system[col], errors="coerce").max()
-                if pd.notna(peak) and peak > 0:
-                    found[f"system:{col}"] = float(peak)
-    return found
+    peaks = getattr(side.analysis, "memory_peaks", None)
+    if peaks is None:  # older TraceAnalysis-like objects carry the peaks table as ``memory``
+        peaks = getattr(side.analysis, "memory", None)
+    return peak_sources(side.run.system if side.run is not None else None, peaks)
 
 
 def compute_peak_memory(baseline: CompareSide, candidate: CompareSide) -> tuple[PeakMemory, PeakMemory]:
-    """Peak memory of both sides from the first source both have (trace allocator events, then
-    the system samples' device memory, then host RSS)."""
+    """Peak memory of both sides from the best source both have, in the order of
+    app.analysis.peak_memory.PEAK_SOURCE_ORDER: the GPU allocator's whole-run peak, the traces'
+    tensor allocations (CUDA, then CPU), sampled device levels, then host RSS."""
     a, b = _memory_sources(baseline), _memory_sources(candidate)
-    # Device memory from the allocator events first (cuda before cpu), then the sampled levels.
-    traced = sorted((k for k in a if k.startswith("trace_allocated:")), key=lambda k: k.endswith(":cpu"))
-    order = [*traced, *(f"system:{c}" for c in _SYSTEM_MEMORY_COLUMNS)]
-    for source in order:
-        if source in a and source in b:
-            return PeakMemory(a[source], source), PeakMemory(b[source], source)
-    return PeakMemory(None, "none"), PeakMemory(None, "none")
+    own_a, own_b = pick_peak(a)[1], pick_peak(b)[1]
+    va, vb, source = common_peak(a, b)
+    return PeakMemory(va, source, own_a), PeakMemory(vb, source, own_b)
 
 
 _LOWER_WORDS = ("loss", "error", "err", "perplexity", "ppl", "wer", "cer", "mse", "mae", "nll")
