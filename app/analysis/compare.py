@@ -195,7 +195,8 @@ def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd
     ratio = _safe_ratio(mem[1].bytes, mem[0].bytes)
     rows.append({"quantity": "peak memory", "unit": "bytes", "baseline": mem[0].bytes or np.nan,
                  "candidate": mem[1].bytes or np.nan, "ratio": ratio if ratio is not None else np.nan,
-                 "ci_lo": np.nan, "ci_hi": np.nan, "verdict": str(mem_verdict), "note": mem[0].source})
+                 "ci_lo": np.nan, "ci_hi": np.nan, "verdict": str(mem_verdict),
+                 "note": f"{mem[0].quantity} ({mem[0].source})"})
     for r in metrics.itertuples(index=False):
         rows.append({"quantity": f"{r.metric} (final)", "unit": "", "baseline": r.baseline_final,
                      "candidate": r.candidate_final, "ratio": r.ratio, "ci_lo": r.ci_lo, "ci_hi": r.ci_hi,

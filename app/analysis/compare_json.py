@@ -13,6 +13,11 @@ import pandas as pd
 
 from app.analysis.compare import Comparison
 from app.analysis.compare_inputs import CompareSide
+from app.analysis.compare_memory_categories import (
+    MemoryCategoryComparison,
+    compare_memory_categories,
+    memory_category_records,
+)
 
 __all__ = ["JSON_SCHEMA", "comparison_to_json", "json_number", "table_records"]
 
@@ -82,8 +87,13 @@ def _breakdown(df: pd.DataFrame, view: str) -> list[dict[str, Any]]:
     return table_records(part[["category", "baseline_us", "candidate_us", "delta_us", "delta_share"]])
 
 
-def comparison_to_json(cmp: Comparison, *, top: int | None = 200) -> dict[str, Any]:
-    """The documented JSON document of a comparison; ``top`` bounds the ops/kernels lists."""
+def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
+                       memory_categories: MemoryCategoryComparison | None = None) -> dict[str, Any]:
+    """The documented JSON document of a comparison; ``top`` bounds the ops/kernels lists.
+    ``memory_categories`` (per-category memory of both sides) is read from the runs' memory
+    timelines when not given."""
+    cats = memory_categories if memory_categories is not None else compare_memory_categories(cmp.baseline,
+                                                                                           cmp.candidate)
     o = cmp.options
     step = _estimate(cmp.step_time, cmp.step_verdict, "baseline_s", "candidate_s")
     step.update({"statistic": "median", "confidence": o.confidence, "resamples": o.resamples, "seed": o.seed,
@@ -105,7 +115,7 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200) -> dict[str, A
         "throughput": tp,
         "peak_memory": {"baseline_bytes": json_number(mem_a.bytes), "candidate_bytes": json_number(mem_b.bytes),
                         "ratio": json_number(cmp.memory_ratio), "verdict": str(cmp.memory_verdict),
-                        "source": mem_a.source},
+                        "source": mem_a.source, "quantity": mem_a.quantity, "description": mem_a.description},
         "trace_step": trace_step,
         "breakdown_delta": _breakdown(cmp.breakdown, "device"),
         "phase_delta": _breakdown(cmp.breakdown, "phase"),
@@ -114,5 +124,6 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200) -> dict[str, A
         "metrics": table_records(cmp.metrics),
         "config_diff": table_records(cmp.config),
         "module_diff": table_records(cmp.modules),
-        "notes": list(cmp.notes),
+        "memory_categories": memory_category_records(cats.table),
+        "notes": list(cmp.notes) + list(cats.notes),
     }
