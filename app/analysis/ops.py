@@ -8,8 +8,11 @@ Definitions (the same as ``torch.profiler``'s ``key_averages()``):
 - ``device_self_us`` is the time of the kernels, memcpys and memsets (linked by correlation id)
   launched by the op's runtime calls: those carrying the op's External id, as torch and
   torch-tb-profiler link them, else (older traces) those directly inside the op;
-- ``share`` is ``self_us`` over the summed duration of the trace's steps.
-``ProfilerStep#N`` spans are tree nodes (they are parents) but not rows of the table.
+- ``share`` is ``self_us`` over the summed duration of the trace's steps;
+- ``module`` (``group_by="module"``) is the innermost ``nn.Module`` the op ran in, forward or
+  backward (app/analysis/op_modules.py), "" outside every module.
+``ProfilerStep#N`` spans and ``nn.Module: …`` ranges are tree nodes (they are parents) but not
+rows of the table, whatever the grouping: their children's self times do not change.
 """
 from __future__ import annotations
 
@@ -20,11 +23,15 @@ import pandas as pd
 
 from app.analysis.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name_mask, cat_in,
                                     is_device_activity, is_runtime)
+from app.analysis.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modules
 
-__all__ = ["OP_COLUMNS", "HOST_CATS", "compute_op_table", "compute_op_events", "op_tree"]
+__all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "compute_op_table", "compute_op_events",
+           "compute_op_events_with_scopes", "op_tree", "is_op_row", "step_total_us"]
 
 OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
 HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
+GROUPINGS = (None, "shape", "module")
+_GROUP_KEY = {"shape": "input_shapes", "module": "module"}
 
 
 def _codes(col: pd.Series) -> np.ndarray:
@@ -104,10 +111,18 @@ def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return par
 
 
-def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
-    """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns."""
+def compute_op_events(events: pd.DataFrame, *, modules: bool = True) -> pd.DataFrame:
+    """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns, and
+    (``modules=True``) ``module``, ``module_path`` and ``phase`` (app/analysis/op_modules.py)."""
+    return compute_op_events_with_scopes(events, modules=modules)[0]
+
+
+def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True
+                                  ) -> tuple[pd.DataFrame, ModuleScopes | None]:
+    """compute_op_events and the ModuleScopes it used (None with ``modules=False``)."""
     cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "external_id", "input_shapes"]
-    host = events.loc[cat_in(events, HOST_CATS), cols].reset_index(drop=True)
+    mask = cat_in(events, HOST_CATS)
+    host = events.loc[mask, cols].reset_index(drop=True)
     parent = op_tree(host)
     dur = host["dur_us"].to_numpy(float)
     has_parent = parent >= 0
@@ -125,7 +140,16 @@ def compute_op_events(events: pd.DataFrame) -> pd.DataFrame:
         owner = _launching_ops(host, rt_pos, parent)
         ok = owner >= 0
         device += np.bincount(owner[ok], weights=rt_dev[ok], minlength=len(host))
-    return host.assign(parent=parent, self_us=self_us, device_self_us=device)
+    host = host.assign(parent=parent, self_us=self_us, device_self_us=device)
+    if not modules:
+        return host, None
+    scopes = attribute_modules(events, np.flatnonzero(mask))
+    return host.assign(module=scopes.module, module_path=scopes.module_path, phase=scopes.phase), scopes
+
+
+def is_op_row(ev: pd.DataFrame) -> np.ndarray:
+    """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges."""
+    return ~name_mask(ev, lambda n: n.startswith(("ProfilerStep#", MODULE_PREFIX)))
 
 
 def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -147,7 +171,8 @@ def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -
     return np.where(found, c, parent[rt_pos])
 
 
-def _step_total(trace: Any) -> float:
+def step_total_us(trace: Any) -> float:
+    """Summed duration (µs) of the trace's steps (0 without steps)."""
     from app.analysis.steps import find_steps
 
     spans = find_steps(trace.events)
@@ -155,26 +180,26 @@ def _step_total(trace: Any) -> float:
 
 
 def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
-    """Return one row per op name (or per (name, input_shapes) with ``group_by="shape"``).
+    """Return one row per op name, or per (name, input_shapes) with ``group_by="shape"``, or per
+    (name, module) with ``group_by="module"`` (module "" for ops outside every module).
 
-    Columns OP_COLUMNS (+ ``input_shapes`` when grouped by shape), sorted by ``self_us``
-    descending; several traces (ranks) are summed.
+    Columns OP_COLUMNS (+ ``input_shapes`` / ``module``), sorted by ``self_us`` descending;
+    several traces (ranks) are summed. Raises ValueError for another ``group_by``.
     """
-    if group_by not in (None, "shape"):
-        raise ValueError(f"group_by must be None or 'shape', got {group_by!r}")
+    if group_by not in GROUPINGS:
+        raise ValueError(f"group_by must be one of None, 'shape', 'module', got {group_by!r}")
     items = traces if isinstance(traces, (list, tuple)) else [traces]
     frames, total_steps = [], 0.0
     for t in items:
-        ev = compute_op_events(t.events)
-        ev = ev[~name_mask(ev, lambda n: n.startswith("ProfilerStep#"))]
-        frames.append(ev)
-        total_steps += _step_total(t) if steps_us is None else 0.0
+        ev = compute_op_events(t.events, modules=group_by == "module")
+        frames.append(ev[is_op_row(ev)])
+        total_steps += step_total_us(t) if steps_us is None else 0.0
     if steps_us is not None:
         total_steps = steps_us
-    keys = ["name", "input_shapes"] if group_by == "shape" else ["name"]
-    cols = OP_COLUMNS + (["input_shapes"] if group_by == "shape" else [])
+    extra = [_GROUP_KEY[group_by]] if group_by else []
+    keys, cols = ["name"] + extra, OP_COLUMNS + extra
     if not frames or not sum(len(f) for f in frames):
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", "input_shapes") else float)
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", *extra) else float)
                              for c in cols})
     ev = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     # Group on the categorical codes (cheap); only the grouped rows are turned into plain strings.

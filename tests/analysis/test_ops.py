@@ -87,7 +87,7 @@ def test_group_by_shape_splits_calls(recorded: tuple[Path, dict[str, list[float]
     addmm = by_shape[by_shape["name"] == "aten::addmm"]
     assert len(addmm) == 2 and all(s.startswith("[[") for s in addmm["input_shapes"])
     with pytest.raises(ValueError, match="group_by"):
-        compute_op_table(trace, group_by="module")
+        compute_op_table(trace, group_by="stack")
 
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
