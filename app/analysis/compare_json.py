@@ -15,7 +15,7 @@ from app.analysis.compare import Comparison
 from app.analysis.compare_inputs import CompareSide
 from app.analysis.compare_memory_categories import (
     MemoryCategoryComparison,
-    compare_memory_categories,
+    compare_side_memory_categories,
     memory_category_records,
 )
 
@@ -92,8 +92,8 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
     """The documented JSON document of a comparison; ``top`` bounds the ops/kernels lists.
     ``memory_categories`` (per-category memory of both sides) is read from the runs' memory
     timelines when not given."""
-    cats = memory_categories if memory_categories is not None else compare_memory_categories(cmp.baseline,
-                                                                                           cmp.candidate)
+    cats = memory_categories if memory_categories is not None \
+        else compare_side_memory_categories(cmp.baseline, cmp.candidate)
     o = cmp.options
     step = _estimate(cmp.step_time, cmp.step_verdict, "baseline_s", "candidate_s")
     step.update({"statistic": "median", "confidence": o.confidence, "resamples": o.resamples, "seed": o.seed,

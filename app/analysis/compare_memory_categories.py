@@ -42,6 +42,7 @@ __all__ = [
     "load_category_peaks",
     "diff_memory_categories",
     "compare_memory_categories",
+    "compare_side_memory_categories",
     "memory_category_records",
 ]
 
@@ -195,15 +196,15 @@ class MemoryCategoryComparison:
 _HOW = "record with `torchscope run --memory-timeline ...`"
 
 
-def compare_memory_categories(baseline: Any, candidate: Any) -> MemoryCategoryComparison:
-    """Category peaks of two comparison sides (``CompareSide``; only runs have timelines) and
+def compare_memory_categories(baseline_dir: str | os.PathLike[str] | None,
+                              candidate_dir: str | os.PathLike[str] | None) -> MemoryCategoryComparison:
+    """Category peaks of two run folders (None: a side that is not a run, e.g. bare traces) and
     their diff. Never raises for missing or unreadable files: they become notes."""
     peaks: dict[str, CategoryPeaks | None] = {}
     notes: list[str] = []
-    for role, side in (("baseline", baseline), ("candidate", candidate)):
-        run = getattr(side, "run", None)
+    for role, run_dir in (("baseline", baseline_dir), ("candidate", candidate_dir)):
         try:
-            peaks[role] = load_category_peaks(run.path) if run is not None else None
+            peaks[role] = load_category_peaks(run_dir) if run_dir is not None else None
         except CorruptFileError as e:
             peaks[role] = None
             notes.append(f"memory categories: {role} timelines not used: {e}")
@@ -216,6 +217,13 @@ def compare_memory_categories(baseline: Any, candidate: Any) -> MemoryCategoryCo
     table = diff_memory_categories(*(p.table if p is not None else None for p in peaks.values()))
     return MemoryCategoryComparison(baseline=peaks["baseline"], candidate=peaks["candidate"], table=table,
                                     notes=tuple(notes))
+
+
+def compare_side_memory_categories(baseline: Any, candidate: Any) -> MemoryCategoryComparison:
+    """:func:`compare_memory_categories` of two comparison sides (``CompareSide``; only runs have
+    memory timelines)."""
+    dirs = [side.run.path if getattr(side, "run", None) is not None else None for side in (baseline, candidate)]
+    return compare_memory_categories(*dirs)
 
 
 def memory_category_records(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -7,17 +7,14 @@ import streamlit as st
 
 from app.analysis.compare import Comparison
 from app.analysis.compare_advice import findings_diff_rows
-from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
 from app.analysis.graph_diff import diff_backward_graphs, diff_module_trees
-from app.analysis.report import format_value
 from app.charts.compare import (
     make_delta_bar_figure,
-    make_memory_overlay_figure,
     make_step_time_figure,
     make_waterfall_figure,
 )
 from app.charts.graph import MODULE_DIFF_STYLES, make_module_diff_dot
-from app.errors import TorchscopeError
+from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
            "render_advisor_tab"]
@@ -83,38 +80,6 @@ def render_kernels_tab(cmp: Comparison) -> None:
                     key="compare_kernels_fig")
     st.dataframe(kernels, hide_index=True, width="stretch",
                  column_config={c: _US for c in kernels.columns if c.endswith("_us")})
-
-
-def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
-    a, b = cmp.baseline.run, cmp.candidate.run
-    if a is None or b is None or not a.snapshot_files or not b.snapshot_files:
-        return None
-    from app.data.snapshot import load_snapshot
-
-    return diff_largest_allocations(load_snapshot(a.snapshot_files[-1]), load_snapshot(b.snapshot_files[-1]))
-
-
-def render_memory_tab(cmp: Comparison) -> None:
-    b, c = _labels(cmp)
-    mem_a, mem_b = cmp.peak_memory  # run labels are never put into Markdown (user text)
-    st.markdown(f"Peak memory (`{mem_a.source}`): {format_value(mem_a.bytes, 'bytes')} → "
-                f"{format_value(mem_b.bytes, 'bytes')} — verdict **{cmp.memory_verdict}**")
-    timelines = {}
-    for label, side in ((b, cmp.baseline), (c, cmp.candidate)):
-        if side.analysis is not None and side.traces:
-            timelines[label] = compute_step_aligned_memory(side.traces, side.analysis.steps)
-    if any(len(t) for t in timelines.values()):
-        st.plotly_chart(make_memory_overlay_figure(timelines), width="stretch", key="compare_memory_fig")
-    else:
-        st.info("No allocator events in the traces (record with profile_memory=True to see memory over a step).")
-    try:
-        alloc = _snapshots_diff(cmp)
-    except TorchscopeError as e:
-        st.warning(f"Allocator snapshots could not be compared: {e}")
-        return
-    if alloc is not None:
-        st.subheader("Largest allocations by source line")
-        st.dataframe(alloc, hide_index=True, width="stretch")
 
 
 def _render_module_graph(cmp: Comparison) -> None:

@@ -11,6 +11,7 @@ from app.analysis.compare_memory_categories import (
     CATEGORY_DIFF_COLUMNS,
     combine_category_peaks,
     compare_memory_categories,
+    compare_side_memory_categories,
     compute_category_peaks,
     diff_memory_categories,
     load_category_peaks,
@@ -135,13 +136,11 @@ def test_compare_sides_of_agent_runs(timelines, make_run) -> None:
     base, cand = make_run("baseline"), make_run("candidate")
     add_memory_timeline(base, timelines[SMALL])
     add_memory_timeline(cand, timelines[BIG])
-    cmp = compare_memory_categories(load_side(base, with_traces=False), load_side(cand, with_traces=False))
+    cmp = compare_side_memory_categories(load_side(base, with_traces=False), load_side(cand, with_traces=False))
     assert cmp.available and not cmp.notes
     assert _row(cmp.table, "parameter")["peak_delta_bytes"] == mlp_param_bytes(BIG) - mlp_param_bytes(SMALL)
-    only = compare_memory_categories(load_side(base, with_traces=False), load_side(make_run("none"),
-                                                                                  with_traces=False))
+    only = compare_memory_categories(base, make_run("none"))
     assert only.candidate is None and only.table["candidate_bytes"].isna().all()
     assert any("--memory-timeline" in n for n in only.notes)
-    neither = compare_memory_categories(load_side(make_run("a"), with_traces=False),
-                                        load_side(make_run("b"), with_traces=False))
+    neither = compare_memory_categories(make_run("a"), None)
     assert not neither.available and not neither.notes
