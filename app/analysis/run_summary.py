@@ -7,12 +7,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from app.analysis.breakdown import ANNOTATION_CATS
+
 __all__ = [
     "StepTimeStats",
     "compute_step_time_stats",
     "compute_trace_step_time_stats",
     "compute_trace_step_times",
     "compute_ops_view",
+    "compute_annotations_view",
+    "is_annotation_row",
     "compute_rank_rows",
     "compute_peak_memory",
     "drop_profiled_steps",
@@ -125,21 +129,57 @@ def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[
     return (float(peak) if peak is not None else None), label
 
 
-def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
-    """The op table with ``pct_of_step`` (self time / profiled steps' time, %) and a name filter.
+# Annotation ranges kept as operators: torch records collectives as user annotations, and their
+# launch cost is an op's cost (torch-tb-profiler keeps them as operator nodes too).
+_COMM_PREFIXES = ("nccl:", "gloo:")
 
-    ``text`` keeps ops whose name contains it (case-insensitive). Sorted by ``self_us``.
-    """
-    out = ops.copy()
-    total = None
+
+def is_annotation_row(ops: pd.DataFrame) -> pd.Series:
+    """True for rows of the op table that are ``record_function`` ranges (category
+    ``user_annotation``: ``## backward ##``, ``Optimizer.step#…``, ``enumerate(DataLoader)#…``,
+    ``DistributedDataParallel.forward``) rather than operators; ``nccl:*``/``gloo:*`` collectives
+    stay operators. False everywhere when the table has no ``category`` column."""
+    if "category" not in ops.columns or ops.empty:
+        return pd.Series(False, index=ops.index)
+    annotation = ops["category"].astype(str).isin(ANNOTATION_CATS)
+    return annotation & ~ops["name"].astype(str).str.startswith(_COMM_PREFIXES)
+
+
+def _steps_total_us(steps: pd.DataFrame | None) -> float | None:
     if steps is not None and "duration_us" in steps.columns and len(steps):
-        total = float(pd.to_numeric(steps["duration_us"], errors="coerce").sum())
+        return float(pd.to_numeric(steps["duration_us"], errors="coerce").sum()) or None
+    return None
+
+
+def _with_pct(out: pd.DataFrame, steps: pd.DataFrame | None, value: str, text: str) -> pd.DataFrame:
+    total = _steps_total_us(steps)
     if total:
-        out["pct_of_step"] = out["self_us"] / total * 100
-    elif "share" in out.columns:  # the trace engine's share of step time (or of all op time)
+        out["pct_of_step"] = out[value] / total * 100
+    elif value == "self_us" and "share" in out.columns:  # the trace engine's share of step time (or of all op time)
         out["pct_of_step"] = out["share"] * 100
     else:
         out["pct_of_step"] = math.nan
     if text:
         out = out[out["name"].astype(str).str.contains(text, case=False, regex=False)]
-    return out.sort_values("self_us", ascending=False, kind="stable").reset_index(drop=True)
+    return out.sort_values(value, ascending=False, kind="stable").reset_index(drop=True)
+
+
+def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
+    """The operators of the op table with ``pct_of_step`` (self time / profiled steps' time, %) and
+    a name filter: ``text`` keeps ops whose name contains it (case-insensitive). Sorted by ``self_us``.
+
+    ``record_function`` ranges (see :func:`is_annotation_row`) are left out, as torch-tb-profiler's
+    operator view leaves them out: a range's self time is whatever its children do not cover, and a
+    range whose work runs on another thread (``## backward ##`` on the main thread while autograd
+    runs the backward ops on its own thread) is "self time" that is only waiting, which made the
+    column sum past 100% on GPU traces. :func:`compute_annotations_view` lists them.
+    """
+    return _with_pct(ops[~is_annotation_row(ops)].copy(), steps, "self_us", text)
+
+
+def compute_annotations_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
+    """The ``record_function`` ranges of the op table (``## forward ##``, ``Optimizer.step#…``,
+    DataLoader ``__next__``…) with ``pct_of_step`` = *total* time (the range's wall time, children
+    included) / profiled steps' time, %, sorted by ``total_us``. Ranges nest and overlap, so the
+    column does not add up to anything; each row says how much of the step that range spans."""
+    return _with_pct(ops[is_annotation_row(ops)].copy(), steps, "total_us", text)

@@ -35,3 +35,65 @@ def test_catalog_row_leaves_out_profiled_steps(make_run) -> None:  # noqa: ANN00
     manifest = rf.read_manifest(run_dir)
     row = row_from_records(run_dir, manifest, manifest.status, _records(), [])
     assert abs(row["mean_step_time_s"] - 0.1) < 1e-12
+
+
+def _op_table() -> pd.DataFrame:
+    # As compute_op_table returns it for a GPU step of 100 ms: "## backward ##" waits on the main
+    # thread while the autograd thread runs the backward ops.
+    rows = [
+        ("## backward ##", "user_annotation", 1, 60_000.0, 60_500.0),
+        ("aten::mm", "cpu_op", 10, 30_000.0, 35_000.0),
+        ("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 10, 50_000.0, 58_000.0),
+        ("cudaLaunchKernel", "cuda_runtime", 20, 5_000.0, 5_000.0),
+        ("nccl:all_reduce", "user_annotation", 2, 1_000.0, 1_200.0),
+        ("Optimizer.step#SGD.step", "user_annotation", 1, 2_000.0, 9_000.0),
+    ]
+    df = pd.DataFrame(rows, columns=["name", "category", "calls", "self_us", "total_us"])
+    df["share"] = df["self_us"] / 100_000.0
+    return df
+
+
+def test_ops_view_leaves_out_annotation_ranges_but_not_collectives() -> None:
+    from app.analysis.run_summary import compute_ops_view
+
+    steps = pd.DataFrame({"step": [1], "duration_us": [100_000.0]})
+    view = compute_ops_view(_op_table(), steps)
+    assert view["name"].tolist() == ["autograd::engine::evaluate_function: MmBackward0", "aten::mm",
+                                     "cudaLaunchKernel", "nccl:all_reduce"]
+    assert view["pct_of_step"].tolist() == [50.0, 30.0, 5.0, 1.0]
+    # With the waiting range the column summed to 148% of a step.
+    assert view["pct_of_step"].sum() <= 100.0
+    assert compute_ops_view(_op_table(), None)["pct_of_step"].tolist() == [50.0, 30.0, 5.0, 1.0]  # from share
+    assert compute_ops_view(_op_table(), steps, "MM")["name"].tolist() == [
+        "autograd::engine::evaluate_function: MmBackward0", "aten::mm"]
+
+
+def test_annotations_view_by_total_time() -> None:
+    from app.analysis.run_summary import compute_annotations_view
+
+    steps = pd.DataFrame({"step": [1, 2], "duration_us": [50_000.0, 50_000.0]})
+    view = compute_annotations_view(_op_table(), steps)
+    assert view["name"].tolist() == ["## backward ##", "Optimizer.step#SGD.step"]
+    assert view["pct_of_step"].tolist() == [60.5, 9.0]
+    assert compute_annotations_view(_op_table(), None)["pct_of_step"].isna().all()
+
+
+def test_ops_view_without_category_column_keeps_every_row() -> None:
+    from app.analysis.run_summary import compute_ops_view
+
+    table = _op_table().drop(columns=["category"])
+    assert len(compute_ops_view(table, None)) == len(table)
+
+
+def test_gpu_trace_ops_view_sums_below_the_steps(shared_data) -> None:  # noqa: ANN001
+    from app.analysis.ops import compute_op_table
+    from app.analysis.run_summary import compute_annotations_view, compute_ops_view
+    from app.data.trace import load_trace
+
+    trace = load_trace(shared_data / "traces" / "nccl_distributed" / "nccl_data.json.gz", use_cache=False)
+    ops = compute_op_table(trace)
+    assert compute_ops_view(ops.assign(category="cpu_op"), None)["pct_of_step"].sum() > 100  # the old sum
+    view = compute_ops_view(ops, None)
+    assert "## backward ##" not in set(view["name"]) and "nccl:all_reduce" in set(view["name"])
+    assert view["pct_of_step"].sum() < 100
+    assert "## backward ##" in set(compute_annotations_view(ops, None)["name"])
