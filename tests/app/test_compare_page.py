@@ -107,3 +107,51 @@ def test_hostile_run_names_stay_text(monkeypatch, make_run) -> None:
     assert_clean(at)
     shown = texts(at.success)
     assert "\\[click\\]\\(http" in shown and "\\<img" in shown  # escaped, so rendered as plain text
+
+
+@pytest.fixture(scope="module")
+def mlp_timelines(tmp_path_factory: pytest.TempPathFactory) -> dict[int, object]:
+    from tests.memory_timeline_helpers import record_memory_timeline
+
+    folder = tmp_path_factory.mktemp("compare_page_timelines")
+    return {h: record_memory_timeline(folder / f"mlp{h}.raw.json.gz", hidden=h) for h in (128, 512)}
+
+
+def test_memory_tab_category_deltas(monkeypatch, make_run, mlp_timelines) -> None:
+    from tests.memory_timeline_helpers import add_memory_timeline, mlp_param_bytes
+
+    base = make_run("small", step_time_s=0.05)
+    cand = make_run("big", step_time_s=0.05)
+    add_memory_timeline(base, mlp_timelines[128])
+    add_memory_timeline(cand, mlp_timelines[512])
+    at = open_compare(monkeypatch, base.parent, f"{base.name},{cand.name}")
+    assert_clean(at)
+    mem = _tab(at, "Memory")
+    table = next(d for d in mem.dataframe if "peak_delta_bytes" in d.value.columns).value.set_index("category")
+    assert {"total", "parameter", "gradient", "optimizer_state", "activation"} <= set(table.index)
+    # Shown in KiB here (the largest value is under a MiB): the parameters grow by exactly the model growth.
+    grow_kib = (mlp_param_bytes(512) - mlp_param_bytes(128)) / 1024
+    assert table.loc["parameter", "peak_delta_bytes"] == pytest.approx(grow_kib)
+    assert table.loc["parameter", "peak_ratio"] == pytest.approx(mlp_param_bytes(512) / mlp_param_bytes(128))
+    assert len(mem.get("plotly_chart")) >= 1
+    assert "Peak memory — host RSS" in texts(mem.markdown)  # the quantity is named
+    at.radio(key="compare_memory_categories_view").set_value("own_peak").run()
+    assert_clean(at)
+
+
+def test_memory_tab_one_side_without_timeline_and_neither(monkeypatch, make_run, mlp_timelines) -> None:
+    from tests.memory_timeline_helpers import add_memory_timeline
+
+    base = make_run("with", step_time_s=0.05)
+    cand = make_run("without", step_time_s=0.05)
+    add_memory_timeline(base, mlp_timelines[128])
+    at = open_compare(monkeypatch, base.parent, f"{base.name},{cand.name}")
+    assert_clean(at)
+    mem = _tab(at, "Memory")
+    table = next(d for d in mem.dataframe if "peak_delta_bytes" in d.value.columns).value
+    assert table["candidate_bytes"].isna().all() and table["baseline_bytes"].notna().all()
+    assert "has no memory timeline" in texts(mem.caption)
+    other = make_run("neither", step_time_s=0.05)
+    at = open_compare(monkeypatch, base.parent, f"{cand.name},{other.name}")
+    assert_clean(at)
+    assert "torchscope run --memory-timeline" in texts(_tab(at, "Memory").info)
