@@ -16,7 +16,7 @@ from torch.nn.modules import module as module_globals
 from torch.profiler import ProfilerActivity, profile
 
 import profiler_agent
-from profiler_agent import module_scopes
+from profiler_agent import argcapture, module_scopes
 from profiler_agent.failures import FailureLog
 from profiler_agent.module_scopes import ModuleScopes, module_labels
 from profiler_agent.options import AgentOptions, add_agent_arguments, options_from_args
@@ -250,7 +250,9 @@ def test_option_off_means_no_hooks_and_no_ranges(tmp_path: Path) -> None:
     assert ranges == []
 
 
-def test_cli_flag_and_settings() -> None:
+def test_cli_flag_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An earlier test may have left argparse capture installed: keep these parses out of later tests.
+    monkeypatch.setattr(argcapture, "_pending", {})
     parser = argparse.ArgumentParser()
     add_agent_arguments(parser)
     assert options_from_args(parser.parse_args([])).module_scopes is True

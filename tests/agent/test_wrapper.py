@@ -72,7 +72,7 @@ def test_manifest_records_the_profiler_schedule(wrapped: tuple[Path, object]) ->
     run_dir, _ = wrapped
     assert read_manifest(run_dir).extra["profiler"] == {
         "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "skip_first": 1,
-        "enabled": True, "with_stack": False, "memory_timeline": False}
+        "enabled": True, "with_stack": False, "memory_timeline": False, "module_scopes": True}
 
 
 def test_zero_code_data_time_val_loss_and_threads(wrapped: tuple[Path, object]) -> None:
