@@ -140,7 +140,8 @@ def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table
     n = events.num_rows
     if n == 0:
         return events
-    events = events.filter(pc.is_valid(events["ts_us"]))
+    if events["ts_us"].null_count:  # filtering copies every column: only when needed
+        events = events.filter(pc.is_valid(events["ts_us"]))
     if events.num_rows < n:
         warnings.append(f"{path}: skipped {n - events.num_rows:,} complete events without a timestamp 'ts'")
     dur = events["dur_us"]
@@ -158,7 +159,8 @@ def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table
 def _sorted(table: pa.Table) -> pa.Table:
     if table.num_rows == 0 or "ts_us" not in table.column_names:
         return table
-    table = table.filter(pc.is_valid(table["ts_us"]))
+    if table["ts_us"].null_count:
+        table = table.filter(pc.is_valid(table["ts_us"]))
     return table.take(pc.sort_indices(table, sort_keys=[("ts_us", "ascending")]))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -69,14 +70,28 @@ def _ids(values: Any) -> pa.Array:
         return _dict(values)
 
 
+def _strings(values: list[str | None]) -> pa.Array:
+    """Dictionary-encode text values (None becomes ""), in Arrow: codes in order of first appearance."""
+    arr = pa.array(values, pa.string())
+    if arr.null_count:
+        arr = arr.fill_null("")
+    return arr.dictionary_encode()
+
+
 def _text(raws: Any, squeeze: bool) -> pa.Array:
     """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once.
 
-    The bytes are dictionary-encoded in Arrow (one C-level pass, no Python step per event); only
-    the distinct texts are then cleaned and decoded in Python."""
-    if raws.count(EMPTY_RAW) == len(raws):
-        return _dict([""] * len(raws))
-    enc = pa.array(list(map(bytes, raws)), pa.binary()).dictionary_encode()
+    The raw values are joined into one buffer and viewed as an Arrow binary array (offsets from
+    their lengths), dictionary-encoded in Arrow (no Python object per event); only the distinct
+    texts are then cleaned and decoded in Python."""
+    n = len(raws)
+    if raws.count(EMPTY_RAW) == n:
+        return _dict([""] * n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, raws), np.int64, n), out=offsets[1:])
+    joined = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n,
+                                              [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
+    enc = joined.dictionary_encode()
     memo: dict[str, int] = {}
     remap = []
     for b in enc.dictionary.to_pylist():
@@ -117,7 +132,7 @@ def _complete_events(xs: list[Any]) -> pa.Table:
     args = list(map(_ARGS, xs))
     corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq, fwd = (list(map(g, args)) for g in _X_ARGS)
     cols = [
-        _dict(name), _dict(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
+        _strings(name), _strings(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
         pa.array(corr, pa.int64()), pa.array(_first(ext, ext_lc), pa.int64()), pa.array(dev, pa.int64()),
         _ints(stream), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
         pa.array(nbytes, pa.int64()), pa.array(seq, pa.int64()), pa.array(fwd, pa.int64()),
@@ -137,6 +152,8 @@ def _memory_events(ms: list[Any]) -> pa.Table:
 
 
 _ID = attrgetter("id")
+_CAT = attrgetter("cat")
+_PH = attrgetter("ph")
 
 
 def _id_text(ids: list[Any]) -> pa.Array:
@@ -152,7 +169,7 @@ def _flow_events(fs: list[Any]) -> pa.Table:
         return empty_table(FLOW_SCHEMA)
     return pa.Table.from_arrays([
         _id_text(list(map(_ID, fs))),
-        _dict([e.cat for e in fs]), _dict([e.ph for e in fs]),
+        _strings(list(map(_CAT, fs))), _strings(list(map(_PH, fs))),
         pa.array([e.ts for e in fs], pa.float64()), _ids([e.pid for e in fs]), _ids([e.tid for e in fs]),
     ], schema=FLOW_SCHEMA)
 
@@ -167,12 +184,14 @@ def _thread_events(ms: list[Any]) -> pa.Table:
                                 schema=THREAD_SCHEMA)
 
 
-def columns_from_events(evs: list[Any]) -> dict[str, pa.Table]:
-    """Split decoded events by phase and return one Arrow table per kind (events, memory, ...)."""
+def columns_from_events(evs: list[Any]) -> tuple[dict[str, pa.Table], bool]:
+    """Split decoded events by phase; return one Arrow table per kind (events, memory, ...) and
+    whether there were counter (``C``) events, which are read separately (``counters_from``)."""
     xs: list[Any] = []
     ms: list[Any] = []
     fs: list[Any] = []
     meta: list[Any] = []
+    has_counters = False
     for e in evs:
         ph = e.ph
         if ph == "X":
@@ -183,8 +202,10 @@ def columns_from_events(evs: list[Any]) -> dict[str, pa.Table]:
             fs.append(e)
         elif ph == "M":
             meta.append(e)
+        elif ph == "C":
+            has_counters = True
     return {"events": _complete_events(xs), "memory": _memory_events(ms), "flows": _flow_events(fs),
-            "threads": _thread_events(meta)}
+            "threads": _thread_events(meta)}, has_counters
 
 
 def counters_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -72,7 +72,7 @@ class Undecodable(Exception):
     pass
 
 
-def decode_array(data: bytes, warnings: list[str], path: Path) -> list[Any]:
+def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Any]:
     """Decode a JSON array of events: typed fast path, untyped fallback for odd field types."""
     try:
         return _TYPED.decode(data)
@@ -81,7 +81,7 @@ def decode_array(data: bytes, warnings: list[str], path: Path) -> list[Any]:
     except msgspec.DecodeError as e:
         if "UTF-8" not in str(e):
             raise Undecodable(str(e)) from None
-        data = data.decode("utf-8", "replace").encode("utf-8")
+        data = bytes(data).decode("utf-8", "replace").encode("utf-8")
         _note_once(warnings, f"{path}: some names are not valid UTF-8; replaced the bad bytes with U+FFFD")
         try:
             return _TYPED.decode(data)
@@ -151,7 +151,7 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) or v is None else str(v)
 
 
-def counters_from(data: bytes) -> list[dict[str, Any]]:
+def counters_from(data: bytes | memoryview) -> list[dict[str, Any]]:
     """``C`` events keep arbitrary ``args`` keys, so they are decoded untyped (they are rare)."""
     try:
         raw = UNTYPED.decode(data)

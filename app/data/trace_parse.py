@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import re
 import zlib
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ _MAX_BACKOFF = 64  # boundary candidates tried before a piece is declared undeco
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]|\[\s*\]")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_NOT_SPACE = re.compile(rb"\S")
 
 
 @dataclass
@@ -102,6 +104,11 @@ def _read_pieces(path: Path, warnings: list[str], progress: Progress | None) -> 
                 yield data
 
 # ---------------------------------------------------------------- the pass over the file
+#
+# The undecoded events are kept as one bytearray per piece, ``buf``, whose byte 0 is ``[``: the
+# events array of the piece is ``buf[:end] + "]"``. That bracket is written over ``buf[end]`` (the
+# separator after an event's ``}``) for the decode and put back afterwards, so a piece's bytes are
+# copied once (when the read blocks are joined), not once per slice or concatenation.
 
 
 class _Sink:
@@ -112,34 +119,57 @@ class _Sink:
         self.counter_rows: list[dict[str, Any]] = []
         self.n_events = 0
 
-    def add(self, evs: list[Any], data: bytes) -> None:
+    def add(self, evs: list[Any], buf: bytearray, end: int) -> None:
         from app.data.trace_columns import columns_from_events
 
         self.n_events += len(evs)
-        for kind, table in columns_from_events(evs).items():
+        tables, has_counters = columns_from_events(evs)
+        for kind, table in tables.items():
             if table.num_rows:
                 self.parts[kind].append(table)
-        if b'"C"' in data:  # ``data`` is the events part that was decoded, without the brackets
-            self.counter_rows.extend(counters_from(b"[" + data + b"]"))
+        if has_counters:  # ``C`` events keep arbitrary keys: their piece is decoded again, untyped
+            with _closed(buf, end) as data:
+                self.counter_rows.extend(counters_from(data))
 
 
-def _try(buf: bytes, end: int, warnings: list[str], path: Path) -> list[Any] | None:
+def _joined(parts: list[Any]) -> bytearray:
+    """``[`` followed by the undecoded bytes, in one new buffer."""
+    return bytearray().join([b"[", *parts])
+
+
+@contextmanager
+def _closed(buf: bytearray, end: int) -> Iterator[memoryview | bytes]:
+    """The JSON array ``buf[:end] + "]"`` (``buf[0]`` is ``[``), without copying ``buf``."""
+    if end >= len(buf):
+        yield bytes(buf[:end]) + b"]"
+        return
+    saved = buf[end]
+    buf[end] = 0x5D  # "]"
     try:
-        return decode_array(b"[" + buf[:end] + b"]", warnings, path)
-    except Undecodable:
-        return None
+        yield memoryview(buf)[:end + 1]
+    finally:
+        buf[end] = saved
 
 
-def _longest_prefix(buf: bytes, warnings: list[str], path: Path) -> tuple[int, list[Any]]:
-    """Return (end, events) for the longest run of whole events at the start of ``buf``.
+def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Any] | None:
+    with _closed(buf, end) as data:
+        try:
+            return decode_array(data, warnings, path)
+        except Undecodable:
+            return None
+
+
+def _longest_prefix(buf: bytearray, warnings: list[str], path: Path) -> tuple[int, list[Any]]:
+    """Return (end, events) for the longest run of whole events at the start of ``buf``
+    (end 1, no events, when not even the first event is whole).
 
     Decodability is monotone in the cut position (every cut before a corruption decodes, none
     after it), so a binary search over boundary candidates finds it in a few decodes.
     """
-    cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
-    cands += [m.start() + 1 for m in _ARRAY_END.finditer(buf) if buf[m.start():m.start() + 1] == b"}"]
+    cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, 1)]
+    cands += [m.start() + 1 for m in _ARRAY_END.finditer(buf, 1) if buf[m.start()] == 0x7D]  # "}"
     cands = sorted(set(cands))
-    lo, hi, best, best_evs = 0, len(cands) - 1, 0, []
+    lo, hi, best, best_evs = 0, len(cands) - 1, 1, []
     while lo <= hi:
         mid = (lo + hi) // 2
         evs = _try(buf, cands[mid], warnings, path)
@@ -188,28 +218,36 @@ def _tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _finish(buf: bytes, is_object: bool, warnings: list[str],
+_TAIL_WINDOW = 1 << 16  # where the end of the events array is looked for first
+
+
+def _finish(buf: bytearray, is_object: bool, warnings: list[str],
             path: Path) -> tuple[list[Any], dict[str, Any], int] | None:
     """At end of input: the events array must close, followed by the object's last fields.
 
-    Returns (events, trailing fields, end of the events part in ``buf``), or None.
+    Returns (events, trailing fields, end of the events in ``buf``), or None. The array's end is
+    one of the last ``_MAX_BACKOFF`` candidates (``}]`` or ``[]``); they are looked for in the
+    last 64 KB first, as scanning a whole piece with the pattern costs more than decoding it.
     """
-    head = buf.lstrip()
-    if head.startswith(b"]"):  # no events at all: `"traceEvents": [ ]`
-        meta = _tail_meta(head[1:], is_object)
-        return ([], meta, 0) if meta is not None else None
-    ends = list(_ARRAY_END.finditer(buf))
-    for m in reversed(ends[-_MAX_BACKOFF:]):
-        meta = _tail_meta(buf[m.end():], is_object)
-        if meta is None:
-            continue
-        if buf[m.start():m.start() + 1] == b"[":  # empty array: `[ ]`
-            if buf[:m.start()].strip() == b"":
-                return [], meta, 0
-            continue
-        evs = _try(buf, m.start() + 1, warnings, path)
-        if evs is not None:
-            return evs, meta, m.start() + 1
+    first = _NOT_SPACE.search(buf, 1)
+    if first is not None and buf[first.start()] == 0x5D:  # no events at all: `"traceEvents": [ ]`
+        meta = _tail_meta(bytes(buf[first.start() + 1:]), is_object)
+        return ([], meta, 1) if meta is not None else None
+    for lo in (max(1, len(buf) - _TAIL_WINDOW), 1):
+        ends = list(_ARRAY_END.finditer(buf, lo))
+        for m in reversed(ends[-_MAX_BACKOFF:]):
+            meta = _tail_meta(bytes(buf[m.end():]), is_object)
+            if meta is None:
+                continue
+            if buf[m.start()] == 0x5B:  # empty array: `[ ]`
+                if not buf[1:m.start()].strip():
+                    return [], meta, 1
+                continue
+            evs = _try(buf, m.start() + 1, warnings, path)
+            if evs is not None:
+                return evs, meta, m.start() + 1
+        if lo == 1 or len(ends) >= _MAX_BACKOFF:  # the window held every candidate to try
+            break
     return None
 
 
@@ -230,61 +268,70 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
     out = ParsedTrace()
     sink = _Sink()
     pieces = _read_pieces(path, out.warnings, progress)
-    buf = b""
-    base = 0  # absolute (decompressed) offset of buf[0]
+    head = b""  # the bytes read before the first event was found
+    parts: list[Any] = []  # undecoded event bytes, in order (the first starts at an event's "{")
+    have = 0  # their length
+    base = 0  # absolute (decompressed) offset of parts[0][0]
     start = None
     limit = PIECE_BYTES
     for piece in pieces:
-        buf += piece
         if start is None:
+            head += piece
             try:
-                start = _find_start(buf)
+                start = _find_start(head)
             except ValueError as e:
                 raise TraceError(f"{path}: not a Chrome/Kineto trace: {e}") from None
             if start is None:
                 continue
             off, is_object = start
             if is_object:
-                out.meta = _meta_from(buf[:off - len(b"[")].rsplit(b'"traceEvents"', 1)[0])
-            buf, base = buf[off:], base + off
-        if len(buf) < limit:
+                out.meta = _meta_from(head[:off - len(b"[")].rsplit(b'"traceEvents"', 1)[0])
+            piece, base, head = head[off:], off, b""
+        parts.append(piece)
+        have += len(piece)
+        if have < limit:
             continue
+        buf = _joined(parts)
+        parts = [memoryview(buf)[1:]]  # the read blocks are freed; buf holds the bytes now
         cut, evs = _cut(buf, out.warnings, path)
-        if cut is None and len(buf) < 4 * PIECE_BYTES:
-            limit = len(buf) + PIECE_BYTES  # maybe one huge event: read on before calling it corrupt
+        if cut is None and have < 4 * PIECE_BYTES:
+            limit = have + PIECE_BYTES  # maybe one huge event: read on before calling it corrupt
             continue
         limit = PIECE_BYTES
         if cut is None:
             end, evs = _longest_prefix(buf, out.warnings, path)
-            sink.add(evs, buf[:end])
-            out.warnings.append(_recovered(sink.n_events, base + end, "the file is corrupt after it"))
+            sink.add(evs, buf, end)
+            out.warnings.append(_recovered(sink.n_events, base + end - 1, "the file is corrupt after it"))
             _close(pieces)
             return _done(out, sink)
-        sink.add(evs, buf[:cut])
+        sink.add(evs, buf, cut)
+        del evs
         nxt = buf.index(b"{", cut)
-        buf, base = buf[nxt:], base + nxt
+        parts, have, base = [bytes(buf[nxt:])], len(buf) - nxt, base + nxt - 1
     if start is None:
-        if not buf.strip() and out.warnings:
+        if not head.strip() and out.warnings:
             raise TraceError(f"{path}: no trace data could be read: {out.warnings[-1]}")
-        raise TraceError(_no_events_message(path, buf))
+        raise TraceError(_no_events_message(path, head))
+    buf = _joined(parts)
+    parts = []
     finished = _finish(buf, start[1], out.warnings, path)
     if finished is not None:
         evs, tail, end = finished
-        sink.add(evs, buf[:end])
+        sink.add(evs, buf, end)
         out.meta.update(tail)
     else:
         end, evs = _longest_prefix(buf, out.warnings, path)
-        sink.add(evs, buf[:end])
-        out.warnings.append(_recovered(sink.n_events, base + end, "the file ends mid-event"))
+        sink.add(evs, buf, end)
+        out.warnings.append(_recovered(sink.n_events, base + end - 1, "the file ends mid-event"))
     return _done(out, sink)
 
 
-def _cut(buf: bytes, warnings: list[str], path: Path) -> tuple[int | None, list[Any]]:
+def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Any]]:
     """Decode the longest whole-event prefix ending at one of the last boundary candidates."""
-    window = max(0, len(buf) - (1 << 20))
+    window = max(1, len(buf) - (1 << 20))
     cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, window)]
     if not cands:
-        cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
+        cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, 1)]
     for end in reversed(cands[-_MAX_BACKOFF:]):
         evs = _try(buf, end, warnings, path)
         if evs is not None:
