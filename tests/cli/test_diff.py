@@ -118,3 +118,30 @@ def test_sample_runs_faster_with_advisor_resolved(sample_store: Path, capsys) ->
     assert no_advice["advice"] is None
     skip_if_overloaded(doc["step_time"]["verdict"], str(doc["step_time"]["ci95"]))
     assert doc["step_time"]["verdict"] == "faster" and doc["step_time"]["ci95"][1] < 1.0
+
+
+def test_json_memory_categories_and_peak_source(tmp_path: Path, capsys) -> None:
+    from tests.memory_timeline_helpers import add_memory_timeline, mlp_param_bytes, record_memory_timeline
+
+    small = record_memory_timeline(tmp_path / "t" / "small.raw.json.gz", hidden=128)
+    big = record_memory_timeline(tmp_path / "t" / "big.raw.json.gz", hidden=512)
+    root = tmp_path / "runs"
+    add_memory_timeline(_run(root, "base", 0.1, 1.0e9, 0), small)
+    add_memory_timeline(_run(root, "cand", 0.1, 1.0e9, 1), big)
+    _run(root, "bare", 0.1, 1.0e9, 2)
+    rc, doc = _json(capsys, "base", "cand", "--root", str(root), "--no-advice")
+    assert rc == 0
+    assert doc["peak_memory"]["source"] == "system:rss_bytes" and doc["peak_memory"]["quantity"] == "host RSS (process)"
+    rows = {r["category"]: r for r in doc["memory_categories"]}
+    assert list(rows)[0] == "total" and {"parameter", "gradient", "optimizer_state"} <= set(rows)
+    for r in rows.values():
+        assert {"category", "baseline_bytes", "candidate_bytes", "delta_bytes"} <= set(r)
+        assert r["delta_bytes"] == r["candidate_bytes"] - r["baseline_bytes"]
+    p = rows["parameter"]
+    assert (p["baseline_peak_bytes"], p["candidate_peak_bytes"]) == (mlp_param_bytes(128), mlp_param_bytes(512))
+    rc, doc = _json(capsys, "base", "bare", "--root", str(root), "--no-advice")
+    assert all(r["candidate_bytes"] is None and r["delta_bytes"] is None for r in doc["memory_categories"])
+    assert all(isinstance(r["baseline_bytes"], int) for r in doc["memory_categories"])
+    assert any("memory categories: the candidate has no memory timeline" in n for n in doc["notes"])
+    rc, doc = _json(capsys, "bare", "bare", "--root", str(root), "--no-advice")
+    assert doc["memory_categories"] == []
