@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.curves import debiased_ema
+from app.analysis.peak_memory import pick_peak, system_peak_sources
 from app.data.runs import RunData
 from profiler_agent.runformat import Manifest
 
@@ -92,18 +93,15 @@ def _number(metrics: pd.DataFrame, key: str) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def _outcomes(run: RunData) -> dict[str, float]:
+def _outcomes(run: RunData) -> dict[str, Any]:
     m = _rank0(run.metrics)
     times = _number(m, "step_time_s")
     times = times[min(5, len(times) // 10):]  # same automatic warm-up as the verdicts
     loss = _number(m, "loss")
     samples = _number(m, "samples")
-    peak = np.nan
-    for col in ("gpu_max_allocated_bytes", "cuda_max_allocated_bytes", "peak_memory_bytes", "rss_bytes"):
-        vals = _number(run.system, col)
-        if len(vals):
-            peak = float(vals.max())
-            break
+    # System samples only (no trace is read for a sweep): the GPU allocator's peak, else host RSS.
+    best, source = pick_peak(system_peak_sources(run.system))
+    peak = best if best is not None else np.nan
     median = float(np.median(times)) if len(times) else np.nan
     return {
         "median_step_time_s": median,
@@ -112,6 +110,7 @@ def _outcomes(run: RunData) -> dict[str, float]:
         "final_loss": float(np.median(loss[-max(1, min(20, -(-len(loss) // 10))):])) if len(loss) else np.nan,
         "best_loss": float(loss.min()) if len(loss) else np.nan,
         "peak_memory_bytes": peak,
+        "peak_memory_source": source,
     }
 
 

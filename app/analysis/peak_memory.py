@@ -46,22 +46,22 @@ _QUANTITY = {
                                         "the GPU caching allocator's peak of allocated tensor memory "
                                         "(cuda_max_allocated_bytes of the system samples)"),
     "system:peak_memory_bytes": ("reported peak", "the peak_memory_bytes the job logged in its system samples"),
-    "trace_allocated:cuda": ("GPU tensors (traced)",
+    "trace_allocated:cuda": ("GPU tensors, traced",
                              "the largest allocated level of the CUDA allocator in the profiled steps (the "
                              "traces' [memory] events, largest of any rank and device)"),
-    "system:gpu_allocated_bytes": ("GPU allocated (sampled)",
+    "system:gpu_allocated_bytes": ("GPU allocated, sampled",
                                    "the largest sampled torch.cuda.memory_allocated (samples can miss short peaks)"),
-    "system:gpu_reserved_bytes": ("GPU reserved (sampled)",
+    "system:gpu_reserved_bytes": ("GPU reserved, sampled",
                                   "the largest sampled torch.cuda.memory_reserved (the caching allocator's pool)"),
-    "system:gpu_used_bytes": ("GPU used (sampled)",
+    "system:gpu_used_bytes": ("GPU used, sampled",
                               "the largest sampled device memory in use by every process (total − free)"),
-    "trace_allocated:cpu": ("CPU tensors (traced)",
+    "trace_allocated:cpu": ("CPU tensors, traced",
                             "the largest level of CPU tensor allocations in the profiled steps (the traces' "
                             "[memory] events, largest of any rank); tensors only, not the interpreter or libraries"),
     "system:host_rss_bytes": ("host RSS",
                               "the largest sampled resident set of the process plus its children (DataLoader "
                               "workers); includes the interpreter, libraries and allocator caches"),
-    "system:rss_bytes": ("host RSS (process)", "the largest sampled resident set of the process"),
+    "system:rss_bytes": ("host RSS, process only", "the largest sampled resident set of the process"),
 }
 
 
@@ -70,7 +70,7 @@ def peak_quantity(source: str) -> str:
     if source in _QUANTITY:
         return _QUANTITY[source][0]
     if source.startswith("trace_allocated:"):
-        return f"{source.split(':', 1)[1]} tensors (traced)"
+        return f"{source.split(':', 1)[1]} tensors, traced"
     return "none" if source == "none" else source
 
 
@@ -91,8 +91,8 @@ def system_peak_sources(system: pd.DataFrame | None, rank: int | None = None) ->
     ``system:<column>``; ``host_rss_bytes`` is ``rss_bytes`` + ``children_rss_bytes`` per sample."""
     if system is None or len(system) == 0:
         return {}
-    if rank is not None and "rank" in system.columns:
-        system = system[pd.to_numeric(system["rank"], errors="coerce") == rank]
+    if rank is not None and "rank" in system.columns:  # samples without a rank are rank 0's
+        system = system[pd.to_numeric(system["rank"], errors="coerce").fillna(0) == rank]
     found: dict[str, float] = {}
     if "rss_bytes" in system.columns and "children_rss_bytes" in system.columns:
         rss = pd.to_numeric(system["rss_bytes"], errors="coerce")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from app.analysis.breakdown import ANNOTATION_CATS
+from app.analysis.peak_memory import peak_sources, pick_peak
 
 __all__ = [
     "StepTimeStats",
@@ -19,6 +20,7 @@ __all__ = [
     "is_annotation_row",
     "compute_rank_rows",
     "compute_peak_memory",
+    "trace_peaks_could_change",
     "drop_profiled_steps",
 ]
 
@@ -121,12 +123,20 @@ def compute_trace_step_time_stats(steps: pd.DataFrame, rank: int | None = None) 
     return _stats(t, None)
 
 
-def compute_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[float | None, str]:
-    """(peak bytes, what it measures); see app.data.runs.system_peak_memory (shared with `ls`)."""
-    from app.data.runs import system_peak_memory
+def compute_peak_memory(system: pd.DataFrame, rank: int | None = None,
+                        trace_peaks: pd.DataFrame | None = None) -> tuple[float | None, str]:
+    """(peak bytes, source) of one run by the shared definition (app.analysis.peak_memory): the
+    GPU allocator's whole-run peak, else the traces' tensor allocations (``trace_peaks``: a trace
+    analysis' ``memory_peaks``), else sampled device levels, else host RSS. ``source`` is
+    ``"none"`` without data; ``peak_quantity(source)`` names what was measured."""
+    return pick_peak(peak_sources(system, trace_peaks, rank))
 
-    peak, label = system_peak_memory(system, rank)
-    return (float(peak) if peak is not None else None), label
+
+def trace_peaks_could_change(source: str) -> bool:
+    """True when the traces' memory events would give a better peak than ``source`` (the run has
+    no GPU allocator peak): callers load the trace analysis only then."""
+    return source not in ("system:gpu_max_allocated_bytes", "system:cuda_max_allocated_bytes",
+                          "system:peak_memory_bytes")
 
 
 # Annotation ranges kept as operators: torch records collectives as user annotations, and their

@@ -137,9 +137,12 @@ def _metric_row(cmp: Comparison) -> None:
     cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
                    delta_color=_colour(cmp.throughput_verdict, False), help=f"Verdict: {cmp.throughput_verdict}.")
     mem_a, mem_b = cmp.peak_memory
-    cols[2].metric("Peak memory", format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio),
+    cols[2].metric(f"Peak memory ({mem_a.quantity})" if mem_a.bytes is not None else "Peak memory",
+                   format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio),
                    delta_color=_colour(cmp.memory_verdict, True),
-                   help=f"Verdict: {cmp.memory_verdict}; source {mem_a.source}.")
+                   help=f"Verdict: {cmp.memory_verdict}. {mem_a.description.capitalize()} (`{mem_a.source}`); "
+                        f"baseline {format_value(mem_a.bytes, 'bytes')}. The same quantity on both sides: the "
+                        "best one both runs have (GPU allocator peak, traced tensor allocations, host RSS).")
     loss = cmp.metrics[cmp.metrics["metric"] == "loss"] if len(cmp.metrics) else cmp.metrics
     if len(loss):
         r = loss.iloc[0]

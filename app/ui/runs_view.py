@@ -38,7 +38,14 @@ _COLUMN_CONFIG = {
         "(the Run page's Overview shows the median)",
     ),
     "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
-    "peak_memory_mib": st.column_config.NumberColumn("Peak memory (MiB)", format="%.1f"),
+    "peak_memory_mib": st.column_config.NumberColumn(
+        "Peak memory (MiB)",
+        format="%.1f",
+        help="GPU runs: the GPU allocator's peak over the run (torch.cuda.max_memory_allocated, sampled). "
+        "Other runs: host RSS, the largest sample of the process plus its DataLoader workers (it includes the "
+        "interpreter and libraries). The list reads no traces; a run's Overview and the Compare page use the "
+        "traces' tensor allocations instead of RSS when the run has them.",
+    ),
     "device": st.column_config.TextColumn("Device"),
     "git_commit": st.column_config.TextColumn("Git commit"),
     "id": st.column_config.TextColumn("Run id"),

@@ -59,7 +59,7 @@ def test_overview_headline_numbers(monkeypatch, fixture_store):
     tab = _tab(at, "Overview")
     metrics = {m.label: m.value for m in tab.metric}
     assert metrics["Median step time"].endswith("ms") and metrics["Median step time"].startswith("5")
-    assert metrics["Peak memory"] == "290.0 MiB"
+    assert metrics["Peak memory (host RSS)"] == "290.0 MiB"  # the label names the quantity
     assert metrics["Final loss"] == "0.1"
     assert metrics["Samples/s"] != "–"
     assert "No profiler trace" in texts(tab.info)  # hand-made run: no traces, says how to get one

@@ -131,7 +131,8 @@ def test_json_memory_categories_and_peak_source(tmp_path: Path, capsys) -> None:
     _run(root, "bare", 0.1, 1.0e9, 2)
     rc, doc = _json(capsys, "base", "cand", "--root", str(root), "--no-advice")
     assert rc == 0
-    assert doc["peak_memory"]["source"] == "system:rss_bytes" and doc["peak_memory"]["quantity"] == "host RSS (process)"
+    assert doc["peak_memory"]["source"] == "system:rss_bytes"
+    assert doc["peak_memory"]["quantity"] == "host RSS, process only"
     rows = {r["category"]: r for r in doc["memory_categories"]}
     assert list(rows)[0] == "total" and {"parameter", "gradient", "optimizer_state"} <= set(rows)
     for r in rows.values():

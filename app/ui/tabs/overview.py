@@ -7,15 +7,18 @@ import importlib.util
 import pandas as pd
 import streamlit as st
 
+from app.analysis.peak_memory import peak_description, peak_quantity
 from app.analysis.run_summary import (
     compute_peak_memory,
     compute_rank_rows,
     compute_step_time_stats,
     compute_trace_step_time_stats,
     compute_trace_step_times,
+    trace_peaks_could_change,
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.data.runs import format_bytes, format_seconds
+from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
@@ -32,6 +35,26 @@ def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
     return cached_trace_analysis(ctx.run_dir).steps
 
 
+def _peak_memory(ctx: RunContext) -> tuple[float | None, str]:
+    """The run's peak by the shared definition; the traces are read only when they could give a
+    better source than the system samples (CPU runs: tensor allocations beat RSS)."""
+    peak, source = compute_peak_memory(ctx.run.system, ctx.rank)
+    if ctx.run.trace_files and trace_peaks_could_change(source):
+        try:
+            peaks = cached_trace_analysis(ctx.run_dir).memory_peaks
+        except TorchscopeError:  # the trace sections of the page say what is wrong with the traces
+            return peak, source
+        peak, source = compute_peak_memory(ctx.run.system, ctx.rank, peaks)
+    return peak, source
+
+
+def _peak_help(source: str) -> str:
+    if source == "none":
+        return "No memory data: no system samples and no memory events in the traces."
+    return (f"{peak_description(source).capitalize()}. Torchscope's peak memory is, in this order: the GPU "
+            "allocator's peak, the traces' tensor allocations, host RSS (docs/views.md).")
+
+
 def _render_headline(ctx: RunContext) -> None:
     run = ctx.run
     stats = compute_step_time_stats(run.metrics, ctx.rank)
@@ -40,12 +63,7 @@ def _render_headline(ctx: RunContext) -> None:
         steps = _trace_steps(ctx)
         stats = compute_trace_step_time_stats(steps, ctx.rank) if steps is not None else None
         source = "over the {n} profiled steps of the traces (no step times in the metrics)"
-    peak, peak_kind = compute_peak_memory(run.system, ctx.rank)
-    if peak is None and run.trace_files:
-        peaks = rank_rows(cached_trace_analysis(ctx.run_dir).memory_peaks, ctx.rank)
-        if not peaks.empty and peaks["peak_allocated_bytes"].notna().any():
-            peak = float(peaks["peak_allocated_bytes"].max())
-            peak_kind = "allocated memory at its peak in the traces' memory events (profile_memory)"
+    peak, peak_source = _peak_memory(ctx)
     # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
     # common laptop widths.
     cols = [*st.columns(3), *st.columns(3)]
@@ -73,7 +91,8 @@ def _render_headline(ctx: RunContext) -> None:
         cols[0].metric("Median step time", "–")
         cols[1].metric("Spread (p90 / p10)", "–")
         cols[2].metric("Samples/s", "–")
-    cols[3].metric("Peak memory", format_bytes(peak), help=peak_kind or "no system samples in this run")
+    cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
+                   format_bytes(peak), help=_peak_help(peak_source))
     loss = compute_rank_rows(run.metrics, ctx.rank)
     final = loss["loss"].dropna().iloc[-1] if "loss" in loss.columns and loss["loss"].notna().any() else None
     cols[4].metric("Final loss", f"{final:.4g}" if final is not None else "–")
