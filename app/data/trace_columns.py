@@ -37,9 +37,22 @@ FLOW_SCHEMA = pa.schema([
 COUNTER_SCHEMA = pa.schema([("name", _DICT), ("ts_us", pa.float64()), ("pid", _DICT), ("value", pa.float64())])
 THREAD_SCHEMA = pa.schema([("pid", _DICT), ("tid", _DICT), ("kind", _DICT), ("name", pa.string())])
 
-_X_TOP = [attrgetter(f) for f in ("name", "cat", "ts", "dur", "pid", "tid")]
-_X_ARGS = [attrgetter(f) for f in ("correlation", "external_id", "external_id_lc", "device", "stream", "input_dims",
-                                   "input_dims_lc", "input_type", "nbytes", "sequence", "fwd_tid")]
+# Columns are taken from the structs a group at a time: one C-level getter call per event gives a
+# tuple of the group's fields and Arrow converts the tuples as one struct array (measured ≈ 30 %
+# cheaper than one ``map(attrgetter(field))`` pass and one conversion per column). Fields whose
+# type varies (pid, tid, stream) or that are raw JSON (shapes) are taken one column at a time.
+_X_TOP = attrgetter("name", "cat", "ts", "dur", "pid", "tid")
+_X_TOP_TYPE = pa.struct([("name", pa.string()), ("cat", pa.string()), ("ts", pa.float64()), ("dur", pa.float64()),
+                         ("pid", pa.int64()), ("tid", pa.int64())])
+_X_TOP_NO_IDS = attrgetter("name", "cat", "ts", "dur")
+_X_TOP_NO_IDS_TYPE = pa.struct(list(_X_TOP_TYPE)[:4])
+_X_INT_FIELDS = ("correlation", "external_id", "external_id_lc", "device", "nbytes", "sequence", "fwd_tid")
+_X_INTS = attrgetter(*_X_INT_FIELDS)
+_X_INTS_TYPE = pa.struct([(f, pa.int64()) for f in _X_INT_FIELDS])
+_X_RAW = [attrgetter(f) for f in ("input_dims", "input_dims_lc", "input_type")]
+_PID = attrgetter("pid")
+_TID = attrgetter("tid")
+_STREAM = attrgetter("stream")
 _ARGS = attrgetter("args")
 _MEM = attrgetter("device_type", "device_id", "addr", "mem_bytes", "total_allocated", "total_reserved")
 
@@ -62,17 +75,27 @@ def _dict(values: Any, none: str = "") -> pa.Array:
 _STR_DICT = pa.dictionary(pa.int32(), pa.string())
 
 
+_NOT_INT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError)
+
+
 def _ids(values: Any) -> pa.Array:
     """pid/tid are ints for host threads and strings for devices ("stream 7", "Spans")."""
     try:  # usually all ints: encode in Arrow, without a Python step per event
-        return pa.array(values, pa.int64()).dictionary_encode().cast(_STR_DICT)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return _int_ids(pa.array(values, pa.int64()))
+    except _NOT_INT:
         return _dict(values)
+
+
+def _int_ids(ids: pa.Array) -> pa.Array:
+    return ids.dictionary_encode().cast(_STR_DICT)
 
 
 def _strings(values: list[str | None]) -> pa.Array:
     """Dictionary-encode text values (None becomes ""), in Arrow: codes in order of first appearance."""
-    arr = pa.array(values, pa.string())
+    return _encode(pa.array(values, pa.string()))
+
+
+def _encode(arr: pa.Array) -> pa.Array:
     if arr.null_count:
         arr = arr.fill_null("")
     return arr.dictionary_encode()
@@ -127,15 +150,21 @@ def _parse_int(v: Any) -> int | None:
 def _complete_events(xs: list[Any]) -> pa.Table:
     if not xs:
         return empty_table(EVENT_SCHEMA)
-    # One C-level map per column (measured faster than transposing per-event tuples with zip(*…)).
-    name, cat, ts, dur, pid, tid = (list(map(g, xs)) for g in _X_TOP)
+    try:  # pid and tid are ints for host threads and devices: take them with the other fields
+        name, cat, ts, dur, pid, tid = pa.array(list(map(_X_TOP, xs)), _X_TOP_TYPE).flatten()
+        pid, tid = _int_ids(pid), _int_ids(tid)
+    except _NOT_INT:  # a string id ("Spans", "stream 7"): a piece or two per trace
+        name, cat, ts, dur = pa.array(list(map(_X_TOP_NO_IDS, xs)), _X_TOP_NO_IDS_TYPE).flatten()
+        pid, tid = _ids(list(map(_PID, xs))), _ids(list(map(_TID, xs)))
     args = list(map(_ARGS, xs))
-    corr, ext, ext_lc, dev, stream, dims, dims_lc, types, nbytes, seq, fwd = (list(map(g, args)) for g in _X_ARGS)
+    corr, ext, ext_lc, dev, nbytes, seq, fwd = pa.array(list(map(_X_INTS, args)), _X_INTS_TYPE).flatten()
+    if ext_lc.null_count < len(ext_lc):  # older torch writes "external id"; "External id" wins
+        ext = pc.coalesce(ext, ext_lc)
+    dims, dims_lc, types = (list(map(g, args)) for g in _X_RAW)
     cols = [
-        _strings(name), _strings(cat), pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), _ids(pid), _ids(tid),
-        pa.array(corr, pa.int64()), pa.array(_first(ext, ext_lc), pa.int64()), pa.array(dev, pa.int64()),
-        _ints(stream), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
-        pa.array(nbytes, pa.int64()), pa.array(seq, pa.int64()), pa.array(fwd, pa.int64()),
+        _encode(name), _encode(cat), ts, dur, pid, tid, corr, ext, dev,
+        _ints(list(map(_STREAM, args))), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
+        nbytes, seq, fwd,
     ]
     return pa.Table.from_arrays(cols, schema=EVENT_SCHEMA)
 
@@ -152,8 +181,8 @@ def _memory_events(ms: list[Any]) -> pa.Table:
 
 
 _ID = attrgetter("id")
-_CAT = attrgetter("cat")
-_PH = attrgetter("ph")
+_FLOW = attrgetter("cat", "ph", "ts")
+_FLOW_TYPE = pa.struct([("cat", pa.string()), ("ph", pa.string()), ("ts", pa.float64())])
 
 
 def _id_text(ids: list[Any]) -> pa.Array:
@@ -167,10 +196,10 @@ def _id_text(ids: list[Any]) -> pa.Array:
 def _flow_events(fs: list[Any]) -> pa.Table:
     if not fs:
         return empty_table(FLOW_SCHEMA)
+    cat, ph, ts = pa.array(list(map(_FLOW, fs)), _FLOW_TYPE).flatten()
     return pa.Table.from_arrays([
-        _id_text(list(map(_ID, fs))),
-        _strings(list(map(_CAT, fs))), _strings(list(map(_PH, fs))),
-        pa.array([e.ts for e in fs], pa.float64()), _ids([e.pid for e in fs]), _ids([e.tid for e in fs]),
+        _id_text(list(map(_ID, fs))), _encode(cat), _encode(ph), ts,
+        _ids(list(map(_PID, fs))), _ids(list(map(_TID, fs))),
     ], schema=FLOW_SCHEMA)
 
 

@@ -71,7 +71,7 @@ def test_cache_is_used_and_rebuilt_when_the_file_changes(tmp_path: Path, _cache:
     f = tmp_path / "t.pt.trace.json.gz"
     shutil.copy(TINY, f)
     first = load_trace(f)
-    assert not first.from_cache and any(_cache.rglob("events.parquet"))
+    assert not first.from_cache and any(_cache.rglob(f"events{trace_cache.SUFFIX}"))
     second = load_trace(f)
     assert second.from_cache
     assert second.events.equals(first.events) and second.memory.equals(first.memory)
@@ -91,7 +91,7 @@ def test_run_folder_caches_inside_the_run(tmp_path: Path) -> None:
     shutil.copy(TINY, run / layout.TRACES_DIR / layout.trace_file_name("rank0", 123))
     (traces,) = load_traces(run)
     assert traces.rank == 0
-    assert any((run / layout.CACHE_DIR).rglob("events.parquet"))
+    assert any((run / layout.CACHE_DIR).rglob(f"events{trace_cache.SUFFIX}"))
 
 
 def test_run_without_traces_is_a_usage_error(tmp_path: Path) -> None:
