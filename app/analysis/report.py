@@ -15,6 +15,10 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare import Comparison
+from app.analysis.compare_memory_categories import (
+    MemoryCategoryComparison,
+    compare_side_memory_categories,
+)
 
 __all__ = ["format_value", "format_ratio", "short_name", "format_verdict_text", "format_report_markdown", "format_report_html",
            "headline"]
@@ -111,7 +115,10 @@ def _verdict_rows(cmp: Comparison) -> list[list[str]]:
     for r in cmp.verdicts.itertuples(index=False):
         unit = r.unit if r.unit in ("s", "bytes") else ""
         suffix = "" if unit else (f" {r.unit}" if r.unit else "")
-        rows.append([str(r.quantity), format_value(r.baseline, unit) + suffix, format_value(r.candidate, unit) + suffix,
+        quantity = str(r.quantity)
+        if quantity == "peak memory" and cmp.peak_memory[0].source != "none":  # say which memory
+            quantity = f"peak memory ({cmp.peak_memory[0].quantity})"
+        rows.append([quantity, format_value(r.baseline, unit) + suffix, format_value(r.candidate, unit) + suffix,
                      format_ratio(r.ratio, r.ci_lo, r.ci_hi), str(r.verdict)])
     return rows
 
@@ -142,7 +149,25 @@ def _signed(v: Any) -> str:
     return "+" + text if _finite(v) and float(v) > 0 else text
 
 
-def format_verdict_text(cmp: Comparison, *, top: int = 10) -> str:
+_CATEGORY_HEADER = ["category", "baseline at peak", "candidate at peak", "delta", "own peak delta"]
+
+
+def _categories(cmp: Comparison, given: MemoryCategoryComparison | None) -> MemoryCategoryComparison:
+    return given if given is not None else compare_side_memory_categories(cmp.baseline, cmp.candidate)
+
+
+def _category_rows(cats: MemoryCategoryComparison) -> list[list[str]]:
+    def signed(v: Any) -> str:
+        text = format_value(v, "bytes")
+        return "+" + text if _finite(v) and float(v) > 0 else text
+
+    return [[str(r.category), format_value(r.baseline_bytes, "bytes"), format_value(r.candidate_bytes, "bytes"),
+             signed(r.delta_bytes), signed(r.peak_delta_bytes)]
+            for r in cats.table.astype(object).where(cats.table.notna(), None).itertuples(index=False)]
+
+
+def format_verdict_text(cmp: Comparison, *, top: int = 10,
+                        memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
     parts = [f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
              f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp), "",
@@ -162,7 +187,11 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10) -> str:
         parts += ["", f"top {top} kernel changes (time per step):",
                   _text_table(["kernel", "baseline", "candidate", "delta", "change"],
                               _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
-    parts += [""] + [f"note: {n}" for n in cmp.notes]
+    cats = _categories(cmp, memory_categories)
+    if cats.available:
+        parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
+                  _text_table(_CATEGORY_HEADER, _category_rows(cats))]
+    parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes]]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -177,7 +206,8 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[dict[str, str]] = ()) -> str:
+def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[dict[str, str]] = (),
+                           memory_categories: MemoryCategoryComparison | None = None) -> str:
     """A Markdown comparison for a PR comment: headline, verdicts, breakdown, top op/kernel changes,
     advisor findings (rows of ``compare_advice.findings_diff_rows``), changed config keys.
     Every cell is escaped."""
@@ -199,14 +229,20 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
         out += ["", f"#### Top {top} kernel changes (per step)", "",
                 _md_table(["kernel", "baseline", "candidate", "delta", "change"],
                           _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
+    cats = _categories(cmp, memory_categories)
+    if cats.available:
+        out += ["", "#### Memory by category (torch memory timeline)", "",
+                _md_table(_CATEGORY_HEADER, _category_rows(cats)), "",
+                "<sub>'at peak': held by the category when the total was highest; 'own peak': the most it held "
+                "at any time.</sub>"]
     if advice:
         out += ["", "#### Advisor findings", "",
                 _md_table(["status", "finding", "fix"], [[a["status"], a["title"], a["fix"]] for a in advice])]
     if len(cmp.config):
         out += ["", "#### Config and environment that differ", "",
                 _md_table(list(cmp.config.columns), cmp.config.astype(str).values.tolist())]
-    if cmp.notes:
-        out += ["", *(f"- {_md(n)}" for n in cmp.notes)]
+    if cmp.notes or cats.notes:
+        out += ["", *(f"- {_md(n)}" for n in [*cmp.notes, *cats.notes])]
     out += ["", f"<sub>median steady-state step time, {cmp.options.resamples} bootstrap resamples, "
                 f"verdict threshold {cmp.options.threshold:.0%}; see docs/compare.md</sub>"]
     return "\n".join(out) + "\n"
@@ -234,23 +270,28 @@ h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}.headline{font-size:1.1
 
 
 def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (), *, top: int = 30,
-                       advice: Sequence[dict[str, str]] = ()) -> str:
+                       advice: Sequence[dict[str, str]] = (),
+                       memory_categories: MemoryCategoryComparison | None = None) -> str:
     """A self-contained HTML page: headline, verdicts, figures (HTML fragments, inserted as given),
     breakdown, operators, kernels, metrics, module and config diffs. Every run-provided
     string is escaped; the figure fragments must come from plotly (``figures_to_html``)."""
     verdicts = pd.DataFrame(_verdict_rows(cmp), columns=_VERDICT_HEADER)
+    cats = _categories(cmp, memory_categories)
     sections = [("Verdicts", _html_table(verdicts))]
     sections += [(title, fragment) for title, fragment in figures]
     sections += [("Per-step breakdown", _html_table(cmp.breakdown)),
                  ("Operators (per step)", _html_table(cmp.ops, top=top)),
                  ("Kernels (per step)", _html_table(cmp.kernels, top=top)),
                  ("Logged metrics", _html_table(cmp.metrics)),
+                 ("Memory by category (at the total peak, and each category's own peak)",
+                  _html_table(pd.DataFrame(_category_rows(cats), columns=_CATEGORY_HEADER)) if cats.available else "<p class='empty'>no memory timeline in either run "
+                  "(record with torchscope run --memory-timeline)</p>"),
                  ("Advisor findings", _html_table(pd.DataFrame(list(advice)))),
                  ("Model structure", _html_table(cmp.modules)),
                  ("Config and environment that differ", _html_table(cmp.config))]
     title = html.escape(f"{cmp.candidate.label} vs {cmp.baseline.label}")
     body = "".join(f"<h2>{html.escape(t)}</h2>\n{content}\n" for t, content in sections)
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in cmp.notes)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*cmp.notes, *cats.notes])
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Torchscope: {title}</title>"
             f"<style>{_CSS}</style></head><body><h1>Torchscope comparison: {title}</h1>"
             f"<p class='headline'>{html.escape(headline(cmp))}</p>{body}"

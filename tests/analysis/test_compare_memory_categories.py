@@ -144,3 +144,23 @@ def test_compare_sides_of_agent_runs(timelines, make_run) -> None:
     assert any("--memory-timeline" in n for n in only.notes)
     neither = compare_memory_categories(make_run("a"), None)
     assert not neither.available and not neither.notes
+
+
+def test_reports_list_memory_categories_and_the_peak_quantity(timelines, make_run) -> None:
+    from app.analysis.compare import diff_sides
+    from app.analysis.report import format_report_html, format_report_markdown, format_verdict_text
+
+    base, cand = make_run("small"), make_run("big")
+    add_memory_timeline(base, timelines[SMALL])
+    add_memory_timeline(cand, timelines[BIG])
+    cmp = diff_sides(load_side(base, with_traces=False), load_side(cand, with_traces=False))
+    grow = f"+{(mlp_param_bytes(BIG) - mlp_param_bytes(SMALL)) / 1024:,.2f} KiB"
+    md = format_report_markdown(cmp)
+    assert "#### Memory by category" in md and "| parameter | " in md and grow in md
+    assert "peak memory (host RSS)" in md
+    text = format_verdict_text(cmp)
+    assert "memory by category" in text and grow in text
+    assert "<h2>Memory by category" in format_report_html(cmp) and grow in format_report_html(cmp)
+    plain = diff_sides(load_side(make_run("a"), with_traces=False), load_side(make_run("b"), with_traces=False))
+    assert "Memory by category" not in format_report_markdown(plain)
+    assert "--memory-timeline" in format_report_html(plain)
