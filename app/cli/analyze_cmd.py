@@ -1,6 +1,9 @@
 """`torchscope analyze PATH`: steps, time breakdown, top ops and kernels, memory peaks (CLI layer).
 
-PATH is a run folder, a run id/name in the store, a trace file, or a folder of trace files.
+PATH is a run folder, a run id/name in the store, a trace file, a folder of trace files, or a
+torch-tb-profiler log folder (one sub-folder per run): with several runs there, ``--run NAME``
+picks one, and without it the command stops and lists them (workers of different runs are never
+analysed as one set).
 ``--json`` prints one document (``TraceAnalysis.to_json``; fields in docs/trace-engine.md);
 without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
 """
@@ -25,6 +28,8 @@ _BAR_MIN_BYTES = 32 << 20  # below this, ingest is quick enough not to need a ba
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="run folder or id, trace file (.json/.json.gz), or folder of traces")
     parser.add_argument("--rank", type=int, default=None, help="only this rank")
+    parser.add_argument("--run", metavar="NAME",
+                        help="in a torch-tb-profiler log folder (one sub-folder per run), the run to analyse")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--top", type=int, default=15, help="rows of the op and kernel tables (text output)")
     parser.add_argument("--root", help="run store, to resolve a run id or name")
@@ -73,6 +78,26 @@ def _resolve(path: str, root: str | None) -> Path:
         return find_run(path, root)
     except TorchscopeError:
         raise UsageError(f"{path}: no such file, folder or run") from None
+
+
+def _pick_run(path: Path, run: str | None) -> Path:
+    """The folder to analyse: with ``--run``, that sub-folder of a torch-tb-profiler log folder.
+    A log folder with several runs and no ``--run`` is an error that names them."""
+    from app.data.trace import trace_run_folders
+
+    runs = trace_run_folders(path)
+    names = [r.name for r in runs]
+    if run is not None:
+        if not runs:
+            raise UsageError(f"--run {run}: {path} is not a torch-tb-profiler log folder "
+                             "(no sub-folders holding trace files)")
+        if run not in names:
+            raise UsageError(f"--run {run}: {path} has no such run; its runs: {', '.join(names)}")
+        return path / run
+    if len(runs) > 1:
+        raise UsageError(f"{path} holds {len(runs)} torch-tb-profiler runs ({', '.join(names)}); "
+                         f"pick one with --run NAME or analyse its sub-folder, e.g. {path / names[0]}")
+    return path
 
 
 def _fmt_us(v: float) -> str:
@@ -147,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from app.analysis.trace_summary import analyze_traces
     from app.data.trace import load_traces
 
-    path = _resolve(args.path, getattr(args, "root", None))
+    path = _pick_run(_resolve(args.path, getattr(args, "root", None)), getattr(args, "run", None))
     bar = _Bar()
     try:
         traces = load_traces(path, progress=bar, use_cache=not args.no_cache)

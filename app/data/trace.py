@@ -26,8 +26,8 @@ from app.data.trace_parse import parse_trace_file
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "rank_from_name", "Progress",
-           "load_memory_timeline_raw"]
+__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
+           "Progress", "load_memory_timeline_raw"]
 
 Progress = Callable[[int, int], None]
 
@@ -258,14 +258,33 @@ def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
         raise UsageError(f"{p}: this run has no profiler traces in '{layout.TRACES_DIR}/' "
                          "(was profiling enabled, and did a profiling window complete?)")
     if not found:
-        found = sorted(f for f in p.iterdir() if f.is_file() and _is_trace_name(f.name))
+        found = _traces_in(p)
     if not found:  # torch-tb-profiler layout: one sub-folder per run, one file per worker
-        for sub in sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")):
-            found += sorted(f for f in sub.iterdir() if f.is_file() and _is_trace_name(f.name))
+        for sub in _subfolders_with_traces(p):
+            found += _traces_in(sub)
     if not found:
         raise UsageError(f"{p}: no trace files (*.json, *.json.gz) in this folder, its '{layout.TRACES_DIR}/' "
                          "or its sub-folders")
     return found
+
+
+def _traces_in(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.iterdir() if f.is_file() and _is_trace_name(f.name))
+
+
+def _subfolders_with_traces(folder: Path) -> list[Path]:
+    return [d for d in sorted(folder.iterdir())
+            if d.is_dir() and not d.name.startswith(".") and _traces_in(d)]
+
+
+def trace_run_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """Return the run sub-folders that ``list_trace_paths(path)`` reads together when ``path`` is
+    a torch-tb-profiler log folder (one sub-folder per run, one trace file per worker), sorted by
+    name; [] for a trace file, a run folder or a folder that holds trace files itself."""
+    p = Path(path)
+    if not p.is_dir() or (p / layout.MANIFEST).is_file() or (p / layout.TRACES_DIR).is_dir():
+        return []
+    return [] if _traces_in(p) else _subfolders_with_traces(p)
 
 
 def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,

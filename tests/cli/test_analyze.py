@@ -52,3 +52,38 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert err.count("\n") == 1 and "traceEvents" in err and str(bad) in err
     assert main(["analyze", str(tmp_path / "missing.json"), "--root", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _tb_log_folder(root: Path, runs: list[str]) -> Path:
+    """torch-tb-profiler's layout: one sub-folder per run, one trace file per worker."""
+    for run in runs:
+        (root / run).mkdir(parents=True)
+        for worker in ("host_1", "host_2"):
+            (root / run / f"{worker}.1700000000000.pt.trace.json.gz").write_bytes(TINY.read_bytes())
+    return root
+
+
+def test_tb_log_folder_with_several_runs_needs_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = _tb_log_folder(tmp_path / "logs", ["run_b", "run_a"])
+    assert main(["analyze", str(logs), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "2 torch-tb-profiler runs (run_a, run_b)" in err and "--run NAME" in err
+    assert main(["analyze", str(logs), "--run", "run_b", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["traces"]) == 2 and all(Path(t["path"]).parent.name == "run_b" for t in doc["traces"])
+    assert main(["analyze", str(logs), "--run", "run_c"]) == 2
+    assert "no such run; its runs: run_a, run_b" in capsys.readouterr().err
+
+
+def test_tb_log_folder_with_one_run_needs_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = _tb_log_folder(tmp_path / "logs", ["only"])
+    assert main(["analyze", str(logs), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["traces"]) == 2 and all(Path(t["path"]).parent.name == "only" for t in doc["traces"])
+    assert main(["analyze", str(logs), "--run", "only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"] == doc["traces"]
+
+
+def test_run_outside_a_tb_log_folder_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(TINY), "--run", "x"]) == 2
+    assert "not a torch-tb-profiler log folder" in capsys.readouterr().err
