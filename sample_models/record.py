@@ -64,11 +64,21 @@ def sample_command(sample: Sample, *, steps: int, extra: list[str],
             "--eval-every", str(eval_step_in_window(schedule)), *extra)
 
 
-def record_sample(sample: Sample, root: Path, *, steps: int, extra: list[str]) -> int:
-    """Record one sample run through the launcher (with ``--grad-norm``); return the job's exit code."""
-    request = LaunchRequest(command=sample_command(sample, steps=steps, extra=extra), name=sample.name,
-                            root=root, tags=sample.tags, notes=sample.notes, options=AgentOptions(grad_norm=True))
-    return launch(request)
+def sample_request(sample: Sample, root: Path, *, steps: int, extra: list[str],
+                   memory_timeline: bool = False) -> LaunchRequest:
+    """The launch of one sample run: ``--grad-norm``, and ``--memory-timeline`` when asked.
+
+    The memory timeline (memory by category, compared on the Compare page) is off by default:
+    torch exports it in pure Python after each window, which made recording the baseline
+    4-5x slower (81-115 s instead of 22 s; docs/compare.md, Memory)."""
+    return LaunchRequest(command=sample_command(sample, steps=steps, extra=extra), name=sample.name, root=root,
+                         tags=sample.tags, notes=sample.notes,
+                         options=AgentOptions(grad_norm=True, memory_timeline=memory_timeline))
+
+
+def record_sample(sample: Sample, root: Path, *, steps: int, extra: list[str], memory_timeline: bool = False) -> int:
+    """Record one sample run through the launcher; return the job's exit code."""
+    return launch(sample_request(sample, root, steps=steps, extra=extra, memory_timeline=memory_timeline))
 
 
 def read_median_step_time(run_dir: Path, schedule: ProfileSchedule = ProfileSchedule()) -> float | None:
@@ -113,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=40, help="training steps per run (40)")
     p.add_argument("--force", action="store_true", help="record even if the runs exist")
     p.add_argument("--only", choices=[s.name for s in SAMPLES], action="append", help="record only these")
+    p.add_argument("--memory-timeline", action="store_true",
+                   help="also record memory by category (torchscope run --memory-timeline; much slower to record)")
     args, extra = p.parse_known_args(argv)
     root = layout.resolve_root(args.root)
     have = set() if args.force else recorded_names(root)
@@ -123,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if sample.name in have:
             print(f"sample run {sample.name!r} already in {root}; skipped (--force to record again)")
             continue
-        code = record_sample(sample, root, steps=args.steps, extra=extra)
+        code = record_sample(sample, root, steps=args.steps, extra=extra, memory_timeline=args.memory_timeline)
         worst = worst or code
     print_comparison(root)
     return worst
