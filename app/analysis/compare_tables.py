@@ -37,6 +37,10 @@ class OpGrouping(StrEnum):
 
     NAME = "name"
     SHAPE = "shape"  # name + input shapes
+    MODULE = "module"  # name + the nn.Module the op ran in (app/analysis/op_modules.py)
+
+
+_GROUP_KEY = {OpGrouping.SHAPE: "input_shapes", OpGrouping.MODULE: "module"}
 
 
 def profiled_step_count(analysis: Any) -> int:
@@ -133,9 +137,9 @@ def _op_table(analysis: Any, traces: Sequence[Any], grouping: OpGrouping) -> pd.
     if grouping is OpGrouping.NAME or not traces:
         ops = getattr(analysis, "ops", None)
         return ops if ops is not None else pd.DataFrame(columns=["name"])
-    from app.analysis.trace_summary import compute_op_table
+    from app.analysis.ops import compute_op_table
 
-    return compute_op_table(list(traces), group_by="shape")
+    return compute_op_table(list(traces), group_by=grouping.value)
 
 
 def diff_ops(
@@ -146,17 +150,18 @@ def diff_ops(
     baseline_traces: Sequence[Any] = (),
     candidate_traces: Sequence[Any] = (),
 ) -> pd.DataFrame:
-    """Operators of both sides matched by name (or name + input shapes), per profiled step.
+    """Operators of both sides matched by name (or name + input shapes, or name + module), per
+    profiled step.
 
-    Columns: ``name`` [``input_shapes``], ``baseline_calls``/``candidate_calls`` (calls per
+    Columns: ``name`` [``input_shapes`` | ``module``], ``baseline_calls``/``candidate_calls`` (calls per
     step), ``baseline_self_us``/``candidate_self_us``/``delta_us`` (host self time per step),
     ``baseline_total_us``/``candidate_total_us``, ``baseline_device_self_us``/
     ``candidate_device_self_us``/``device_delta_us``, ``change``; sorted by |delta_us|.
     """
     ta = _op_table(baseline, baseline_traces, grouping)
     tb = _op_table(candidate, candidate_traces, grouping)
-    keys = ["name", "input_shapes"] if grouping is OpGrouping.SHAPE and "input_shapes" in ta.columns \
-        and "input_shapes" in tb.columns else ["name"]
+    extra = _GROUP_KEY.get(grouping)
+    keys = ["name", extra] if extra and extra in ta.columns and extra in tb.columns else ["name"]
     out = diff_tables(ta, tb, keys=keys, values=("calls", "self_us", "total_us", "device_self_us"),
                       sort_by="self_us", baseline_steps=profiled_step_count(baseline),
                       candidate_steps=profiled_step_count(candidate))

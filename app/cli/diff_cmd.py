@@ -35,7 +35,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=2.0, metavar="PCT",
                         help="smallest change (in %%) that counts as a difference (default 2)")
     parser.add_argument("--by", choices=[g.value for g in OpGrouping], default="name",
-                        help="match operators by name, or by name and input shapes")
+                        help="match operators by name, by name and input shapes, or by name and nn.Module "
+                             "(module scopes in the traces, see docs/compare.md)")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--top", type=int, default=10, help="rows of the op and kernel tables")

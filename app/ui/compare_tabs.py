@@ -63,12 +63,20 @@ def render_ops_tab(cmp: Comparison) -> None:
         st.info("Operator diffs need profiler traces on both sides.")
         return
     ops = _filtered(cmp.ops, "compare_ops")
-    st.plotly_chart(make_delta_bar_figure(ops, title="Operators: host self-time change per step"), width="stretch",
+    by_module = "module" in ops.columns
+    if by_module and not (cmp.ops["module"].astype(str) != "").any():
+        st.info("Neither side's traces have module scopes, so operators are matched by name only. Runs "
+                "recorded with `torchscope run` from this version have them, and so do traces recorded with "
+                "`torch.profiler.profile(with_stack=True)`.")
+    chart = ops.assign(op=ops["module"].astype(str).replace("", "(outside modules)") + " · " + ops["name"].astype(str)
+                       ) if by_module else ops
+    st.plotly_chart(make_delta_bar_figure(chart, label_col="op" if by_module else "name",
+                                          title="Operators: host self-time change per step"), width="stretch",
                     key="compare_ops_fig")
     st.dataframe(ops, hide_index=True, width="stretch",
                  column_config={c: _US for c in ops.columns if c.endswith("_us")})
     st.caption("Times and calls are per profiled step (each side divided by its own number of steps), sorted by "
-               "|delta_us|. Switch matching to name + input shapes in the settings above.")
+               "|delta_us|. Match by name + input shapes or name + module in the settings above.")
 
 
 def render_kernels_tab(cmp: Comparison) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "load_trace_analysis",
     "rank_rows",
     "cached_op_table",
+    "cached_module_table",
     "cached_kernel_table",
     "render_trace_warnings",
     "ingest_with_progress",
@@ -96,8 +97,23 @@ def _op_table(path: str, sig: tuple[float, ...], rank: int | None, group_by: str
 
 def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataFrame:
     """The op table of the chosen rank (all ranks summed when ``ctx.rank`` is None);
-    ``group_by="shape"`` splits each op by input shapes."""
+    ``group_by="shape"`` splits each op by input shapes, ``"module"`` by nn.Module.
+
+    Only the ungrouped table is in the on-disk analysis cache (TraceAnalysis.ops); the grouped
+    ones are computed on demand and kept here, keyed by ``group_by`` (and run, signature, rank)."""
     return _op_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank, group_by)
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _module_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
+    from app.analysis.modules import compute_module_table
+
+    return compute_module_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+
+
+def cached_module_table(ctx: RunContext) -> pd.DataFrame:
+    """The module view (app/analysis/modules.py) of the chosen rank (all ranks summed when None)."""
+    return _module_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank)
 
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)

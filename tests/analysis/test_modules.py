@@ -5,10 +5,8 @@ The agent's module scopes are simulated with global forward hooks opening
 """
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,65 +18,15 @@ from app.analysis.op_modules import PATH_SEP
 from app.analysis.ops import compute_op_events, compute_op_table
 from app.data import trace_cache
 from app.data.trace import load_trace
+from tests.module_scopes import record_module_trace
 
 torch = pytest.importorskip("torch")
 
 ACTIVE = 2  # profiled steps
 
 
-@contextlib.contextmanager
-def module_ranges(model: torch.nn.Module) -> Iterator[None]:
-    """Wrap every module's forward in an ``nn.Module: <label>`` record_function range."""
-    from torch.profiler import record_function
-
-    names = {m: (n or "(root)") for n, m in model.named_modules()}
-    open_ranges: dict[int, list[object]] = {}
-
-    def pre(m: torch.nn.Module, _args: object) -> None:
-        r = record_function(f"nn.Module: {names.get(m, type(m).__name__)}")
-        r.__enter__()
-        open_ranges.setdefault(id(m), []).append(r)
-
-    def post(m: torch.nn.Module, _args: object, _out: object) -> None:
-        open_ranges[id(m)].pop().__exit__(None, None, None)  # type: ignore[attr-defined]
-
-    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
-             torch.nn.modules.module.register_module_forward_hook(post)]
-    try:
-        yield
-    finally:
-        for h in hooks:
-            h.remove()
-
-
 def _record(out: Path, *, agent_ranges: bool, with_stack: bool = False) -> dict[str, list[float]]:
-    """Profile 2 steps (forward, backward, optimizer) of a nested model; torch's key_averages."""
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    expected: dict[str, list[float]] = {}
-
-    def on_ready(p: object) -> None:
-        p.export_chrome_trace(str(out))  # type: ignore[attr-defined]
-        for e in p.key_averages():  # type: ignore[attr-defined]
-            expected[e.key] = [e.count, e.self_cpu_time_total, e.cpu_time_total]
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()),
-                                torch.nn.Linear(32, 4))
-    loss_fn = torch.nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    ranges = module_ranges(model) if agent_ranges else contextlib.nullcontext()
-    with warnings.catch_warnings(), ranges, profile(
-            activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=ACTIVE),
-            record_shapes=True, with_stack=with_stack, on_trace_ready=on_ready) as prof:
-        warnings.simplefilter("ignore", UserWarning)
-        for _ in range(2 + ACTIVE):
-            opt.zero_grad()
-            x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-            loss_fn(model(x), y).backward()
-            opt.step()
-            prof.step()
-    return expected
+    return record_module_trace(out, agent_ranges=agent_ranges, with_stack=with_stack, active=ACTIVE)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,14 +1,22 @@
-"""Run page tab "Operators": op table (self/total, calls, % of step), top-N chart, by shape (UI layer)."""
+"""Run page tab "Operators": op table (self/total, calls, % of step), top-N chart, and the ops
+grouped by input shape or by nn.Module with a module view (UI layer)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from app.analysis.run_summary import compute_ops_view
-from app.charts.operators import make_top_ops_figure
+from app.analysis.modules import has_module_ranges
+from app.analysis.run_summary import compute_ops_view, is_annotation_row
+from app.charts.operators import make_top_modules_figure, make_top_ops_figure
 from app.ui.tabs import RunContext
-from app.ui.trace_view import cached_op_table, load_trace_analysis, rank_rows, render_trace_warnings
+from app.ui.trace_view import (
+    cached_module_table,
+    cached_op_table,
+    load_trace_analysis,
+    rank_rows,
+    render_trace_warnings,
+)
 
 __all__ = ["TITLE", "render"]
 
@@ -28,6 +36,34 @@ _COLUMNS = {
     "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f", help="total time / calls"),
     "pct_of_step": st.column_config.NumberColumn(
         "% of step", format="%.2f", help="self time / time of the profiled steps"
+    ),
+}
+_GROUPS = {"none": "None", "shape": "Input shape", "module": "Module"}
+NO_MODULES_HINT = (
+    "These traces have no module scopes, so operators cannot be grouped by module. Runs recorded "
+    "with `torchscope run` from this version have them (the agent wraps every `nn.Module` forward "
+    "in a profiler range). Traces recorded elsewhere with `torch.profiler.profile(with_stack=True)` "
+    "work too: their Python tracer events name the modules."
+)
+_MODULE_COLUMNS = {
+    "module": st.column_config.TextColumn("Module", help="qualified name (`layer1.0.conv1`); `(root)` is the model"),
+    "parent": st.column_config.TextColumn("Called from"),
+    "calls": st.column_config.NumberColumn("Calls", format="%d", help="forward calls"),
+    "forward_ms": st.column_config.NumberColumn(
+        "Forward self (ms)", format="%.3f", help="self time of the ops run directly in the module's forward"
+    ),
+    "backward_ms": st.column_config.NumberColumn(
+        "Backward self (ms)", format="%.3f", help="self time of the backward (autograd) ops of those forward ops"
+    ),
+    "self_ms": st.column_config.NumberColumn("Self (ms)", format="%.3f", help="forward + backward self time"),
+    "total_ms": st.column_config.NumberColumn(
+        "Total (ms)", format="%.3f", help="self time of the module and of every module under it"
+    ),
+    "device_total_ms": st.column_config.NumberColumn(
+        "Device total (ms)", format="%.3f", help="GPU time launched by the module and its submodules"
+    ),
+    "pct_of_step": st.column_config.NumberColumn(
+        "% of step", format="%.2f", help="total time / time of the profiled steps (host time of all threads)"
     ),
 }
 
@@ -65,8 +101,57 @@ def _render_by_shape(ctx: RunContext, text: str) -> None:
     )
 
 
+def _module_view(modules: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    shown = modules[["module", "parent", "calls"]].copy()
+    for src, dst in (("forward_self_us", "forward_ms"), ("backward_self_us", "backward_ms"), ("self_us", "self_ms"),
+                     ("total_us", "total_ms")):
+        shown[dst] = modules[src] / 1e3
+    if gpu:
+        shown["device_total_ms"] = modules["device_total_us"] / 1e3
+    shown["pct_of_step"] = modules["total_share"] * 100
+    return shown
+
+
+def _render_by_module(ctx: RunContext, text: str, n: int) -> None:
+    modules = cached_module_table(ctx)
+    by_module = cached_op_table(ctx, group_by="module")
+    if modules.empty or not has_module_ranges(by_module):
+        st.info(NO_MODULES_HINT)
+        return
+    st.subheader("Modules")
+    rank_by = st.radio("Modules by", ["self_us", "total_us"], horizontal=True, key=ctx.key("ops_module_value"),
+                       format_func={"self_us": "Self time (forward + backward)",
+                                    "total_us": "Total time (with submodules)"}.get)
+    st.plotly_chart(make_top_modules_figure(modules, n=n, value=rank_by), width="stretch",
+                    key=ctx.key("ops_module_fig"))
+    gpu = bool((modules["device_total_us"] > 0).any())
+    st.dataframe(_module_view(modules.sort_values(rank_by, ascending=False, kind="stable"), gpu),
+                 hide_index=True, width="stretch", column_config=_MODULE_COLUMNS, key=ctx.key("ops_module_table"))
+    by_module = by_module[~is_annotation_row(by_module)]  # as in the table above: operators only
+    outside = float(by_module.loc[by_module["module"].astype(str) == "", "self_us"].sum())
+    total = float(by_module["self_us"].sum()) or 1.0
+    st.caption(
+        f"{len(modules)} modules. Backward ops count for the module whose forward op created them. "
+        f"{100 * outside / total:.1f}% of the operators' self time ran outside every module "
+        "(optimizer, data loading, functions called outside a module's forward)."
+    )
+    st.subheader("Operators by module")
+    if text:
+        hit = by_module["name"].astype(str).str.contains(text, case=False, regex=False) | by_module[
+            "module"].astype(str).str.contains(text, case=False, regex=False)
+        by_module = by_module[hit]
+    shown = by_module[["module", "name", "calls"]].copy()
+    shown["module"] = shown["module"].astype(str).replace("", "(outside modules)")
+    for col in ("self_us", "total_us", "mean_us"):
+        shown[col.replace("_us", "_ms")] = by_module[col] / 1e3
+    if gpu:
+        shown["device_self_ms"] = by_module["device_self_us"] / 1e3
+    st.dataframe(shown.head(1000), hide_index=True, width="stretch", key=ctx.key("ops_module_ops"),
+                 column_config={**_COLUMNS, "module": _MODULE_COLUMNS["module"]})
+
+
 def render(ctx: RunContext) -> None:
-    """Searchable op table, a top-N chart and an optional grouping by input shape."""
+    """Searchable op table, a top-N chart and an optional grouping by input shape or module."""
     analysis = load_trace_analysis(ctx)
     if analysis is None:
         return
@@ -94,14 +179,19 @@ def render(ctx: RunContext) -> None:
     )
     n = c3.slider("Top N", 5, 50, 15, key=ctx.key("ops_top_n"))
     view = compute_ops_view(ops, rank_rows(analysis.steps, ctx.rank), text)
-    if view.empty:
+    if view.empty:  # the search may still match module names below
         st.info(f"No operator matches “{text}”.")
-        return
-    st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
-    st.dataframe(
-        _table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table")
-    )
-    pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
-    st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps.")
-    if st.toggle("Group by input shape", key=ctx.key("ops_by_shape")):
+    else:
+        st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
+        st.dataframe(
+            _table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table")
+        )
+        pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
+        st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps.")
+    group = st.radio("Group by", list(_GROUPS), format_func=_GROUPS.get, horizontal=True, key=ctx.key("ops_group"),
+                     help="Split each operator by its input shapes, or by the nn.Module it ran in (forward and "
+                          "backward) with a module view.")
+    if group == "shape":
         _render_by_shape(ctx, text)
+    elif group == "module":
+        _render_by_module(ctx, text, n)
