@@ -167,7 +167,7 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     assert_clean(at)
     at.text_input(key="run_ops_search").input("aten::").run()
     assert all("aten::" in n for n in _tab(at, "Operators").dataframe[0].value["name"])
-    at.toggle(key="run_ops_by_shape").set_value(True).run()
+    at.radio(key="run_ops_group").set_value("shape").run()
     assert_clean(at)
     by_shape = _tab(at, "Operators").dataframe[1].value
     assert "input_shapes" in by_shape.columns and len(by_shape) >= len(
