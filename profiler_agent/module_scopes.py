@@ -74,7 +74,8 @@ def module_labels(root: torch.nn.Module | None) -> dict[int, str]:
 class ModuleScopes:
     """Global module forward hooks that wrap every module call in a profiler range, while installed."""
 
-    def __init__(self, failures: FailureLog, root: Callable[[], torch.nn.Module | None] | None = None) -> None:
+    def __init__(self, failures: FailureLog,
+                 root: Callable[[], torch.nn.Module | None] | None = None) -> None:
         self._failures = failures
         self._root = root
         self._names: dict[int, str] = {}  # id(module) -> range name, for the root's tree

@@ -100,7 +100,8 @@ def _profile(fn: Any, path: Path) -> list[dict[str, Any]]:
 
 
 def _our_hooks() -> list[Any]:
-    hooks = [*module_globals._global_forward_pre_hooks.values(), *module_globals._global_forward_hooks.values()]
+    hooks = [*module_globals._global_forward_pre_hooks.values(),
+             *module_globals._global_forward_hooks.values()]
     return [h for h in hooks if isinstance(getattr(h, "__self__", None), ModuleScopes)]
 
 
@@ -114,7 +115,8 @@ def test_labels_are_named_modules_names_root_and_class_names(tmp_path: Path) -> 
     scopes = ModuleScopes(FailureLog(None), lambda: model)
     scopes.install()
     try:
-        events = _profile(lambda: loss_fn(model(torch.randn(3, 8)), torch.tensor([0, 1, 0])), tmp_path / "t.json")
+        events = _profile(lambda: loss_fn(model(torch.randn(3, 8)), torch.tensor([0, 1, 0])),
+                          tmp_path / "t.json")
     finally:
         scopes.uninstall()
     ranges = _ranges(events)
@@ -152,8 +154,8 @@ def test_without_a_root_every_module_is_labelled_by_class(tmp_path: Path) -> Non
     finally:
         scopes.uninstall()
     names = [r["name"][len(PREFIX):] for r in _ranges(events)]
-    assert names[:4] == ["Net", "Sequential", "Block", "Linear"] and set(names) == {"Net", "Sequential", "Block",
-                                                                                     "Linear", "ReLU"}
+    assert names[:4] == ["Net", "Sequential", "Block", "Linear"]
+    assert set(names) == {"Net", "Sequential", "Block", "Linear", "ReLU"}
 
 
 @pytest.mark.parametrize("exc", [ValueError("bad input"), Interrupt()])
@@ -197,7 +199,8 @@ def test_a_failing_hook_never_breaks_the_job(tmp_path: Path, monkeypatch: pytest
     errors = read_jsonl(run_dir / layout.AGENT_ERRORS).records
     assert errors and {e["where"] for e in errors} == {"module scope"}
     assert "no range today" in errors[0]["error"]
-    assert [r["step"] for r in read_jsonl(run_dir / layout.METRICS).records if "step_time_s" in r] == [0, 1, 2]
+    steps = [r["step"] for r in read_jsonl(run_dir / layout.METRICS).records if "step_time_s" in r]
+    assert steps == [0, 1, 2]
     assert not _our_hooks()
 
 
@@ -234,8 +237,8 @@ def test_hooks_exist_only_in_windows_and_the_manifest_says_so(tmp_path: Path) ->
     (ranges,) = _module_ranges_of(run_dir)
     names = [r["name"][len(PREFIX):] for r in ranges]
     # Only the active iteration is recorded: one forward of the root.
-    assert names == ["(root)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act", "body.1", "body.1.fc",
-                     "body.1.act", "body.1.act", "head"]
+    assert names == ["(root)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act",
+                     "body.1", "body.1.fc", "body.1.act", "body.1.act", "head"]
 
 
 def test_option_off_means_no_hooks_and_no_ranges(tmp_path: Path) -> None:
@@ -264,7 +267,7 @@ def test_cli_flag_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_real_trace_of_the_wrapped_baseline(tmp_path: Path) -> None:
-    """``torchscope run`` on the baseline sample: module ranges named as graph/modules.json, ops inside them."""
+    """``torchscope run`` on the baseline sample: ranges named as graph/modules.json, ops inside them."""
     proc = torchscope("run", "--name", "scopes", "--root", str(tmp_path), *SCHEDULE, "--no-graph", "--",
                       sys.executable, str(BASELINE), "--steps", "5", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
