@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 import plotly.graph_objects as go
 
 __all__ = ["make_system_figure"]
 
 
-def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, title: str) -> go.Figure:
+def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, title: str,
+                       labels: Mapping[str, str] | None = None) -> go.Figure:
     """One line per (column, rank) against ``time`` (seconds since start).
 
-    ``unit`` is ``"percent"`` (plotted as is) or ``"bytes"`` (plotted in MiB).
+    ``unit`` is ``"percent"`` (plotted as is) or ``"bytes"`` (plotted in MiB); ``labels`` names
+    the lines (the column name otherwise). The y axis starts at 0, so a flat 99.5–100 % does not
+    look like a swing.
     """
     fig = go.Figure()
     scale = 1 / 2**20 if unit == "bytes" else 1.0
@@ -24,7 +29,8 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
             y = pd.to_numeric(part[col], errors="coerce") * scale
             if y.notna().sum() == 0:
                 continue
-            name = f"{col} · rank {rank}" if multi else col
+            label = (labels or {}).get(col, col)
+            name = f"{label} · rank {rank}" if multi else label
             fig.add_trace(go.Scatter(x=part["time"], y=y, mode="lines", name=name))
     fig.update_layout(
         title=title,
@@ -36,4 +42,5 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
         showlegend=True,
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
     )
+    fig.update_yaxes(rangemode="tozero")
     return fig

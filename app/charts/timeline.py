@@ -11,10 +11,24 @@ from plotly.colors import qualitative
 
 from app.analysis.timeline import Timeline
 
-__all__ = ["make_timeline_figure", "lane_rows"]
+__all__ = ["CATEGORY_LABELS", "make_timeline_figure", "lane_rows"]
 
 _PALETTE = qualitative.Plotly + qualitative.Safe
 _NAME_CHARS = 120
+# Kineto's event categories as a reader names them, each with the same colour in every trace.
+CATEGORY_LABELS = {
+    "cpu_op": "CPU op", "user_annotation": "annotation (record_function)", "python_function": "Python function",
+    "cuda_runtime": "CUDA runtime", "cuda_driver": "CUDA driver", "hip_runtime": "HIP runtime",
+    "hip_driver": "HIP driver", "privateuse1_runtime": "device runtime", "kernel": "kernel",
+    "gpu_memcpy": "GPU memcpy", "gpu_memset": "GPU memset", "gpu_user_annotation": "GPU annotation",
+    "cuda_sync": "CUDA sync", "cuda_profiler_range": "CUDA profiler range",
+}
+_COLOURS = {
+    "cpu_op": "#636EFA", "user_annotation": "#B6B6C8", "python_function": "#FECB52", "cuda_runtime": "#EF553B",
+    "cuda_driver": "#FF7F0E", "hip_runtime": "#EF553B", "hip_driver": "#FF7F0E", "privateuse1_runtime": "#EF553B",
+    "kernel": "#00CC96", "gpu_memcpy": "#AB63FA", "gpu_memset": "#FF6692", "gpu_user_annotation": "#FFA15A",
+    "cuda_sync": "#8C564B", "cuda_profiler_range": "#7F7F7F",
+}
 
 
 def lane_rows(timeline: Timeline) -> tuple[np.ndarray, list[float], list[str], int]:
@@ -51,7 +65,7 @@ def _hover(frame: pd.DataFrame) -> list[str]:
     texts = []
     columns = (frame[c].to_numpy(dtype=object) for c in ("name", "cat", "lane", "input_shapes"))
     for name, cat, lane, shapes, dur in zip(*columns, frame["dur_us"].to_numpy(np.float64).tolist()):
-        text = f"<b>{clean(name)}</b><br>{dur:,.1f} µs · {clean(cat)}<br>{clean(lane)}"
+        text = f"<b>{clean(name)}</b><br>{dur:,.1f} µs · {clean(CATEGORY_LABELS.get(cat, cat))}<br>{clean(lane)}"
         if shapes:
             text += f"<br>shapes {clean(shapes)}"
         texts.append(text)
@@ -82,8 +96,8 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     # on a reversed axis (everything collapses to one edge), so the top-down order is made with
     # negative values instead of autorange="reversed".
     y = -rows_of_events.astype(np.float64)
-    height = int(min(1600, max(260, 70 + rows * 18)))
-    width_px = float(max(2.0, min(12.0, (height - 70) / rows * 0.7)))
+    height = int(min(1600, max(300, 130 + rows * 18)))
+    width_px = float(max(2.0, min(12.0, (height - 130) / rows * 0.7)))
     span_ms = (timeline.end_us - timeline.start_us) / 1000.0
     traces: list[go.Scattergl] = []
     cats = sorted(events["cat"].unique()) if len(events) else []
@@ -94,8 +108,8 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
         # Zero-length events still get a visible sliver (1/5000 of the window).
         end = start + np.maximum(sub["dur_us"].to_numpy(np.float64) / 1000.0, span_ms / 5000)
         xs, ys = _segments(start, end, y[mask])
-        colour = _PALETTE[i % len(_PALETTE)]
-        name = cat or "(no category)"
+        colour = _COLOURS.get(cat, _PALETTE[i % len(_PALETTE)])
+        name = CATEGORY_LABELS.get(cat, cat or "(no category)")
         traces.append(
             go.Scattergl(
                 x=xs, y=ys, mode="lines", name=name, legendgroup=name, hoverinfo="skip",
@@ -118,11 +132,12 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     fig.update_layout(
         title={"text": title, "x": 0.01} if title else None,
         height=height,
-        margin={"l": 10, "r": 10, "t": 40 if title else 20, "b": 40},
+        # Room above the plot for the title and the legend row, so neither covers the first lane.
+        margin={"l": 10, "r": 10, "t": 90 if title else 60, "b": 40},
         hovermode="closest",
         hoverdistance=40,
         dragmode="zoom",
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "title": {"text": ""}},
     )
     fig.update_xaxes(title_text="ms since window start", range=[0, span_ms], showgrid=True, zeroline=False)
     fig.update_yaxes(

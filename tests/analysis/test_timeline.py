@@ -155,3 +155,17 @@ def test_name_filter_prefix_and_combine() -> None:
     assert both.events["start_ms"].tolist()[:3] == a.events["start_ms"].tolist()  # each keeps its origin
     with pytest.raises(ValueError):
         combine_timelines([])
+
+
+def test_timeline_figure_readable_categories_with_fixed_colours() -> None:
+    full = make_timeline_figure(compute_timeline(EVENTS, THREADS, 0.0, 200.0))
+    kernels_only = make_timeline_figure(compute_timeline(EVENTS, THREADS, 0.0, 200.0, name_contains="gemm"))
+    names = {t.name for t in full.data}
+    assert {"CPU op", "CUDA runtime", "kernel", "GPU memcpy", "annotation (record_function)"} <= names
+    assert not names & {"cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation"}
+    colour = {t.name: t.line.color for t in full.data if t.mode == "lines"}
+    # the same category keeps its colour whatever else the window holds
+    assert [t.line.color for t in kernels_only.data if t.mode == "lines"] == [colour["kernel"]]
+    assert any("µs · CPU op" in text for t in full.data if t.text is not None for text in t.text)
+    # the legend sits in the top margin, above the first lane
+    assert full.layout.legend.y >= 1.0 and full.layout.margin.t >= 60

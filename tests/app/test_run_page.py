@@ -221,12 +221,20 @@ def test_system_columns_grouped_by_unit():
         }
     )
     groups = {title: cols for title, _, cols in group_system_columns(system)}
-    assert groups["CPU (process and its children)"] == ["cpu_percent", "children_cpu_percent"]
-    assert groups["Memory (resident set)"] == ["rss_bytes"]
+    assert groups["CPU of the training process (100% = one core busy)"] == ["cpu_percent", "children_cpu_percent"]
+    assert groups["Memory of the training process (resident set)"] == ["rss_bytes"]
     assert groups["GPU utilisation"] == ["gpu_util_percent"]
     assert groups["GPU memory"] == ["gpu_allocated_bytes"]  # the device's total is not a curve
-    assert groups["Whole machine"] == ["system_cpu_percent"]
+    assert groups["Whole machine: CPU (100% = every core busy)"] == ["system_cpu_percent"]
     assert "note" not in sum(groups.values(), [])
+
+
+def test_system_lines_have_readable_labels():
+    from app.ui.tabs.system import system_label
+
+    assert system_label("children_cpu_percent").startswith("its child processes")
+    assert system_label("system_memory_used_bytes") == "used"
+    assert system_label("nvme_read_bytes") == "nvme read"  # a column the agent adds later
 
 
 def test_overview_spread_needs_two_steps(monkeypatch, make_run):

@@ -9,9 +9,31 @@ from app.charts.system import make_system_figure
 from app.ui.tabs import RunContext
 from app.ui.trace_view import rank_rows
 
-__all__ = ["TITLE", "render", "group_system_columns"]
+__all__ = ["TITLE", "render", "group_system_columns", "SYSTEM_LABELS", "system_label"]
 
 TITLE = "System"
+
+# What each sampled column of system.jsonl measures (docs/run-format.md), as a line label.
+SYSTEM_LABELS = {
+    "cpu_percent": "training process",
+    "children_cpu_percent": "its child processes (DataLoader workers…)",
+    "rss_bytes": "training process",
+    "children_rss_bytes": "its child processes",
+    "system_cpu_percent": "all CPUs",
+    "system_memory_used_bytes": "used",
+    "gpu_util_percent": "GPU busy (NVML)",
+    "gpu_allocated_bytes": "allocated by tensors",
+    "gpu_reserved_bytes": "reserved by the caching allocator",
+    "gpu_max_allocated_bytes": "peak allocated",
+    "gpu_used_bytes": "used on the device (every process)",
+}
+
+
+def system_label(column: str) -> str:
+    """The label of a sampled column: from SYSTEM_LABELS, else its name without the unit suffix."""
+    if column in SYSTEM_LABELS:
+        return SYSTEM_LABELS[column]
+    return column.removesuffix("_percent").removesuffix("_bytes").replace("_", " ")
 
 
 def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]]]:
@@ -27,12 +49,12 @@ def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]
     ]
     groups = [
         (
-            "CPU (process and its children)",
+            "CPU of the training process (100% = one core busy)",
             "percent",
             [c for c in numeric if c.endswith("_percent") and not c.startswith(("gpu", "system"))],
         ),
         (
-            "Memory (resident set)",
+            "Memory of the training process (resident set)",
             "bytes",
             [c for c in numeric if c.endswith("_bytes") and not c.startswith(("gpu", "system"))],
         ),
@@ -47,12 +69,12 @@ def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]
             [c for c in numeric if c.startswith("gpu") and c.endswith("_bytes") and c != "gpu_total_bytes"],
         ),
         (
-            "Whole machine",
+            "Whole machine: CPU (100% = every core busy)",
             "percent",
             [c for c in numeric if c.startswith("system") and c.endswith("_percent")],
         ),
         (
-            "Whole machine memory",
+            "Whole machine: memory",
             "bytes",
             [c for c in numeric if c.startswith("system") and c.endswith("_bytes")],
         ),
@@ -76,7 +98,8 @@ def render(ctx: RunContext) -> None:
         return
     for i, (title, unit, columns) in enumerate(groups):
         st.plotly_chart(
-            make_system_figure(system, columns, unit=unit, title=title),
+            make_system_figure(system, columns, unit=unit, title=title,
+                               labels={c: system_label(c) for c in columns}),
             width="stretch",
             key=ctx.key(f"system_fig_{i}"),
         )
