@@ -221,3 +221,37 @@ def test_backward_on_the_autograd_thread(tmp_path: Path) -> None:
     table = compute_module_table(load_trace(path)).set_index("module")
     assert table.loc["0", "parent"] == "(root)" and table.loc["0", "backward_self_us"] > 0
     assert table.loc["(root)", "device_total_us"] > 0  # kernels of the ops in its submodules
+
+
+NCCL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "nccl_distributed" / \
+    "nccl_data.json.gz"
+
+
+@pytest.mark.skipif(not NCCL.is_file(), reason="../shared/data not present")
+def test_every_backward_op_of_a_gpu_trace_finds_the_forward_op_that_created_it() -> None:
+    """On a real GPU trace (backward on the autograd thread), the forward op found for each
+    autograd op by sequence number is the one its node is named after (AddmmBackward0 ← addmm)."""
+    from app.analysis import op_modules
+    from app.analysis.breakdown import cat_in
+    from app.analysis.ops import HOST_CATS
+
+    ev = load_trace(NCCL).events
+    host = np.flatnonzero(cat_in(ev, HOST_CATS))
+    seq = ev["sequence"].to_numpy(dtype=np.int64, na_value=-1)
+    ftid = ev["fwd_tid"].to_numpy(dtype=np.int64, na_value=0)
+    fwd = host[(seq[host] >= 0) & (ftid[host] <= 0)]
+    roots = host[(seq[host] >= 0) & (ftid[host] >= 1)]
+    keys = op_modules._thread_keys(ev)
+    assert len(set(keys[fwd])) == 1 and set(keys[fwd]) != set(keys[roots])  # two threads
+    found = op_modules._backward_labels(ev, host, keys, np.arange(len(fwd)), roots)
+    assert (found >= 0).all() and len(found) > 1000
+    names = ev["name"].astype(str).to_numpy()
+    pairs = {(names[r].split(": ")[-1], names[fwd[f]]) for r, f in zip(roots, found)}
+    assert {("AddmmBackward0", "aten::addmm"), ("LogSoftmaxBackward0", "aten::_log_softmax"),
+            ("NegBackward0", "aten::neg")} <= pairs
+    # Nodes named after an aten op (MulBackward0, MmBackward0, …) match that op, up to underscores.
+    import re
+
+    named = [(node, op) for node, op in pairs if re.fullmatch(r"[A-Za-z]+Backward\d+", node) and op.startswith("aten::")]
+    same = [1 for node, op in named if op[6:].replace("_", "").lower() in node.lower()]
+    assert len(named) >= 10 and len(same) >= 0.8 * len(named), sorted(named)
