@@ -33,6 +33,10 @@ def _catalog(root: Path) -> None:
         render_empty_store(root, missing=False)
         return
     shown = render_filters(table)
+    if "started_at" in shown.columns:
+        # Newest start first: the store lists runs in folder (creation) order, and an imported
+        # trace is created today but started when it was recorded.
+        shown = shown.sort_values("started_at", ascending=False, kind="stable", na_position="last")
     st.caption(f"{len(shown)} of {len(table)} runs in `{view.store.root}`")
     positions = render_runs_table(shown)
     selected = shown.iloc[positions]

@@ -200,3 +200,14 @@ def test_step_time_column_says_it_is_the_mean():
 
     help_text = _COLUMN_CONFIG["mean_step_time_ms"]["help"]
     assert "mean" in help_text and "median step time of rank 0" not in help_text
+
+
+def test_runs_listed_newest_start_first(monkeypatch, make_run):
+    import time
+
+    new = make_run("a-recorded-today")
+    make_run("z-imported-old-trace", started_at=time.time() - 400 * 86400)  # created now, started long ago
+    at = open_app(monkeypatch, new.parent)
+    assert_clean(at)
+    # folder order (same second: by name, newest first) would put the old trace first
+    assert list(at.dataframe[0].value["name"]) == ["a-recorded-today", "z-imported-old-trace"]
