@@ -31,7 +31,7 @@ __all__ = ["ParsedTrace", "parse_trace_file", "PIECE_BYTES", "KINETO_FIELDS"]
 
 Progress = Callable[[int, int], None]
 
-PIECE_BYTES = 8 << 20  # decompressed bytes decoded at a time; bounds peak memory
+PIECE_BYTES = 4 << 20  # decompressed bytes decoded at a time; bounds peak memory
 _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _MAX_BACKOFF = 64  # boundary candidates tried before a piece is declared undecodable
 

@@ -1,0 +1,115 @@
+"""Trace ingest leaves the process as it found it: garbage collector and Arrow's default memory
+pool are restored after a parse, also when the parse fails; pieces are cut without copies."""
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from app.data import trace, trace_cache, trace_parse
+from app.data.trace import load_trace, system_memory_pool
+from app.errors import TraceError
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+
+
+def _trace(path: Path, n: int = 50) -> Path:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 2, "ts": float(i), "dur": 1.0}
+              for i in range(n)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_state_is_restored_after_a_parse(tmp_path: Path, enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        seen = []
+        trace_parse.parse_trace_file(_trace(tmp_path / "t.json"), progress=lambda d, t: seen.append(gc.isenabled()))
+        assert seen and not any(seen)  # paused during the pass
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_state_is_restored_when_the_parse_fails(tmp_path: Path, enabled: bool) -> None:
+    was = gc.isenabled()
+    bad = tmp_path / "bad.json"
+    bad.write_text("hello world")
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.raises(TraceError):
+            trace_parse.parse_trace_file(bad)
+        assert gc.isenabled() is enabled
+
+        def boom(done: int, total: int) -> None:
+            raise KeyboardInterrupt  # an interruption in the middle of the pass
+
+        with pytest.raises(KeyboardInterrupt):
+            trace_parse.parse_trace_file(_trace(tmp_path / "t.json"), progress=boom)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_memory_pool_is_switched_during_ingest_and_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = pa.default_memory_pool().backend_name
+    inside = []
+    real = trace._ingest
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        inside.append(pa.default_memory_pool().backend_name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(trace, "_ingest", spy)
+    t = load_trace(_trace(tmp_path / "t.json"))
+    assert inside == ["system"] and pa.default_memory_pool().backend_name == before
+    assert len(t.events) == 50
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": 5}')
+    with pytest.raises(TraceError):
+        load_trace(bad)
+    assert pa.default_memory_pool().backend_name == before
+
+
+def test_memory_pool_is_restored_by_the_last_of_several_threads() -> None:
+    before = pa.default_memory_pool().backend_name
+    entered, release = threading.Barrier(3), threading.Event()
+
+    def work() -> None:
+        with system_memory_pool():
+            entered.wait()
+            release.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for th in threads:
+        th.start()
+    entered.wait()
+    assert pa.default_memory_pool().backend_name == "system"
+    release.set()
+    for th in threads:
+        th.join()
+    assert pa.default_memory_pool().backend_name == before
+    with pytest.raises(RuntimeError), system_memory_pool():
+        raise RuntimeError("inside")
+    assert pa.default_memory_pool().backend_name == before
+
+
+def test_cut_writes_the_closing_bracket_in_place_and_puts_the_byte_back() -> None:
+    buf = bytearray(b'[{"ph": "X", "ts": 1}, {"ph": "X", "ts": 2}, {"ph"')
+    end = buf.index(b"}") + 1
+    evs = trace_parse._try(buf, end, [], Path("x"))
+    assert [e.ts for e in evs] == [1.0]
+    assert bytes(buf) == b'[{"ph": "X", "ts": 1}, {"ph": "X", "ts": 2}, {"ph"'
+    cut, evs = trace_parse._cut(buf, [], Path("x"))
+    assert [e.ts for e in evs] == [1.0, 2.0] and buf[cut - 1:cut] == b"}"
+    assert trace_parse._try(buf, len(buf), [], Path("x")) is None  # the end of the buffer: copied, not written
