@@ -102,13 +102,16 @@ def combine_category_peaks(tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
 @dataclass(frozen=True)
 class CategoryPeaks:
     """One side's category peaks (``table``: CATEGORY_PEAK_COLUMNS), the timeline files used
-    (of rank ``rank``), the one holding the total peak, and files that could not be read."""
+    (of rank ``rank``), the one holding the total peak, the bytes its timeline lists as existing
+    before the window (``preexisting_bytes``; in a job's first window, total peak − preexisting
+    = the trace's allocator peak), and files that could not be read."""
 
     table: pd.DataFrame
     files: tuple[str, ...]
     rank: int
     peak_file: str
     problems: tuple[str, ...] = field(default_factory=tuple)
+    preexisting_bytes: int = 0
 
 
 def _rank_of(path: Path) -> int:
@@ -129,18 +132,22 @@ def load_category_peaks(run_dir: str | os.PathLike[str]) -> CategoryPeaks | None
     rank = min(_rank_of(p) for p in files)
     tables: list[tuple[Path, pd.DataFrame]] = []
     problems: list[str] = []
+    preexisting: dict[Path, int] = {}
     for p in (p for p in files if _rank_of(p) == rank):
         try:
-            tables.append((p, compute_category_peaks(load_memory_timeline_raw(p))))
+            raw = load_memory_timeline_raw(p)
         except CorruptFileError as e:
             problems.append(str(e))
+            continue
+        tables.append((p, compute_category_peaks(raw)))
+        preexisting[p] = int(raw.loc[raw["ts_ns"] < 0, "bytes"].sum())
     if not tables:
         raise CorruptFileError("; ".join(problems))
     usable = [(p, t) for p, t in tables if len(t)]
-    peak_file = max(usable, key=lambda pt: int(pt[1]["peak_bytes"].iloc[0]))[0].name if usable else ""
+    top = max(usable, key=lambda pt: int(pt[1]["peak_bytes"].iloc[0]))[0] if usable else None
     return CategoryPeaks(table=combine_category_peaks([t for _, t in tables]),
-                         files=tuple(p.name for p, _ in tables), rank=rank, peak_file=peak_file,
-                         problems=tuple(problems))
+                         files=tuple(p.name for p, _ in tables), rank=rank, peak_file=top.name if top else "",
+                         problems=tuple(problems), preexisting_bytes=preexisting.get(top, 0) if top else 0)
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:

@@ -170,7 +170,7 @@ class PeakMemory:
 
     @property
     def quantity(self) -> str:
-        """What the number measures, briefly ("GPU allocator peak", "CPU tensors, traced", "host RSS")."""
+        """What the number measures, briefly ("GPU allocator", "CPU tensors", "host RSS")."""
         return peak_quantity(self.source)
 
     @property

@@ -39,38 +39,38 @@ PEAK_SOURCE_ORDER: tuple[str, ...] = (
 )
 
 _QUANTITY = {
-    "system:gpu_max_allocated_bytes": ("GPU allocator peak",
+    "system:gpu_max_allocated_bytes": ("GPU allocator",
                                        "the GPU caching allocator's peak of allocated tensor memory over the whole "
                                        "run (torch.cuda.max_memory_allocated, from the system samples)"),
-    "system:cuda_max_allocated_bytes": ("GPU allocator peak",
+    "system:cuda_max_allocated_bytes": ("GPU allocator",
                                         "the GPU caching allocator's peak of allocated tensor memory "
                                         "(cuda_max_allocated_bytes of the system samples)"),
-    "system:peak_memory_bytes": ("reported peak", "the peak_memory_bytes the job logged in its system samples"),
-    "trace_allocated:cuda": ("GPU tensors, traced",
+    "system:peak_memory_bytes": ("job-reported", "the peak_memory_bytes the job logged in its system samples"),
+    "trace_allocated:cuda": ("GPU tensors",
                              "the largest allocated level of the CUDA allocator in the profiled steps (the "
                              "traces' [memory] events, largest of any rank and device)"),
-    "system:gpu_allocated_bytes": ("GPU allocated, sampled",
+    "system:gpu_allocated_bytes": ("GPU allocated",
                                    "the largest sampled torch.cuda.memory_allocated (samples can miss short peaks)"),
-    "system:gpu_reserved_bytes": ("GPU reserved, sampled",
+    "system:gpu_reserved_bytes": ("GPU reserved",
                                   "the largest sampled torch.cuda.memory_reserved (the caching allocator's pool)"),
-    "system:gpu_used_bytes": ("GPU used, sampled",
+    "system:gpu_used_bytes": ("GPU used",
                               "the largest sampled device memory in use by every process (total − free)"),
-    "trace_allocated:cpu": ("CPU tensors, traced",
+    "trace_allocated:cpu": ("CPU tensors",
                             "the largest level of CPU tensor allocations in the profiled steps (the traces' "
                             "[memory] events, largest of any rank); tensors only, not the interpreter or libraries"),
     "system:host_rss_bytes": ("host RSS",
                               "the largest sampled resident set of the process plus its children (DataLoader "
                               "workers); includes the interpreter, libraries and allocator caches"),
-    "system:rss_bytes": ("host RSS, process only", "the largest sampled resident set of the process"),
+    "system:rss_bytes": ("process RSS", "the largest sampled resident set of the process"),
 }
 
 
 def peak_quantity(source: str) -> str:
-    """A short name of what a peak source measures ("GPU allocator peak", "host RSS", ...)."""
+    """A short name of what a peak source measures ("GPU allocator", "host RSS", ...)."""
     if source in _QUANTITY:
         return _QUANTITY[source][0]
     if source.startswith("trace_allocated:"):
-        return f"{source.split(':', 1)[1]} tensors, traced"
+        return f"{source.split(':', 1)[1]} tensors"
     return "none" if source == "none" else source
 
 

@@ -124,10 +124,14 @@ def _render_categories(cmp: Comparison) -> None:
                  key="compare_memory_categories_table")
     used = [f"{role}: {len(p.files)} timeline(s) of rank {p.rank}" for role, p in
             (("baseline", cats.baseline), ("candidate", cats.candidate)) if p is not None]
+    pre = [f"{role} {format_value(p.preexisting_bytes, 'bytes')}" for role, p in
+           (("baseline", cats.baseline), ("candidate", cats.candidate)) if p is not None]
     st.caption("From torch.profiler's memory timeline of the profiled steps (`--memory-timeline`); "
                + "; ".join(used) + ". 'total' is the total peak; at-peak values add up to it; a category's own "
                "peak can come at another moment. Categories are torch's (tensors it could not classify are "
-               "'unknown').")
+               "'unknown'). The total counts memory that existed before the profiled window (torch lists it as "
+               f"preexisting: {', '.join(pre)}), so it is larger than the peak above, which counts only memory "
+               "allocated while the profiler ran (by exactly that much in a job's first window).")
 
 
 def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:

@@ -155,7 +155,7 @@ def test_json_document_is_complete_and_valid(tmp_path: Path, noisy) -> None:
     assert {k: doc["peak_memory"][k] for k in ("baseline_bytes", "candidate_bytes", "ratio", "verdict", "source")} \
         == {"baseline_bytes": 2e9, "candidate_bytes": 1e9, "ratio": 0.5, "verdict": "less",
             "source": "trace_allocated:cuda"}
-    assert doc["peak_memory"]["quantity"] == "GPU tensors, traced" and "[memory] events" in \
+    assert doc["peak_memory"]["quantity"] == "GPU tensors" and "[memory] events" in \
         doc["peak_memory"]["description"]
     assert doc["memory_categories"] == []  # no memory timelines on either side
     assert {r["category"] for r in doc["breakdown_delta"]} >= {"cpu_exec", "kernel"}

@@ -164,3 +164,55 @@ def test_reports_list_memory_categories_and_the_peak_quantity(timelines, make_ru
     plain = diff_sides(load_side(make_run("a"), with_traces=False), load_side(make_run("b"), with_traces=False))
     assert "Memory by category" not in format_report_markdown(plain)
     assert "--memory-timeline" in format_report_html(plain)
+
+
+_AGENT_JOB = """
+import sys
+import torch
+from profiler_agent import ProfileSchedule, Run
+
+hidden = int(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+with Run("mlp", root=sys.argv[1], memory_timeline=True, graph=False,
+         schedule=ProfileSchedule(wait=1, warmup=1, active=2)) as run:
+    for _ in range(6):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        run.step(loss=loss.item())
+"""
+
+
+def _record_with_agent(root: Path, hidden: int) -> Path:
+    """A run of the tiny MLP recorded by the agent's API with ``memory_timeline=True``, in a fresh
+    process: torch's CPU memory reporter keeps counting tensors that earlier profiling sessions of
+    the same process allocated, which would shift the trace's totals."""
+    import os
+    import subprocess
+    import sys
+
+    from profiler_agent import runformat as rf
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([sys.executable, "-c", _AGENT_JOB, str(root), str(hidden)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir, _), = rf.list_runs(root).runs
+    return run_dir
+
+
+def test_agent_recorded_timeline_agrees_with_the_trace_peak(tmp_path: Path) -> None:
+    run_dir = _record_with_agent(tmp_path, SMALL)
+    peaks = load_category_peaks(run_dir)
+    assert peaks is not None and len(peaks.files) == 1 and not peaks.problems
+    assert _row(peaks.table, "parameter")["peak_bytes"] == mlp_param_bytes(SMALL)
+    # The first window of a process: the timeline's total = the trace's allocator peak + what
+    # existed before the window (parameters, momentum buffers, the batch).
+    side = load_side(run_dir)
+    trace_peak = int(side.analysis.memory_peaks["peak_allocated_bytes"].max())
+    assert _row(peaks.table, "total")["peak_bytes"] - peaks.preexisting_bytes == trace_peak
+    assert peaks.preexisting_bytes > 2 * mlp_param_bytes(SMALL)

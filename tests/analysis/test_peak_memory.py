@@ -26,7 +26,7 @@ TRACE_PEAKS = pd.DataFrame({"rank": [0, 0, 1], "device": ["cpu", "cuda:0", "cpu"
 def test_every_source_has_a_quantity_and_description() -> None:
     for s in PEAK_SOURCE_ORDER:
         assert peak_quantity(s) != s and len(peak_description(s)) > 20
-    assert peak_quantity("trace_allocated:xpu") == "xpu tensors, traced"
+    assert peak_quantity("trace_allocated:xpu") == "xpu tensors"
     assert peak_quantity("none") == "none" and "no memory data" in peak_description("none")
 
 

@@ -132,7 +132,7 @@ def test_json_memory_categories_and_peak_source(tmp_path: Path, capsys) -> None:
     rc, doc = _json(capsys, "base", "cand", "--root", str(root), "--no-advice")
     assert rc == 0
     assert doc["peak_memory"]["source"] == "system:rss_bytes"
-    assert doc["peak_memory"]["quantity"] == "host RSS, process only"
+    assert doc["peak_memory"]["quantity"] == "process RSS"
     rows = {r["category"]: r for r in doc["memory_categories"]}
     assert list(rows)[0] == "total" and {"parameter", "gradient", "optimizer_state"} <= set(rows)
     for r in rows.values():
