@@ -235,6 +235,13 @@ def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
     assert metrics["Modules"] == "5"
     table = at.dataframe[0].value
     assert table["type"].tolist() == ["Sequential", "Conv2d", "ReLU", "Flatten", "Linear"]
+    # FLOPs in millions (a ten-digit count is unreadable), every column with a readable header
+    assert "flops" not in table.columns and table["mflops"].iloc[0] * 1e6 >= table["mflops"].iloc[1:].sum() * 1e6
+    import json
+
+    labels = {k: v.get("label") for k, v in json.loads(at.dataframe[0].proto.columns).items() if k != "_index"}
+    assert set(labels) == set(table.columns) and all(labels.values())
+    assert labels["mflops"] == "Forward MFLOPs" and labels["trainable_params"] == "Trainable"
     assert len(at.get("download_button")) == 2
 
 

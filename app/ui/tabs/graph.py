@@ -33,6 +33,24 @@ _NO_TREE_HELP = (
 )
 
 
+_MODULE_COLUMNS = {
+    "module": st.column_config.TextColumn("Module", help="Attribute path in the model; (model) is the whole model"),
+    "type": st.column_config.TextColumn("Type"),
+    "params": st.column_config.NumberColumn("Parameters", format="localized",
+                                            help="Parameters of the module and its children"),
+    "trainable_params": st.column_config.NumberColumn("Trainable", format="localized",
+                                                      help="Parameters with requires_grad"),
+    "param_share": st.column_config.ProgressColumn("Share of parameters", format="percent",
+                                                   min_value=0.0, max_value=1.0),
+    "mflops": st.column_config.NumberColumn(
+        "Forward MFLOPs", format="%.2f",
+        help="Millions of floating-point operations of one forward pass (convolutions and linear layers; "
+        "other layers count 0)"),
+    "output_shape": st.column_config.TextColumn("Output shape", help="Shape of the first forward's output"),
+    "extra_repr": st.column_config.TextColumn("Settings", help="The module's extra_repr(): sizes, strides…"),
+}
+
+
 def _read_text(path: Path) -> str | None:
     if path.stat().st_size > _MAX_TEXT_BYTES:
         return None
@@ -109,13 +127,11 @@ def _render_tree(ctx: RunContext) -> None:
     if int(root[value]) > 0:
         st.plotly_chart(make_module_icicle_figure(shown, value=value), width="stretch",
                         key=ctx.key("graph_icicle"))
-    st.dataframe(
-        shown[["module", "type", "params", "trainable_params", "param_share", "flops", "output_shape",
-               "extra_repr"]],
-        hide_index=True, width="stretch", key=ctx.key("graph_modules"),
-        column_config={"param_share": st.column_config.ProgressColumn("share of params", format="percent",
-                                                                      min_value=0.0, max_value=1.0)},
-    )
+    rows = shown[["module", "type", "params", "trainable_params", "param_share", "flops", "output_shape",
+                  "extra_repr"]].copy()
+    rows["flops"] = rows["flops"] / 1e6
+    st.dataframe(rows.rename(columns={"flops": "mflops"}), hide_index=True, width="stretch",
+                 key=ctx.key("graph_modules"), column_config=_MODULE_COLUMNS)
 
 
 def format_flops(n: float) -> str:
