@@ -166,6 +166,14 @@ def _category_rows(cats: MemoryCategoryComparison) -> list[list[str]]:
             for r in cats.table.astype(object).where(cats.table.notna(), None).itertuples(index=False)]
 
 
+def _ops_named(ops: pd.DataFrame) -> pd.DataFrame:
+    """Ops matched by module (``--by module``) are named ``module · op``: one op name per module."""
+    if "module" not in ops.columns:
+        return ops
+    module = ops["module"].astype(str).replace("", "(outside modules)")
+    return ops.assign(name=module + " · " + ops["name"].astype(str))
+
+
 def format_verdict_text(cmp: Comparison, *, top: int = 10,
                         memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
@@ -181,7 +189,7 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
     if len(cmp.ops):
         parts += ["", f"top {top} operator changes (self time per step):",
                   _text_table(["op", "baseline", "candidate", "delta", "change"],
-                              _top_rows(cmp.ops, ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
+                              _top_rows(_ops_named(cmp.ops), ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
                                         top))]
     if len(cmp.kernels):
         parts += ["", f"top {top} kernel changes (time per step):",
@@ -223,7 +231,7 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     if len(cmp.ops):
         out += ["", f"#### Top {top} operator changes (self time per step)", "",
                 _md_table(["op", "baseline", "candidate", "delta", "change"],
-                          _top_rows(cmp.ops, ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
+                          _top_rows(_ops_named(cmp.ops), ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
                                     top))]
     if len(cmp.kernels):
         out += ["", f"#### Top {top} kernel changes (per step)", "",

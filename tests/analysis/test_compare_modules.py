@@ -65,3 +65,10 @@ def test_diff_cli_by_module_and_default_contract(pair: tuple[Path, Path], capsys
     assert default["ops"] and not any("module" in o for o in default["ops"])
     assert {"name", "baseline_self_us", "candidate_self_us", "delta_us"} <= set(default["ops"][0])
     assert not any(o["name"].startswith("nn.Module: ") for o in default["ops"] + doc["ops"])
+
+
+def test_diff_text_names_ops_by_module(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    base, cand = (str(p) for p in pair)
+    assert main(["diff", base, cand, "--by", "module", "--no-advice", "--top", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "0.0 · aten::addmm" in out and "1 · AddmmBackward0" in out
