@@ -67,3 +67,16 @@ def test_evidence_numbers_carry_their_units():
     assert _fmt(0.109, "copy_share") == "10.9%"
     assert _fmt(8.46, "copy_ms_per_step") == "8.46 ms"
     assert _fmt(25.0, "htod_per_step") == "25"
+    assert _fmt(1500.0, "comm_us") == "1.50 ms" and _fmt(12.0, "median_kernel_us") == "12.0 µs"
+
+
+def test_evidence_labels_read_as_words():
+    from app.ui.tabs.findings import evidence_label
+
+    assert evidence_label("dataloader_ms_per_step") == "DataLoader time per step"
+    assert evidence_label("step_ms") == "Step time"
+    assert evidence_label("largest_gap_ms") == "Largest gap"
+    assert evidence_label("peak_allocated_gib") == "Peak allocated"
+    assert evidence_label("pageable_htod_per_step") == "Pageable host→device per step"
+    assert evidence_label("unused_share") == "Unused share"
+    assert evidence_label("num_workers") == "num_workers"  # a setting keeps the name the user types

@@ -14,7 +14,7 @@ from app.errors import TorchscopeError
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "render_finding", "cached_advice"]
+__all__ = ["TITLE", "render", "render_finding", "cached_advice", "evidence_label"]
 
 TITLE = "Findings"
 
@@ -44,9 +44,36 @@ def cached_advice(run_dir: str | Path) -> Advice:
     return _advice(str(run_dir), run_signature(run_dir))
 
 
+# Words of evidence keys as a reader writes them; unit words go (the value carries its unit).
+_WORDS = {"dataloader": "DataLoader", "htod": "host→device", "dtoh": "device→host", "comm": "communication",
+          "cpu": "CPU", "cpus": "CPUs", "gpu": "GPU", "cuda": "CUDA", "ddp": "DDP", "amp": "AMP", "mma": "MMA",
+          "lr": "learning rate", "val": "validation", "ms": "", "us": "", "gib": "", "mb": ""}
+# Words that already say "a duration": "largest gap", not "largest gap time".
+_DURATION_WORDS = {"gap", "time", "idle", "blocked", "wait"}
+# Settings a user types under these names: shown as code, not reworded.
+_CODE_NAMES = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "weight_decay", "batch_size",
+               "max_norm", "intra_op_threads"}
+
+
+def evidence_label(key: str) -> str:
+    """``dataloader_ms_per_step`` → "DataLoader time per step", ``step_ms`` → "Step time",
+    ``peak_allocated_gib`` → "Peak allocated": the metric label of an evidence key."""
+    if key in _CODE_NAMES:
+        return key
+    tokens = [t for t in key.split("_") if t]
+    timed = any(t in ("ms", "us") for t in tokens)
+    words = [_WORDS.get(t, t) for t in tokens]
+    words = [w for w in words if w]
+    if timed and not _DURATION_WORDS & set(words):
+        cut = words.index("per") if "per" in words else len(words)
+        words.insert(cut, "time")
+    text = " ".join(words) or key
+    return text[0].upper() + text[1:]
+
+
 def _fmt(v: float, key: str = "") -> str:
-    """An evidence number as read: shares in %, *_ms in ms, *_gib in GiB, *_mb in MB, *_ratio as ×,
-    counts with separators."""
+    """An evidence number as read: shares in %, *_ms in ms, *_us in µs (ms from 1 ms on), *_gib in
+    GiB, *_mb in MB, *_ratio as ×, counts with separators."""
     f = float(v)
     if f != f:
         return "–"
@@ -54,6 +81,8 @@ def _fmt(v: float, key: str = "") -> str:
         return f"{f * 100:.1f}%"
     if key.endswith("_ms") or "_ms_" in key:
         return f"{f:,.2f} ms"
+    if key.endswith("_us") or "_us_" in key:
+        return f"{f / 1000:,.2f} ms" if abs(f) >= 1000 else f"{f:,.1f} µs"
     if key.endswith("_gib"):
         return f"{f:,.2f} GiB"
     if key.endswith("_mb") or "_mb_" in key:
@@ -73,10 +102,11 @@ def render_finding(f: Finding, *, key: str, expanded: bool = False) -> None:
         items = list(f.evidence.items())
         cols = st.columns(min(4, max(1, len(items))))
         for i, (k, v) in enumerate(items[:4]):
-            cols[i].metric(k.replace("_", " "), _fmt(v, k))
+            cols[i].metric(evidence_label(k), _fmt(v, k))
         if len(items) > 4:
             rest = items[4:]
-            st.dataframe(pd.DataFrame({"evidence": [k for k, _ in rest], "value": [_fmt(v, k) for k, v in rest]}),
+            st.dataframe(pd.DataFrame({"Evidence": [evidence_label(k) for k, _ in rest],
+                                       "Value": [_fmt(v, k) for k, v in rest]}),
                          hide_index=True, key=f"{key}_evidence")
         st.markdown(f"**Expected gain:** {_md(f.expected_gain)}  \n"
                     f"**Where to see it:** {_md(f.chart)}  \n"
@@ -101,7 +131,7 @@ def _render_not_checked(advice: Advice, ctx: RunContext) -> None:
         st.warning(f"Rule {rule_id} failed on this run: {msg}")
     if advice.skipped:
         with st.expander(f"{len(advice.skipped)} rules could not look at this run, {len(advice.checked)} checked"):
-            st.dataframe(pd.DataFrame({"rule": list(advice.skipped), "needs": list(advice.skipped.values())}),
+            st.dataframe(pd.DataFrame({"Rule": list(advice.skipped), "Needs": list(advice.skipped.values())}),
                          hide_index=True, key=ctx.key("findings_skipped"))
 
 
