@@ -15,8 +15,8 @@ from __future__ import annotations
 import gc
 import re
 import zlib
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from app.data.trace_columns import (COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA, MEMORY_SCHEMA, THREAD_SCHEMA,
+                                    columns_from_events, counters_table)
 from app.data.trace_decode import KINETO_FIELDS, UNTYPED, Undecodable, counters_from, decode_array
 from app.errors import TraceError
 
@@ -120,8 +122,6 @@ class _Sink:
         self.n_events = 0
 
     def add(self, evs: list[Any], buf: bytearray, end: int) -> None:
-        from app.data.trace_columns import columns_from_events
-
         self.n_events += len(evs)
         tables, has_counters = columns_from_events(evs)
         for kind, table in tables.items():
@@ -362,9 +362,6 @@ def _no_events_message(path: Path, buf: bytes) -> str:
 
 
 def _done(out: ParsedTrace, sink: _Sink) -> ParsedTrace:
-    from app.data.trace_columns import (COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA, MEMORY_SCHEMA,
-                                        THREAD_SCHEMA, counters_table)
-
     schemas = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "threads": THREAD_SCHEMA}
     for kind, schema in schemas.items():
         parts = sink.parts[kind]
