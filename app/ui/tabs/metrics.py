@@ -8,17 +8,28 @@ from app.charts.curves import make_curve_figure, make_rank_band_figure
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render"]
+__all__ = ["TITLE", "render", "CURVE_LABELS", "curve_label"]
 
 TITLE = "Metrics"
 
 # Most-read curves first; the rest keep the order they were logged in.
 _PREFERRED = ("loss", "val_loss", "lr", "grad_norm", "step_time_s", "samples")
 _AXIS_LABELS = {XAxis.STEP: "step", XAxis.WALL_TIME: "wall time", XAxis.RELATIVE_TIME: "relative time"}
+# What the agent's own keys (docs/run-format.md, metrics.jsonl) mean; a user's keys show as logged.
+CURVE_LABELS = {
+    "loss": "Training loss", "val_loss": "Validation loss", "lr": "Learning rate", "grad_norm": "Gradient norm",
+    "step_time_s": "Step time (s)", "samples": "Samples per step", "val_accuracy": "Validation accuracy",
+    "accuracy": "Training accuracy",
+}
 _MAX_POINTS = 4000
 # Above this many ranks one line per rank is unreadable: the band over ranks is the default.
 _MAX_OVERLAID_RANKS = 8
 _BAND = "band"
+
+
+def curve_label(key: str) -> str:
+    """The chart title of a logged metric: a readable name for the agent's keys, else the key."""
+    return CURVE_LABELS.get(key, key)
 
 
 def _ordered_keys(keys: list[str]) -> list[str]:
@@ -60,7 +71,8 @@ def render(ctx: RunContext) -> None:
         return
     keys = _ordered_keys(keys)
     c1, c2, c3 = st.columns([3, 2, 2])
-    chosen = c1.multiselect("Curves", keys, default=keys[: min(6, len(keys))], key=ctx.key("metrics_keys"))
+    chosen = c1.multiselect("Curves", keys, default=keys[: min(6, len(keys))], key=ctx.key("metrics_keys"),
+                            format_func=lambda k: f"{curve_label(k)} ({k})" if k in CURVE_LABELS else k)
     axes = [XAxis.STEP] + ([XAxis.WALL_TIME, XAxis.RELATIVE_TIME] if "time" in metrics.columns else [])
     x_axis = XAxis(
         c2.radio("x-axis", axes, format_func=lambda a: _AXIS_LABELS[XAxis(a)], horizontal=True,
@@ -85,7 +97,7 @@ def render(ctx: RunContext) -> None:
             if band.empty:
                 st.info(f"No finite values of `{key}`.")
                 continue
-            fig = make_rank_band_figure(band, key, log_y=log_y and bool((band["value_min"] > 0).all()))
+            fig = make_rank_band_figure(band, curve_label(key), log_y=log_y and bool((band["value_min"] > 0).all()))
             st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_band_{key}"))
             continue
         curve = cached_curve(
@@ -95,7 +107,8 @@ def render(ctx: RunContext) -> None:
         if curve.empty:
             st.info(f"No finite values of `{key}` for the chosen ranks.")
             continue
-        fig = make_curve_figure(curve, key, x_axis=x_axis, log_y=log_y and bool((curve["value"] > 0).all()))
+        fig = make_curve_figure(curve, curve_label(key), x_axis=x_axis,
+                                log_y=log_y and bool((curve["value"] > 0).all()))
         st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
     n = int(metrics.groupby("rank").size().max()) if "rank" in metrics else len(metrics)
     if n > _MAX_POINTS:
