@@ -63,3 +63,20 @@ def test_run_summary_uses_the_same_definition() -> None:
         (70e6, "trace_allocated:cpu")
     peak, source = compute_peak_memory(SYSTEM_GPU, 0)
     assert peak == pytest.approx(2e9) and not trace_peaks_could_change(source)
+
+
+def test_compare_uses_the_common_source_and_keeps_each_sides_own(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from app.analysis.compare_inputs import CompareSide, SideKind
+    from app.analysis.compare_steps import compute_peak_memory as compare_peaks
+
+    gpu = CompareSide("gpu", tmp_path, SideKind.TRACES, analysis=SimpleNamespace(memory_peaks=TRACE_PEAKS))
+    cpu = CompareSide("cpu", tmp_path, SideKind.TRACES,
+                      analysis=SimpleNamespace(memory_peaks=TRACE_PEAKS[TRACE_PEAKS.device == "cpu"]))
+    a, b = compare_peaks(gpu, cpu)
+    assert (a.bytes, b.bytes, a.source) == (70e6, 70e6, "trace_allocated:cpu")
+    assert (a.own_source, b.own_source) == ("trace_allocated:cuda", "trace_allocated:cpu")
+    assert a.quantity == "CPU tensors" and "CPU tensor allocations" in a.description
+    none = compare_peaks(CompareSide("x", tmp_path, SideKind.TRACES), cpu)
+    assert none[0].bytes is None and none[0].source == "none" and none[0].quantity == "none"
