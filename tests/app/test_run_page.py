@@ -110,8 +110,19 @@ def test_logs_and_config_of_crashed_run(monkeypatch, fixture_store):
     assert "The job crashed" in texts(_tab(at, "Logs").error)
     config = _tab(at, "Config")
     table = config.dataframe[0].value
-    assert dict(zip(table["key"], table["value"]))["lr"] == "0.01"
+    assert dict(zip(table["Key"], table["Value"]))["lr"] == "0.01"
     assert "python train.py --lr 0.01" in texts(config.code)
+
+
+def test_config_device_table_is_readable():
+    from app.ui.tabs.config import device_table
+
+    table = device_table([{"type": "cpu", "name": "x86_64", "count": 8, "threads": 4},
+                          {"type": "cuda", "index": 0, "name": "A100", "total_memory_bytes": 40 * 2**30,
+                           "capability": "8.0", "multi_processor_count": 108, "uuid": "GPU-1"}])
+    assert list(table.columns)[:4] == ["Type", "Index", "Name", "Cores"]
+    assert table["Memory (GiB)"].tolist()[1] == 40.0 and "total_memory_bytes" not in table.columns
+    assert "uuid" in table.columns  # a field the table does not know keeps its name
 
 
 def test_live_run_has_auto_refresh(monkeypatch, fixture_store):

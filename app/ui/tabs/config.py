@@ -12,7 +12,7 @@ import streamlit as st
 
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "flatten_config", "table_height"]
+__all__ = ["TITLE", "render", "flatten_config", "table_height", "device_table"]
 
 TITLE = "Config"
 
@@ -30,7 +30,25 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> list[tuple[st
 
 
 def _kv(d: Mapping[str, Any]) -> pd.DataFrame:
-    return pd.DataFrame(flatten_config(d), columns=["key", "value"])
+    return pd.DataFrame(flatten_config(d), columns=["Key", "Value"])
+
+
+_DEVICE_COLUMNS = {
+    "type": "Type", "index": "Index", "name": "Name", "count": "Cores", "threads": "Torch threads",
+    "total_memory_gib": "Memory (GiB)", "capability": "Compute capability",
+    "multi_processor_count": "Multiprocessors",
+}
+
+
+def device_table(devices: list[Mapping[str, Any]]) -> pd.DataFrame:
+    """The manifest's devices with readable headers, memory in GiB instead of bytes; fields this
+    table does not know keep their names."""
+    df = pd.DataFrame([dict(d) for d in devices])
+    if "total_memory_bytes" in df.columns:
+        gib = pd.to_numeric(df.pop("total_memory_bytes"), errors="coerce") / 2**30
+        df["total_memory_gib"] = gib.round(1)
+    ordered = [c for c in _DEVICE_COLUMNS if c in df.columns] + [c for c in df.columns if c not in _DEVICE_COLUMNS]
+    return df[ordered].rename(columns=_DEVICE_COLUMNS)
 
 
 def table_height(rows: int) -> int:
@@ -66,18 +84,22 @@ def render(ctx: RunContext) -> None:
         "versions": dict(m.versions),
     }
     st.subheader("Environment")
+    env_table = _kv({k: v for k, v in env.items() if v not in (None, {}, "")})
     st.dataframe(
-        _kv({k: v for k, v in env.items() if v not in (None, {}, "")}),
+        env_table,
         hide_index=True,
         width="stretch",
+        height=table_height(len(env_table)),
         key=ctx.key("config_env"),
     )
     if m.devices:
         st.subheader("Devices")
+        devices = device_table(list(m.devices))
         st.dataframe(
-            pd.DataFrame([dict(d) for d in m.devices]),
+            devices,
             hide_index=True,
             width="stretch",
+            height=table_height(len(devices)),
             key=ctx.key("config_devices"),
         )
     if m.extra:
