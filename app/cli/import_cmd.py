@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime, timezone
 
 from app.data.tbprofiler import import_traces
 from profiler_agent.runformat import layout
@@ -23,19 +24,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", help="run name (default: the file or folder name; with several runs, a prefix)"
     )
-    parser.add_argument("--json", action="store_true", help='print {"runs": [{"id", "name", "path"}]}')
+    parser.add_argument("--json", action="store_true",
+                        help='print {"runs": [{"id", "name", "path", "started_at"}]} (started_at: epoch seconds)')
+
+
+def _when(started_at: float | None) -> str:
+    if started_at is None:
+        return "start unknown"
+    return datetime.fromtimestamp(started_at, timezone.utc).strftime("started %Y-%m-%d %H:%M:%S UTC")
 
 
 def run(args: argparse.Namespace) -> int:
+    from profiler_agent.runformat import read_manifest
+
     root = layout.resolve_root(args.root)
     created = import_traces(args.path, root, name=args.name)
+    manifests = [read_manifest(p) for p in created]
     if args.json:
-        from profiler_agent.runformat import read_manifest
-
-        rows = [{"id": p.name, "name": read_manifest(p).name, "path": str(p)} for p in created]
+        rows = [{"id": p.name, "name": m.name, "path": str(p), "started_at": m.started_at}
+                for p, m in zip(created, manifests)]
         print(json.dumps({"runs": rows}, indent=2))
     else:
-        for p in created:
-            print(f"imported {p}")
+        for p, m in zip(created, manifests):
+            print(f"imported {p} ({_when(m.started_at)})")
         print(f"{len(created)} run(s) imported into {root}; browse them with: torchscope ui --root {root}")
     return 0

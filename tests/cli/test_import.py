@@ -38,3 +38,12 @@ def test_import_bad_path_exits_2(tmp_path, capsys):
     assert main(["import", str(tmp_path / "nothing"), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no such file or folder" in err and "Traceback" not in err
+
+
+def test_import_reports_when_the_trace_started(shared_data, tmp_path, capsys):
+    src = shared_data / "traces" / "cpu_only"
+    assert main(["import", str(src), "--root", str(tmp_path / "s"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
+    assert abs(row["started_at"] - 1_721_065_959.5) < 1  # from the trace's clock, not the file's mtime
+    assert main(["import", str(src), "--root", str(tmp_path / "s")]) == 0
+    assert "(started 2024-07-15 17:52:39 UTC)" in capsys.readouterr().out
