@@ -154,14 +154,14 @@ def _module_ranges(events: pd.DataFrame) -> tuple[np.ndarray, str]:
     return np.flatnonzero(py), "python_function" if py.any() else ""
 
 
-def _backward_labels(events: pd.DataFrame, host_pos: np.ndarray, tkey: np.ndarray, fwd_path: np.ndarray,
+def _backward_labels(events: pd.DataFrame, tkey: np.ndarray, fwd: np.ndarray, fwd_path: np.ndarray,
                      roots: np.ndarray) -> np.ndarray:
-    """Path code for each backward root (positions in ``events``): the forward op's, or -1."""
+    """Path code for each backward root (positions in ``events``): that of the latest forward op
+    (positions ``fwd``, path codes ``fwd_path``) with its sequence number on its forward thread, or -1."""
     seq = events["sequence"].to_numpy(dtype=np.int64, na_value=-1)
     ftid = events["fwd_tid"].to_numpy(dtype=np.int64, na_value=0)
     pid = _codes(events["pid"])
     ts = events["ts_us"].to_numpy(float)
-    fwd = host_pos[(seq[host_pos] >= 0) & (ftid[host_pos] <= 0)]
     out = np.full(len(roots), -1, dtype=np.int64)
     if not len(fwd) or not len(roots):
         return out
@@ -184,69 +184,95 @@ def _backward_labels(events: pd.DataFrame, host_pos: np.ndarray, tkey: np.ndarra
     return out
 
 
-def attribute_modules(events: pd.DataFrame, query_pos: np.ndarray) -> ModuleScopes:
-    """Module, module path and phase of the events at positions ``query_pos`` of ``events``
-    (a trace's event table, sorted by start then longest first as load_trace leaves it)."""
-    query_pos = np.asarray(query_pos, dtype=np.int64)
-    ranges, source = _module_ranges(events)
-    empty = pd.DataFrame({"label": pd.Series(dtype=str), "module_path": pd.Series(dtype=str),
-                          "dur_us": pd.Series(dtype=float)})
-    if not len(ranges):
-        blank = pd.Categorical.from_codes(np.zeros(len(query_pos), np.int8), [""])
-        return ModuleScopes(blank, blank, pd.Categorical.from_codes(np.zeros(len(query_pos), np.int8), PHASES),
-                            empty, "")
-    tkey = _thread_keys(events)
-    start = events["ts_us"].to_numpy(float)
-    end = start + events["dur_us"].to_numpy(float)
-    labels = np.asarray([n[len(MODULE_PREFIX):] for n in _names(events, ranges)], dtype=object)
-    m_parent = _scope_parents(tkey[ranges], start[ranges], end[ranges])
-    m_code, texts, last = _paths(labels, m_parent)
-    mod_scope = (tkey[ranges], start[ranges], end[ranges], m_parent)
+@dataclass(frozen=True)
+class _Events:
+    """The per-event arrays every step needs."""
 
-    # Backward scopes: autograd ops (and their evaluate_function wrappers without a sequence number).
-    seq = events["sequence"].to_numpy(dtype=np.int64, na_value=-1)
-    ftid = events["fwd_tid"].to_numpy(dtype=np.int64, na_value=0)
-    evaluate = name_mask(events, lambda n: n.startswith(EVALUATE_PREFIX))
-    qmask = np.zeros(len(events), bool)
-    qmask[query_pos] = True
-    host_pos = np.flatnonzero(qmask)  # the queried events, in time order
-    bwd = np.flatnonzero(qmask & ((evaluate) | ((seq >= 0) & (ftid >= 1))))
-    fwd = host_pos[(seq[host_pos] >= 0) & (ftid[host_pos] <= 0)]
-    inner = _innermost(mod_scope, tkey[fwd], start[fwd], end[fwd])
-    fwd_path = np.where(inner >= 0, m_code[np.clip(inner, 0, None)], -1)
-    roots = bwd[(seq[bwd] >= 0) & (ftid[bwd] >= 1)]
-    root_path = _backward_labels(events, host_pos, tkey, fwd_path, roots)
-    bwd_path = np.full(len(bwd), -1, dtype=np.int64)
-    bwd_path[np.searchsorted(bwd, roots)] = root_path
+    tkey: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    seq: np.ndarray
+    ftid: np.ndarray
 
-    # All scopes together, innermost wins.
+    @classmethod
+    def of(cls, events: pd.DataFrame) -> _Events:
+        start = events["ts_us"].to_numpy(float)
+        return cls(_thread_keys(events), start, start + events["dur_us"].to_numpy(float),
+                   events["sequence"].to_numpy(dtype=np.int64, na_value=-1),
+                   events["fwd_tid"].to_numpy(dtype=np.int64, na_value=0))
+
+    def scope(self, pos: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.tkey[pos], self.start[pos], self.end[pos], parent
+
+    def innermost(self, scope: tuple[np.ndarray, ...], pos: np.ndarray) -> np.ndarray:
+        return _innermost(scope, self.tkey[pos], self.start[pos], self.end[pos])  # type: ignore[arg-type]
+
+
+def _backward_scopes(events: pd.DataFrame, e: _Events, host: np.ndarray, ranges: np.ndarray,
+                     r_parent: np.ndarray, r_code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the backward scopes among ``host`` events (autograd ops, evaluate_function
+    wrappers) and the module path code each takes (-1: none)."""
+    evaluate = name_mask(events, lambda n: n.startswith(EVALUATE_PREFIX))[host]
+    autograd = (e.seq[host] >= 0) & (e.ftid[host] >= 1)
+    bwd = host[evaluate | autograd]
+    fwd = host[(e.seq[host] >= 0) & (e.ftid[host] <= 0)]
+    inner = e.innermost(e.scope(ranges, r_parent), fwd)
+    fwd_path = np.where(inner >= 0, r_code[np.clip(inner, 0, None)], -1)
+    roots = host[autograd]
+    path = np.full(len(bwd), -1, dtype=np.int64)
+    path[np.searchsorted(bwd, roots)] = _backward_labels(events, e.tkey, fwd, fwd_path, roots)
+    return bwd, path
+
+
+def _innermost_scope(e: _Events, ranges: np.ndarray, r_code: np.ndarray, bwd: np.ndarray, bwd_path: np.ndarray,
+                     query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(path code, phase code) of each query event from the innermost scope around it."""
     pos = np.r_[ranges, bwd]
-    order = np.lexsort((-(end[pos] - start[pos]), start[pos]))
+    order = np.lexsort((-(e.end[pos] - e.start[pos]), e.start[pos]))
     pos = pos[order]
-    s_path = np.r_[m_code, bwd_path][order]
+    s_path = np.r_[r_code, bwd_path][order]
     s_bwd = np.r_[np.zeros(len(ranges), bool), np.ones(len(bwd), bool)][order]
-    s_parent = _scope_parents(tkey[pos], start[pos], end[pos])
+    s_parent = _scope_parents(e.tkey[pos], e.start[pos], e.end[pos])
     for _ in range(len(pos)):  # in backward if any enclosing scope is (rounds = nesting depth)
         nxt = s_bwd | ((s_parent >= 0) & s_bwd[np.clip(s_parent, 0, None)])
         if (nxt == s_bwd).all():
             break
         s_bwd = nxt
-    scope = (tkey[pos], start[pos], end[pos], s_parent)
-    inner = _innermost(scope, tkey[query_pos], start[query_pos], end[query_pos])
-    has = inner >= 0
-    path = np.where(has, s_path[np.clip(inner, 0, None)], -1)
-    phase = np.where(has, np.where(s_bwd[np.clip(inner, 0, None)], 2, np.where(path >= 0, 1, 0)), 0)
+    inner = e.innermost(e.scope(pos, s_parent), query)
+    at = np.clip(inner, 0, None)
+    path = np.where(inner >= 0, s_path[at], -1)
+    phase = np.where(inner >= 0, np.where(s_bwd[at], 2, np.where(path >= 0, 1, 0)), 0)
+    return path, phase
+
+
+def attribute_modules(events: pd.DataFrame, query_pos: np.ndarray) -> ModuleScopes:
+    """Module, module path and phase of the events at positions ``query_pos`` of ``events``
+    (a trace's event table, sorted by start then longest first as load_trace leaves it); the
+    backward ops looked at are those among the queried events."""
+    query_pos = np.asarray(query_pos, dtype=np.int64)
+    ranges, source = _module_ranges(events)
+    if not len(ranges):
+        blank = pd.Categorical.from_codes(np.zeros(len(query_pos), np.int8), [""])
+        empty = pd.DataFrame({"label": pd.Series(dtype=str), "module_path": pd.Series(dtype=str),
+                              "dur_us": pd.Series(dtype=float)})
+        return ModuleScopes(blank, blank, pd.Categorical.from_codes(np.zeros(len(query_pos), np.int8), PHASES),
+                            empty, "")
+    e = _Events.of(events)
+    labels = np.asarray([n[len(MODULE_PREFIX):] for n in _names(events, ranges)], dtype=object)
+    r_parent = _scope_parents(e.tkey[ranges], e.start[ranges], e.end[ranges])
+    r_code, texts, last = _paths(labels, r_parent)
+    host = np.unique(query_pos)  # time order
+    bwd, bwd_path = _backward_scopes(events, e, host, ranges, r_parent, r_code)
+    path, phase = _innermost_scope(e, ranges, r_code, bwd, bwd_path, query_pos)
     # Categorical codes: 0 is "", path k is k + 1; the module is the path's last label.
     label_names = sorted(set(last))
     index = {lab: i + 1 for i, lab in enumerate(label_names)}
     label_code = np.asarray([index[x] for x in last], dtype=np.int64)
-    mod_codes = np.where(path >= 0, label_code[np.clip(path, 0, None)], 0)
-    ranges_df = pd.DataFrame({"label": labels.astype(str), "module_path": [texts[c] for c in m_code],
-                              "dur_us": end[ranges] - start[ranges]})
     return ModuleScopes(
-        module=_categorical(mod_codes, [""] + label_names),
+        module=_categorical(np.where(path >= 0, label_code[np.clip(path, 0, None)], 0), [""] + label_names),
         module_path=_categorical(path + 1, [""] + texts),
         phase=pd.Categorical.from_codes(phase, PHASES),
-        ranges=ranges_df,
+        ranges=pd.DataFrame({"label": labels.astype(str), "module_path": [texts[c] for c in r_code],
+                             "dur_us": e.end[ranges] - e.start[ranges]}),
         source=source,
     )

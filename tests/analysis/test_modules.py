@@ -243,7 +243,7 @@ def test_every_backward_op_of_a_gpu_trace_finds_the_forward_op_that_created_it()
     roots = host[(seq[host] >= 0) & (ftid[host] >= 1)]
     keys = op_modules._thread_keys(ev)
     assert len(set(keys[fwd])) == 1 and set(keys[fwd]) != set(keys[roots])  # two threads
-    found = op_modules._backward_labels(ev, host, keys, np.arange(len(fwd)), roots)
+    found = op_modules._backward_labels(ev, keys, fwd, np.arange(len(fwd)), roots)
     assert (found >= 0).all() and len(found) > 1000
     names = ev["name"].astype(str).to_numpy()
     pairs = {(names[r].split(": ")[-1], names[fwd[f]]) for r, f in zip(roots, found)}
