@@ -4,11 +4,14 @@
     .venv/bin/python benchmarks/trace_ingest.py --sizes 20 100 [--out benchmarks/results/trace_ingest.json]
 
 For each size a trace is generated (benchmarks/gen_trace.py: real A100 steps replicated). Each
-measurement runs in a fresh subprocess, so its peak memory (ru_maxrss, which includes the
-interpreter and imported libraries) is its own (VmHWM; ru_maxrss where /proc is absent):
+measurement runs in a fresh subprocess, so its peak memory is its own: ``peak_rss_mb`` is the
+process's raw peak (VmHWM; ru_maxrss where /proc is absent), interpreter and imported libraries
+included; ``import_rss_mb`` is the resident size after the case's imports, measured in the same
+process just before it starts reading; ``peak_increment_mb`` = peak − that, the memory of the
+reading itself. Cases:
 
 - ``orjson``: ``orjson.loads`` of the file's bytes (the floor for any JSON reader in Python);
-- ``torchscope cold``: ``load_trace`` with an empty cache (parse + clean + write Parquet);
+- ``torchscope cold``: ``load_trace`` with an empty cache (parse + clean + write the Arrow cache + DataFrames);
 - ``torchscope warm``: ``load_traces`` from the cache + ``analyze_traces`` (steps, breakdown, op,
   kernel tables, memory peaks, overlap) read from the derived-table cache, which an unmeasured
   ``analyze_traces`` run fills first (what every page open after the first pays);
@@ -54,6 +57,7 @@ def _one(case: str, path: str, cache: str) -> dict:
         from hta.configs.parser_config import ParserBackend, ParserConfig
     else:
         import orjson
+    import_rss = _status_mb("VmRSS:")
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
     t0 = time.perf_counter()
@@ -83,20 +87,29 @@ def _one(case: str, path: str, cache: str) -> dict:
         n = len(df)
     secs = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"case": case, "seconds": secs, "cpu_seconds": ru.ru_utime + ru.ru_stime - cpu0,
-            "peak_rss_mb": _peak_rss_mb(), "rows": n}
+    peak = _peak_rss_mb()
+    out = {"case": case, "seconds": secs, "cpu_seconds": ru.ru_utime + ru.ru_stime - cpu0,
+           "peak_rss_mb": peak, "rows": n}
+    if import_rss is not None:
+        out |= {"import_rss_mb": import_rss, "peak_increment_mb": peak - import_rss}
+    return out
+
+
+def _status_mb(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def _peak_rss_mb() -> float:
     """Peak RSS of this process. ru_maxrss survives exec (it would report the parent's size at
     fork time), so /proc's VmHWM, which restarts with the new program, is preferred on Linux."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    hwm = _status_mb("VmHWM:")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _run(case: str, path: Path, cache: Path, timeout: float) -> dict:
@@ -148,6 +161,7 @@ def main() -> None:
             r = min(ok, key=lambda r: r["cpu_seconds"]) if ok else runs[0]
             if ok:
                 r["seconds"] = min(x["seconds"] for x in ok)
+                r["cpu_seconds_runs"] = [round(x["cpu_seconds"], 3) for x in ok]
             r |= {"size_mb": round(size_mb, 1), "repeats": reps}
             results.append(r)
             print(json.dumps(r), flush=True)

@@ -2,8 +2,8 @@
 
 ``load_trace`` parses a trace file (``.json`` or ``.json.gz``, torch 1.8 → 2.x, CPU, CUDA, ROCm)
 with the streaming parser in ``trace_parse``, cleans it (drops events without a timestamp,
-clamps negative durations, sorts by time), stores the tables as Parquet in the cache and returns
-them; later calls read only the Parquet. ``load_traces`` accepts a run folder, a trace file or a
+clamps negative durations, sorts by time), stores the tables as Arrow IPC files in the cache and
+returns them; later calls read only those files. ``load_traces`` accepts a run folder, a trace file or a
 folder of traces (one file per rank/worker, or torch-tb-profiler's one sub-folder per run).
 See docs/architecture.md "Trace tables" for the columns.
 """
@@ -44,7 +44,7 @@ class TraceTables:
     """One trace file as tables; see docs/architecture.md "Trace tables" for every column.
 
     ``events``, ``memory``, ``flows``, ``counters`` and ``threads`` are DataFrames. A trace opened
-    from the cache reads each of them from its Parquet file the first time it is used, so opening a
+    from the cache reads each of them from its cache file the first time it is used, so opening a
     trace whose analysis is cached too (``analyze_traces``) reads no event at all. ``cache_entry``
     is the cache folder the tables came from or were written to (None without a cache).
     """
