@@ -261,7 +261,7 @@ def attribute_modules(events: pd.DataFrame, query_pos: np.ndarray) -> ModuleScop
     labels = np.asarray([n[len(MODULE_PREFIX):] for n in _names(events, ranges)], dtype=object)
     r_parent = _scope_parents(e.tkey[ranges], e.start[ranges], e.end[ranges])
     r_code, texts, last = _paths(labels, r_parent)
-    host = np.unique(query_pos)  # time order
+    host = query_pos if (np.diff(query_pos) > 0).all() else np.unique(query_pos)  # time order
     bwd, bwd_path = _backward_scopes(events, e, host, ranges, r_parent, r_code)
     path, phase = _innermost_scope(e, ranges, r_code, bwd, bwd_path, query_pos)
     # Categorical codes: 0 is "", path k is k + 1; the module is the path's last label.
