@@ -187,12 +187,14 @@ def _started(path: Path) -> float:
     return start if start is not None else path.stat().st_mtime
 
 
-def _target_name(src: Path, used: set[str]) -> str:
+def _target_name(src: Path, used: set[str], start_ns: int) -> str:
+    """The name tensorboard_trace_handler would give the trace (``<worker>.<time_ns>``, time_ns
+    = when the trace started), or its own name when it already has that form."""
     if layout.TRACE_FILE_RE.match(src.name):
         name = src.name
     else:
         worker = src.name.removesuffix(".gz").removesuffix(".json").replace(".", "_") or "trace"
-        name = layout.trace_file_name(worker, src.stat().st_mtime_ns, gzip=src.name.endswith(".gz"))
+        name = layout.trace_file_name(worker, start_ns, gzip=src.name.endswith(".gz"))
     base, n = name, 1
     while name in used:
         worker = layout.TRACE_FILE_RE.match(base).group("worker")  # type: ignore[union-attr]
@@ -217,7 +219,8 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
     metas = [read_trace_meta(f) for f in files]
     devices: tuple[dict[str, Any], ...] = next((m.devices for m in metas if m.devices), ())
     world = max([m.world_size or 0 for m in metas] + [len(files)])
-    started = min(_started(f) for f in files)
+    starts = [_started(f) for f in files]
+    started = min(starts)
     run_dir, _ = rf.create_run(
         root,
         name,
@@ -230,8 +233,8 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
     traces.mkdir()
     used: set[str] = set()
     artifacts = []
-    for src, meta in zip(files, metas):
-        target = traces / _target_name(src, used)
+    for src, meta, start in zip(files, metas, starts):
+        target = traces / _target_name(src, used, round(start * 1e6) * 1000)  # float s: µs are exact
         if link:
             try:
                 target.symlink_to(src.resolve())

@@ -10,6 +10,7 @@ import pytest
 
 from app.data.tbprofiler import import_traces, read_trace_start
 from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
 
 BASE_NS = 1_711_964_646_000_000_000  # Kineto's base: the wall clock floored to a 3-month boundary
 
@@ -69,6 +70,8 @@ def test_import_takes_started_from_the_trace_else_mtime(tmp_path: Path) -> None:
     os.utime(dated, (1_800_000_000, 1_800_000_000))  # a later copy: its mtime says nothing
     (run,) = import_traces(dated, tmp_path / "store")
     assert rf.read_manifest(run).started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
+    # renamed as tensorboard_trace_handler names it, with the trace's own start
+    assert [p.name for p in layout.list_trace_files(run)] == [f"w0.{BASE_NS + 1_000_000}.pt.trace.json.gz"]
     undated = _write(src / "w1.json", _kineto([1_000.0]), gz=False)
     os.utime(undated, (1_700_000_000, 1_700_000_000))
     (run,) = import_traces(undated, tmp_path / "store")
