@@ -306,12 +306,18 @@ def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def _traces_in(folder: Path) -> list[Path]:
-    return sorted(f for f in folder.iterdir() if f.is_file() and _is_trace_name(f.name))
+    try:
+        return sorted(f for f in folder.iterdir() if f.is_file() and _is_trace_name(f.name))
+    except OSError:  # unreadable: holds no trace we can read
+        return []
 
 
 def _subfolders_with_traces(folder: Path) -> list[Path]:
-    return [d for d in sorted(folder.iterdir())
-            if d.is_dir() and not d.name.startswith(".") and _traces_in(d)]
+    try:
+        subs = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [d for d in subs if d.is_dir() and not d.name.startswith(".") and _traces_in(d)]
 
 
 def trace_run_folders(path: str | os.PathLike[str]) -> list[Path]:
