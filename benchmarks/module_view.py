@@ -3,7 +3,7 @@
     python -m benchmarks.module_view --mb 100 --out benchmarks/results/module_view.json
 
 Takes the real A100 training trace of ../shared/data (gpu_before_after/control.json.gz), adds
-``nn.Module: <label>`` ranges the way the agent records them (per profiled step: a ``(root)``
+``nn.Module: <label>`` ranges the way the agent records them (per profiled step: a ``(model)``
 range, one ``layer<k>`` range per four top-level forward ops, one ``layer<k>.<i>`` range around
 each top-level forward op: ~1,000 ranges per step), replicates it to ``--mb`` MB with
 benchmarks/gen_trace.py, and times on the warm trace cache (best of ``--repeat``):
@@ -47,7 +47,7 @@ def add_module_ranges(source: Path, out: Path) -> int:
                and e["args"].get("Fwd thread id") == 0]
         if not fwd:
             continue
-        added.append(rng("(root)", fwd[0]["ts"] - 0.5, max(e["ts"] + e["dur"] for e in fwd) + 0.5, s["pid"]))
+        added.append(rng("(model)", fwd[0]["ts"] - 0.5, max(e["ts"] + e["dur"] for e in fwd) + 0.5, s["pid"]))
         for k in range(0, len(fwd), 4):
             grp = fwd[k:k + 4]
             added.append(rng(f"layer{k // 4}", grp[0]["ts"] - 0.1, grp[-1]["ts"] + grp[-1]["dur"] + 0.1, s["pid"]))

@@ -7,7 +7,7 @@ module call, so the Kineto trace holds an ``X`` event of cat ``user_annotation``
 
 - ``<label>`` is the module's qualified name in the root model's ``named_modules()``
   (``layer1.0.conv1``), the names of graph/modules.json;
-- ``(root)`` for the root model itself;
+- ``(model)`` for the root model itself;
 - the class name (``CrossEntropyLoss``) for modules outside the root's tree, and for every
   module while no root is known.
 
@@ -35,7 +35,7 @@ from .failures import FailureLog
 __all__ = ["RANGE_PREFIX", "ROOT_LABEL", "ModuleScopes", "module_labels", "range_name"]
 
 RANGE_PREFIX = "nn.Module: "
-ROOT_LABEL = "(root)"
+ROOT_LABEL = "(model)"
 _WHERE = "module scope"
 _INSTALLED: weakref.WeakSet[ModuleScopes] = weakref.WeakSet()
 

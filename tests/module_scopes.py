@@ -12,11 +12,11 @@ from typing import Any
 @contextlib.contextmanager
 def module_ranges(model: Any) -> Iterator[None]:
     """Wrap every module's forward in an ``nn.Module: <label>`` record_function range: the
-    qualified name inside ``model`` (``(root)`` for the model), the class name outside it."""
+    qualified name inside ``model`` (``(model)`` for the model), the class name outside it."""
     import torch
     from torch.profiler import record_function
 
-    names = {m: (n or "(root)") for n, m in model.named_modules()}
+    names = {m: (n or "(model)") for n, m in model.named_modules()}
     open_ranges: dict[int, list[Any]] = {}
 
     def pre(m: Any, _args: object) -> None:

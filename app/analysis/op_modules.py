@@ -1,7 +1,7 @@
 """Which ``nn.Module`` each host event ran in, forward and backward (analysis layer, pure).
 
 A *module range* is an event named ``nn.Module: <label>``: the agent's ``record_function``
-ranges (cat ``user_annotation``, label = qualified name from ``named_modules()``, ``(root)``
+ranges (cat ``user_annotation``, label = qualified name from ``named_modules()``, ``(model)``
 for the model itself) or, in traces recorded with ``with_stack=True``, the Python tracer's
 ``python_function`` events (label such as ``Linear_0``). When a trace has both, only the
 ``user_annotation`` ranges are used.

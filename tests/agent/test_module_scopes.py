@@ -108,8 +108,8 @@ def _our_hooks() -> list[Any]:
 def test_labels_are_named_modules_names_root_and_class_names(tmp_path: Path) -> None:
     model, loss_fn = Net(), nn.CrossEntropyLoss()
     labels = module_labels(model)
-    assert labels[id(model)] == "(root)" and labels[id(model.body[1].fc)] == "body.1.fc"
-    assert set(labels.values()) == {"(root)", *(name for name, _ in model.named_modules() if name)}
+    assert labels[id(model)] == "(model)" and labels[id(model.body[1].fc)] == "body.1.fc"
+    assert set(labels.values()) == {"(model)", *(name for name, _ in model.named_modules() if name)}
     assert module_labels(None) == {}
 
     scopes = ModuleScopes(FailureLog(None), lambda: model)
@@ -121,7 +121,7 @@ def test_labels_are_named_modules_names_root_and_class_names(tmp_path: Path) -> 
         scopes.uninstall()
     ranges = _ranges(events)
     assert [r["name"][len(PREFIX):] for r in ranges] == [
-        "(root)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act",
+        "(model)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act",
         "body.1", "body.1.fc", "body.1.act", "body.1.act", "head", "CrossEntropyLoss"]
     assert all(r["cat"] == "user_annotation" for r in ranges)
 
@@ -136,9 +136,9 @@ def test_ranges_nest_and_hold_their_aten_ops(tmp_path: Path) -> None:
         scopes.uninstall()
     ranges = _ranges(events)
     parents = {(r["name"][len(PREFIX):], _parent(r, ranges)) for r in ranges}
-    assert parents == {("(root)", None), ("body", "(root)"), ("body.0", "body"), ("body.1", "body"),
+    assert parents == {("(model)", None), ("body", "(model)"), ("body.0", "body"), ("body.1", "body"),
                        ("body.0.fc", "body.0"), ("body.0.act", "body.0"), ("body.1.fc", "body.1"),
-                       ("body.1.act", "body.1"), ("head", "(root)")}
+                       ("body.1.act", "body.1"), ("head", "(model)")}
     linears = [e for e in events if e["name"] == "aten::linear"]
     assert sorted(_parent(e, ranges) for e in linears) == ["body.0.fc", "body.1.fc", "head"]
     relus = [e for e in events if e["name"] == "aten::relu"]
@@ -177,12 +177,12 @@ def test_ranges_are_closed_when_forward_raises(tmp_path: Path, exc: BaseExceptio
     assert scopes._stacks == [] and not _our_hooks()
     ranges = _ranges(events)
     names = [r["name"][len(PREFIX):] for r in ranges]
-    assert names == ["(root)", "0", "0.inner", "(root)", "0", "0.inner"]
+    assert names == ["(model)", "0", "0.inner", "(model)", "0", "0.inner"]
     assert all(r["dur"] >= 0 for r in ranges)
     first_root, second_root = ranges[0], ranges[3]
     if isinstance(exc, Exception):  # closed by the always-called post-hooks, before the second call
         assert first_root["ts"] + first_root["dur"] <= second_root["ts"]
-        assert _parent(ranges[4], ranges) == "(root)" and _parent(ranges[5], ranges) == "0"
+        assert _parent(ranges[4], ranges) == "(model)" and _parent(ranges[5], ranges) == "0"
     else:  # left open until the window's end: it still ends, enclosing the later call
         assert first_root["ts"] + first_root["dur"] >= second_root["ts"] + second_root["dur"]
 
@@ -237,7 +237,7 @@ def test_hooks_exist_only_in_windows_and_the_manifest_says_so(tmp_path: Path) ->
     (ranges,) = _module_ranges_of(run_dir)
     names = [r["name"][len(PREFIX):] for r in ranges]
     # Only the active iteration is recorded: one forward of the root.
-    assert names == ["(root)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act",
+    assert names == ["(model)", "body", "body.0", "body.0.fc", "body.0.act", "body.0.act",
                      "body.1", "body.1.fc", "body.1.act", "body.1.act", "head"]
 
 
@@ -283,8 +283,8 @@ def test_real_trace_of_the_wrapped_baseline(tmp_path: Path) -> None:
     events = _events(trace)
     ranges = _ranges(events)
     labels = {r["name"][len(PREFIX):] for r in ranges}
-    assert "(root)" in labels and "layer1.0.conv1" in labels
-    assert labels - {"(root)"} <= (set(types) - {""}) | {"CrossEntropyLoss"}
+    assert "(model)" in labels and "layer1.0.conv1" in labels
+    assert labels - {"(model)"} <= (set(types) - {""}) | {"CrossEntropyLoss"}
     assert _parent(next(r for r in ranges if r["name"] == PREFIX + "layer1.0.conv1"), ranges) == "layer1.0"
     # Every convolution of the model runs inside the Conv2d module that called it; the others are
     # the dataset's blur passes (F.conv2d outside any module).

@@ -110,7 +110,7 @@ def test_forward_and_backward_ops_get_their_module(agent_trace) -> None:  # noqa
     opt = _rows(ev, "Optimizer.step#SGD.step")
     assert set(mod[opt.index]) == {""} and set(phase[opt.index]) == {""}
     paths = set(ev["module_path"].astype(str))
-    assert f"(root){PATH_SEP}0{PATH_SEP}0.0" in paths and "CrossEntropyLoss" in paths
+    assert f"(model){PATH_SEP}0{PATH_SEP}0.0" in paths and "CrossEntropyLoss" in paths
 
 
 def test_op_table_by_module(agent_trace) -> None:  # noqa: ANN001
@@ -129,26 +129,26 @@ def test_op_table_by_module(agent_trace) -> None:  # noqa: ANN001
 def test_module_table_hierarchy_and_totals(agent_trace) -> None:  # noqa: ANN001
     trace = load_trace(agent_trace[0])
     table = compute_module_table(trace).set_index("module")
-    assert set(table.index) == {"(root)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
+    assert set(table.index) == {"(model)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
     assert table.loc["0.0", "parent"] == "0" and table.loc["0.0", "depth"] == 2
-    assert table.loc["0", "parent"] == "(root)" and table.loc["(root)", "parent"] == ""
+    assert table.loc["0", "parent"] == "(model)" and table.loc["(model)", "parent"] == ""
     assert table.loc["CrossEntropyLoss", "parent"] == ""  # outside the model
     assert (table["calls"] == ACTIVE).all()
     np.testing.assert_allclose(table["forward_self_us"] + table["backward_self_us"], table["self_us"])
     assert (table.loc[["0.0", "0.1", "1", "CrossEntropyLoss"], "backward_self_us"] > 0).all()
     # Totals add up the subtree; self times are those of the ops attributed to the module.
-    for parent, kids in (("0", ["0.0", "0.1"]), ("(root)", ["0", "1"])):
+    for parent, kids in (("0", ["0.0", "0.1"]), ("(model)", ["0", "1"])):
         assert table.loc[parent, "total_us"] == pytest.approx(
             table.loc[parent, "self_us"] + table.loc[kids, "total_us"].sum())
     ops = compute_op_table(trace, group_by="module")
     per_module = ops.groupby("module")["self_us"].sum()
     np.testing.assert_allclose(table["self_us"], per_module.reindex(table.index, fill_value=0.0))
-    assert table.loc[["(root)", "0"], "self_us"].eq(0).all()  # containers: no op of their own
+    assert table.loc[["(model)", "0"], "self_us"].eq(0).all()  # containers: no op of their own
     assert table["self_us"].sum() + per_module[""] == pytest.approx(ops["self_us"].sum())
     # Sorted by total time; shares are of the profiled steps' time.
     assert list(table["total_us"]) == sorted(table["total_us"], reverse=True)
     np.testing.assert_allclose(table["total_share"] / table["total_us"], table["share"].sum() / table["self_us"].sum())
-    assert 0 < table.loc["(root)", "total_share"] < 1
+    assert 0 < table.loc["(model)", "total_share"] < 1
 
 
 def test_python_function_module_events(stack_trace: Path) -> None:
@@ -167,7 +167,7 @@ def test_agent_ranges_win_over_python_function_events(tmp_path: Path) -> None:
     out = tmp_path / "both.pt.trace.json"
     _record(out, agent_ranges=True, with_stack=True)
     table = compute_module_table(load_trace(out))
-    assert set(table["module"]) == {"(root)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
+    assert set(table["module"]) == {"(model)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
 
 
 def test_trace_without_module_ranges(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_backward_on_the_autograd_thread(tmp_path: Path) -> None:
                 "tid": main["tid"], "ts": ts, "dur": round(end - ts, 3), "args": {}}
 
     doc["traceEvents"] += [
-        rng("(root)", main["ts"] - 2, relu["ts"] + relu["dur"] + 2),
+        rng("(model)", main["ts"] - 2, relu["ts"] + relu["dur"] + 2),
         rng("0", main["ts"] - 1, main["ts"] + main["dur"] + 1),
         rng("1", relu["ts"] - 1, relu["ts"] + relu["dur"] + 1),
         rng("MSELoss", mse["ts"] - 1, mse["ts"] + mse["dur"] + 1),
@@ -219,8 +219,8 @@ def test_backward_on_the_autograd_thread(tmp_path: Path) -> None:
     to = ev["name"].astype(str) == "aten::to"
     assert set(mod[to]) == {""}
     table = compute_module_table(load_trace(path)).set_index("module")
-    assert table.loc["0", "parent"] == "(root)" and table.loc["0", "backward_self_us"] > 0
-    assert table.loc["(root)", "device_total_us"] > 0  # kernels of the ops in its submodules
+    assert table.loc["0", "parent"] == "(model)" and table.loc["0", "backward_self_us"] > 0
+    assert table.loc["(model)", "device_total_us"] > 0  # kernels of the ops in its submodules
 
 
 NCCL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "nccl_distributed" / \

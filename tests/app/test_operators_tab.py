@@ -41,7 +41,7 @@ def test_group_by_module_shows_the_module_view(runs: dict[str, Path]) -> None:
     at.radio(key="t_ops_group").set_value("module").run()
     assert_ok(at)
     modules = at.dataframe[1].value
-    assert set(modules["module"]) == {"(root)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
+    assert set(modules["module"]) == {"(model)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
     row = modules.set_index("module").loc["0.0"]
     assert row["parent"] == "0" and row["calls"] == 2 and row["backward_ms"] > 0
     assert list(modules["self_ms"]) == sorted(modules["self_ms"], reverse=True)

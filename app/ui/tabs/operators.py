@@ -46,7 +46,7 @@ NO_MODULES_HINT = (
     "work too: their Python tracer events name the modules."
 )
 _MODULE_COLUMNS = {
-    "module": st.column_config.TextColumn("Module", help="qualified name (`layer1.0.conv1`); `(root)` is the model"),
+    "module": st.column_config.TextColumn("Module", help="qualified name (`layer1.0.conv1`); `(model)` is the model"),
     "parent": st.column_config.TextColumn("Called from"),
     "calls": st.column_config.NumberColumn("Calls", format="%d", help="forward calls"),
     "forward_ms": st.column_config.NumberColumn(
