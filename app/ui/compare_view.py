@@ -182,14 +182,18 @@ def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) 
     """Download buttons: Markdown for a PR comment, self-contained interactive HTML (both with
     the advisor's findings rows when given)."""
     from app.charts.compare import figures_to_html, make_report_figures
+    from app.ui.compare_memory import cached_memory_categories
 
+    cats = cached_memory_categories(cmp)  # the Memory tab's cached read of the timelines
     stem = re.sub(r"[^\w.-]+", "_", f"{cmp.candidate.label}-vs-{cmp.baseline.label}")[:120]
     c1, c2 = st.columns(2)
-    c1.download_button("Download Markdown (PR comment)", format_report_markdown(cmp, advice=advice or []),
+    c1.download_button("Download Markdown (PR comment)", format_report_markdown(cmp, advice=advice or [],
+                                                                                memory_categories=cats),
                        file_name=f"{stem}.md", mime="text/markdown", key=f"compare_md_{stem}")
     if c2.button("Build HTML report", key=f"compare_build_html_{stem}",
                  help="One self-contained file with interactive charts (plotly.js inlined, no network)."):
-        html = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), advice=advice or [])
+        html = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), advice=advice or [],
+                                  memory_categories=cats)
         st.session_state["compare_html"] = (stem, html)
     built = st.session_state.get("compare_html")
     if built and built[0] == stem:
