@@ -117,7 +117,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-graph", action="store_true", help="do not draw the backward graph")
     g.add_argument("--grad-norm", action="store_true", help="log the total gradient norm every step")
     g.add_argument("--memory-timeline", action="store_true",
-                   help="write torch.profiler's memory timeline by category per window (turns on --with-stack)")
+                   help="write torch.profiler's memory timeline by category for the first profiler window "
+                        "(turns on --with-stack there; the export takes tens of seconds)")
     g.add_argument("--no-module-scopes", action="store_true",
                    help="no 'nn.Module: <name>' range around each module call in traces")
     g.add_argument(

@@ -4,7 +4,7 @@ A window is a fresh ``torch.profiler.profile`` created just before its warm-up i
 dropped after its last active one, so iterations outside windows pay nothing. Its step labels
 (``ProfilerStep#N``) use the agent's own step numbers, so traces and metrics.jsonl line up.
 On CUDA the allocator history is recorded during the window and a snapshot is dumped to
-memory/ at its end. With ``memory_timeline`` the window also records Python stacks and its
+memory/ at its end. With ``memory_timeline`` the first window also records Python stacks and its
 ``export_memory_timeline`` raw records (memory by category: parameters, gradients, activations,
 optimizer state, ...) are written to memory/ next to the trace. With ``module_scopes`` (the
 default) every nn.Module call inside the window is a ``nn.Module: <label>`` range in the trace
@@ -83,6 +83,7 @@ class ProfilerWindows:
         self._last_step = -1
         self._requests: list[ProfileSchedule] = []  # extra windows asked for through the API
         self._cuda_history = False
+        self._timeline_written = False  # see _timeline_wanted
         self._scopes = ModuleScopes(failures, module_root) if options.module_scopes else None
         self.traces_written: list[Path] = []
 
@@ -138,7 +139,7 @@ class ProfilerWindows:
                 record_shapes=self._options.record_shapes,
                 profile_memory=self._options.profile_memory,
                 # The memory timeline's categories come from the Python stacks of the allocations.
-                with_stack=self._options.with_stack or self._options.memory_timeline,
+                with_stack=self._options.with_stack or self._timeline_wanted(),
             )
             # Number the profiler's steps like ours so ProfilerStep#N is iteration N.
             prof.step_num = first_step
@@ -186,9 +187,16 @@ class ProfilerWindows:
             rel = f"{layout.TRACES_DIR}/{name}"
             add_artifact(self._run_dir, Artifact(ArtifactKind.TRACE, rel, rank=self._rank,
                                                  bytes=path.stat().st_size))
-        if self._options.memory_timeline:
+        if self._timeline_wanted():
+            self._timeline_written = True
             self._write_memory_timeline(prof)
         self._dump_cuda_snapshot()
+
+    def _timeline_wanted(self) -> bool:
+        """The memory timeline is exported for the first window of each process only: torch's
+        export replays every allocation in Python (tens of seconds for a few steps of a small CPU
+        model, inside the job) and the categories rarely change from one window to the next."""
+        return self._options.memory_timeline and not self._timeline_written
 
     def _write_memory_timeline(self, prof: torch.profiler.profile) -> None:
         with self._failures.guard("memory timeline"):
