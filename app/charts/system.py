@@ -40,7 +40,10 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
         # Plotly hides the legend of a one-line chart; the column name is the only label saying
         # what the line is (e.g. system_memory_used_bytes vs available).
         showlegend=True,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        # Legend above the plot, not beside it: every chart of the tab keeps the same plot width,
+        # so their time axes line up.
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0},
+        margin={"l": 10, "r": 10, "t": 70, "b": 10},
     )
     fig.update_yaxes(rangemode="tozero")
     return fig
