@@ -256,8 +256,12 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
         started_at=started,
         ended_at=None,  # a trace says when it was written, not how long the job ran
         heartbeat=None,
+        # The trace does not say where or how the job ran: the importer's host, folder and a
+        # made-up exit code would be shown as the job's.
         pid=None,
-        exit_code=0,
+        host=None,
+        cwd=None,
+        exit_code=None,
         devices=devices,
         world_size=world,
         artifacts=tuple(artifacts),

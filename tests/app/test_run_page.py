@@ -169,6 +169,10 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     kernels = _tab(at, "Kernels")
     assert len(kernels.dataframe[0].value) > 0
     assert not kernels.info
+    config = _tab(at, "Config")
+    assert "a profiler trace records no hyperparameters" in texts(config.info)
+    env = dict(zip(config.dataframe[0].value["Key"], config.dataframe[0].value["Value"]))
+    assert "host" not in env and "cwd" not in env and env["world_size"] == "8"  # not the importer's machine
     headline = {m.label: m.value for m in overview.metric}
     # no metrics in an imported trace: step time comes from its 6 profiled steps (~76 ms each)
     assert headline["Median step time"].endswith(" ms") and 70 < float(headline["Median step time"][:-3]) < 90

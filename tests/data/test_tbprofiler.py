@@ -69,7 +69,11 @@ def test_import_takes_started_from_the_trace_else_mtime(tmp_path: Path) -> None:
     dated = _write(src / "w0.json.gz", _kineto([2_000.0, 1_000.0], baseTimeNanoseconds=BASE_NS), gz=True)
     os.utime(dated, (1_800_000_000, 1_800_000_000))  # a later copy: its mtime says nothing
     (run,) = import_traces(dated, tmp_path / "store")
-    assert rf.read_manifest(run).started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
+    manifest = rf.read_manifest(run)
+    assert manifest.started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
+    # where the import ran is not where the job ran
+    assert manifest.host is None and manifest.cwd is None and manifest.exit_code is None
+    assert manifest.status is rf.RunStatus.FINISHED
     # renamed as tensorboard_trace_handler names it, with the trace's own start
     assert [p.name for p in layout.list_trace_files(run)] == [f"w0.{BASE_NS + 1_000_000}.pt.trace.json.gz"]
     undated = _write(src / "w1.json", _kineto([1_000.0]), gz=False)

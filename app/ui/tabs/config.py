@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.data.tbprofiler import IMPORTED_TAG
 from app.ui.tabs import RunContext
 
 __all__ = ["TITLE", "render", "flatten_config", "table_height", "device_table"]
@@ -66,13 +67,23 @@ def render(ctx: RunContext) -> None:
         st.dataframe(
             table, hide_index=True, width="stretch", height=table_height(len(table)), key=ctx.key("config_table")
         )
+    elif IMPORTED_TAG in m.tags:
+        source = m.extra.get("imported_from")
+        st.info(
+            f"Imported from `{source or 'a trace'}`: a profiler trace records no hyperparameters, command "
+            "line, host or working folder, only its devices and distributed setup (below). Record the job "
+            "with `torchscope run` to get them."
+        )
     else:
         st.info(
             "No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "
             "with the API, pass `config={...}`."
         )
     st.subheader("Command")
-    if m.command:
+    if m.command and IMPORTED_TAG in m.tags:
+        st.caption("The import, not the job:")
+        st.code(shlex.join(m.command), language="bash")
+    elif m.command:
         st.code(shlex.join(m.command), language="bash")
     env = {
         "host": m.host,
