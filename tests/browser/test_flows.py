@@ -111,3 +111,23 @@ def test_open_run_from_catalog(page, server):  # noqa: ANN001
     assert "/run" in page.url and "run=" in page.url
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "run_opened_from_catalog")
+
+
+def test_imported_gpu_timeline_lanes_are_named(page, server):  # noqa: ANN001
+    page.goto(f"{server}/run?run=two-ranks")
+    page.get_by_role("tab", name="Overview").wait_for()
+    _wait_idle(page)
+    page.get_by_role("tab", name="Timeline").click()
+    _wait_idle(page)
+    panel = page.locator('[role="tabpanel"]:visible')
+    plot = panel.locator(".js-plotly-plot").first
+    plot.wait_for()
+    # SVG text has no innerText: read textContent
+    ticks = [t.strip() for t in plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")]
+    assert ticks and ticks[0].startswith("main thread (tid "), ticks
+    assert any(t.startswith("GPU 0 · stream ") for t in ticks), ticks
+    assert not [t for t in ticks if re.search(r"-\d", t)], ticks  # never a bare negative thread id
+    legend = plot.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
+    assert "kernel" in legend and "CPU op" in legend, legend
+    assert page.locator(EXCEPTION).count() == 0
+    screenshot(page, "run_two_ranks_timeline")
