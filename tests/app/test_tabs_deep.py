@@ -248,6 +248,14 @@ def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
     assert len(at.get("download_button")) == 2
 
 
+def test_graph_height_follows_its_shape() -> None:
+    from app.ui.tabs.graph import graph_height_px
+
+    assert graph_height_px(500, 1500) == 1400  # tall backward graph: as tall as allowed
+    assert graph_height_px(1000, 800) == 800
+    assert graph_height_px(2000, 100) == 500 and graph_height_px(0, 100) == 700
+
+
 def test_graph_too_big_offers_download_only(graph_run) -> None:  # noqa: ANN001
     nodes = "\n".join(f"\t{i} [label=Op{i}]\n\t{i} -> {i + 1}" for i in range(600))
     (graph_run / layout.GRAPH_DOT).write_text(f"digraph {{\n{nodes}\n}}\n")

@@ -12,7 +12,7 @@ from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree
 from app.ui.tabs import RunContext
 
-__all__ = ["TITLE", "render", "MAX_DRAWN_NODES", "format_flops"]
+__all__ = ["TITLE", "render", "MAX_DRAWN_NODES", "format_flops", "graph_height_px"]
 
 TITLE = "Graph"
 
@@ -67,10 +67,21 @@ def _render_downloads(ctx: RunContext, dot: Path | None, svg: Path | None) -> No
     cols[2].caption("Open the SVG in a browser tab, or the DOT with `xdot` / `dot -Tpdf`.")
 
 
+def graph_height_px(width_pt: float, height_pt: float, *, page_px: int = 1000) -> int:
+    """Figure height that shows a ``width_pt`` × ``height_pt`` graph as wide as the page allows,
+    between 500 and 1400 px."""
+    if width_pt <= 0:
+        return 700
+    return int(min(1400, max(500, page_px * height_pt / width_pt)))
+
+
 def _draw(ctx: RunContext, dot: str | None, svg: str | None) -> None:
     """The SVG on zoomable plotly axes; without one, the DOT through st.graphviz_chart."""
     if svg is not None and (dims := svg_size_pt(svg)) is not None:
-        st.plotly_chart(make_svg_figure(svg, *dims), width="stretch", key=ctx.key("graph_svg"),
+        # A backward graph is tall and narrow: at a fixed 700 px it is drawn a third of the page
+        # wide with unreadable labels. Give it the height its shape needs on a ~1000 px wide page.
+        height = graph_height_px(*dims)
+        st.plotly_chart(make_svg_figure(svg, *dims, height_px=height), width="stretch", key=ctx.key("graph_svg"),
                         config={"scrollZoom": True, "displaylogo": False})
         st.caption("Scroll or drag a box to zoom, drag to pan, double-click to reset.")
     elif dot is not None:
