@@ -113,3 +113,14 @@ def test_cut_writes_the_closing_bracket_in_place_and_puts_the_byte_back() -> Non
     cut, evs = trace_parse._cut(buf, [], Path("x"))
     assert [e.ts for e in evs] == [1.0, 2.0] and buf[cut - 1:cut] == b"}"
     assert trace_parse._try(buf, len(buf), [], Path("x")) is None  # the end of the buffer: copied, not written
+
+
+@pytest.mark.parametrize("tail", [
+    b"", b"  \n", b"}", b" } \n", b"}}", b"} x", b', "a": 1}', b',\n  "traceName": "x"\n}\n', b", }", b", [1]]",
+    b"]", b", 5}", b',"a":', b", {}", b'  , "deviceProperties": [{"id": 0}]}',
+])
+@pytest.mark.parametrize("is_object", [True, False])
+def test_tail_check_without_copy_agrees_with_the_full_check(tail: bytes, is_object: bool) -> None:
+    buf = bytearray(b'[{"ph": "X"}]' + tail)
+    pos = len(buf) - len(tail)
+    assert trace_parse._tail_meta_at(buf, pos, is_object) == trace_parse._tail_meta(tail, is_object)
