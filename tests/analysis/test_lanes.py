@@ -69,7 +69,8 @@ def test_autograd_thread_recognised_by_its_ops_without_a_name() -> None:
     assert "autograd thread (tid 205)" in compute_lane_labels(EVENTS, threads).order
     plain = EVENTS[~EVENTS["name"].astype(str).str.startswith("autograd::")]
     extra = _events([("aten::add", "cpu_op", "100", "205", None, None)])
-    assert "thread (tid 205)" in compute_lane_labels(pd.concat([plain, extra], ignore_index=True), threads).order
+    both = pd.concat([plain, extra], ignore_index=True)
+    assert "thread (tid 205)" in compute_lane_labels(both, threads).order
 
 
 def test_named_threads_several_unknown_and_no_metadata() -> None:
@@ -89,7 +90,8 @@ def test_named_threads_several_unknown_and_no_metadata() -> None:
 def test_several_host_processes_are_prefixed() -> None:
     ev = _events([("a", "cpu_op", "100", "100", None, None), ("b", "cpu_op", "7", "7", None, None)])
     th = _threads([("100", "0", "process", "trainer")])
-    assert compute_lane_labels(ev, th).order == ["pid 7 · main thread (tid 7)", "trainer (pid 100) · main thread (tid 100)"]
+    assert compute_lane_labels(ev, th).order == [
+        "pid 7 · main thread (tid 7)", "trainer (pid 100) · main thread (tid 100)"]
 
 
 def test_empty() -> None:
@@ -97,8 +99,10 @@ def test_empty() -> None:
     assert lanes.order == [] and lanes.per_event.empty
 
 
-@pytest.mark.parametrize("name", ["nccl_distributed/nccl_data.json.gz", "gpu_before_after/control.json.gz",
-                                  "cuda_event_sync/event_sync_trace.json.gz", "rocm/mi250_minitoy_train_ROCm6_2_kineto.json.gz"])
+@pytest.mark.parametrize("name", [
+    "nccl_distributed/nccl_data.json.gz", "gpu_before_after/control.json.gz",
+    "cuda_event_sync/event_sync_trace.json.gz", "rocm/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+])
 def test_real_traces_host_first_no_negative_ids(shared_data: Path, name: str) -> None:
     from app.data.trace import load_trace
 
