@@ -1,7 +1,9 @@
 """`torchscope ls`: list the runs of a store as a table or as JSON (CLI layer).
 
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
-has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md).
+has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md). Runs are
+listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
+read-only mirror ``torchscope ui`` uses, so both list the same runs in the same order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 import sys
 from typing import Any
 
+from app.analysis import cached_steps
 from app.data import runs as runs_data
 from profiler_agent.runformat import layout
 
@@ -38,7 +41,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
-def _cell(key: str, value: Any) -> str:
+# Marks on the STEPS and STEP TIME cells of runs without metrics.jsonl, explained under the table.
+_TRACE_MARK = "*"
+_NOTES = {
+    cached_steps.STEPS_FROM_TRACE: f"{_TRACE_MARK} profiled steps of the run's traces (it has no metrics.jsonl), "
+    "from the trace analysis cache",
+    cached_steps.STEPS_IN_TRACE: "in trace: the run has no metrics.jsonl; its steps are in its traces, which were "
+    "not analysed yet: `torchscope analyze PATH` or opening the run in `torchscope ui` fills them in",
+}
+
+
+def _cell(key: str, value: Any, source: str = "") -> str:
+    if key in ("steps", "mean_step_time_s"):
+        if source == cached_steps.STEPS_IN_TRACE:
+            return "in trace"
+        if source == cached_steps.STEPS_FROM_TRACE and value is not None:
+            shown = runs_data.format_seconds(value) if key == "mean_step_time_s" else str(value)
+            return shown + _TRACE_MARK
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if key == "status":
@@ -58,24 +77,35 @@ def _cell(key: str, value: Any) -> str:
 def format_table(records: list[dict[str, Any]]) -> str:
     """The runs as an aligned text table, one line per run."""
     rows = [[h for h, _ in _TEXT_COLUMNS]]
-    rows += [[_cell(k, r.get(k)) for _, k in _TEXT_COLUMNS] for r in records]
+    rows += [[_cell(k, r.get(k), str(r.get("steps_source") or "")) for _, k in _TEXT_COLUMNS] for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def run(args: argparse.Namespace) -> int:
-    store = runs_data.load_store(args.root)
+    store = runs_data.load_store(
+        args.root, complete_row=cached_steps.fill_steps_from_traces, include_tb_runs=True
+    )
     records = runs_data.store_records(store)
     if args.json:
         doc = {"root": str(store.root), "runs": records, "problems": store.problems}
         print(json.dumps(doc, indent=2, allow_nan=False, default=str))
         return 0
     if records:
-        print(format_table(records))
+        sources = list(store.table["steps_source"])
+        print(format_table([{**r, "steps_source": src} for r, src in zip(records, sources)]))
+        for source, note in _NOTES.items():
+            if source in sources:
+                print(note, file=sys.stderr)
     else:
         print(
             f"no runs in {store.root}; record one with: "
             f"torchscope run --root {store.root} --name NAME -- python train.py"
+        )
+    if store.mirror is not None:
+        print(
+            f"note: torch-tb-profiler runs of {store.root} are listed read-only from the mirror {store.mirror}",
+            file=sys.stderr,
         )
     for p in store.problems:
         print(f"warning: {p}", file=sys.stderr)

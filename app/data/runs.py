@@ -8,13 +8,14 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from app.data import store_rows
+from app.data import store_rows, tbprofiler
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -41,6 +42,7 @@ __all__ = [
     "ARCHIVE_DIR",
     "STATUS_MARKERS",
     "filter_store",
+    "drop_mirrored_problems",
 ]
 
 # Shown before a status wherever runs are listed, so running and crashed runs stand out.
@@ -53,7 +55,7 @@ STATUS_MARKERS = {
 }
 
 # Columns the Runs page uses besides STORE_COLUMNS (not part of `ls --json`).
-EXTRA_COLUMNS = ["notes", "world_size", "search_text"]
+EXTRA_COLUMNS = ["notes", "world_size", "search_text", "steps_source"]
 
 # Archived runs are moved here, inside the store; list_runs skips dot-folders.
 ARCHIVE_DIR = ".archive"
@@ -219,19 +221,24 @@ def system_peak_memory(system: pd.DataFrame, rank: int | None = None) -> tuple[i
 
 @dataclass(frozen=True)
 class StoreTable:
-    """One row per readable run (columns STORE_COLUMNS), and a message per unreadable folder."""
+    """One row per readable run (columns STORE_COLUMNS), and a message per unreadable folder.
+
+    ``mirror`` is the read-only store of symlinked runs that stands for the torch-tb-profiler
+    sub-folders of ``root`` (app.data.tbprofiler.mirror_tb_folder), when the root has some.
+    """
 
     root: Path
     table: pd.DataFrame
     problems: list[str]
+    mirror: Path | None = None
 
 
-def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None = None) -> StoreTable:
-    """Summarise every run of a store, newest first.
+RowHook = Callable[[dict[str, Any]], Any]
 
-    Raises RunStoreNotFoundError when the store does not exist; an unreadable run becomes a
-    problem message and the others are still listed.
-    """
+
+def _load_rows(
+    root: str | os.PathLike[str] | None, now: float | None, complete_row: RowHook | None
+) -> tuple[Path, list[dict[str, Any]], list[str]]:
     listing = rf.list_runs(root)
     rows: list[dict[str, Any]] = []
     problems = list(listing.problems)
@@ -241,13 +248,55 @@ def load_store(root: str | os.PathLike[str] | None = None, *, now: float | None 
         except rf.RunFormatError as e:  # changed between listing and reading
             problems.append(str(e))
             continue
+        if complete_row is not None:
+            complete_row(row)
         rows.append(row)
         problems.extend(run_problems)
-    return store_from_rows(listing.root, rows, problems)
+    return listing.root, rows, problems
 
 
-def store_from_rows(root: Path, rows: list[dict[str, Any]], problems: list[str]) -> StoreTable:
-    """Assemble a StoreTable from rows made by :func:`summarise_run`."""
+def drop_mirrored_problems(problems: list[str], tb_runs: list[Path]) -> list[str]:
+    """The store's problems less the "not a run folder" ones of tb-profiler sub-folders, which
+    are listed through the mirror instead."""
+    names = {Path(s).name for s in tb_runs}
+    return [p for p in problems if not any(f"/{n}:" in p for n in names)]
+
+
+def load_store(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    now: float | None = None,
+    complete_row: RowHook | None = None,
+    include_tb_runs: bool = False,
+) -> StoreTable:
+    """Summarise every run of a store, newest first.
+
+    ``complete_row(row)`` may fill a row further in place (the CLI fills steps from the trace
+    analysis cache, app.analysis.cached_steps). With ``include_tb_runs`` the torch-tb-profiler
+    sub-folders of ``root`` are listed too, through their read-only mirror, as ``torchscope ui``
+    lists them. Raises RunStoreNotFoundError when the store does not exist; an unreadable run
+    becomes a problem message and the others are still listed.
+    """
+    found_root, rows, problems = _load_rows(root, now, complete_row)
+    mirror: Path | None = None
+    if include_tb_runs:
+        tb_runs = tbprofiler.find_tb_runs(found_root)
+        mirror = tbprofiler.mirror_tb_folder(found_root) if tb_runs else None
+        if mirror is not None:
+            _, more, more_problems = _load_rows(mirror, now, complete_row)
+            rows += more
+            problems = drop_mirrored_problems(problems, tb_runs) + more_problems
+    return store_from_rows(found_root, rows, problems, mirror=mirror)
+
+
+def store_from_rows(
+    root: Path, rows: list[dict[str, Any]], problems: list[str], *, mirror: Path | None = None
+) -> StoreTable:
+    """Assemble a StoreTable, newest first, from rows made by :func:`summarise_run`.
+
+    Runs are ordered by start time, not folder name: an imported trace's folder is named when it
+    is imported but its run started when the trace was recorded. Runs without a start come last.
+    """
     table = pd.DataFrame(rows, columns=[*STORE_COLUMNS, *EXTRA_COLUMNS])
     table["started_at"] = pd.to_datetime(
         pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True
@@ -256,7 +305,9 @@ def store_from_rows(root: Path, rows: list[dict[str, Any]], problems: list[str])
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("steps", "peak_memory_bytes", "world_size"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
-    return StoreTable(root=root, table=table, problems=problems)
+    table["steps_source"] = table["steps_source"].fillna("").astype(str)
+    table = table.sort_values("started_at", ascending=False, kind="stable", na_position="last")
+    return StoreTable(root=root, table=table.reset_index(drop=True), problems=problems, mirror=mirror)
 
 
 def archive_run(run_dir: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:

@@ -19,7 +19,12 @@ from typing import Any
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
-__all__ = ["load_run_row", "row_from_records", "peak_memory_from_records", "search_text"]
+__all__ = ["STEPS_SOURCES", "load_run_row", "row_from_records", "peak_memory_from_records", "search_text"]
+
+# Where a row's steps and step time come from (column ``steps_source``): the run's metrics.jsonl;
+# the profiled steps of its traces, read from the trace analysis cache (app.analysis.cached_steps);
+# or not known yet: the run has traces that were never analysed (opening the run fills it in).
+STEPS_SOURCES = ("metrics", "trace", "in trace")
 
 # GPU runs: the allocator's peak; CPU runs: resident set of the process and its children.
 _GPU_PEAK_KEYS = ("peak_memory_bytes", "gpu_max_allocated_bytes", "gpu_allocated_bytes")
@@ -109,13 +114,19 @@ def row_from_records(
     """The catalog row (STORE_COLUMNS + EXTRA_COLUMNS of app.data.runs) of one run."""
     m = manifest
     peak, _ = peak_memory_from_records(system)
+    steps = _step_stats(metrics, m.world_size)
+    if steps["steps"] is not None or steps["mean_step_time_s"] is not None:
+        source = "metrics"
+    else:  # listing the traces folder is one directory read; no trace is opened here
+        source = "in trace" if layout.list_trace_files(path) else ""
     row: dict[str, Any] = {
         "id": m.id,
         "name": m.name,
         "status": str(status),
         "started_at": m.started_at,  # epoch seconds; app.data.runs turns the column into UTC times
         "duration_s": m.duration_s,
-        **_step_stats(metrics, m.world_size),
+        **steps,
+        "steps_source": source,
         "peak_memory_bytes": peak,
         # No devices recorded (an imported trace without deviceProperties) is unknown, not "cpu":
         # such traces often hold GPU kernels.

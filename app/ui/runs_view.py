@@ -19,7 +19,13 @@ __all__ = [
     "render_runs_table",
     "render_selection_actions",
     "display_table",
+    "table_height",
 ]
+
+# st.dataframe's row and header heights (px) at the default theme; the grid shows this many rows
+# at most and scrolls beyond, so a long store does not push the actions off the screen.
+_ROW_PX = 35
+_MAX_VISIBLE_ROWS = 25
 
 _COLUMN_CONFIG = {
     "status": st.column_config.TextColumn(
@@ -35,7 +41,15 @@ _COLUMN_CONFIG = {
         "Step time (ms)",
         format="%.2f",
         help="mean step time of rank 0 from metrics.jsonl, first step left out "
-        "(the Run page's Overview shows the median)",
+        "(the Run page's Overview shows the median); for runs without metrics.jsonl, see Steps from",
+    ),
+    "steps_source": st.column_config.TextColumn(
+        "Steps from",
+        help="metrics: the run's metrics.jsonl (every training step). trace: the run has no metrics.jsonl "
+        "(an imported trace); Steps and Step time are its traces' profiled steps (lowest rank, mean of all "
+        "of them), read from the trace analysis cache. in trace: the same, but the traces were not "
+        "analysed yet; the list never parses traces: open the run once (or `torchscope analyze` it) "
+        "and they fill in.",
     ),
     "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
     "peak_memory_mib": st.column_config.NumberColumn(
@@ -59,6 +73,8 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     for col in ("name", "tags", "started_at", "duration_s", "steps", "final_loss"):
         df[col] = table[col]
     df["mean_step_time_ms"] = pd.to_numeric(table["mean_step_time_s"], errors="coerce") * 1e3
+    source = table["steps_source"] if "steps_source" in table.columns else pd.Series("", index=table.index)
+    df["steps_source"] = source.fillna("").astype(str).replace("", None)
     df["samples_per_s"] = pd.to_numeric(table["samples_per_s"], errors="coerce")
     df["peak_memory_mib"] = pd.to_numeric(table["peak_memory_bytes"], errors="coerce") / 2**20
     for col in ("device", "git_commit", "id"):
@@ -67,6 +83,13 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     df["final_loss"] = pd.to_numeric(df["final_loss"], errors="coerce")
     df["duration_s"] = pd.to_numeric(df["duration_s"], errors="coerce")
     return df.reset_index(drop=True)
+
+
+def table_height(n_rows: int) -> int:
+    """Pixel height of a grid that shows ``n_rows`` rows (at least 1, at most _MAX_VISIBLE_ROWS)
+    plus the header, without an empty band below the last row."""
+    visible = min(max(n_rows, 1), _MAX_VISIBLE_ROWS)
+    return (visible + 1) * _ROW_PX + 3  # + the grid's borders
 
 
 def render_store_problems(view: StoreView) -> None:
@@ -106,6 +129,7 @@ def render_runs_table(table: pd.DataFrame) -> list[int]:
         selection_mode="multi-row",
         column_config=_COLUMN_CONFIG,
         width="stretch",
+        height=table_height(len(shown)),
         placeholder="–",
     )
     rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])

@@ -19,6 +19,7 @@ from typing import Any
 import streamlit as st
 
 from app.data import runs as runs_data
+from app.analysis import cached_steps
 from app.data import store_rows, tbprofiler
 from app.ui.cache import run_signature
 from profiler_agent import runformat as rf
@@ -34,6 +35,11 @@ class StoreView:
     mirror: Path | None  # read-only mirror store, when the root holds tb-profiler runs
 
 
+# A row whose steps are still "in trace" looks for the trace analysis again after this long: the
+# analysis appears when the run is opened, without any file the row's signature watches changing.
+IN_TRACE_RECHECK_S = 5.0
+
+
 class _RowCache:
     """Bounded LRU of catalog rows keyed by (run folder, file signature), shared by all sessions.
 
@@ -42,28 +48,39 @@ class _RowCache:
     """
 
     def __init__(self, max_entries: int = 10_000) -> None:
-        self._data: OrderedDict[tuple[str, tuple[float, ...]], tuple[dict[str, Any] | None, list[str]]] = (
-            OrderedDict()
-        )
+        self._data: OrderedDict[
+            tuple[str, tuple[float, ...]], tuple[dict[str, Any] | None, list[str], float]
+        ] = OrderedDict()
         self._max = max_entries
         self._lock = threading.Lock()
 
     def get(self, path: str, sig: tuple[float, ...]) -> tuple[dict[str, Any] | None, list[str]]:
         key = (path, sig)
+        now = time.monotonic()
         with self._lock:
             hit = self._data.get(key)
             if hit is not None:
                 self._data.move_to_end(key)
-                return hit
-        try:
-            value: tuple[dict[str, Any] | None, list[str]] = store_rows.load_run_row(path)
-        except rf.RunFormatError as e:
-            value = (None, [str(e)])
+        if hit is not None:
+            row, problems, checked = hit
+            stale = row is not None and row.get("steps_source") == cached_steps.STEPS_IN_TRACE
+            if not stale or now - checked < IN_TRACE_RECHECK_S:
+                return row, problems
+            row = dict(row)
+            cached_steps.fill_steps_from_traces(row)
+            value = (row, problems, now)
+        else:
+            try:
+                row, problems = store_rows.load_run_row(path)
+                cached_steps.fill_steps_from_traces(row)
+                value = (row, problems, now)
+            except rf.RunFormatError as e:
+                value = (None, [str(e)], now)
         with self._lock:
             self._data[key] = value
             while len(self._data) > self._max:
                 self._data.popitem(last=False)
-        return value
+        return value[0], value[1]
 
     def clear(self) -> None:
         with self._lock:
@@ -135,13 +152,13 @@ def _compute_store_view(root: Path) -> StoreView:
             found = _mirror(str(root), sig)
             mirror = Path(found) if found else None
     if mirror is not None:
-        tb_names = {Path(s).name for s, _ in _tb_signature(root)}
         # The tb sub-folders are listed through the mirror, not as "not a run folder" problems.
-        problems = [p for p in problems if not any(f"/{n}:" in p for n in tb_names)]
+        problems = runs_data.drop_mirrored_problems(problems, [Path(s) for s, _ in _tb_signature(root)])
         more, more_problems = _rows(mirror)
         rows += more
         problems += more_problems
-    return StoreView(store=runs_data.store_from_rows(root, rows, problems), mirror=mirror)
+    store = runs_data.store_from_rows(root, rows, problems, mirror=mirror)
+    return StoreView(store=store, mirror=mirror)
 
 
 def clear_store_caches() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 from app.data import runs as runs_data
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -211,3 +213,50 @@ def test_runs_listed_newest_start_first(monkeypatch, make_run):
     assert_clean(at)
     # folder order (same second: by name, newest first) would put the old trace first
     assert list(at.dataframe[0].value["name"]) == ["a-recorded-today", "z-imported-old-trace"]
+
+
+def test_runs_grid_is_as_tall_as_its_runs(monkeypatch, make_run):
+    from app.ui.runs_view import table_height
+
+    import streamlit as st
+
+    heights = []
+    real = st.dataframe
+
+    def spy(data, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if kwargs.get("key") == "runs_table":
+            heights.append(kwargs.get("height"))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "dataframe", spy)
+    for i in range(12):
+        root = make_run(f"r{i}").parent
+    at = open_app(monkeypatch, root)
+    assert_clean(at)
+    assert len(at.dataframe[0].value) == 12
+    # 12 rows + header, no empty band and no scrolling; a long store scrolls past 25 rows.
+    assert heights[-1] == table_height(12) == 13 * 35 + 3
+    assert table_height(0) == table_height(1) < table_height(2)
+    assert table_height(1000) == table_height(25) == 26 * 35 + 3
+
+
+def test_imported_run_steps_in_trace_until_analysed(monkeypatch, shared_data, tmp_path):
+    from app.analysis.trace_summary import analyze_traces
+    from app.data.tbprofiler import import_traces
+    from app.data.trace import load_traces
+    from app.ui.store import clear_store_caches
+
+    monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "runs"
+    run_dir = import_traces(shared_data / "traces" / "gpu_before_after" / "control.json.gz", root, name="gpu")[0]
+    clear_store_caches()
+    at = open_app(monkeypatch, root)
+    assert_clean(at)
+    row = at.dataframe[0].value.iloc[0]
+    assert row["steps_source"] == "in trace" and row["steps"] is pd.NA
+    steps = analyze_traces(load_traces(run_dir)).steps  # what opening the run does
+    clear_store_caches()
+    at = open_app(monkeypatch, root)
+    row = at.dataframe[0].value.iloc[0]
+    assert row["steps_source"] == "trace" and row["steps"] == len(steps) == 6
+    assert abs(row["mean_step_time_ms"] - steps["duration_us"].mean() / 1e3) < 1e-6
