@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
-__all__ = ["make_kernel_share_figure", "make_gpu_busy_figure"]
+__all__ = ["make_kernel_share_figure", "make_gpu_busy_figure", "OTHER_COLOR"]
+
+# The "other (N kernels)" slice is grey so it never reads as one more kernel; the kernels take
+# colours from a palette with no grey in it (D3's grey left out), cycling past 19 kernels.
+OTHER_COLOR = "#bdbdbd"
+_KERNEL_COLORS = list(dict.fromkeys(
+    c.lower() for c in (*qualitative.Plotly, *qualitative.D3) if c.upper() != "#7F7F7F"
+))
 
 # Horizontal legend above the plot, clear of the x-axis title.
 _LEGEND_TOP = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0}
@@ -33,7 +41,9 @@ def make_kernel_share_figure(kernels: pd.DataFrame, *, n: int = 15) -> go.Figure
     full = [str(x) for x in top["name"]]
     labels = _unique_labels([_short(x) for x in full])
     values = list(pd.to_numeric(top["total_us"], errors="coerce") / 1e3)
+    colors = [_KERNEL_COLORS[i % len(_KERNEL_COLORS)] for i in range(len(labels))]
     if len(rest):
+        colors.append(OTHER_COLOR)
         labels.append(f"other ({len(rest)} kernels)")
         full.append(labels[-1])
         values.append(float(pd.to_numeric(rest["total_us"], errors="coerce").sum()) / 1e3)
@@ -44,6 +54,7 @@ def make_kernel_share_figure(kernels: pd.DataFrame, *, n: int = 15) -> go.Figure
             customdata=full,
             hole=0.45,
             sort=False,
+            marker={"colors": colors},
             textinfo="percent",
             hovertemplate="%{customdata}<br>%{value:.3f} ms (%{percent})<extra></extra>",
         )
