@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 
+from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from tests.app.helpers import assert_clean, open_app, texts
 
@@ -310,3 +311,20 @@ def test_run_name_and_tags_are_not_markdown(monkeypatch, make_run):
     assert at.title[0].value == md_escape(name)
     header = texts(at.markdown)
     assert "\\`odd\\`" in header and "\\_it\\_" in header
+
+
+def test_device_name_is_shown_in_full_under_a_short_tile(monkeypatch, make_run):
+    from app.ui.tabs.overview import device_labels
+
+    run_dir = make_run("a100")
+    name = "NVIDIA A100-PG509-200"
+    rf.update_manifest(run_dir, devices=({"type": "cuda", "name": name}, {"type": "cuda", "name": name}))
+    at = open_app(monkeypatch, run_dir.parent, run="a100")
+    assert_clean(at)
+    overview = _tab(at, "Overview")
+    tile = {m.label: m.value for m in overview.metric}["Device"]
+    assert tile == "2 × A100-PG509-…" and len(tile) <= 16
+    assert f"2 × {name}" in texts(overview.caption)  # the full name, not truncated
+    assert device_labels([{"name": "NVIDIA H100"}]) == ("NVIDIA H100", "H100")
+    assert device_labels([{"type": "cpu"}]) == ("cpu", "cpu")
+    assert device_labels([]) == ("", "")

@@ -54,3 +54,10 @@ def test_median_leaves_out_steps_the_profiler_slowed() -> None:
         }
     )
     assert fig_median(make_step_time_figure(m)) == "median 100.00 ms"
+
+
+def test_step_time_axis_starts_at_zero() -> None:
+    # 100-110 ms steps: from its own minimum the axis would make a 10 % jitter look like a cliff.
+    fig = make_step_time_figure(_metrics(1, [1, 2, 3]))
+    assert fig.layout.yaxis.rangemode == "tozero"
+    assert fig.layout.yaxis.title.text == "step time (ms)"

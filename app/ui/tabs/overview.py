@@ -23,7 +23,7 @@ from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
 
-__all__ = ["TITLE", "render", "world_size_caption"]
+__all__ = ["TITLE", "render", "world_size_caption", "device_labels"]
 
 TITLE = "Overview"
 
@@ -96,15 +96,43 @@ def _render_headline(ctx: RunContext) -> None:
     loss = compute_rank_rows(run.metrics, ctx.rank)
     final = loss["loss"].dropna().iloc[-1] if "loss" in loss.columns and loss["loss"].notna().any() else None
     cols[4].metric("Final loss", f"{final:.4g}" if final is not None else "–")
-    devices = ", ".join(str(d.get("name") or d.get("type") or "?") for d in run.manifest.devices)
+    full, short = device_labels(run.manifest.devices)
     cols[5].metric(
         "Device",
-        (devices if len(devices) < 40 else devices[:38] + "…") or "–",
-        help=devices or "The run records no devices (an imported trace without deviceProperties).",
+        short or "–",
+        help=full or "The run records no devices (an imported trace without deviceProperties).",
     )
+    if full and full != short:  # the tile truncates long names ("NVIDIA A100-PG509-…"): say it in full
+        cols[5].caption(full)
     caption = world_size_caption(ctx.run.manifest.world_size, ctx.ranks, ctx.rank)
     if caption:
         st.caption(caption)
+
+
+# Vendor prefixes left out of the tile (the full name is in the caption under it).
+_VENDORS = ("NVIDIA ", "AMD ", "Intel(R) ", "Intel ")
+# Characters a metric tile in a third of the page shows before it truncates (laptop width).
+_TILE_CHARS = 16
+
+
+def device_labels(devices: tuple[dict, ...] | list[dict]) -> tuple[str, str]:
+    """(full, short) names of the run's devices: identical devices counted ("2 × NVIDIA A100"),
+    the short one without the vendor and cut to fit a metric tile. ("", "") for none."""
+    names = [str(d.get("name") or d.get("type") or "?") for d in devices]
+    if not names:
+        return "", ""
+    counts = dict.fromkeys(names, 0)
+    for n in names:
+        counts[n] += 1
+    full = ", ".join(n if c == 1 else f"{c} × {n}" for n, c in counts.items())
+    parts = []
+    for n, c in counts.items():
+        bare = next((n[len(v):] for v in _VENDORS if n.startswith(v) and len(n) > len(v)), n)
+        parts.append(bare if c == 1 else f"{c} × {bare}")
+    short = ", ".join(parts)
+    if len(short) > _TILE_CHARS:
+        short = short[: _TILE_CHARS - 1] + "…"
+    return full, short
 
 
 def world_size_caption(world_size: int, ranks: tuple[int, ...], rank: int | None) -> str:
