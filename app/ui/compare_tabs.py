@@ -17,9 +17,61 @@ from app.charts.graph import MODULE_DIFF_STYLES, make_module_diff_dot
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
-           "render_advisor_tab"]
+           "render_advisor_tab", "diff_table_display"]
 
 _US = st.column_config.NumberColumn(format="%.1f")
+
+# Operator and kernel diff tables: (header without unit, help) of each time column (µs per profiled
+# step in the analysis tables). Shown in ms when any value reaches 1 ms, as on the Run page.
+_TIME_HEADERS = {
+    "baseline_self_us": ("Baseline self", "host self time per profiled step in the baseline (child ops excluded)"),
+    "candidate_self_us": ("Candidate self", "host self time per profiled step in the candidate"),
+    "delta_us": ("Δ self", "candidate − baseline host self time per step; negative = faster"),
+    "baseline_total_us": ("Baseline total", "time per step including child ops, baseline"),
+    "candidate_total_us": ("Candidate total", "time per step including child ops, candidate"),
+    "baseline_device_self_us": ("Baseline device", "GPU kernel time the op launched, per step, baseline"),
+    "candidate_device_self_us": ("Candidate device", "GPU kernel time the op launched, per step, candidate"),
+    "device_delta_us": ("Δ device", "candidate − baseline device time per step; negative = faster"),
+    "baseline_us": ("Baseline", "kernel time per profiled step in the baseline"),
+    "candidate_us": ("Candidate", "kernel time per profiled step in the candidate"),
+}
+_KERNEL_DELTA = ("Δ time", "candidate − baseline kernel time per step; negative = faster")
+_TEXT_HEADERS = {
+    "module": ("Module", "qualified module name (`layer1.0.conv1`); empty = outside any module"),
+    "input_shapes": ("Input shapes", None),
+    "change": ("Change", "both: in both runs; added: only in the candidate; removed: only in the baseline"),
+}
+_CALLS_HEADERS = {"baseline_calls": "Baseline calls/step", "candidate_calls": "Candidate calls/step"}
+
+
+def diff_table_display(table: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, dict[str, object], str]:
+    """(table to show, its column_config, time unit) of an operator (``kind="ops"``) or kernel
+    (``"kernels"``) diff table. Time columns ``*_us`` become ``*_ms`` (values / 1000) when any of
+    them reaches 1 ms, so headers, values and unit agree; other columns keep their names."""
+    times = [c for c in table.columns if c in _TIME_HEADERS]
+    values = table[times].apply(pd.to_numeric, errors="coerce").abs() if times else pd.DataFrame()
+    in_ms = bool(times) and bool((values.max().max() or 0) >= 1000)
+    unit = "ms" if in_ms else "µs"
+    shown = table.copy()
+    config: dict[str, object] = {
+        "name": st.column_config.TextColumn("Operator" if kind == "ops" else "Kernel", width="large"),
+    }
+    for col in times:
+        label, help_text = _KERNEL_DELTA if kind == "kernels" and col == "delta_us" else _TIME_HEADERS[col]
+        target = col[: -len("_us")] + "_ms" if in_ms else col
+        if in_ms:
+            shown = shown.rename(columns={col: target})
+            shown[target] = pd.to_numeric(shown[target], errors="coerce") / 1e3
+        delta = col.endswith("delta_us")
+        fmt = ("%+.3f" if delta else "%.3f") if in_ms else ("%+.1f" if delta else "%.1f")
+        config[target] = st.column_config.NumberColumn(f"{label} ({unit}/step)", format=fmt, help=help_text)
+    for col, (label, help_text) in _TEXT_HEADERS.items():
+        if col in shown.columns:
+            config[col] = st.column_config.TextColumn(label, help=help_text)
+    for col, label in _CALLS_HEADERS.items():
+        if col in shown.columns:
+            config[col] = st.column_config.NumberColumn(label, format="%.2f", help="calls per profiled step")
+    return shown, config, unit
 
 
 def _labels(cmp: Comparison) -> tuple[str, str]:
@@ -73,10 +125,10 @@ def render_ops_tab(cmp: Comparison) -> None:
     st.plotly_chart(make_delta_bar_figure(chart, label_col="op" if by_module else "name",
                                           title="Operators: host self-time change per step"), width="stretch",
                     key="compare_ops_fig")
-    st.dataframe(ops, hide_index=True, width="stretch",
-                 column_config={c: _US for c in ops.columns if c.endswith("_us")})
-    st.caption("Times and calls are per profiled step (each side divided by its own number of steps), sorted by "
-               "|delta_us|. Match by name + input shapes or name + module in the settings above.")
+    shown, config, unit = diff_table_display(ops, "ops")
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
+    st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
+               "sorted by the size of Δ self. Match by name + input shapes or name + module in the settings above.")
 
 
 def render_kernels_tab(cmp: Comparison) -> None:
@@ -86,8 +138,10 @@ def render_kernels_tab(cmp: Comparison) -> None:
     kernels = _filtered(cmp.kernels, "compare_kernels")
     st.plotly_chart(make_delta_bar_figure(kernels, title="Kernels: time change per step"), width="stretch",
                     key="compare_kernels_fig")
-    st.dataframe(kernels, hide_index=True, width="stretch",
-                 column_config={c: _US for c in kernels.columns if c.endswith("_us")})
+    shown, config, unit = diff_table_display(kernels, "kernels")
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
+    st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
+               "sorted by the size of Δ time.")
 
 
 def _render_module_graph(cmp: Comparison) -> None:

@@ -6,7 +6,7 @@ import pandas as pd
 
 from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, require_steps, step_share
 from .model import Finding, MissingEvidence, RunEvidence, Severity
-from .registry import rule
+from .registry import get_rule, rule
 from .signals import KERNEL_CATS, by_cat, idle_gaps_us, in_spans
 
 __all__ = ["low_device_utilization"]
@@ -22,8 +22,11 @@ IDLE_RECOVERABLE = 0.5
 _BUSY_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "communication_us")
 _IDLE_CAUSES = {"dataloader_us": "waiting for data (DataLoader)", "cpu_exec_us": "CPU work (Python/ATen ops)",
                 "runtime_us": "CUDA runtime calls (launches, syncs)", "other_us": "nothing recorded (other)"}
-# The rule that explains each idle cause in detail, named so the two findings read together.
-_RELATED = {"dataloader_us": "data_loading_bound", "cpu_exec_us": "launch_bound", "runtime_us": "sync_points / launch_bound"}
+# The rules that look at each idle cause in detail. When one of them fires on the run, this finding
+# names it by the title the user sees; a rule that did not fire is not mentioned (its id means
+# nothing to a reader who does not see it listed).
+_RELATED = {"dataloader_us": ("data_loading_bound",), "cpu_exec_us": ("launch_bound",),
+            "runtime_us": ("sync_points", "launch_bound")}
 _FIXES = {
     "dataloader_us": "loader = DataLoader(ds, batch_size=bs, num_workers=8, pin_memory=True, persistent_workers=True)",
     "cpu_exec_us": "model = torch.compile(model)   # fewer, larger kernels; move CPU pre-processing off the step",
@@ -48,6 +51,26 @@ def _gaps(ev: RunEvidence) -> tuple[float, float]:
     return big / max(1, n_steps), largest
 
 
+def _related_titles(ev: RunEvidence, cause: str) -> list[str]:
+    """Titles of the findings that the rules related to ``cause`` report on this run."""
+    titles = []
+    for rule_id in _RELATED.get(cause, ()):
+        try:
+            titles += [f.title for f in get_rule(rule_id).func(ev)]
+        except MissingEvidence:  # that rule cannot look at this run: nothing to point to
+            continue
+    return titles
+
+
+def _ranks_text(steps: pd.DataFrame) -> str:
+    n = steps["rank"].nunique() if "rank" in steps.columns else 1
+    return f" of {n} ranks" if n > 1 else ""
+
+
+def _gain_text(idle: float) -> str:
+    return f"up to {fmt_pct(idle * IDLE_RECOVERABLE)} of step time (half of the {fmt_pct(idle)} the GPU is idle)"
+
+
 def _system_utilization(ev: RunEvidence) -> list[Finding]:
     """From the agent's sampled GPU utilisation (NVML: share of time a kernel ran) when no GPU trace."""
     sysdf = ev.system
@@ -66,14 +89,41 @@ def _system_utilization(ev: RunEvidence) -> list[Finding]:
         title=f"GPU busy only {fmt_pct(busy)} of the time (sampled)",
         explanation=(
             f"The agent's samples of GPU utilisation (share of time a kernel was running) have a median of "
-            f"{fmt_pct(busy)} while the job used the GPU. Record a profiler trace to see what the GPU waits for."
+            f"{fmt_pct(busy)} while the job used the GPU, so the GPU sat idle about {fmt_pct(1 - busy)} of the "
+            "time. Record a profiler trace to see what the GPU waits for. "
+            f"Expected gain: half of the idle share ({fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
+            f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)}), since not all idle time can be won back."
         ),
         evidence={"busy_share": busy, "idle_share": 1 - busy, "samples": int(active[-1] - active[0] + 1)},
         fix_summary="Find what the GPU waits for (data loading, host work, syncs) in a trace; then raise the batch size.",
         fix="# record a few profiled steps: torchscope run --wait 5 --active 3 -- python train.py\n" + _FIXES["other_us"],
-        expected_gain=f"up to {fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time",
+        expected_gain=_gain_text(1 - busy),
         gain_share=(1 - busy) * IDLE_RECOVERABLE, doc_url=DOCS["tuning"], chart="System › GPU utilisation",
     )]
+
+
+def _trace_explanation(ev: RunEvidence, n: int, ranks: str, step_us: float, busy: float, idle: dict[str, float], cause: str,
+                       gaps_per_step: float, largest_us: float) -> str:
+    """What was measured over ``n`` steps of mean ``step_us``, what the idle time was spent on,
+    which other finding explains the cause, and how the gain is estimated."""
+    causes = sorted(((v, c) for c, v in idle.items() if v >= 0.0005), reverse=True)[:3]  # shown as ≥ 0.1%
+    spent = "; ".join(f"{_IDLE_CAUSES[c]} {fmt_pct(v)}" for v, c in causes)
+    text = (
+        f"Measured over {n} profiled step{'s' if n != 1 else ''}{ranks} (mean {fmt_ms(step_us)}): kernels, memory "
+        f"copies and collectives kept the GPU busy {fmt_pct(busy)} of the step, so it sat idle "
+        f"{fmt_pct(1 - busy)} ({fmt_ms((1 - busy) * step_us)} per step). "
+        + (f"While the GPU was idle, the step's time went to: {spent} (shares of the step). " if spent else "")
+        + f"{gaps_per_step:.1f} gaps per step between device work exceed {GAP_US:g} µs; the largest is "
+        f"{fmt_ms(largest_us)}. "
+    )
+    related = _related_titles(ev, cause)
+    if related:
+        text += "The finding " + " and ".join(f"“{t}”" for t in related) + " looks at this cause in detail. "
+    return text + (
+        f"Expected gain: the idle time is the most a fix can win back, and only part of it is recoverable "
+        f"(it depends on the cause), so half is counted: {fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
+        f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time."
+    )
 
 
 @rule("low_device_utilization", family="utilization", title="GPU idle for much of the step")
@@ -99,16 +149,11 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
         rule="low_device_utilization", family="utilization",
         severity=Severity.HIGH if busy < BUSY_SHARE_MIN / 2 else Severity.MEDIUM,
         title=f"GPU busy only {fmt_pct(busy)} of the step",
-        explanation=(
-            f"Kernels, copies and collectives occupy the GPU {fmt_pct(busy)} of a {fmt_ms(step_us)} step; "
-            f"the largest share of the idle time is {_IDLE_CAUSES[cause]} ({fmt_pct(idle.get(cause, 0.0))}). "
-            f"{gaps_per_step:.1f} gaps per step exceed {GAP_US:g} µs; the largest is {fmt_ms(largest)}."
-            + (f" Related finding: {_RELATED[cause]}." if cause in _RELATED else "")
-        ),
+        explanation=_trace_explanation(ev, len(steps), _ranks_text(steps), step_us, busy, idle, cause, gaps_per_step, largest),
         evidence=evidence,
         fix_summary="Remove what the GPU waits for (the idle cause named above); then raise the batch size.",
         fix=_FIXES[cause] + "\n# then: a larger batch size gives each kernel more work",
-        expected_gain=f"up to {fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time",
+        expected_gain=_gain_text(1 - busy),
         gain_share=(1 - busy) * IDLE_RECOVERABLE, doc_url=DOCS["tuning"],
         chart="Overview › step breakdown; Timeline › GPU rows (gaps between kernels)",
     )]

@@ -69,8 +69,24 @@ def test_low_utilization_names_the_idle_cause_and_gaps():
     assert f.evidence["busy_share"] == pytest.approx(1000 / 5030)
     assert f.evidence["gaps_over_100us_per_step"] == 9
     assert "CPU work" in f.explanation
+    # Self-explanatory: what was measured, no rule id the user does not see, how the gain is estimated.
+    assert "Measured over 1 profiled step (mean 5.03 ms)" in f.explanation
+    assert "busy 19.9% of the step, so it sat idle 80.1% (4.03 ms per step)" in f.explanation
+    assert "launch_bound" not in f.explanation and "Launch-bound" not in f.explanation  # it did not fire
+    assert "80.1% × 0.5 = 40.1% of step time" in f.explanation
+    assert f.expected_gain == "up to 40.1% of step time (half of the 80.1% the GPU is idle)"
+    assert f.gain_share == pytest.approx((1 - 1000 / 5030) * 0.5)
     busy = steps(1, duration_us=5030.0, kernel=4000.0)
     assert low_device_utilization(evidence(steps_df=busy, traces=[tr])) == []
+
+
+def test_low_utilization_names_the_launch_finding_only_when_it_fires():
+    st = steps(1, duration_us=400.0, kernel=100.0, runtime=150.0, cpu_exec=100.0)
+    ev = evidence(steps_df=st, traces=[_gpu_trace(2.5, n=40, gap_us=5)])
+    [launch] = launch_bound(ev)
+    [f] = low_device_utilization(ev)
+    assert f"The finding “{launch.title}” looks at this cause in detail." in f.explanation
+    assert "launch_bound" not in f.explanation and "sync_points" not in f.explanation
 
 
 def test_stragglers_from_steps_and_from_metrics():
@@ -121,6 +137,8 @@ def test_low_utilization_from_sampled_gpu_util_without_trace():
 
     [f] = low_device_utilization(ev([0, 0, 30, 35, 20, 40, 30, 25, 0]))
     assert f.evidence["busy_share"] == pytest.approx(0.30) and f.chart == "System › GPU utilisation"
+    assert "idle about 70.0%" in f.explanation and "70.0% × 0.5 = 35.0%" in f.explanation
+    assert f.expected_gain == "up to 35.0% of step time (half of the 70.0% the GPU is idle)"
     assert low_device_utilization(ev([0, 90, 95, 97, 92, 96, 0])) == []
     with pytest.raises(MissingEvidence):
         low_device_utilization(ev([0, 50, 0]))
