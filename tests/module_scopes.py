@@ -40,7 +40,7 @@ def record_module_trace(out: Path, *, agent_ranges: bool = True, with_stack: boo
                         width: int = 32) -> dict[str, list[float]]:
     """Profile ``active`` steps (forward, backward, SGD step) of ``Sequential(Sequential(Linear,
     ReLU), Linear)`` with a CrossEntropyLoss module into ``out``; return torch's key_averages
-    (key → [count, self_cpu_time_total, cpu_time_total])."""
+    (key → [count, self_cpu_time_total, cpu_time_total, is_user_annotation])."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -49,7 +49,7 @@ def record_module_trace(out: Path, *, agent_ranges: bool = True, with_stack: boo
     def on_ready(p: Any) -> None:
         p.export_chrome_trace(str(out))
         for e in p.key_averages():
-            expected[e.key] = [e.count, e.self_cpu_time_total, e.cpu_time_total]
+            expected[e.key] = [e.count, e.self_cpu_time_total, e.cpu_time_total, bool(e.is_user_annotation)]
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.ReLU()),

@@ -6,8 +6,8 @@ What torch-tb-profiler's "Module View" gave users, from the module ranges of the
 - ``calls``: forward calls (module ranges) in the traces;
 - ``forward_self_us`` / ``backward_self_us``: summed host self time of the ops attributed to the
   module in each phase (ops run directly in it, not in a submodule); ``self_us`` is their sum.
-  ``record_function`` ranges are not ops (run_summary.is_annotation_row, as in the Operators
-  tab): their children count, their own gaps do not;
+  ``record_function`` ranges are not ops (ops.is_op_row, as in the op table): their children
+  count, their own gaps do not;
 - ``total_us``: ``self_us`` of the module and of every module under it. "Under" follows the
   nesting recorded in the trace (each op carries the path of module ranges around it, outermost
   first; for backward ops, the path of the forward op), so a module counts the ops of every
@@ -29,7 +29,6 @@ import pandas as pd
 
 from app.analysis.op_modules import PATH_SEP
 from app.analysis.ops import compute_op_events_with_scopes, is_op_row, step_total_us
-from app.analysis.run_summary import is_annotation_row
 
 __all__ = ["MODULE_COLUMNS", "compute_module_table", "has_module_ranges"]
 
@@ -53,7 +52,6 @@ def _per_path(traces: list[Any]) -> tuple[pd.DataFrame, pd.DataFrame, float]:
     for t in traces:
         ev, scopes = compute_op_events_with_scopes(t.events)
         ev = ev[is_op_row(ev)]
-        ev = ev[~is_annotation_row(ev.rename(columns={"cat": "category"})).to_numpy()]
         host_total += float(ev["self_us"].sum())
         sums.append(ev.groupby(["module_path", "phase"], observed=True, sort=False)[
             ["self_us", "device_self_us"]].sum().reset_index()

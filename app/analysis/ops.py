@@ -11,8 +11,22 @@ Definitions (the same as ``torch.profiler``'s ``key_averages()``):
 - ``share`` is ``self_us`` over the summed duration of the trace's steps;
 - ``module`` (``group_by="module"``) is the innermost ``nn.Module`` the op ran in, forward or
   backward (app/analysis/op_modules.py), "" outside every module.
-``ProfilerStep#N`` spans and ``nn.Module: …`` ranges are tree nodes (they are parents) but not
-rows of the table, whatever the grouping: their children's self times do not change.
+``ProfilerStep#N`` spans, ``nn.Module: …`` ranges and the other ``record_function`` ranges (cat
+``user_annotation``: ``## forward ##``, ``Optimizer.step#…``, ``enumerate(DataLoader)#…``,
+``DistributedDataParallel.forward``) are tree nodes (they are parents) but not rows of the table,
+whatever the grouping: their children's self times do not change. torch-tb-profiler's operator
+view leaves them out too (``tb_plugin/torch_tb_profiler/profiler/node.py``, ``is_operator_node``:
+only ``cpu_op`` nodes, minus ``Optimizer.…``, DataLoader ``__next__`` and ``DataParallel.forward``
+names, which older torch recorded as ``cpu_op`` and which are left out here too; ``op_agg.py``
+aggregates those nodes). A range's "self time" is only what its children do not cover, and a
+range whose work runs on another thread (``## backward ##`` on the main thread, autograd on its own) is
+waiting, which made the table's shares sum past 100% of the steps on GPU traces. Collectives
+recorded as annotations (``nccl:*``, ``gloo:*``, ``mpi:*``, ``ucc:*``: c10d's process groups
+name their profiler ranges so) stay rows: their time is the collective's launch.
+``compute_annotation_table`` gives the ranges, with the same columns.
+
+``torch.profiler``'s ``key_averages()`` lists user annotations as rows; this table equals it
+without them (its entries with ``is_user_annotation``, and ``ProfilerStep#N``).
 """
 from __future__ import annotations
 
@@ -25,12 +39,19 @@ from app.analysis.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name
                                     is_device_activity, is_runtime)
 from app.analysis.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modules
 
-__all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "compute_op_table", "compute_op_events",
-           "compute_op_events_with_scopes", "op_tree", "is_op_row", "step_total_us"]
+__all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "COMM_ANNOTATION_PREFIXES", "compute_op_table",
+           "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes", "op_tree",
+           "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us"]
 
 OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
 HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
 GROUPINGS = (None, "shape", "module")
+# Names c10d's process groups give the profiler ranges of their collectives (ProcessGroupNCCL,
+# ProcessGroupGloo, ProcessGroupMPI, ProcessGroupUCC: "<backend>:<collective>"); a superset of
+# breakdown.COMM_OP_NAMES, tb-profiler's list, which misses e.g. nccl:_all_gather_base or nccl:send.
+COMM_ANNOTATION_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:")
+# tb-profiler's ExcludeOpName (node.py)
+_EXCLUDED_OP_NAMES = frozenset({"DataParallel.forward", "DistributedDataParallel.forward"})
 _GROUP_KEY = {"shape": "input_shapes", "module": "module"}
 
 
@@ -147,9 +168,35 @@ def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True
     return host.assign(module=scopes.module, module_path=scopes.module_path, phase=scopes.phase), scopes
 
 
+def _range_name(n: str) -> bool:
+    """torch-tb-profiler's ``is_operator_node`` name exclusions (ranges older torch recorded as ``cpu_op``)."""
+    return (n.startswith("Optimizer.") or n in _EXCLUDED_OP_NAMES
+            or (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__")))
+
+
+def is_user_annotation(ev: pd.DataFrame) -> np.ndarray:
+    """Events that are ``record_function`` ranges (cat ``user_annotation``/``gpu_user_annotation``,
+    or named as tb-profiler's ``is_operator_node`` excludes: ``Optimizer.…``, DataLoader
+    ``__next__``, ``(Distributed)DataParallel.forward``) other than collectives (names starting
+    with COMM_ANNOTATION_PREFIXES)."""
+    ranges = cat_in(ev, ANNOTATION_CATS) | name_mask(ev, _range_name)
+    return ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES))
+
+
+def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
+    return name_mask(ev, lambda n: n.startswith(("ProfilerStep#", MODULE_PREFIX)))
+
+
 def is_op_row(ev: pd.DataFrame) -> np.ndarray:
-    """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges."""
-    return ~name_mask(ev, lambda n: n.startswith(("ProfilerStep#", MODULE_PREFIX)))
+    """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges,
+    not user annotations (collectives excepted: see the module docstring)."""
+    return ~(_step_or_module(ev) | is_user_annotation(ev))
+
+
+def is_annotation_row(ev: pd.DataFrame) -> np.ndarray:
+    """Host events that are rows of the annotation table: user annotations other than
+    ``ProfilerStep#N`` spans and module ranges."""
+    return is_user_annotation(ev) & ~_step_or_module(ev)
 
 
 def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -184,15 +231,29 @@ def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: floa
     (name, module) with ``group_by="module"`` (module "" for ops outside every module).
 
     Columns OP_COLUMNS (+ ``input_shapes`` / ``module``), sorted by ``self_us`` descending;
-    several traces (ranks) are summed. Raises ValueError for another ``group_by``.
+    several traces (ranks) are summed. User annotations are not rows (module docstring).
+    Raises ValueError for another ``group_by``.
     """
     if group_by not in GROUPINGS:
         raise ValueError(f"group_by must be one of None, 'shape', 'module', got {group_by!r}")
+    return _aggregate(traces, is_op_row, group_by, steps_us)
+
+
+def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> pd.DataFrame:
+    """The ``record_function`` ranges the op table leaves out (is_annotation_row), one row per
+    name with the op table's columns: ``total_us`` is the ranges' wall time, ``self_us`` what their
+    children on the same thread do not cover, ``device_self_us`` the kernels launched directly
+    in them, ``share`` = ``self_us`` / steps (without steps: / the ranges' summed self time).
+    Sorted by ``self_us`` descending."""
+    return _aggregate(traces, is_annotation_row, None, steps_us)
+
+
+def _aggregate(traces: Any, rows: Any, group_by: str | None, steps_us: float | None) -> pd.DataFrame:
     items = traces if isinstance(traces, (list, tuple)) else [traces]
     frames, total_steps = [], 0.0
     for t in items:
         ev = compute_op_events(t.events, modules=group_by == "module")
-        frames.append(ev[is_op_row(ev)])
+        frames.append(ev[rows(ev)])
         total_steps += step_total_us(t) if steps_us is None else 0.0
     if steps_us is not None:
         total_steps = steps_us

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from app.analysis.breakdown import ANNOTATION_CATS
 from app.analysis.peak_memory import peak_sources, pick_peak
 
 __all__ = [
@@ -17,7 +16,6 @@ __all__ = [
     "compute_trace_step_times",
     "compute_ops_view",
     "compute_annotations_view",
-    "is_annotation_row",
     "compute_rank_rows",
     "compute_peak_memory",
     "trace_peaks_could_change",
@@ -139,22 +137,6 @@ def trace_peaks_could_change(source: str) -> bool:
                           "system:peak_memory_bytes")
 
 
-# Annotation ranges kept as operators: torch records collectives as user annotations, and their
-# launch cost is an op's cost (torch-tb-profiler keeps them as operator nodes too).
-_COMM_PREFIXES = ("nccl:", "gloo:")
-
-
-def is_annotation_row(ops: pd.DataFrame) -> pd.Series:
-    """True for rows of the op table that are ``record_function`` ranges (category
-    ``user_annotation``: ``## backward ##``, ``Optimizer.step#…``, ``enumerate(DataLoader)#…``,
-    ``DistributedDataParallel.forward``) rather than operators; ``nccl:*``/``gloo:*`` collectives
-    stay operators. False everywhere when the table has no ``category`` column."""
-    if "category" not in ops.columns or ops.empty:
-        return pd.Series(False, index=ops.index)
-    annotation = ops["category"].astype(str).isin(ANNOTATION_CATS)
-    return annotation & ~ops["name"].astype(str).str.startswith(_COMM_PREFIXES)
-
-
 def _steps_total_us(steps: pd.DataFrame | None) -> float | None:
     if steps is not None and "duration_us" in steps.columns and len(steps):
         return float(pd.to_numeric(steps["duration_us"], errors="coerce").sum()) or None
@@ -175,21 +157,16 @@ def _with_pct(out: pd.DataFrame, steps: pd.DataFrame | None, value: str, text: s
 
 
 def compute_ops_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
-    """The operators of the op table with ``pct_of_step`` (self time / profiled steps' time, %) and
-    a name filter: ``text`` keeps ops whose name contains it (case-insensitive). Sorted by ``self_us``.
-
-    ``record_function`` ranges (see :func:`is_annotation_row`) are left out, as torch-tb-profiler's
-    operator view leaves them out: a range's self time is whatever its children do not cover, and a
-    range whose work runs on another thread (``## backward ##`` on the main thread while autograd
-    runs the backward ops on its own thread) is "self time" that is only waiting, which made the
-    column sum past 100% on GPU traces. :func:`compute_annotations_view` lists them.
-    """
-    return _with_pct(ops[~is_annotation_row(ops)].copy(), steps, "self_us", text)
+    """The op table (app/analysis/ops.py: ``record_function`` ranges are not rows there) with
+    ``pct_of_step`` (self time / profiled steps' time, %) and a name filter: ``text`` keeps ops
+    whose name contains it (case-insensitive). Sorted by ``self_us``."""
+    return _with_pct(ops.copy(), steps, "self_us", text)
 
 
-def compute_annotations_view(ops: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
-    """The ``record_function`` ranges of the op table (``## forward ##``, ``Optimizer.step#…``,
-    DataLoader ``__next__``…) with ``pct_of_step`` = *total* time (the range's wall time, children
-    included) / profiled steps' time, %, sorted by ``total_us``. Ranges nest and overlap, so the
-    column does not add up to anything; each row says how much of the step that range spans."""
-    return _with_pct(ops[is_annotation_row(ops)].copy(), steps, "total_us", text)
+def compute_annotations_view(annotations: pd.DataFrame, steps: pd.DataFrame | None, text: str = "") -> pd.DataFrame:
+    """The ``record_function`` ranges (``ops.compute_annotation_table``: ``## forward ##``,
+    ``Optimizer.step#…``, DataLoader ``__next__``…) with ``pct_of_step`` = *total* time (the range's
+    wall time, children included) / profiled steps' time, %, sorted by ``total_us``. Ranges nest and
+    overlap, so the column does not add up to anything; each row says how much of the step that
+    range spans."""
+    return _with_pct(annotations.copy(), steps, "total_us", text)

@@ -18,6 +18,7 @@ __all__ = [
     "load_trace_analysis",
     "rank_rows",
     "cached_op_table",
+    "cached_annotation_table",
     "cached_module_table",
     "cached_kernel_table",
     "render_trace_warnings",
@@ -102,6 +103,19 @@ def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataF
     Only the ungrouped table is in the on-disk analysis cache (TraceAnalysis.ops); the grouped
     ones are computed on demand and kept here, keyed by ``group_by`` (and run, signature, rank)."""
     return _op_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank, group_by)
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner=False)
+def _annotation_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
+    from app.analysis.ops import compute_annotation_table
+
+    return compute_annotation_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+
+
+def cached_annotation_table(ctx: RunContext) -> pd.DataFrame:
+    """The ``record_function`` ranges of the chosen rank (ops.compute_annotation_table), all ranks
+    summed when ``ctx.rank`` is None; computed only when asked for."""
+    return _annotation_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank)
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

@@ -241,7 +241,9 @@ def test_sample_optimized_changes_the_expected_parts(sample_comparison) -> None:
     assert dev.set_index("category").loc["dataloader", "delta_us"] < 0
     top_ops = list(cmp.ops["name"].head(5))
     assert any("conv" in n for n in top_ops[:2]), top_ops
-    assert any("DataLoader" in n or "dataloader" in n.lower() for n in cmp.ops["name"].head(6)), top_ops
+    # Data loading shows in the breakdown above; its record_function range (enumerate(DataLoader)#…)
+    # is not an op (app/analysis/ops.py), so it is no row of the op comparison.
+    assert not cmp.ops["name"].str.startswith(("enumerate(DataLoader)#", "Optimizer.")).any(), top_ops
     # (signs of single ops are not asserted: on a busy 2-core machine a depthwise convolution's
     # backward can come out slower per call while the step as a whole is faster)
     changed = cmp.modules[cmp.modules["change"] == "type"]

@@ -70,3 +70,18 @@ def test_group_by_module_without_module_scopes_says_how_to_get_them(runs: dict[s
     at.radio(key="t_ops_group").set_value("shape").run()
     assert_ok(at)
     assert "input_shapes" in at.dataframe[1].value.columns
+
+
+def test_annotations_are_a_separate_table_on_request(runs: dict[str, Path]) -> None:
+    at = open_tab(runs["modules"], "operators")
+    assert_ok(at)
+    ops = at.dataframe[0].value
+    assert not ops["name"].str.startswith(("Optimizer.", "nn.Module: ")).any()  # ranges are not operators
+    n = len(at.dataframe)
+    at.toggle(key="t_ops_annotations").set_value(True).run()
+    assert_ok(at)
+    assert len(at.dataframe) == n + 1
+    ranges = at.dataframe[1].value
+    assert "Optimizer.step#SGD.step" in set(ranges["name"])
+    assert not set(ranges["name"]) & set(ops["name"])
+    assert (ranges["pct_of_step"] > 0).all()

@@ -7,10 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.modules import has_module_ranges
-from app.analysis.run_summary import compute_ops_view, is_annotation_row
+from app.analysis.run_summary import compute_annotations_view, compute_ops_view
 from app.charts.operators import make_top_modules_figure, make_top_ops_figure
 from app.ui.tabs import RunContext
 from app.ui.trace_view import (
+    cached_annotation_table,
     cached_module_table,
     cached_op_table,
     load_trace_analysis,
@@ -127,7 +128,6 @@ def _render_by_module(ctx: RunContext, text: str, n: int) -> None:
     gpu = bool((modules["device_total_us"] > 0).any())
     st.dataframe(_module_view(modules.sort_values(rank_by, ascending=False, kind="stable"), gpu),
                  hide_index=True, width="stretch", column_config=_MODULE_COLUMNS, key=ctx.key("ops_module_table"))
-    by_module = by_module[~is_annotation_row(by_module)]  # as in the table above: operators only
     outside = float(by_module.loc[by_module["module"].astype(str) == "", "self_us"].sum())
     total = float(by_module["self_us"].sum()) or 1.0
     st.caption(
@@ -148,6 +148,20 @@ def _render_by_module(ctx: RunContext, text: str, n: int) -> None:
         shown["device_self_ms"] = by_module["device_self_us"] / 1e3
     st.dataframe(shown.head(1000), hide_index=True, width="stretch", key=ctx.key("ops_module_ops"),
                  column_config={**_COLUMNS, "module": _MODULE_COLUMNS["module"]})
+
+
+def _render_annotations(ctx: RunContext, analysis: object, text: str) -> None:
+    view = compute_annotations_view(cached_annotation_table(ctx), rank_rows(getattr(analysis, "steps", None),
+                                                                             ctx.rank), text)
+    if view.empty:
+        st.info("No `record_function` ranges in these traces" + (f" matching “{text}”." if text else "."))
+        return
+    st.dataframe(_table(view), hide_index=True, width="stretch", key=ctx.key("ops_annotations_table"),
+                 column_config={**_COLUMNS, "name": st.column_config.TextColumn("Annotation"),
+                                "pct_of_step": st.column_config.NumberColumn(
+                                    "% of step", format="%.2f",
+                                    help="wall time of the range (children included) / time of the profiled steps; "
+                                         "ranges nest, so the column does not add up")})
 
 
 def render(ctx: RunContext) -> None:
@@ -187,7 +201,11 @@ def render(ctx: RunContext) -> None:
             _table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table")
         )
         pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
-        st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps.")
+        st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps. "
+                   "`record_function` ranges (`## forward ##`, `Optimizer.step#…`) are not operators: "
+                   "their children are.")
+    if st.toggle("Show annotations (record_function ranges)", key=ctx.key("ops_annotations")):
+        _render_annotations(ctx, analysis, text)
     group = st.radio("Group by", list(_GROUPS), format_func=_GROUPS.get, horizontal=True, key=ctx.key("ops_group"),
                      help="Split each operator by its input shapes, or by the nn.Module it ran in (forward and "
                           "backward) with a module view.")
