@@ -277,26 +277,42 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
     allocs = memory[size > 0].assign(alloc_bytes=size[size > 0]).nlargest(top, "alloc_bytes", keep="first")
     frees = memory[(size < 0) & memory["addr"].isin(allocs["addr"].dropna())]
     ops = host_ops(events)
-    op_end = ops["ts_us"] + ops["dur_us"].fillna(0.0)
-    op_tid = ops["tid"].astype(object).astype(str).to_numpy() if "tid" in ops.columns else None
+    # Plain arrays, filtered once per allocation: pandas masks over every op for each of the
+    # ``top`` allocations took seconds on a 12-step CPU trace.
+    op_ts = ops["ts_us"].to_numpy(float)
+    op_end = op_ts + ops["dur_us"].fillna(0.0).to_numpy(float)
+    op_tid, tids = (pd.factorize(ops["tid"].astype(object).astype(str).to_numpy()) if "tid" in ops.columns
+                    else (None, None))
+    tid_code = {t: i for i, t in enumerate(tids)} if tids is not None else {}
+    op_names = ops["name"].to_numpy(dtype=object)
+    op_shapes = ops["input_shapes"].to_numpy(dtype=object) if "input_shapes" in ops.columns else None
+    f_addr, f_dev, f_ts = (_floats(frees[c]) for c in ("addr", "device_id", "ts_us"))  # addresses < 2**53
+    a_addr, a_dev = _floats(allocs["addr"]), _floats(allocs["device_id"])
     rows = []
-    for a in allocs.itertuples(index=False):
-        later = frees[(frees["addr"] == a.addr) & (frees["device_id"] == a.device_id) & (frees["ts_us"] >= a.ts_us)]
+    for k, a in enumerate(allocs.itertuples(index=False)):
+        later = f_ts[(f_addr == a_addr[k]) & (f_dev == a_dev[k]) & (f_ts >= a.ts_us)]
         # Allocations are recorded on the allocating thread: match it when both sides know it.
-        same_thread = op_tid == str(a.tid) if op_tid is not None and "tid" in memory.columns else True
-        around = ops[same_thread & (ops["ts_us"] <= a.ts_us) & (op_end >= a.ts_us)].sort_values("ts_us")
-        names = [str(n) for n in around["name"]]
+        hit = (op_ts <= a.ts_us) & (op_end >= a.ts_us)
+        if op_tid is not None and "tid" in memory.columns:
+            hit &= op_tid == tid_code.get(str(a.tid), -1)
+        around = np.flatnonzero(hit)
+        around = around[np.argsort(op_ts[around], kind="stable")]
+        names = [str(n) for n in op_names[around]]
         maker = next((i for i in range(len(names) - 1, -1, -1) if names[i] not in _ALLOCATOR_OPS), len(names) - 1)
         rows.append({
             "ts_us": float(a.ts_us),
             "device": device_label(_opt_int(a.device_type), _opt_int(a.device_id)),
             "bytes": int(a.alloc_bytes),
-            "lifetime_us": float(later["ts_us"].min() - a.ts_us) if len(later) else float("nan"),
+            "lifetime_us": float(later.min() - a.ts_us) if len(later) else float("nan"),
             "op": names[maker] if names else "",
             "op_stack": " > ".join(names[-5:]),
-            "input_shapes": str(around["input_shapes"].iloc[maker]) if names and "input_shapes" in around else "",
+            "input_shapes": str(op_shapes[around[maker]]) if names and op_shapes is not None else "",
         })
     return pd.DataFrame(rows, columns=TRACE_ALLOCATION_COLUMNS)
+
+
+def _floats(col: pd.Series) -> np.ndarray:
+    return pd.to_numeric(col, errors="coerce").to_numpy(float, na_value=np.nan)
 
 
 def _opt_int(value: Any) -> int | None:
