@@ -2,7 +2,9 @@
 
 Binds to 127.0.0.1 unless ``--host`` says otherwise; the store reaches the app through
 ``$TORCHSCOPE_RUNS``. A missing or empty store is not an error here: the app explains how to
-record runs.
+record runs. Streamlit always runs headless (a non-headless Streamlit asks for an e-mail address
+on its first start and exits when stdin is not a terminal); the browser is opened from here once
+the server answers its health check.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
+import webbrowser
+from collections.abc import Callable
 from pathlib import Path
 
 from profiler_agent.runformat import layout
@@ -49,7 +56,7 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--server.address",
         args.host,
         "--server.headless",
-        "true" if args.no_browser else "false",
+        "true",  # never the first-run e-mail prompt; run() opens the browser itself
         "--browser.gatherUsageStats",
         "false",
         "--server.fileWatcherType",
@@ -62,13 +69,39 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     return cmd, env
 
 
+def browse_when_ready(url: str, proc: subprocess.Popen[bytes], *, timeout_s: float = 120.0,
+                      open_url: Callable[[str], object] = webbrowser.open) -> bool:
+    """Open ``url`` in the browser once the server at ``url`` answers its health check; give up
+    when ``proc`` exits or after ``timeout_s``. Returns whether the browser was asked to open."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    open_url(url)
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     cmd, env = build_command(args)
     root = env[layout.ROOT_ENV]
-    print(f"Torchscope on http://{args.host}:{args.port}  (runs: {root}; Ctrl+C to stop)", file=sys.stderr)
+    shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = f"http://{shown_host}:{args.port}"
+    print(f"Torchscope on {url}  (runs: {root}; Ctrl+C to stop)", file=sys.stderr)
     if not Path(root).exists():
         print(f"note: {root} does not exist yet; the app will show how to record runs", file=sys.stderr)
+    proc = subprocess.Popen(cmd, env=env)
+    if not args.no_browser:
+        threading.Thread(target=browse_when_ready, args=(url, proc), daemon=True).start()
     try:
-        return subprocess.call(cmd, env=env)
+        return proc.wait()
     except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         return 0

@@ -28,6 +28,9 @@ def test_defaults_bind_localhost_and_pass_root(tmp_path):
     assert str(APP_SCRIPT) in cmd and APP_SCRIPT.is_file()
     assert env[layout.ROOT_ENV] == str(tmp_path.resolve())
     assert cmd[cmd.index("--client.toolbarMode") + 1] == "viewer"  # no "Deploy" button, still a status
+    # headless even when a browser is wanted: otherwise Streamlit's first start asks for an e-mail
+    # address and exits when stdin is not a terminal (`make demo` in CI, a script)
+    assert cmd[cmd.index("--server.headless") + 1] == "true"
 
 
 def test_host_and_port_options(tmp_path):
@@ -46,23 +49,20 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_ui_serves_the_app(fixture_store, tmp_path):
+@pytest.mark.parametrize("browser", [False, True], ids=["no-browser", "browser"])
+def test_ui_serves_the_app(fixture_store, tmp_path, browser):
+    """A fresh HOME (no ~/.streamlit), stdin not a terminal: the server comes up and, unless
+    --no-browser, the browser ($BROWSER, here a script writing the URL to a file) is opened."""
     port = _free_port()
+    opened = tmp_path / "opened.txt"
+    fake_browser = f"{sys.executable} -c \"import sys; open({str(opened)!r}, 'w').write(sys.argv[1])\" %s"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "ui",
-            "--root",
-            str(fixture_store[0]),
-            "--port",
-            str(port),
-            "--no-browser",
-        ],
+        [sys.executable, "-m", "app", "ui", "--root", str(fixture_store[0]), "--port", str(port),
+         *([] if browser else ["--no-browser"])],
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "HOME": str(tmp_path)},
+        env={**os.environ, "HOME": str(tmp_path), "BROWSER": fake_browser},
         start_new_session=True,
     )
     try:
@@ -78,6 +78,14 @@ def test_ui_serves_the_app(fixture_store, tmp_path):
             pytest.fail("torchscope ui did not come up in 60 s")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
             assert r.status == 200
+        if browser:
+            deadline = time.time() + 20
+            while not opened.exists() and time.time() < deadline:
+                time.sleep(0.2)
+            assert opened.read_text() == f"http://127.0.0.1:{port}"
+        else:
+            time.sleep(1)
+            assert not opened.exists()
     finally:
         proc.terminate()
         proc.wait(timeout=20)
