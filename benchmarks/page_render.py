@@ -7,6 +7,11 @@ numbers are the Python cost of loading, analysing and building figures, which is
 waits for; the browser's drawing time is not included. "cold" is the first render of a run (traces
 parsed or read from the columnar cache), "warm" the second (Streamlit caches hit). With
 ``--runs N`` a synthetic store of N hand-made runs is timed for the Runs page as well.
+
+``--apptest`` times what a user waits for on a first visit instead: the whole Run page (header,
+every tab) through ``streamlit.testing.v1.AppTest``, each run in a fresh interpreter (imports
+included) on a fresh copy of the store (no trace or analysis cache), then a second visit (warm).
+``--profile DIR`` also writes a cProfile of each cold visit's script thread there.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -24,12 +30,9 @@ if str(ROOT) not in sys.path:
 
 
 def _quiet() -> None:
-    for name in (
-        "streamlit",
-        "streamlit.runtime.caching.cache_data_api",
-        "streamlit.runtime.scriptrunner_utils.script_run_context",
-    ):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # Bare mode warns on every st.* call ("missing ScriptRunContext"); streamlit's loggers are
+    # created lazily, so silence everything below ERROR rather than a list of names.
+    logging.disable(logging.WARNING)
 
 
 def time_tabs(run_dir: Path, root: Path) -> list[tuple[str, float, float]]:
@@ -75,15 +78,95 @@ def time_store(n: int) -> tuple[float, float, float]:
     return cold, warm, plain
 
 
+def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[float, float]:
+    """(cold s, warm s) of two AppTest visits of the Run page of ``run_dir`` in this process.
+
+    Call it in a fresh interpreter on a store without caches for a true first visit."""
+    import cProfile
+    import os
+
+    from streamlit.runtime.scriptrunner import script_runner
+    from streamlit.testing.v1 import AppTest
+
+    from profiler_agent.runformat import layout
+
+    os.environ[layout.ROOT_ENV] = str(root)
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=900)
+    at.query_params["run"] = run_dir.name
+    at.switch_page("app_pages/run.py")
+    prof = cProfile.Profile() if profile else None
+    original = script_runner.ScriptRunner._run_script
+
+    def profiled(self: Any, *args: Any, **kwargs: Any) -> Any:  # the script runs in its own thread
+        if prof is None:
+            return original(self, *args, **kwargs)
+        prof.enable()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            prof.disable()
+
+    script_runner.ScriptRunner._run_script = profiled
+    try:
+        t = time.perf_counter()
+        at.run()
+        cold = time.perf_counter() - t
+    finally:
+        script_runner.ScriptRunner._run_script = original
+    if prof is not None and profile is not None:
+        prof.dump_stats(str(profile))
+    problems = [e.value for e in at.exception] + [e.value for e in at.error]
+    if problems:
+        print(f"  {run_dir.name}: {problems[:2]}", file=sys.stderr)
+    t = time.perf_counter()
+    at.run()
+    return cold, time.perf_counter() - t
+
+
+def _apptest_store(root: Path, profile_dir: Path | None) -> None:
+    """Each run of ``root``: a cold and a warm page visit in a fresh interpreter on a fresh copy."""
+    import shutil
+    import subprocess
+
+    from profiler_agent import runformat as rf
+
+    for run_dir, m in rf.list_runs(root).runs:
+        tmp = Path(tempfile.mkdtemp(prefix="ts-bench-page-"))
+        try:
+            copy = tmp / "runs"
+            shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".cache"))
+            prof = str(profile_dir / f"{run_dir.name}.prof") if profile_dir else ""
+            code = ("import sys, logging; logging.disable(logging.WARNING); from pathlib import Path; "
+                    "from benchmarks.page_render import time_page; "
+                    f"c, w = time_page(Path({str(copy / run_dir.name)!r}), Path({str(copy)!r}), "
+                    f"Path({prof!r}) if {prof!r} else None); print(f'{{c:.2f}} {{w:.2f}}')")
+            env = {**__import__("os").environ, "TORCHSCOPE_CACHE": str(tmp / "cache")}
+            out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                print(f"\n{m.name}: failed\n{out.stderr[-2000:]}")
+                continue
+            cold, warm = (float(x) for x in out.stdout.split()[-2:])
+            print(f"\n{m.name} ({run_dir.name}): Run page first visit {cold:.2f} s, second {warm:.2f} s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", help="store whose runs' tabs are timed")
     p.add_argument("--runs", type=int, default=0, help="also time a synthetic store of this many runs")
+    p.add_argument("--apptest", action="store_true",
+                   help="time whole first and second Run page visits (AppTest, fresh interpreter, no caches)")
+    p.add_argument("--profile", type=Path, help="with --apptest: write a cProfile of each cold visit here")
     args = p.parse_args(argv)
     _quiet()
     from profiler_agent import runformat as rf
 
-    if args.root:
+    if args.root and args.apptest:
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        _apptest_store(Path(args.root), args.profile)
+    elif args.root:
         for run_dir, m in rf.list_runs(args.root).runs:
             rows = time_tabs(run_dir, Path(args.root))
             total_cold = sum(r[1] for r in rows)

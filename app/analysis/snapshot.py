@@ -278,12 +278,15 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
     frees = memory[(size < 0) & memory["addr"].isin(allocs["addr"].dropna())]
     ops = host_ops(events)
     # Plain arrays, filtered once per allocation: pandas masks over every op for each of the
-    # ``top`` allocations took seconds on a 12-step CPU trace.
+    # ``top`` allocations took seconds on a 12-step CPU trace. Only the ops running at one of the
+    # allocations' instants are kept (a few dozen), so the text columns are converted for those only.
     op_ts = ops["ts_us"].to_numpy(float)
     op_end = op_ts + ops["dur_us"].fillna(0.0).to_numpy(float)
-    op_tid, tids = (pd.factorize(ops["tid"].astype(object).astype(str).to_numpy()) if "tid" in ops.columns
-                    else (None, None))
-    tid_code = {t: i for i, t in enumerate(tids)} if tids is not None else {}
+    a_ts = np.sort(allocs["ts_us"].to_numpy(float))
+    first = np.searchsorted(a_ts, op_ts, side="left")  # the first allocation at or after the op's start
+    live = (first < len(a_ts)) & (a_ts[np.clip(first, 0, max(len(a_ts) - 1, 0))] <= op_end)
+    ops, op_ts, op_end = ops[live], op_ts[live], op_end[live]
+    op_tid = ops["tid"].astype(object).astype(str).to_numpy() if "tid" in ops.columns else None
     op_names = ops["name"].to_numpy(dtype=object)
     op_shapes = ops["input_shapes"].to_numpy(dtype=object) if "input_shapes" in ops.columns else None
     f_addr, f_dev, f_ts = (_floats(frees[c]) for c in ("addr", "device_id", "ts_us"))  # addresses < 2**53
@@ -294,7 +297,7 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
         # Allocations are recorded on the allocating thread: match it when both sides know it.
         hit = (op_ts <= a.ts_us) & (op_end >= a.ts_us)
         if op_tid is not None and "tid" in memory.columns:
-            hit &= op_tid == tid_code.get(str(a.tid), -1)
+            hit &= op_tid == str(a.tid)
         around = np.flatnonzero(hit)
         around = around[np.argsort(op_ts[around], kind="stable")]
         names = [str(n) for n in op_names[around]]
