@@ -31,7 +31,7 @@ from app.analysis.stats import (
     classify_ratio,
 )
 
-__all__ = ["CompareOptions", "Comparison", "VERDICT_COLUMNS", "diff_sides"]
+__all__ = ["CompareOptions", "Comparison", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
 
 VERDICT_COLUMNS = ["quantity", "unit", "baseline", "candidate", "ratio", "ci_lo", "ci_hi", "verdict", "note"]
 _TIME_WORDS = {Verdict.BETTER: Verdict.FASTER, Verdict.WORSE: Verdict.SLOWER}
@@ -150,6 +150,31 @@ def _compare_metrics(a: CompareSide, b: CompareSide, o: CompareOptions) -> pd.Da
     return pd.DataFrame(rows, columns=cols)
 
 
+def no_interval_reason(est: RatioEstimate) -> str:
+    """Why ``est`` has no confidence interval, in words ("1 step per side: no confidence interval")."""
+    na, nb = est.n_baseline, est.n_candidate
+    if na < 2 or nb < 2:
+        counts = f"{na} step per side" if na == nb else f"{na} step(s) in the baseline, {nb} in the candidate"
+        return f"{counts}: no confidence interval"
+    return "a median of 0 on one side: no confidence interval"
+
+
+def _interval_verdict(est: RatioEstimate | None, direction: Direction, o: CompareOptions) -> tuple[Verdict, str]:
+    """(verdict, reason it is not judged) of a time or throughput estimate.
+
+    faster/slower needs a bootstrap interval that excludes 1.0 and a ratio beyond the practical
+    threshold; without an interval (fewer than 2 kept steps on a side) the verdict is ``same``
+    and the reason says why, so a CI gate never fails on a single step."""
+    if est is None:
+        return Verdict.UNKNOWN, ""
+    if not est.has_interval:
+        if not math.isfinite(est.ratio) or est.ratio <= 0:
+            return Verdict.UNKNOWN, ""
+        return Verdict.SAME, f"{no_interval_reason(est)}, so no faster/slower verdict (ratio {est.ratio:.3f})"
+    raw = classify_ratio(est.ratio, est.lo, est.hi, direction=direction, threshold=o.threshold)
+    return _TIME_WORDS.get(raw, raw), ""  # BETTER/WORSE → FASTER/SLOWER; SAME, UNKNOWN as they are
+
+
 def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str, Any]:
     ta, src_a = cs.compute_step_times(a, o.warmup_steps)
     tb, src_b = cs.compute_step_times(b, o.warmup_steps)
@@ -158,10 +183,9 @@ def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str
         notes.append(f"step times come from {src_a} (baseline) and {src_b} (candidate); trace steps "
                      "include profiler overhead, so the ratio is less reliable")
     est = _bootstrap(cs.kept_step_times(ta), cs.kept_step_times(tb), o)
-    verdict = Verdict.UNKNOWN
-    if est is not None:
-        raw = classify_ratio(est.ratio, est.lo, est.hi, threshold=o.threshold)
-        verdict = _TIME_WORDS.get(raw, raw)  # BETTER/WORSE → FASTER/SLOWER; SAME, UNKNOWN as they are
+    verdict, why = _interval_verdict(est, Direction.LOWER, o)
+    if why:
+        notes.append(f"step time: {why}")
     (tp_a, unit_a), (tp_b, unit_b) = cs.kept_throughput(ta), cs.kept_throughput(tb)
     if unit_a != unit_b:
         tp_a, tp_b, unit_a = 1.0 / cs.kept_step_times(ta), 1.0 / cs.kept_step_times(tb), "steps_per_s"
@@ -170,11 +194,8 @@ def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str
               if t["kept"].astype(bool).any() and t["samples"].notna().any() else math.nan for t in (ta, tb))
     if unit_a == "samples_per_s" and math.isfinite(sa) and math.isfinite(sb) and sa != sb:
         notes.append(f"samples per step differ ({sa:g} vs {sb:g}): judge speed by throughput, not step time")
-    tp_verdict = Verdict.UNKNOWN
-    if tp is not None:
-        raw = classify_ratio(tp.ratio, tp.lo, tp.hi, direction=Direction.HIGHER, threshold=o.threshold)
-        tp_verdict = _TIME_WORDS.get(raw, raw)
-    return {"tables": (ta, tb), "sources": (str(src_a), str(src_b)), "est": est, "verdict": verdict,
+    tp_verdict, _ = _interval_verdict(tp, Direction.HIGHER, o)  # same steps: the step-time note covers it
+    return {"tables": (ta, tb), "sources": (str(src_a), str(src_b)), "est": est, "verdict": verdict, "why": why,
             "tp": tp, "tp_unit": unit_a, "tp_verdict": tp_verdict, "notes": notes}
 
 
@@ -189,7 +210,7 @@ def _memory_verdict(mem: tuple[cs.PeakMemory, cs.PeakMemory], o: CompareOptions)
 def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame) -> pd.DataFrame:
     rows = [
         _verdict_row("step time (median)", "s", steps["est"], steps["verdict"],
-                     f"steady state, from {steps['sources'][0]}"),
+                     f"steady state, from {steps['sources'][0]}" + (f"; {steps['why']}" if steps["why"] else "")),
         _verdict_row("throughput (median)", steps["tp_unit"].replace("_per_", "/"), steps["tp"], steps["tp_verdict"]),
     ]
     ratio = _safe_ratio(mem[1].bytes, mem[0].bytes)

@@ -14,13 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-from app.analysis.compare import Comparison
+from app.analysis.compare import Comparison, no_interval_reason
 from app.analysis.compare_memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
 )
 
-__all__ = ["format_value", "format_ratio", "short_name", "format_verdict_text", "format_report_markdown", "format_report_html",
+__all__ = ["format_value", "format_ratio", "short_name", "distinct_short_names", "format_verdict_text", "format_report_markdown", "format_report_html",
            "headline"]
 
 _ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "more": "⚠️", "worse": "⚠️", "same": "➖",
@@ -77,6 +77,36 @@ def short_name(name: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _middle_cut(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def distinct_short_names(names: Sequence[Any], width: int = 80) -> list[str]:
+    """``short_name`` of each name, except that names whose short forms collide are shown less
+    shortened, until every distinct name has a distinct text: first with argument lists
+    collapsed but template arguments kept (cut in the middle, so a name's head and its suffix
+    stay), then in full. Equal names stay equal."""
+    levels = (lambda t: short_name(t, width),
+              lambda t: _middle_cut(_collapse(t.removeprefix("void "), "(", ")"), width),
+              lambda t: _middle_cut(t, width),
+              lambda t: t)
+    texts = [str(n) for n in names]
+    level = dict.fromkeys(texts, 0)
+    while True:
+        shown = {t: levels[level[t]](t) for t in level}
+        owners: dict[str, set[str]] = {}
+        for t, v in shown.items():
+            owners.setdefault(v, set()).add(t)
+        clashes = [t for group in owners.values() if len(group) > 1 for t in group if level[t] < len(levels) - 1]
+        if not clashes:
+            return [shown[t] for t in texts]
+        for t in clashes:
+            level[t] += 1
+
+
 def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
     """``0.712× [0.70, 0.73]`` (the interval only when known)."""
     if not _finite(ratio):
@@ -101,9 +131,12 @@ def headline(cmp: Comparison) -> str:
     elif cmp.step_verdict == "slower":
         text = f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
                f"vs {format_value(est.baseline, 's')}{ci}"
+    elif not est.has_interval:
+        text = f"{c} vs {b}: step time not judged, {no_interval_reason(est)} (median step " \
+               f"{format_value(est.candidate, 's')} vs {format_value(est.baseline, 's')}, ratio {est.ratio:.3f})"
     else:
-        interval = f"; 95 % CI {est.lo:.3f}–{est.hi:.3f}" if est.has_interval else ""
-        text = f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}{interval})"
+        text = f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}; " \
+               f"95 % CI {est.lo:.3f}–{est.hi:.3f})"
     tp = cmp.throughput
     if tp is not None and any(n.startswith("samples per step differ") for n in cmp.notes):
         text += f"; throughput ({cmp.throughput_unit.replace('_per_', '/')}) {tp.ratio:.2f}×: {cmp.throughput_verdict}"
@@ -137,10 +170,15 @@ _VERDICT_HEADER = ["quantity", "baseline", "candidate", "ratio [95% CI]", "verdi
 def _top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]]:
     if df is None or len(df) == 0:
         return []
+    part = df.head(top)
+    # Names are shortened together, so two different kernels never print as the same text.
+    names = dict(zip(part.index, distinct_short_names(part["name"].tolist(), 100), strict=True)) \
+        if "name" in part.columns else {}
     out = []
-    for rec in df.head(top).to_dict(orient="records"):
-        out.append([_signed(rec[c]) if c.startswith("delta") else format_value(rec[c], "us") if c.endswith("_us") else (
-            f"{rec[c]:.2f}" if isinstance(rec[c], float) else short_name(rec[c], 100)) for c in cols])
+    for idx, rec in zip(part.index, part.to_dict(orient="records"), strict=True):
+        out.append([names[idx] if c == "name" else _signed(rec[c]) if c.startswith("delta")
+                    else format_value(rec[c], "us") if c.endswith("_us")
+                    else (f"{rec[c]:.2f}" if isinstance(rec[c], float) else short_name(rec[c], 100)) for c in cols])
     return out
 
 
@@ -167,11 +205,15 @@ def _category_rows(cats: MemoryCategoryComparison) -> list[list[str]]:
 
 
 def _ops_named(ops: pd.DataFrame) -> pd.DataFrame:
-    """Ops matched by module (``--by module``) are named ``module · op``: one op name per module."""
-    if "module" not in ops.columns:
-        return ops
-    module = ops["module"].astype(str).replace("", "(outside modules)")
-    return ops.assign(name=module + " · " + ops["name"].astype(str))
+    """Ops matched by module (``--by module``) are named ``module · op``, ops matched by input
+    shapes (``--by shape``) ``op [shapes]``: one row label per matched key."""
+    if "module" in ops.columns:
+        module = ops["module"].astype(str).replace("", "(outside modules)")
+        return ops.assign(name=module + " · " + ops["name"].astype(str))
+    if "input_shapes" in ops.columns:
+        shapes = ops["input_shapes"].fillna("").astype(str).replace("", "(no shapes)")
+        return ops.assign(name=ops["name"].astype(str) + " " + shapes)
+    return ops
 
 
 def format_verdict_text(cmp: Comparison, *, top: int = 10,
@@ -260,13 +302,16 @@ def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
     if df is None or len(df) == 0:
         return "<p class='empty'>no data</p>"
     part = df.head(top) if top else df
+    if "name" in part.columns:
+        part = part.assign(name=distinct_short_names(part["name"].tolist(), 160))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in part.columns)
     body = []
     for rec in part.itertuples(index=False):
         cells = []
         for c, v in zip(part.columns, rec, strict=True):
             text = format_value(v, "us") if str(c).endswith("_us") else format_value(v, "bytes") \
-                if str(c).endswith("_bytes") else (f"{v:.4g}" if isinstance(v, float) else short_name(v, 160))
+                if str(c).endswith("_bytes") else (f"{v:.4g}" if isinstance(v, float)
+                                                    else str(v) if c == "name" else short_name(v, 160))
             cells.append(f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

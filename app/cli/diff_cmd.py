@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
-from app.analysis.compare import CompareOptions, Comparison, diff_sides
+from app.analysis.compare import CompareOptions, Comparison, diff_sides, no_interval_reason
 from app.analysis.compare_inputs import load_side
 from app.analysis.compare_json import comparison_to_json
 from app.analysis.compare_tables import OpGrouping
@@ -22,7 +23,7 @@ from app.errors import TorchscopeError, UsageError
 HELP = "compare a candidate run or trace with a baseline: verdicts with confidence, breakdown and op deltas"
 
 __all__ = ["HELP", "add_arguments", "run", "add_compare_arguments", "options_from_args", "load_comparison",
-           "gate_failures", "advice_diff"]
+           "gate_failures", "evaluate_gates", "advice_diff"]
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,18 +90,40 @@ def advice_diff(cmp: Comparison, args: argparse.Namespace) -> Any | None:
 
 def gate_failures(cmp: Comparison, fail_if_slower: float | None, fail_if_more_memory: float | None) -> list[str]:
     """Messages of the CI gates that fail (empty when every requested gate passes)."""
-    failures = []
+    return evaluate_gates(cmp, fail_if_slower, fail_if_more_memory)[0]
+
+
+def evaluate_gates(cmp: Comparison, fail_if_slower: float | None,
+                   fail_if_more_memory: float | None) -> tuple[list[str], list[dict[str, str]]]:
+    """(failures, skipped) of the requested CI gates.
+
+    A gate that cannot be evaluated (no step times, no confidence interval, no memory data on
+    either side) does not fail; it is listed in ``skipped`` as ``{"gate": flag, "reason": ...}``
+    so that a CI log says the check did not happen rather than passing silently."""
+    failures: list[str] = []
+    skipped: list[dict[str, str]] = []
     est = cmp.step_time
-    if fail_if_slower is not None and est is not None and str(cmp.step_verdict) == "slower" \
-            and est.ratio > 1.0 + fail_if_slower / 100.0:
-        failures.append(f"step time is {100 * (est.ratio - 1):.1f}% slower (95% CI of the ratio "
-                        f"{est.lo:.3f}-{est.hi:.3f}); the gate allows {fail_if_slower:g}%")
+    if fail_if_slower is not None:
+        if est is None or not math.isfinite(est.ratio):
+            skipped.append({"gate": "--fail-if-slower", "reason": "no step times on one side"})
+        elif not est.has_interval:
+            skipped.append({"gate": "--fail-if-slower", "reason": no_interval_reason(est)})
+        elif str(cmp.step_verdict) == "slower" and est.ratio > 1.0 + fail_if_slower / 100.0:
+            failures.append(f"step time is {100 * (est.ratio - 1):.1f}% slower (95% CI of the ratio "
+                            f"{est.lo:.3f}-{est.hi:.3f}); the gate allows {fail_if_slower:g}%")
     ratio = cmp.memory_ratio
-    if fail_if_more_memory is not None and ratio is not None and str(cmp.memory_verdict) == "more" \
-            and ratio > 1.0 + fail_if_more_memory / 100.0:
-        failures.append(f"peak memory grew by {100 * (ratio - 1):.1f}% ({cmp.peak_memory[0].source}); "
-                        f"the gate allows {fail_if_more_memory:g}%")
-    return failures
+    if fail_if_more_memory is not None:
+        if ratio is None:
+            a, b = cmp.peak_memory
+            have = [label for label, m in ((cmp.baseline.label, a), (cmp.candidate.label, b)) if m.own_source
+                    and m.own_source != "none"]
+            reason = ("no peak memory on either side (no system samples, no memory events in the traces)"
+                      if not have else f"no memory quantity both sides have (only {', '.join(have)} has one)")
+            skipped.append({"gate": "--fail-if-more-memory", "reason": reason})
+        elif str(cmp.memory_verdict) == "more" and ratio > 1.0 + fail_if_more_memory / 100.0:
+            failures.append(f"peak memory grew by {100 * (ratio - 1):.1f}% ({cmp.peak_memory[0].source}); "
+                            f"the gate allows {fail_if_more_memory:g}%")
+    return failures, skipped
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,13 +132,13 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 0:
             raise UsageError(f"--{flag.replace('_', '-')} {value}: expected a percentage >= 0")
     cmp = load_comparison(args)
-    failures = gate_failures(cmp, args.fail_if_slower, args.fail_if_more_memory)
+    failures, skipped = evaluate_gates(cmp, args.fail_if_slower, args.fail_if_more_memory)
     advice = advice_diff(cmp, args)
     if args.json:
         doc = comparison_to_json(cmp)
         doc["advice"] = advice.to_json() if advice is not None else None
         doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
-                        "failures": failures}
+                        "failures": failures, "skipped": skipped}
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_verdict_text(cmp, top=args.top))
@@ -128,4 +151,6 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(f"  new:      {f.title}\n")
         for f in failures:
             sys.stdout.write(f"GATE FAILED: {f}\n")
+    for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen
+        sys.stderr.write(f"gate not evaluated: {g['gate']}: {g['reason']}\n")
     return 1 if failures else 0
