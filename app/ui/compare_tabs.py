@@ -42,19 +42,25 @@ _TEXT_HEADERS = {
     "change": ("Change", "both: in both runs; added: only in the candidate; removed: only in the baseline"),
 }
 _CALLS_HEADERS = {"baseline_calls": "Baseline calls/step", "candidate_calls": "Candidate calls/step"}
+# Shown left to right: what matters for "what changed" first (the deltas), calls and change last.
+_ORDER = ("name", "module", "input_shapes", "delta_us", "baseline_self_us", "candidate_self_us", "baseline_us",
+          "candidate_us", "device_delta_us", "baseline_device_self_us", "candidate_device_self_us",
+          "baseline_total_us", "candidate_total_us", "baseline_calls", "candidate_calls", "change")
 
 
 def diff_table_display(table: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, dict[str, object], str]:
     """(table to show, its column_config, time unit) of an operator (``kind="ops"``) or kernel
     (``"kernels"``) diff table. Time columns ``*_us`` become ``*_ms`` (values / 1000) when any of
-    them reaches 1 ms, so headers, values and unit agree; other columns keep their names."""
+    them reaches 1 ms, so headers, values and unit agree; other columns keep their names. The deltas
+    come right after the name (and module or shapes), so they show without scrolling."""
     times = [c for c in table.columns if c in _TIME_HEADERS]
     values = table[times].apply(pd.to_numeric, errors="coerce").abs() if times else pd.DataFrame()
     in_ms = bool(times) and bool((values.max().max() or 0) >= 1000)
     unit = "ms" if in_ms else "µs"
-    shown = table.copy()
+    order = [c for c in _ORDER if c in table.columns]
+    shown = table[order + [c for c in table.columns if c not in order]].copy()
     config: dict[str, object] = {
-        "name": st.column_config.TextColumn("Operator" if kind == "ops" else "Kernel", width="large"),
+        "name": st.column_config.TextColumn("Operator" if kind == "ops" else "Kernel", width="medium"),
     }
     for col in times:
         label, help_text = _KERNEL_DELTA if kind == "kernels" and col == "delta_us" else _TIME_HEADERS[col]

@@ -57,3 +57,9 @@ def test_compare_page_tables_have_units(monkeypatch, shared_data, tmp_path) -> N
         assert "delta_ms" in table.columns and not [c for c in table.columns if c.endswith("_us")]
         assert "name" in table.columns and "change" in table.columns
         assert any("Times (ms)" in c.value for c in tab.caption)
+
+
+def test_deltas_come_right_after_the_name() -> None:
+    shown, _, _ = diff_table_display(_ops(1.0), "ops")
+    assert list(shown.columns)[:3] == ["name", "module", "delta_ms"]
+    assert list(shown.columns)[-1] == "change"

@@ -119,7 +119,7 @@ def _trace_explanation(ev: RunEvidence, n: int, ranks: str, step_us: float, busy
     related = _related_titles(ev, cause)
     if related:
         text += "The finding " + " and ".join(f"“{t}”" for t in related) + " looks at this cause in detail. "
-    return text + (
+    return text.rstrip() + "\n\n" + (  # a paragraph of its own on the Findings tab
         f"Expected gain: the idle time is the most a fix can win back, and only part of it is recoverable "
         f"(it depends on the cause), so half is counted: {fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
         f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time."
