@@ -20,6 +20,7 @@ from app.analysis.compare_inputs import CompareSide
 from app.analysis.compare_runs import diff_config
 from app.analysis.compare_tables import OpGrouping, diff_breakdown, diff_kernels, diff_ops, profiled_step_count
 from app.analysis.graph_diff import diff_module_trees
+from app.analysis.step_window import typical_steps
 from app.analysis.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -75,6 +76,9 @@ class Comparison:
     modules: pd.DataFrame
     profiled_steps: tuple[int, int]
     notes: list[str] = field(default_factory=list)
+    # Profiled steps the breakdown averages (evaluation steps and outliers left out, see
+    # app.analysis.step_window); (0, 0) without traces.
+    breakdown_steps: tuple[int, int] = (0, 0)
 
     @property
     def memory_ratio(self) -> float | None:
@@ -217,7 +221,8 @@ def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd
     rows.append({"quantity": "peak memory", "unit": "bytes", "baseline": mem[0].bytes or np.nan,
                  "candidate": mem[1].bytes or np.nan, "ratio": ratio if ratio is not None else np.nan,
                  "ci_lo": np.nan, "ci_hi": np.nan, "verdict": str(mem_verdict),
-                 "note": f"{mem[0].quantity} ({mem[0].source})"})
+                 "note": f"{mem[0].quantity} ({mem[0].source})" if mem[0].source != "none"
+                 else "no memory quantity both sides have"})
     for r in metrics.itertuples(index=False):
         rows.append({"quantity": f"{r.metric} (final)", "unit": "", "baseline": r.baseline_final,
                      "candidate": r.candidate_final, "ratio": r.ratio, "ci_lo": r.ci_lo, "ci_hi": r.ci_hi,
@@ -227,6 +232,22 @@ def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd
                          "candidate": r.candidate_best, "ratio": _safe_ratio(r.candidate_best, r.baseline_best)
                          or np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "verdict": "", "note": r.direction + " is better"})
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class _StepsOnly:
+    """What diff_breakdown reads of a TraceAnalysis: its step table."""
+
+    steps: pd.DataFrame
+
+
+def _breakdown(a: CompareSide, b: CompareSide) -> tuple[pd.DataFrame, tuple[int, int], list[str]]:
+    """The per-step breakdown over each side's typical profiled steps, their counts and notes."""
+    windows = [typical_steps(getattr(s.analysis, "steps", None), s.run.metrics if s.run is not None else None)
+               for s in (a, b)]
+    notes = [f"{role}: {w.note}" for role, w in zip(("baseline", "candidate"), windows, strict=True) if w.note]
+    table = diff_breakdown(_StepsOnly(windows[0].steps), _StepsOnly(windows[1].steps))
+    return table, (windows[0].count, windows[1].count), notes
 
 
 def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None) -> Comparison:
@@ -247,6 +268,8 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
     if not have_traces:
         notes.append("breakdown, operators and kernels need traces on both sides")
     empty = pd.DataFrame()
+    breakdown, breakdown_steps, window_notes = _breakdown(baseline, candidate) if have_traces else (empty, (0, 0), [])
+    notes += window_notes
     manifests = [s.run.manifest if s.run is not None else None for s in (baseline, candidate)]
     return Comparison(
         baseline=baseline, candidate=candidate, options=o,
@@ -255,7 +278,7 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         throughput=steps["tp"], throughput_unit=steps["tp_unit"], throughput_verdict=steps["tp_verdict"],
         peak_memory=mem, memory_verdict=mem_verdict,
         verdicts=_verdict_table(steps, mem, mem_verdict, metrics), metrics=metrics,
-        breakdown=diff_breakdown(a, b) if have_traces else empty,
+        breakdown=breakdown, breakdown_steps=breakdown_steps,
         ops=diff_ops(a, b, grouping=o.op_grouping, baseline_traces=baseline.traces,
                      candidate_traces=candidate.traces) if have_traces else empty,
         kernels=diff_kernels(a, b) if have_traces else empty,

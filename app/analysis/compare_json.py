@@ -67,6 +67,7 @@ def _side(side: CompareSide, source: str, table: pd.DataFrame, profiled: int) ->
         "steps_kept": int(kept.sum()),
         "steps_warmup": int((table["reason"] == "warm-up").sum()) if len(table) else 0,
         "steps_profiled_excluded": int((table["reason"] == "profiled").sum()) if len(table) else 0,
+        "steps_evaluation_excluded": int((table["reason"] == "evaluation").sum()) if len(table) else 0,
         "profiled_steps": profiled,
     }
 

@@ -1,8 +1,9 @@
 """Steady-state step times, throughput, peak memory and logged metrics of two sides (analysis layer).
 
 Step times come from the run's metrics (``step_time_s`` per step; the slowest rank of a step
-counts) and, for bare traces, from the trace's ``ProfilerStep`` durations. Warm-up steps and
-steps inside profiler windows are dropped explicitly; the table keeps them with the reason.
+counts) and, for bare traces, from the trace's ``ProfilerStep`` durations. Warm-up steps, steps
+inside profiler windows and steps that ran an evaluation pass are dropped explicitly; the table
+keeps them with the reason.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from app.analysis.peak_memory import (
     pick_peak,
 )
 from app.analysis.stats import Direction
+from app.analysis.step_window import evaluation_steps
 
 __all__ = [
     "StepSource",
@@ -109,7 +111,7 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
     """Return (per-step table with STEP_TIME_COLUMNS, source) for one side.
 
     ``kept`` marks the steady-state steps used by the verdicts; ``reason`` says why a step was
-    dropped (``warm-up``, ``profiled``). ``warmup_steps`` None picks ``auto_warmup``.
+    dropped (``warm-up``, ``profiled``, ``evaluation``). ``warmup_steps`` None picks ``auto_warmup``.
     """
     metrics = side.run.metrics if side.run is not None else None
     if metrics is not None and "step_time_s" in metrics.columns and "step" in metrics.columns:
@@ -133,6 +135,11 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
         if profiled.all():  # every step was profiled: nothing unprofiled to compare
             profiled[:] = False
         reason[profiled] = "profiled"
+        # Steps that also ran an evaluation pass (a val_* value logged at that step) are not
+        # training steps; sample_models/record.py leaves them out of its median the same way.
+        evaluated = table["step"].isin(evaluation_steps(metrics)).to_numpy() & (reason == "")
+        if evaluated.any() and not (evaluated | (reason != "")).all():
+            reason[evaluated] = "evaluation"
     reason[: min(k, len(table))] = "warm-up"
     table["reason"] = reason
     table["kept"] = reason == ""

@@ -20,7 +20,8 @@ from app.analysis.compare_memory_categories import (
     compare_side_memory_categories,
 )
 
-__all__ = ["format_value", "format_ratio", "short_name", "distinct_short_names", "format_verdict_text", "format_report_markdown", "format_report_html",
+__all__ = ["format_value", "format_ratio", "short_name", "distinct_short_names", "verdict_display_table",
+           "breakdown_display_table", "VERDICT_DISPLAY_COLUMNS", "BREAKDOWN_DISPLAY_COLUMNS", "format_verdict_text", "format_report_markdown", "format_report_html",
            "headline"]
 
 _ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "more": "⚠️", "worse": "⚠️", "same": "➖",
@@ -144,16 +145,73 @@ def headline(cmp: Comparison) -> str:
 
 
 def _verdict_rows(cmp: Comparison) -> list[list[str]]:
-    rows = []
+    table, _ = verdict_display_table(cmp)
+    return [[r["quantity"], r["baseline"], r["candidate"],
+             r["ratio"] + (f" [{r['95% CI'].replace('–', ', ')}]" if r["95% CI"] != "—" else ""), r["verdict"]]
+            for r in table.to_dict(orient="records")]
+
+
+VERDICT_DISPLAY_COLUMNS = ["quantity", "baseline", "candidate", "change", "ratio", "95% CI", "verdict", "note"]
+
+
+def _has_data(v: Any) -> bool:
+    return _finite(v)
+
+
+def _pct_change(ratio: Any) -> str:
+    return f"{100 * (float(ratio) - 1):+.1f} %" if _finite(ratio) else "—"
+
+
+def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:
+    """The verdict table for people: values with units (ms, MiB/GiB, samples/s), the change in
+    %, the ratio and its 95 % interval as text, "—" where a value is missing. Rows with no
+    value on either side are left out; the second item says which and why."""
+    rows, hidden = [], []
     for r in cmp.verdicts.itertuples(index=False):
+        quantity = str(r.quantity)
+        if not _has_data(r.baseline) and not _has_data(r.candidate):
+            why = str(r.note) if quantity == "peak memory" else "no values on either side"
+            hidden.append(f"{quantity}: not compared ({why})")
+            continue
         unit = r.unit if r.unit in ("s", "bytes") else ""
         suffix = "" if unit else (f" {r.unit}" if r.unit else "")
-        quantity = str(r.quantity)
-        if quantity == "peak memory" and cmp.peak_memory[0].source != "none":  # say which memory
+        if quantity == "peak memory" and cmp.peak_memory[0].source != "none":
             quantity = f"peak memory ({cmp.peak_memory[0].quantity})"
-        rows.append([quantity, format_value(r.baseline, unit) + suffix, format_value(r.candidate, unit) + suffix,
-                     format_ratio(r.ratio, r.ci_lo, r.ci_hi), str(r.verdict)])
-    return rows
+
+        def value(v: Any, unit: str = unit, suffix: str = suffix) -> str:
+            return format_value(v, unit) + suffix if _finite(v) else "—"
+
+        ci = f"{float(r.ci_lo):.3f}–{float(r.ci_hi):.3f}" if _finite(r.ci_lo) and _finite(r.ci_hi) else "—"
+        rows.append({"quantity": quantity, "baseline": value(r.baseline), "candidate": value(r.candidate),
+                     "change": _pct_change(r.ratio), "ratio": f"{float(r.ratio):.3f}×" if _finite(r.ratio) else "—",
+                     "95% CI": ci, "verdict": str(r.verdict) or "—", "note": str(r.note) if r.note else ""})
+    return pd.DataFrame(rows, columns=VERDICT_DISPLAY_COLUMNS), hidden
+
+
+BREAKDOWN_DISPLAY_COLUMNS = ["category", "baseline (ms/step)", "candidate (ms/step)", "Δ (ms/step)",
+                             "Δ share of baseline step (%)"]
+
+
+def breakdown_display_table(cmp: Comparison, view: str = "device") -> pd.DataFrame:
+    """The breakdown of one ``view`` for people: ms per step, the delta's share of the baseline
+    step in %, categories empty on both sides left out, the step row named "mean profiled step"."""
+    bd = cmp.breakdown
+    if bd is None or len(bd) == 0:
+        return pd.DataFrame(columns=BREAKDOWN_DISPLAY_COLUMNS)
+    part = bd[(bd["view"] == view) & ((bd["baseline_us"] != 0) | (bd["candidate_us"] != 0))]
+    name = part["category"].astype(str).replace("step", "mean profiled step")
+    return pd.DataFrame({
+        "category": name.to_numpy(),
+        "baseline (ms/step)": (part["baseline_us"].astype(float) / 1e3).to_numpy(),
+        "candidate (ms/step)": (part["candidate_us"].astype(float) / 1e3).to_numpy(),
+        "Δ (ms/step)": (part["delta_us"].astype(float) / 1e3).to_numpy(),
+        "Δ share of baseline step (%)": (part["delta_share"].astype(float) * 100).to_numpy(),
+    }, columns=BREAKDOWN_DISPLAY_COLUMNS)
+
+
+def _steps_phrase(cmp: Comparison) -> str:
+    a, b = getattr(cmp, "breakdown_steps", (0, 0))
+    return f"mean of {a} baseline and {b} candidate profiled steps" if a and b else "mean profiled step"
 
 
 def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -180,6 +238,10 @@ def _top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]
                     else format_value(rec[c], "us") if c.endswith("_us")
                     else (f"{rec[c]:.2f}" if isinstance(rec[c], float) else short_name(rec[c], 100)) for c in cols])
     return out
+
+
+def _named_steps(part: pd.DataFrame) -> pd.DataFrame:
+    return part.assign(category=part["category"].astype(str).replace("step", "mean profiled step"))
 
 
 def _signed(v: Any) -> str:
@@ -222,10 +284,11 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
     parts = [f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
              f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp), "",
              _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
+    parts += verdict_display_table(cmp)[1]  # rows without data on either side, and why
     bd = cmp.breakdown
     if len(bd):
-        dev = bd[(bd["view"] == "device") & ((bd["baseline_us"] != 0) | (bd["candidate_us"] != 0))]
-        parts += ["", "per-step breakdown (trace):",
+        dev = _named_steps(bd[(bd["view"] == "device") & ((bd["baseline_us"] != 0) | (bd["candidate_us"] != 0))])
+        parts += ["", f"per-step breakdown (trace; {_steps_phrase(cmp)}, not the median step time above):",
                   _text_table(["category", "baseline", "candidate", "delta"],
                               _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]
     if len(cmp.ops):
@@ -264,10 +327,11 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in _verdict_rows(cmp)]
     out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
            f"**{_md(headline(cmp))}**", "", _md_table(_VERDICT_HEADER, rows)]
+    out += [f"<sub>{_md(h)}</sub>" for h in verdict_display_table(cmp)[1]]
     bd = cmp.breakdown
     if len(bd):
-        dev = bd[(bd["view"] == "device") & (bd["delta_us"].abs() > 0)]
-        out += ["", "#### Where the time went (per step, from the traces)", "",
+        dev = _named_steps(bd[(bd["view"] == "device") & (bd["delta_us"].abs() > 0)])
+        out += ["", f"#### Where the time went (per step, from the traces; {_md(_steps_phrase(cmp))})", "",
                 _md_table(["category", "baseline", "candidate", "delta"],
                           _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]
     if len(cmp.ops):
@@ -317,6 +381,11 @@ def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers of a display table as text with 2 decimals (the HTML table prints floats as %.4g)."""
+    return df.apply(lambda col: col.map(lambda v: f"{v:,.2f}" if isinstance(v, float) else v))
+
+
 _CSS = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
 th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;font-size:.9rem}th{background:#f4f4f4}
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}.headline{font-size:1.1rem;font-weight:600}"""
@@ -328,11 +397,12 @@ def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (),
     """A self-contained HTML page: headline, verdicts, figures (HTML fragments, inserted as given),
     breakdown, operators, kernels, metrics, module and config diffs. Every run-provided
     string is escaped; the figure fragments must come from plotly (``figures_to_html``)."""
-    verdicts = pd.DataFrame(_verdict_rows(cmp), columns=_VERDICT_HEADER)
+    verdicts, hidden = verdict_display_table(cmp)
     cats = _categories(cmp, memory_categories)
-    sections = [("Verdicts", _html_table(verdicts))]
+    sections = [("Verdicts", _html_table(verdicts) + "".join(f"<p class='empty'>{html.escape(h)}</p>" for h in hidden))]
     sections += [(title, fragment) for title, fragment in figures]
-    sections += [("Per-step breakdown", _html_table(cmp.breakdown)),
+    sections += [(f"Per-step breakdown, devices ({_steps_phrase(cmp)})", _html_table(_rounded(breakdown_display_table(cmp, "device")))),
+                 (f"Per-step breakdown, training phases ({_steps_phrase(cmp)})", _html_table(_rounded(breakdown_display_table(cmp, "phase")))),
                  ("Operators (per step)", _html_table(cmp.ops, top=top)),
                  ("Kernels (per step)", _html_table(cmp.kernels, top=top)),
                  ("Logged metrics", _html_table(cmp.metrics)),

@@ -65,16 +65,21 @@ def make_step_time_figure(tables: Mapping[str, pd.DataFrame], *, height: int = 3
     return _layout(fig, "Step time per step (dashed: steady-state median)", height)
 
 
-def make_waterfall_figure(breakdown: pd.DataFrame, *, view: str = "device", height: int = 380) -> go.Figure:
-    """Baseline step → each category's change → candidate step (per-step means, ms), from
-    ``diff_breakdown``'s rows of one ``view``."""
+def make_waterfall_figure(breakdown: pd.DataFrame, *, view: str = "device", height: int = 380,
+                          steps: tuple[int, int] | None = None) -> go.Figure:
+    """Baseline mean profiled step → each category's change → candidate mean profiled step
+    (per-step means, ms), from ``diff_breakdown``'s rows of one ``view``. ``steps`` (profiled
+    steps averaged on each side) goes into the end labels; these are trace means, not the
+    median step time of the verdict."""
     part = breakdown[breakdown["view"] == view] if len(breakdown) else breakdown
     fig = go.Figure()
     if len(part) == 0:
         return _layout(fig, "No per-step breakdown (needs traces on both sides)", height)
     step = part[part["category"] == "step"].iloc[0]
     cats = part[(part["category"] != "step") & (part["delta_us"].abs() > 0)]
-    x = ["baseline step", *cats["category"].astype(str), "candidate step"]
+    counts = [f" ({n} step{'s' if n != 1 else ''})" if steps else "" for n in (steps or (0, 0))]
+    x = [f"baseline: mean profiled step{counts[0]}", *cats["category"].astype(str),
+         f"candidate: mean profiled step{counts[1]}"]
     y = [step["baseline_us"] / 1e3, *(cats["delta_us"] / 1e3), step["candidate_us"] / 1e3]
     measure = ["absolute", *["relative"] * len(cats), "total"]
     text = [f"{y[0]:.2f} ms", *(f"{d:+.2f}" for d in y[1:-1]), f"{y[-1]:.2f} ms"]
@@ -188,8 +193,9 @@ def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
     c = c if c != b else f"{c} (candidate)"
     figs: list[tuple[str, go.Figure]] = [("Step times", make_step_time_figure({b: cmp.step_times[0], c: cmp.step_times[1]}))]
     if len(cmp.breakdown):
-        figs.append(("Where the time went", make_waterfall_figure(cmp.breakdown, view="device")))
-        figs.append(("Training phases", make_waterfall_figure(cmp.breakdown, view="phase")))
+        counts = getattr(cmp, "breakdown_steps", None)
+        figs.append(("Where the time went", make_waterfall_figure(cmp.breakdown, view="device", steps=counts)))
+        figs.append(("Training phases", make_waterfall_figure(cmp.breakdown, view="phase", steps=counts)))
     if len(cmp.ops):
         figs.append(("Operator changes", make_delta_bar_figure(cmp.ops, title="Operators: self-time change per step")))
     if len(cmp.kernels):

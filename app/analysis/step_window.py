@@ -1,0 +1,98 @@
+"""Which profiled steps stand for a typical training step: evaluation passes and outliers left out (analysis layer).
+
+Per-step means of a trace (the Compare breakdown and phase waterfall, the advisor's "out of
+X ms") should describe a training step. A profiled window can hold a step that also ran an
+evaluation pass (the sample models evaluate every ``--eval-every`` steps), which can last
+several times longer than a training step and would dominate a mean of three steps.
+
+``typical_steps(steps, metrics)`` drops such steps, as long as at least one other profiled
+step remains:
+
+* with a run's metrics: the steps at which an evaluation was logged (a ``val_*`` or
+  ``eval_*`` value at that step, the way ``sample_models/record.py`` detects them);
+* for a bare trace (no metrics): steps lasting more than ``OUTLIER_FACTOR`` times the median
+  profiled step, when there are at least ``OUTLIER_MIN_STEPS`` steps, so a single export or
+  evaluation stall cannot move the mean. With fewer steps nothing is dropped: with two steps
+  there is no way to tell which one is typical.
+
+The note says which steps were left out and why (see docs/compare.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_steps", "typical_steps"]
+
+OUTLIER_FACTOR = 2.0
+OUTLIER_MIN_STEPS = 3
+_EVAL_PREFIXES = ("val_", "eval_", "valid_", "validation_", "test_")
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The profiled steps kept for per-step means (``steps``: rows of the step table),
+    the step numbers left out, and a note saying why (empty when nothing was left out)."""
+
+    steps: pd.DataFrame
+    excluded: tuple[int, ...] = ()
+    note: str = ""
+
+    @property
+    def count(self) -> int:
+        """Number of distinct profiled steps kept."""
+        if len(self.steps) == 0 or "step" not in self.steps.columns:
+            return len(self.steps)
+        return int(self.steps["step"].nunique())
+
+
+def evaluation_steps(metrics: pd.DataFrame | None) -> set[int]:
+    """Step numbers at which the run logged an evaluation metric (``val_loss``, ``eval_acc``…)."""
+    if metrics is None or len(metrics) == 0 or "step" not in metrics.columns:
+        return set()
+    cols = [c for c in metrics.columns if str(c).lower().startswith(_EVAL_PREFIXES)]
+    if not cols:
+        return set()
+    logged = metrics[cols].apply(pd.to_numeric, errors="coerce").notna().any(axis=1)
+    steps = pd.to_numeric(metrics.loc[logged, "step"], errors="coerce").dropna()
+    return {int(s) for s in steps}
+
+
+def _fmt_ms(us: float) -> str:
+    return f"{us / 1e3:,.2f} ms"
+
+
+def typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None = None) -> StepWindow:
+    """The profiled steps that stand for a training step; see the module docstring.
+
+    ``steps`` is a TraceAnalysis step table (``step``, ``duration_us``, one row per rank and
+    step); ``metrics`` the run's metrics, or None for a bare trace."""
+    if steps is None or len(steps) == 0 or "step" not in steps.columns or "duration_us" not in steps.columns:
+        return StepWindow(steps if steps is not None else pd.DataFrame())
+    numbers = pd.to_numeric(steps["step"], errors="coerce")
+    # A synchronous step lasts as long as its slowest rank.
+    per_step = pd.to_numeric(steps["duration_us"], errors="coerce").groupby(numbers).max().dropna()
+    if len(per_step) < 2:
+        return StepWindow(steps)
+    if metrics is not None:
+        evals = sorted(s for s in evaluation_steps(metrics) if s in per_step.index)
+        if evals and len(evals) < len(per_step):
+            median = float(per_step.drop(index=evals).median())
+            lasted = ", ".join(f"#{s} ({_fmt_ms(float(per_step[s]))})" for s in evals)
+            note = (f"profiled step(s) {lasted} also ran an evaluation (a val_* value was logged at that "
+                    f"step) and are left out of the per-step means; the other profiled steps last "
+                    f"{_fmt_ms(median)} (median)")
+            return StepWindow(steps[~numbers.isin(evals)], tuple(evals), note)
+        return StepWindow(steps)
+    if len(per_step) < OUTLIER_MIN_STEPS:
+        return StepWindow(steps)
+    median = float(np.median(per_step.to_numpy(float)))
+    outliers = sorted(int(s) for s, d in per_step.items() if median > 0 and d > OUTLIER_FACTOR * median)
+    if not outliers or len(outliers) >= len(per_step):
+        return StepWindow(steps)
+    lasted = ", ".join(f"#{s} ({_fmt_ms(float(per_step[s]))})" for s in outliers)
+    note = (f"profiled step(s) {lasted} last more than {OUTLIER_FACTOR:g}× the median profiled step "
+            f"({_fmt_ms(median)}) and are left out of the per-step means (no metrics say what they ran)")
+    return StepWindow(steps[~numbers.isin(outliers)], tuple(outliers), note)
