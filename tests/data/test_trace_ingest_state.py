@@ -124,3 +124,33 @@ def test_tail_check_without_copy_agrees_with_the_full_check(tail: bytes, is_obje
     buf = bytearray(b'[{"ph": "X"}]' + tail)
     pos = len(buf) - len(tail)
     assert trace_parse._tail_meta_at(buf, pos, is_object) == trace_parse._tail_meta(tail, is_object)
+
+
+def test_a_damaged_cache_file_is_read_again_from_the_trace(tmp_path: Path) -> None:
+    f = _trace(tmp_path / "t.json")
+    first = load_trace(f)
+    assert first.cache_entry is not None
+    events_file = first.cache_entry / f"events{trace_cache.SUFFIX}"
+    events_file.write_bytes(events_file.read_bytes()[:100])  # a torn write / a damaged disk
+    again = load_trace(f)
+    assert again.from_cache  # the metadata is intact: the tables are read lazily ...
+    assert again.events.equals(first.events)  # ... and the damaged one is parsed again, not trusted
+
+
+def test_trace_run_folders(tmp_path: Path) -> None:
+    from app.data.trace import list_trace_paths, trace_run_folders
+
+    logs = tmp_path / "logs"
+    for run in ("b", "a"):
+        (logs / run).mkdir(parents=True)
+        _trace(logs / run / "w0.pt.trace.json")
+    (logs / ".hidden").mkdir()
+    _trace(logs / ".hidden" / "x.json")
+    (logs / "empty").mkdir()
+    assert trace_run_folders(logs) == [logs / "a", logs / "b"]
+    assert list_trace_paths(logs) == [logs / "a" / "w0.pt.trace.json", logs / "b" / "w0.pt.trace.json"]
+    assert trace_run_folders(logs / "a") == []  # a folder of trace files is one run
+    assert trace_run_folders(logs / "a" / "w0.pt.trace.json") == []
+    assert trace_run_folders(tmp_path / "missing") == []
+    _trace(logs / "top.json")
+    assert trace_run_folders(logs) == []  # traces at the top: the sub-folders are not read
