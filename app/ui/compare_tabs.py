@@ -8,6 +8,7 @@ import streamlit as st
 from app.analysis.compare import Comparison
 from app.analysis.compare_advice import findings_diff_rows
 from app.analysis.graph_diff import diff_backward_graphs, diff_module_trees
+from app.analysis.report import breakdown_display_table
 from app.charts.compare import (
     make_delta_bar_figure,
     make_step_time_figure,
@@ -18,8 +19,6 @@ from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in i
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
            "render_advisor_tab", "diff_table_display"]
-
-_US = st.column_config.NumberColumn(format="%.1f")
 
 # Operator and kernel diff tables: (header without unit, help) of each time column (µs per profiled
 # step in the analysis tables). Shown in ms when any value reaches 1 ms, as on the Run page.
@@ -95,14 +94,19 @@ def render_time_tab(cmp: Comparison) -> None:
     view = st.radio("View", ["device", "phase"], horizontal=True, key="compare_view",
                     format_func=lambda v: {"device": "kernels / copies / CPU / data loading",
                                            "phase": "forward / backward / optimizer"}[v])
-    st.plotly_chart(make_waterfall_figure(cmp.breakdown, view=view), width="stretch", key="compare_waterfall")
-    part = cmp.breakdown[(cmp.breakdown["view"] == view)
-                         & ((cmp.breakdown["baseline_us"] != 0) | (cmp.breakdown["candidate_us"] != 0))]
-    st.dataframe(part, hide_index=True, width="stretch",
-                 column_config={"baseline_us": _US, "candidate_us": _US, "delta_us": _US,
-                                "delta_share": st.column_config.NumberColumn("share of baseline step", format="%.3f")})
-    st.caption(f"Per-step means over {cmp.profiled_steps[0]} (baseline) and {cmp.profiled_steps[1]} (candidate) "
-               "profiled steps; 'unattributed'/'rest' is what the categories do not cover.")
+    st.plotly_chart(make_waterfall_figure(cmp.breakdown, view=view, steps=cmp.breakdown_steps), width="stretch",
+                    key="compare_waterfall")
+    ms = st.column_config.NumberColumn(format="%.2f")
+    st.dataframe(breakdown_display_table(cmp, view), hide_index=True, width="stretch",
+                 column_config={"baseline (ms/step)": ms, "candidate (ms/step)": ms,
+                                "Δ (ms/step)": st.column_config.NumberColumn(format="%+.2f"),
+                                "Δ share of baseline step (%)": st.column_config.NumberColumn(
+                                    format="%+.1f", help="the category's change as a share of the baseline's "
+                                    "mean profiled step")})
+    a, b = cmp.breakdown_steps
+    st.caption(f"Means over {a} (baseline) and {b} (candidate) profiled steps, from the traces: not the median "
+               "step time of the verdict, which comes from all steady-state steps. 'unattributed'/'rest' is "
+               "what the categories do not cover. Steps that ran an evaluation are left out (see the notes).")
 
 
 def _filtered(table: pd.DataFrame, key: str) -> pd.DataFrame:

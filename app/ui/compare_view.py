@@ -12,7 +12,14 @@ import streamlit as st
 
 from app.analysis.compare import CompareOptions, Comparison
 from app.analysis.compare_tables import OpGrouping
-from app.analysis.report import format_ratio, format_report_html, format_report_markdown, format_value, headline
+from app.analysis.report import (
+    format_ratio,
+    format_report_html,
+    format_report_markdown,
+    format_value,
+    headline,
+    verdict_display_table,
+)
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
@@ -159,20 +166,22 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
         box(text)
         if len(comparisons) <= 2:
             _metric_row(cmp)
-    rows = []
+    rows, hidden = [], []
     for cmp in comparisons:
-        v = cmp.verdicts.copy()
+        v, gone = verdict_display_table(cmp)
         v.insert(0, "run", cmp.candidate.label)
         rows.append(v)
+        hidden += [f"{cmp.candidate.label}: {h}" for h in gone]
     table = pd.concat(rows, ignore_index=True)
-    # Rows without an interval (memory, best loss) hold None: show them as blanks, not "None".
-    table[["ci_lo", "ci_hi"]] = table[["ci_lo", "ci_hi"]].apply(pd.to_numeric, errors="coerce")
+    # Values are formatted text with units (ms, MiB, samples/s); "—" marks a missing value.
     st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={"ratio": st.column_config.NumberColumn(format="%.3f"),
-                                "ci_lo": st.column_config.NumberColumn("CI low", format="%.3f"),
-                                "ci_hi": st.column_config.NumberColumn("CI high", format="%.3f"),
-                                "baseline": st.column_config.NumberColumn(format="%.4g"),
-                                "candidate": st.column_config.NumberColumn(format="%.4g")})
+                 column_config={"change": st.column_config.TextColumn("change", help="candidate vs baseline"),
+                                "ratio": st.column_config.TextColumn("ratio", help="candidate / baseline"),
+                                "95% CI": st.column_config.TextColumn(
+                                    "95% CI", help="bootstrap interval of the ratio of medians; — where none "
+                                    "exists (a single value such as a peak, or fewer than 2 steps)")})
+    for h in hidden:
+        st.caption(_plain(h))
     for cmp in comparisons:
         for note in cmp.notes:
             st.caption(_plain(f"{cmp.candidate.label}: {note}"))
