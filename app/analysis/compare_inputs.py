@@ -1,8 +1,11 @@
 """One side of a comparison: a run or bare traces, loaded once (analysis layer, reads via app.data).
 
 A side is what ``torchscope diff`` accepts as BASELINE or CANDIDATE: a run (folder, id or
-unique name prefix, resolved with ``find_run``) or anything ``torchscope analyze`` accepts (a
-trace file, a folder of traces). The page builds sides from its cached loaders instead.
+unique name prefix, resolved with ``find_run``), a trace file, a folder of traces, or a
+torch-tb-profiler log folder holding exactly one run; which files are traces is decided by
+content (app.data.trace_files). A log folder of several runs or a run store is refused, as
+``torchscope analyze`` refuses it: a side is one run, never several pooled together. The page
+builds sides from its cached loaders instead.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from app.data import trace_files
 from app.data.runs import RunData, load_module_tree, load_run
 from app.errors import TraceError, UsageError
 from profiler_agent import runformat as rf
@@ -108,21 +112,56 @@ def _load_run_side(path: Path, with_traces: bool) -> CompareSide:
     return assemble_run_side(load_run(path), analyze_side_traces if with_traces else None)
 
 
+def _side_trace_files(path: Path) -> list[Path]:
+    """The trace files that make ``path`` (an existing file or folder, not a run) one side.
+
+    Raises UsageError when the folder holds several runs (tb-profiler sub-folders or Torchscope
+    runs) or no trace at all, naming what it found.
+    """
+    if path.is_file():
+        return [path]  # the trace engine says what is wrong with a file that is not a trace
+    scan = trace_files.scan_trace_folder(path)
+    if scan.traces:
+        return list(scan.traces)
+    subs = trace_files.find_trace_run_folders(path)
+    if len(subs) > 1:
+        names = [s.name for s in subs]
+        raise UsageError(f"{path} holds {len(subs)} torch-tb-profiler runs ({', '.join(names)}); a side of a "
+                         f"comparison is one run: pass one sub-folder, e.g. {path / names[0]}")
+    if subs:
+        return list(trace_files.scan_trace_folder(subs[0]).traces)
+    runs = sorted(c.name for c in path.iterdir() if rf.is_run_dir(c))
+    if runs:
+        shown = ", ".join(runs[:5]) + (", …" if len(runs) > 5 else "")
+        raise UsageError(f"{path} is a run store of {len(runs)} runs ({shown}); a side of a comparison is "
+                         f"one run: pass its folder, id or name (with --root {path})")
+    why = "".join(f"; {s.path.name}: {s.reason}" for s in scan.skipped[:3])
+    raise UsageError(f"{path}: no run and no trace files found there{why}")
+
+
+def _load_trace_files(files: list[Path]) -> tuple[tuple[Any, ...], Any]:
+    """Load and analyse ``files`` together (one run's ranks or workers), like analyze_side_traces."""
+    from app.analysis.trace_summary import analyze_traces
+    from app.data.trace import load_traces
+
+    traces = tuple(sorted((t for f in files for t in load_traces(f)), key=lambda t: (t.rank, t.path.name)))
+    return traces, analyze_traces(list(traces))
+
+
 def load_side(
     ref: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, with_traces: bool = True
 ) -> CompareSide:
-    """Resolve ``ref`` (run folder, run id or name prefix, trace file, folder of traces) and load it.
+    """Resolve ``ref`` (run folder, run id or name prefix, trace file, folder of traces, log folder
+    of one run) and load it.
 
     Raises RunNotFoundError when ``ref`` is neither a path nor a run of the store, TraceError
-    when bare traces cannot be read, UsageError when a folder holds neither a run nor traces.
+    when bare traces cannot be read, UsageError when a folder holds no trace or several runs.
     """
     path = Path(ref)
     if rf.is_run_dir(path):
         return _load_run_side(path, with_traces)
     if path.exists():
-        traces, analysis = analyze_side_traces(path)
-        if not traces:
-            raise UsageError(f"{path}: no run and no trace files found there")
+        traces, analysis = _load_trace_files(_side_trace_files(path))
         name = path.name.split(".")[0] if path.is_file() else path.name
         return CompareSide(label=name or str(path), path=path, kind=SideKind.TRACES, analysis=analysis, traces=traces)
     return _load_run_side(rf.find_run(str(ref), root), with_traces)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import datetime, timezone
 
-from app.data.tbprofiler import import_traces
+from app.data.tbprofiler import import_plan, plan_import
 from profiler_agent.runformat import layout
 
 HELP = "import a trace file, a folder of traces or a torch-tb-profiler log folder as runs"
@@ -25,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--name", help="run name (default: the file or folder name; with several runs, a prefix)"
     )
     parser.add_argument("--json", action="store_true",
-                        help='print {"runs": [{"id", "name", "path", "started_at"}]} (started_at: epoch seconds)')
+                        help='print {"runs": [{"id", "name", "path", "started_at"}], "skipped": [{"path", '
+                        '"reason"}]} (started_at: epoch seconds)')
 
 
 def _when(started_at: float | None) -> str:
@@ -38,14 +40,20 @@ def run(args: argparse.Namespace) -> int:
     from profiler_agent.runformat import read_manifest
 
     root = layout.resolve_root(args.root)
-    created = import_traces(args.path, root, name=args.name)
+    plan = plan_import(args.path, args.name)
+    created = import_plan(plan, root)
     manifests = [read_manifest(p) for p in created]
+    # What was left out goes to stderr in both modes, so that it is seen and --json stays parseable.
+    for s in plan.skipped:
+        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     if args.json:
         rows = [{"id": p.name, "name": m.name, "path": str(p), "started_at": m.started_at}
                 for p, m in zip(created, manifests)]
-        print(json.dumps({"runs": rows}, indent=2))
+        skipped = [{"path": str(s.path), "reason": s.reason} for s in plan.skipped]
+        print(json.dumps({"runs": rows, "skipped": skipped}, indent=2))
     else:
         for p, m in zip(created, manifests):
             print(f"imported {p} ({_when(m.started_at)})")
-        print(f"{len(created)} run(s) imported into {root}; browse them with: torchscope ui --root {root}")
+        left = f"; {len(plan.skipped)} file(s) or folder(s) skipped, reasons on stderr" if plan.skipped else ""
+        print(f"{len(created)} run(s) imported into {root}{left}; browse them with: torchscope ui --root {root}")
     return 0

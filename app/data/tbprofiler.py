@@ -20,14 +20,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.data import trace_files
+from app.data.trace_files import Skipped
 from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
 __all__ = [
     "TraceMeta",
+    "ImportGroup",
+    "ImportPlan",
+    "Skipped",
     "is_trace_file",
     "find_tb_runs",
+    "explain_store_problems",
+    "plan_import",
+    "import_plan",
     "read_trace_meta",
     "read_trace_start",
     "import_traces",
@@ -50,29 +58,34 @@ _EPOCH_S_RANGE = (1_420_070_400.0, 4_102_444_800.0)
 
 
 def is_trace_file(path: Path) -> bool:
-    """True for ``*.json`` / ``*.json.gz`` files (Kineto writes ``*.pt.trace.json[.gz]``)."""
-    name = path.name
-    return (
-        path.is_file() and (name.endswith(".json") or name.endswith(".json.gz")) and name != layout.MANIFEST
-    )
+    """True for a ``*.json`` / ``*.json.gz`` file whose content is a Kineto/Chrome trace
+    (app.data.trace_files: sniffed from its first bytes, not judged by its name)."""
+    return trace_files.is_trace_file(path)
 
 
 def find_tb_runs(folder: str | os.PathLike[str]) -> list[Path]:
-    """Sub-folders of ``folder`` that look like torch-tb-profiler runs: they hold files named like
-    tensorboard_trace_handler's output and no run manifest. Sorted by name."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for child in sorted(folder.iterdir()):
-        if not child.is_dir() or child.name.startswith(".") or rf.is_run_dir(child):
+    """Sub-folders of ``folder`` that are torch-tb-profiler runs: they hold trace files (by
+    content, whatever their names) and no run manifest. Sorted by name."""
+    return trace_files.find_trace_run_folders(folder)
+
+
+_NOT_A_RUN_SUFFIX = f": not a run folder (no {layout.MANIFEST}); skipped"
+
+
+def explain_store_problems(problems: list[str], tb_runs: list[Path]) -> list[str]:
+    """The store's problems with each "not a run folder" message of a sub-folder replaced by why
+    it was skipped (no trace files, or files that are not traces), and dropped for the
+    ``tb_runs``, which are listed through the mirror instead."""
+    mirrored = {Path(s) for s in tb_runs}
+    out = []
+    for p in problems:
+        if not p.endswith(_NOT_A_RUN_SUFFIX):
+            out.append(p)
             continue
-        try:
-            if any(layout.TRACE_FILE_RE.match(f.name) and f.is_file() for f in child.iterdir()):
-                found.append(child)
-        except OSError:
-            continue
-    return found
+        folder = Path(p[: -len(_NOT_A_RUN_SUFFIX)])
+        if folder not in mirrored:
+            out.append(f"{folder}: {trace_files.describe_non_run_folder(folder)}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -269,30 +282,90 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
     return run_dir
 
 
-def _groups(source: Path, name: str | None) -> list[tuple[str, Path, list[Path]]]:
-    """(run name, source, trace files) for every run ``source`` holds."""
+@dataclass(frozen=True)
+class ImportGroup:
+    """One run to create: its name, the file or folder it comes from and its trace files."""
+
+    name: str
+    source: Path
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """What ``torchscope import PATH`` will create, and what it leaves out and why."""
+
+    groups: tuple[ImportGroup, ...]
+    skipped: tuple[Skipped, ...]
+
+
+def _skipped_folder(folder: Path) -> Skipped:
+    if rf.is_run_dir(folder):
+        return Skipped(folder, "already a Torchscope run; nothing to import")
+    scan = trace_files.scan_trace_folder(folder)
+    if not scan.skipped:
+        return Skipped(folder, "no trace files (*.json or *.json.gz) in it")
+    first = scan.skipped[0]
+    more = f" and {len(scan.skipped) - 1} more" if len(scan.skipped) > 1 else ""
+    return Skipped(folder, f"none of its {len(scan.skipped)} *.json[.gz] file(s) is a trace "
+                           f"({first.path.name}: {first.reason}{more})")
+
+
+def _visible_subfolders(folder: Path) -> list[Path]:
+    return sorted(c for c in folder.iterdir() if c.is_dir() and not c.name.startswith("."))
+
+
+def _nothing_to_import(source: Path, skipped: list[Skipped]) -> UsageError:
+    why = "; ".join(f"{s.path.name}: {s.reason}" for s in skipped[:3])
+    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return UsageError(
+        f"{source}: no trace files found (expected Kineto/Chrome traces, *.json or *.json.gz, or "
+        f"sub-folders of them as torch-tb-profiler writes){' - ' + why + more if why else ''}"
+    )
+
+
+def plan_import(source: str | os.PathLike[str], name: str | None = None) -> ImportPlan:
+    """Decide the runs that importing ``source`` makes (see :func:`import_traces`).
+
+    A folder that holds trace files is one run (as ``torchscope analyze`` reads it); its
+    sub-folders are then left out. Otherwise each sub-folder holding traces is a run. Files that
+    are not traces and folders without any are listed in ``skipped`` with the reason. Raises
+    UsageError when ``source`` is missing, is a run, is a file that is not a trace (naming the
+    problem), or holds no trace at all.
+    """
+    source = Path(source)
     if source.is_file():
-        if not is_trace_file(source):
-            raise UsageError(f"{source}: not a trace file (expected *.json or *.json.gz)")
-        return [(name or source.name.split(".")[0], source, [source])]
+        problem = trace_files.trace_file_problem(source)
+        if problem is not None:
+            raise UsageError(f"{source}: {problem}; nothing imported")
+        return ImportPlan((ImportGroup(name or source.name.split(".")[0], source, (source,)),), ())
     if not source.is_dir():
         raise UsageError(f"{source}: no such file or folder")
     if rf.is_run_dir(source):
         raise UsageError(f"{source}: is already a Torchscope run; nothing to import")
+    scan = trace_files.scan_trace_folder(source)
     subs = find_tb_runs(source)
-    if subs:
-        groups = []
-        for sub in subs:
-            files = sorted(f for f in sub.iterdir() if is_trace_file(f))
-            groups.append((f"{name}-{sub.name}" if name else sub.name, sub, files))
-        return groups
-    files = sorted(f for f in source.iterdir() if is_trace_file(f))
-    if not files:
-        raise UsageError(
-            f"{source}: no trace files found (expected *.pt.trace.json[.gz] files, or sub-folders of them "
-            "as torch-tb-profiler writes)"
-        )
-    return [(name or source.name, source, files)]
+    skipped = list(scan.skipped)
+    if scan.traces:
+        skipped += [Skipped(s, "a sub-folder of traces, not part of this folder's run (import it on its own)")
+                    for s in subs]
+        return ImportPlan((ImportGroup(name or source.name, source, scan.traces),), tuple(skipped))
+    groups = []
+    for sub in _visible_subfolders(source):
+        if sub not in subs:
+            skipped.append(_skipped_folder(sub))
+            continue
+        sub_scan = trace_files.scan_trace_folder(sub)
+        skipped += sub_scan.skipped
+        groups.append(ImportGroup(f"{name}-{sub.name}" if name else sub.name, sub, sub_scan.traces))
+    if not groups:
+        raise _nothing_to_import(source, skipped)
+    return ImportPlan(tuple(groups), tuple(skipped))
+
+
+def import_plan(plan: ImportPlan, root: str | os.PathLike[str], *, link: bool = False) -> list[Path]:
+    """Create the runs of ``plan`` under the store ``root``; return the new run folders."""
+    return [_make_run(Path(root), g.name, g.source, list(g.files), link=link) for g in plan.groups]
 
 
 def import_traces(
@@ -305,12 +378,13 @@ def import_traces(
     """Turn traces into finished runs under the store ``root``; return the new run folders.
 
     ``source`` is a trace file, a folder of trace files (one run) or a torch-tb-profiler log
-    folder (one run per sub-folder). Traces are copied (symlinked when ``link``), renamed the way
+    folder (one run per sub-folder); what is a trace is decided by content
+    (app.data.trace_files). Traces are copied (symlinked when ``link``), renamed the way
     tensorboard_trace_handler names them; the originals are untouched. Raises UsageError when
-    ``source`` holds no traces.
+    ``source`` holds no traces or is a file that is not one. Use :func:`plan_import` to learn
+    what was skipped.
     """
-    groups = _groups(Path(source), name)
-    return [_make_run(Path(root), run_name, src, files, link=link) for run_name, src, files in groups]
+    return import_plan(plan_import(source, name), root, link=link)
 
 
 def mirror_cache_dir(folder: str | os.PathLike[str]) -> Path:
@@ -346,7 +420,7 @@ def mirror_tb_folder(
         if src not in wanted:
             shutil.rmtree(run_dir, ignore_errors=True)
     for src, sub in wanted.items():
-        files = sorted(f for f in sub.iterdir() if is_trace_file(f))
+        files = list(trace_files.scan_trace_folder(sub).traces)
         old = existing.get(src)
         if old and old[1] == _signature(files):
             continue

@@ -146,14 +146,17 @@ def cached_store_view(root: str | os.PathLike[str], *, max_age_s: float = VIEW_M
 def _compute_store_view(root: Path) -> StoreView:
     rows, problems = _rows(root)
     mirror: Path | None = None
+    sig: tuple[Any, ...] = ()
     if root.is_dir():
         sig = _tb_signature(root)
         if sig:
             found = _mirror(str(root), sig)
             mirror = Path(found) if found else None
+    # The tb sub-folders are listed through the mirror, not as "not a run folder" problems; the
+    # other folders that are not runs say why (no trace files, or files that are not traces).
+    tb_runs = [Path(s) for s, _ in sig] if mirror is not None else []
+    problems = tbprofiler.explain_store_problems(problems, tb_runs)
     if mirror is not None:
-        # The tb sub-folders are listed through the mirror, not as "not a run folder" problems.
-        problems = runs_data.drop_mirrored_problems(problems, [Path(s) for s, _ in _tb_signature(root)])
         more, more_problems = _rows(mirror)
         rows += more
         problems += more_problems
