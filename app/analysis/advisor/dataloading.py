@@ -1,6 +1,8 @@
 """Advisor rules about the input pipeline: DataLoader time inside the training step (analysis layer)."""
 from __future__ import annotations
 
+from app.analysis.step_window import typical_steps
+
 from .common import DOCS, as_number, config_value, fmt_ms, fmt_pct, require_steps, severity_for, step_share
 from .model import Finding, MissingEvidence, RunEvidence
 from .registry import rule
@@ -42,7 +44,9 @@ def _share_from_metrics(ev: RunEvidence) -> tuple[float, float]:
 def data_loading_bound(ev: RunEvidence) -> list[Finding]:
     """Fires when the DataLoader takes more than DATALOADER_SHARE_MIN of the step."""
     try:
-        steps = require_steps(ev, "dataloader_us")
+        # Profiled steps that also ran an evaluation pass are not training steps: left out
+        # when others remain, as in the Compare breakdown (app.analysis.step_window).
+        steps = typical_steps(require_steps(ev, "dataloader_us"), ev.metrics if ev.has_run else None).steps
         share = step_share(steps, "dataloader_us")
         step_us = float(steps["duration_us"].astype(float).mean())
         source, chart = "trace", "Overview › step time breakdown (DataLoader)"

@@ -142,3 +142,16 @@ def test_low_utilization_from_sampled_gpu_util_without_trace():
     assert low_device_utilization(ev([0, 90, 95, 97, 92, 96, 0])) == []
     with pytest.raises(MissingEvidence):
         low_device_utilization(ev([0, 50, 0]))
+
+
+def test_data_loading_step_leaves_out_a_profiled_evaluation_step():
+    # Step 2 of the profiled window also ran an evaluation (val_loss logged at step 2) and lasts
+    # 10x longer: "out of X ms" must describe a training step, not the mean with the evaluation.
+    st = steps(dataloader=3000)
+    st.loc[st["step"] == 2, ["duration_us", "cpu_exec_us"]] = [100_000.0, 97_000.0]
+    m = pd.DataFrame({"step": [0, 1, 2, 3], "rank": 0, "step_time_s": [0.01] * 4,
+                      "val_loss": [None, None, 1.5, None]})
+    [f] = data_loading_bound(evidence(steps_df=st, metrics_df=m))
+    assert f.evidence["step_ms"] == pytest.approx(10.0)
+    assert f.evidence["dataloader_share"] == pytest.approx(0.3)
+    assert "out of 10.00 ms" in f.explanation
