@@ -17,6 +17,7 @@ import pandas as pd
 
 from app.analysis import compare_steps as cs
 from app.analysis.compare_inputs import CompareSide
+from app.analysis.compare_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare_runs import diff_config
 from app.analysis.compare_tables import OpGrouping, diff_breakdown, diff_kernels, diff_ops, profiled_step_count
 from app.analysis.graph_diff import diff_module_trees
@@ -79,6 +80,10 @@ class Comparison:
     # Profiled steps the breakdown averages (evaluation steps and outliers left out, see
     # app.analysis.step_window); (0, 0) without traces.
     breakdown_steps: tuple[int, int] = (0, 0)
+    # Machine load during each run (system samples) and a caution when it may explain the
+    # step-time verdict (app.analysis.compare_load); "" when none.
+    machine_load: tuple[MachineLoad | None, MachineLoad | None] = (None, None)
+    load_warning: str = ""
 
     @property
     def memory_ratio(self) -> float | None:
@@ -267,6 +272,13 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
     have_traces = a is not None and b is not None
     if not have_traces:
         notes.append("breakdown, operators and kernels need traces on both sides")
+    loads = tuple(compute_machine_load(s.run.system, s.run.manifest) if s.run is not None else None
+                  for s in (baseline, candidate))
+    # Only a difference needs confirming: a "same" verdict is not made less true by contention.
+    judged = steps["verdict"] in (Verdict.FASTER, Verdict.SLOWER)
+    caution = load_warning(loads[0], loads[1], (baseline.label, candidate.label)) if judged else ""
+    if caution:
+        notes.insert(0, caution)
     empty = pd.DataFrame()
     breakdown, breakdown_steps, window_notes = _breakdown(baseline, candidate) if have_traces else (empty, (0, 0), [])
     notes += window_notes
@@ -278,7 +290,7 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         throughput=steps["tp"], throughput_unit=steps["tp_unit"], throughput_verdict=steps["tp_verdict"],
         peak_memory=mem, memory_verdict=mem_verdict,
         verdicts=_verdict_table(steps, mem, mem_verdict, metrics), metrics=metrics,
-        breakdown=breakdown, breakdown_steps=breakdown_steps,
+        breakdown=breakdown, breakdown_steps=breakdown_steps, machine_load=loads, load_warning=caution,
         ops=diff_ops(a, b, grouping=o.op_grouping, baseline_traces=baseline.traces,
                      candidate_traces=candidate.traces) if have_traces else empty,
         kernels=diff_kernels(a, b) if have_traces else empty,

@@ -81,6 +81,10 @@ def _estimate(est: Any, verdict: Any, base_key: str, cand_key: str) -> dict[str,
             "verdict": str(verdict), "n_baseline": est.n_baseline, "n_candidate": est.n_candidate}
 
 
+def _load(load: Any) -> dict[str, Any] | None:
+    return None if load is None else {k: json_number(v) for k, v in load.to_json().items()}
+
+
 def _breakdown(df: pd.DataFrame, view: str) -> list[dict[str, Any]]:
     if len(df) == 0:
         return []
@@ -107,7 +111,8 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
     if len(step_rows):
         r = step_rows.iloc[0]
         trace_step = {"baseline_us": json_number(r["baseline_us"]), "candidate_us": json_number(r["candidate_us"]),
-                      "delta_us": json_number(r["delta_us"])}
+                      "delta_us": json_number(r["delta_us"]), "statistic": "mean profiled step",
+                      "baseline_steps": cmp.breakdown_steps[0], "candidate_steps": cmp.breakdown_steps[1]}
     return {
         "schema": JSON_SCHEMA,
         "baseline": _side(cmp.baseline, cmp.step_source[0], cmp.step_times[0], cmp.profiled_steps[0]),
@@ -126,5 +131,7 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
         "config_diff": table_records(cmp.config),
         "module_diff": table_records(cmp.modules),
         "memory_categories": memory_category_records(cats.table),
+        "machine_load": {"baseline": _load(cmp.machine_load[0]), "candidate": _load(cmp.machine_load[1]),
+                         "warning": cmp.load_warning or None},
         "notes": list(cmp.notes) + list(cats.notes),
     }

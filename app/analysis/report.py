@@ -282,7 +282,8 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
                         memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
     parts = [f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
-             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp), "",
+             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp),
+             *([f"caution: {cmp.load_warning}"] if cmp.load_warning else []), "",
              _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
     parts += verdict_display_table(cmp)[1]  # rows without data on either side, and why
     bd = cmp.breakdown
@@ -304,7 +305,7 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
     if cats.available:
         parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
                   _text_table(_CATEGORY_HEADER, _category_rows(cats))]
-    parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes]]
+    parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n != cmp.load_warning]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -326,7 +327,8 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     Every cell is escaped."""
     rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in _verdict_rows(cmp)]
     out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
-           f"**{_md(headline(cmp))}**", "", _md_table(_VERDICT_HEADER, rows)]
+           f"**{_md(headline(cmp))}**", *([f"", f"⚠️ {_md(cmp.load_warning)}"] if cmp.load_warning else []), "",
+           _md_table(_VERDICT_HEADER, rows)]
     out += [f"<sub>{_md(h)}</sub>" for h in verdict_display_table(cmp)[1]]
     bd = cmp.breakdown
     if len(bd):
@@ -417,5 +419,6 @@ def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (),
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*cmp.notes, *cats.notes])
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Torchscope: {title}</title>"
             f"<style>{_CSS}</style></head><body><h1>Torchscope comparison: {title}</h1>"
-            f"<p class='headline'>{html.escape(headline(cmp))}</p>{body}"
+            f"<p class='headline'>{html.escape(headline(cmp))}</p>"
+            f"{'<p>⚠️ ' + html.escape(cmp.load_warning) + '</p>' if cmp.load_warning else ''}{body}"
             f"{'<h2>Notes</h2><ul>' + notes + '</ul>' if notes else ''}</body></html>\n")

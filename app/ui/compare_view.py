@@ -164,6 +164,8 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
         text = _plain(headline(cmp))
         box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
         box(text)
+        if cmp.load_warning:
+            st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:
             _metric_row(cmp)
     rows, hidden = [], []
