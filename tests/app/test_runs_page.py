@@ -260,3 +260,25 @@ def test_imported_run_steps_in_trace_until_analysed(monkeypatch, shared_data, tm
     row = at.dataframe[0].value.iloc[0]
     assert row["steps_source"] == "trace" and row["steps"] == len(steps) == 6
     assert abs(row["mean_step_time_ms"] - steps["duration_us"].mean() / 1e3) < 1e-6
+
+
+def test_tb_folder_with_freely_named_traces_lists_every_run(monkeypatch, shared_data, tmp_path):
+    """As ../shared/data/traces: files not named like tensorboard_trace_handler's output are
+    recognised by content; folders without traces say why they were skipped."""
+    tb = tmp_path / "tb"
+    for run, src in (("two", "two_ranks"), ("cpu", "cpu_only")):
+        (tb / run).mkdir(parents=True)
+        for f in (shared_data / "traces" / src).iterdir():
+            (tb / run / f.name).write_bytes(f.read_bytes())
+    (tb / "notes").mkdir()
+    (tb / "notes" / "config.json").write_text('{"lr": 0.1}')
+    (tb / "empty").mkdir()
+    monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
+    at = open_app(monkeypatch, tb)
+    assert not at.exception
+    assert sorted(at.dataframe[0].value["name"]) == ["cpu", "two"]
+    assert "2 of 2 runs" in texts(at.caption)
+    warning = texts(at.warning)
+    assert f"{tb / 'notes'}: not a run folder (no run.json), and its 1 *.json[.gz] file(s) are not profiler" in warning
+    assert f"{tb / 'empty'}: not a run folder (no run.json) and no trace files" in warning
+    assert f"{tb / 'two'}:" not in warning and f"{tb / 'cpu'}:" not in warning

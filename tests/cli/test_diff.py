@@ -146,3 +146,41 @@ def test_json_memory_categories_and_peak_source(tmp_path: Path, capsys) -> None:
     assert any("memory categories: the candidate has no memory timeline" in n for n in doc["notes"])
     rc, doc = _json(capsys, "bare", "bare", "--root", str(root), "--no-advice")
     assert doc["memory_categories"] == []
+
+
+CPU_TRACE = Path("traces") / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+def _log_folder(shared_data: Path, root: Path, runs: list[str]) -> Path:
+    """torch-tb-profiler's layout: one sub-folder of trace files per run."""
+    for run in runs:
+        (root / run).mkdir(parents=True)
+        (root / run / CPU_TRACE.name).write_bytes((shared_data / CPU_TRACE).read_bytes())
+    return root
+
+
+def test_log_folder_of_several_runs_is_refused_not_pooled(shared_data: Path, tmp_path: Path, capsys) -> None:
+    logs = _log_folder(shared_data, tmp_path / "logs", ["job_a", "job_b"])
+    assert main(["diff", str(logs), str(logs / "job_a"), "--no-advice"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "2 torch-tb-profiler runs (job_a, job_b)" in err and f"e.g. {logs / 'job_a'}" in err
+    assert "pass one sub-folder" in err
+    assert main(["diff", str(logs / "job_b"), str(logs), "--no-advice"]) == 2  # as CANDIDATE too
+    assert "job_a, job_b" in capsys.readouterr().err
+
+
+def test_run_store_as_a_side_is_refused(store: Path, capsys) -> None:
+    assert main(["diff", str(store), "base", "--root", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "run store of 4 runs" in err and "Traceback" not in err
+
+
+def test_log_folder_of_one_run_reads_only_its_traces(shared_data: Path, tmp_path: Path, capsys) -> None:
+    logs = _log_folder(shared_data, tmp_path / "logs", ["only"])
+    (logs / "only" / "mem.json").write_text("[[-1, 1, 4096, 0]]")  # a memory timeline, not a trace
+    (logs / "notes").mkdir()
+    (logs / "notes" / "config.json").write_text('{"lr": 0.1}')
+    rc, doc = _json(capsys, str(logs), str(shared_data / CPU_TRACE), "--no-advice")
+    assert rc == 0 and doc["baseline"]["kind"] == "traces"
+    assert doc["baseline"]["steps"] == doc["candidate"]["steps"] >= 1
