@@ -78,10 +78,11 @@ def time_store(n: int) -> tuple[float, float, float]:
     return cold, warm, plain
 
 
-def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[float, float]:
-    """(cold s, warm s) of two AppTest visits of the Run page of ``run_dir`` in this process.
-
-    Call it in a fresh interpreter on a store without caches for a true first visit."""
+def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[float, float, float, float]:
+    """(cold s, cold CPU s, warm s, warm CPU s) of two AppTest visits of the Run page of ``run_dir``
+    in this process. CPU = this process's user + system time (every thread): on a machine shared
+    with other jobs it moves less than wall time. Call it in a fresh interpreter on a store
+    without caches for a true first visit."""
     import cProfile
     import os
 
@@ -108,9 +109,9 @@ def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[f
 
     script_runner.ScriptRunner._run_script = profiled
     try:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         at.run()
-        cold = time.perf_counter() - t
+        cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
     finally:
         script_runner.ScriptRunner._run_script = original
     if prof is not None and profile is not None:
@@ -118,9 +119,9 @@ def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[f
     problems = [e.value for e in at.exception] + [e.value for e in at.error]
     if problems:
         print(f"  {run_dir.name}: {problems[:2]}", file=sys.stderr)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     at.run()
-    return cold, time.perf_counter() - t
+    return cold, cold_cpu, time.perf_counter() - t, time.process_time() - c
 
 
 def _apptest_store(root: Path, profile_dir: Path | None) -> None:
@@ -138,15 +139,16 @@ def _apptest_store(root: Path, profile_dir: Path | None) -> None:
             prof = str(profile_dir / f"{run_dir.name}.prof") if profile_dir else ""
             code = ("import sys, logging; logging.disable(logging.WARNING); from pathlib import Path; "
                     "from benchmarks.page_render import time_page; "
-                    f"c, w = time_page(Path({str(copy / run_dir.name)!r}), Path({str(copy)!r}), "
-                    f"Path({prof!r}) if {prof!r} else None); print(f'{{c:.2f}} {{w:.2f}}')")
+                    f"r = time_page(Path({str(copy / run_dir.name)!r}), Path({str(copy)!r}), "
+                    f"Path({prof!r}) if {prof!r} else None); print(' '.join(f'{{x:.2f}}' for x in r))")
             env = {**__import__("os").environ, "TORCHSCOPE_CACHE": str(tmp / "cache")}
             out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"\n{m.name}: failed\n{out.stderr[-2000:]}")
                 continue
-            cold, warm = (float(x) for x in out.stdout.split()[-2:])
-            print(f"\n{m.name} ({run_dir.name}): Run page first visit {cold:.2f} s, second {warm:.2f} s")
+            cold, cold_cpu, warm, warm_cpu = (float(x) for x in out.stdout.split()[-4:])
+            print(f"\n{m.name} ({run_dir.name}): Run page first visit {cold:.2f} s (CPU {cold_cpu:.2f} s), "
+                  f"second {warm:.2f} s (CPU {warm_cpu:.2f} s)")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
