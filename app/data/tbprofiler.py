@@ -302,13 +302,7 @@ class ImportPlan:
 def _skipped_folder(folder: Path) -> Skipped:
     if rf.is_run_dir(folder):
         return Skipped(folder, "already a Torchscope run; nothing to import")
-    scan = trace_files.scan_trace_folder(folder)
-    if not scan.skipped:
-        return Skipped(folder, "no trace files (*.json or *.json.gz) in it")
-    first = scan.skipped[0]
-    more = f" and {len(scan.skipped) - 1} more" if len(scan.skipped) > 1 else ""
-    return Skipped(folder, f"none of its {len(scan.skipped)} *.json[.gz] file(s) is a trace "
-                           f"({first.path.name}: {first.reason}{more})")
+    return Skipped(folder, trace_files.describe_traceless_folder(folder))
 
 
 def _visible_subfolders(folder: Path) -> list[Path]:

@@ -42,6 +42,7 @@ __all__ = [
     "is_trace_file",
     "scan_trace_folder",
     "find_trace_run_folders",
+    "describe_traceless_folder",
     "describe_non_run_folder",
 ]
 
@@ -252,16 +253,25 @@ def find_trace_run_folders(folder: str | os.PathLike[str]) -> list[Path]:
             if c.is_dir() and not c.name.startswith(".") and not is_run_dir(c) and _holds_a_trace(c)]
 
 
-def describe_non_run_folder(folder: str | os.PathLike[str]) -> str:
-    """Why ``folder``, a sub-folder of a store without a run manifest, is neither a run nor a
-    folder of traces: the phrase after its name in the store's problems."""
+def describe_traceless_folder(folder: str | os.PathLike[str]) -> str:
+    """Why ``folder`` is not a folder of traces: "no trace files …", or which of its
+    ``*.json[.gz]`` files is not a trace and why. "" when it is one."""
     scan = scan_trace_folder(folder)
-    why = f"not a run folder (no {layout.MANIFEST})"
     if scan.traces:
-        return f"{why}; it holds {len(scan.traces)} trace file(s), listed as a torch-tb-profiler run"
+        return ""
     if not scan.skipped:
-        return f"{why} and no trace files (*.json or *.json.gz) in it; skipped"
+        return "no trace files (*.json or *.json.gz) in it"
     first = scan.skipped[0]
     more = f" and {len(scan.skipped) - 1} more" if len(scan.skipped) > 1 else ""
-    return (f"{why}, and its {len(scan.skipped)} *.json[.gz] file(s) are not profiler traces "
-            f"({first.path.name}: {first.reason}{more}); skipped")
+    return (f"none of its {len(scan.skipped)} *.json[.gz] file(s) is a profiler trace "
+            f"({first.path.name}: {first.reason}{more})")
+
+
+def describe_non_run_folder(folder: str | os.PathLike[str]) -> str:
+    """Why ``folder``, a sub-folder of a store without a run manifest, was skipped: the phrase
+    after its name in the store's problems."""
+    why = f"not a run folder (no {layout.MANIFEST})"
+    traceless = describe_traceless_folder(folder)
+    if not traceless:
+        return f"{why}; it holds trace files, listed as a torch-tb-profiler run"
+    return f"{why} and {traceless}; skipped"

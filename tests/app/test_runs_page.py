@@ -279,6 +279,7 @@ def test_tb_folder_with_freely_named_traces_lists_every_run(monkeypatch, shared_
     assert sorted(at.dataframe[0].value["name"]) == ["cpu", "two"]
     assert "2 of 2 runs" in texts(at.caption)
     warning = texts(at.warning)
-    assert f"{tb / 'notes'}: not a run folder (no run.json), and its 1 *.json[.gz] file(s) are not profiler" in warning
+    assert (f"{tb / 'notes'}: not a run folder (no run.json) and none of its 1 *.json[.gz] file(s) is a "
+            "profiler trace (config.json: a JSON object without" in warning)
     assert f"{tb / 'empty'}: not a run folder (no run.json) and no trace files" in warning
     assert f"{tb / 'two'}:" not in warning and f"{tb / 'cpu'}:" not in warning

@@ -72,7 +72,7 @@ def test_import_log_folder_by_content_reports_what_it_skipped(shared_data, tmp_p
     assert main(["import", str(tb), "--root", str(store)]) == 0
     out, err = capsys.readouterr()
     assert out.count("imported /") == 2 and "2 file(s) or folder(s) skipped" in out
-    assert f"skipped {tb / 'notes'}: none of its 1 *.json[.gz] file(s) is a trace (config.json:" in err
+    assert f"skipped {tb / 'notes'}: none of its 1 *.json[.gz] file(s) is a profiler trace (config.json:" in err
     assert f"skipped {tb / 'two' / 'memory.json'}: a memory timeline" in err
     runs = {m.name: p for p, m in rf.list_runs(store).runs}
     assert sorted(runs) == ["cpu", "two"]

@@ -132,6 +132,6 @@ def test_store_problems_say_why_a_folder_was_skipped(shared_data, tmp_path, make
     by_folder = {p.split(": ", 1)[0]: p for p in problems}
     assert set(by_folder) == {str(tb / n) for n in ("empty", "memory", "notes")}  # cpu, two: mirrored runs
     assert "no trace files" in by_folder[str(tb / "empty")]
-    assert "not profiler traces" in by_folder[str(tb / "notes")] and "config.json" in by_folder[str(tb / "notes")]
+    assert "is a profiler trace" in by_folder[str(tb / "notes")] and "config.json" in by_folder[str(tb / "notes")]
     assert "memory timeline" in by_folder[str(tb / "memory")]
     assert all("not a run folder" in p and p.endswith("skipped") for p in problems)
