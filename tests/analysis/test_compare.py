@@ -445,3 +445,147 @@ def test_memory_sources_prefer_gpu_and_count_worker_rss(tmp_path: Path) -> None:
     g2 = run_with([{"rss_bytes": 1, "gpu_max_allocated_bytes": 4e9}])
     ga, gb = compute_peak_memory(g1, g2)
     assert ga.source == "system:gpu_max_allocated_bytes" and gb.bytes / ga.bytes == pytest.approx(0.8)
+
+
+# --- verdicts need an interval; typical profiled steps; machine load ------------------------------
+
+
+def test_one_step_per_side_gets_no_faster_slower_verdict() -> None:
+    a = fake_analysis({"cpu_exec": 1000.0}, {}, steps=1)
+    b = fake_analysis({"cpu_exec": 2000.0}, {}, steps=1)
+    cmp = diff_sides(side(None, a, "a"), side(None, b, "b"))
+    assert cmp.step_time.ratio == pytest.approx(2.0) and not cmp.step_time.has_interval
+    assert cmp.step_verdict == "same" and cmp.throughput_verdict == "same"
+    assert any("1 step per side: no confidence interval" in n for n in cmp.notes)
+    row = cmp.verdicts.iloc[0]
+    assert "no confidence interval" in row["note"]
+    doc = comparison_to_json(cmp, memory_categories=_no_categories())
+    assert doc["step_time"]["verdict"] == "same" and doc["step_time"]["ci95"] == [None, None]
+    from app.cli.diff_cmd import evaluate_gates
+
+    failures, skipped = evaluate_gates(cmp, 5.0, None)
+    assert failures == [] and skipped[0]["reason"] == "1 step per side: no confidence interval"
+
+
+def _no_categories():
+    from app.analysis.compare_memory_categories import MemoryCategoryComparison
+
+    return MemoryCategoryComparison(baseline=None, candidate=None, table=pd.DataFrame())
+
+
+def _with_long_step(analysis: SimpleNamespace, step: int, factor: float) -> SimpleNamespace:
+    steps = analysis.steps.copy()
+    cols = [f"{c}_us" for c in CATS] + ["duration_us", "forward_us", "backward_us", "optimizer_us"]
+    steps.loc[steps["step"] == step, cols] = steps.loc[steps["step"] == step, cols] * factor
+    return SimpleNamespace(**{**vars(analysis), "steps": steps})
+
+
+def test_breakdown_leaves_out_a_profiled_step_that_ran_an_evaluation(tmp_path: Path) -> None:
+    base = make_run(tmp_path, "baseline", [0.1] * 20)
+    with rf.JsonlWriter(base / layout.METRICS) as w:  # an evaluation logged at profiled step 11
+        w.write({"step": 11, "time": 11.5, "rank": 0, "val_loss": 1.0})
+    cats = {"cpu_exec": 800.0, "dataloader": 200.0, "forward": 300.0, "backward": 500.0, "optimizer": 100.0}
+    a = _with_long_step(fake_analysis(cats, {}, steps=3), 11, 5.0)  # steps 10, 11 (eval, 5 ms), 12
+    b = fake_analysis(cats, {}, steps=3)
+    cmp = diff_sides(side(base, a), side(None, b, "traces"))
+    step = cmp.breakdown[(cmp.breakdown["view"] == "device") & (cmp.breakdown["category"] == "step")].iloc[0]
+    assert step["baseline_us"] == pytest.approx(1000.0)  # not (1000 + 5000 + 1000) / 3
+    assert step["delta_us"] == pytest.approx(0.0)
+    assert cmp.breakdown_steps == (2, 3)
+    assert any("#11" in n and "evaluation" in n for n in cmp.notes)
+    doc = comparison_to_json(cmp, memory_categories=_no_categories())
+    assert doc["trace_step"]["statistic"] == "mean profiled step" and doc["trace_step"]["baseline_steps"] == 2
+
+
+def test_verdict_leaves_out_steps_that_ran_an_evaluation(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r", [0.1] * 30)
+    with rf.JsonlWriter(run / layout.METRICS) as w:
+        w.write({"step": 9, "time": 9.5, "rank": 0, "val_loss": 1.0})
+    table, _ = compute_step_times(side(run))
+    assert table.loc[table["step"] == 9, "reason"].item() == "evaluation"
+    assert not table.loc[table["step"] == 9, "kept"].item()
+
+
+def test_trace_only_outlier_step_is_left_out_of_the_breakdown() -> None:
+    a = _with_long_step(fake_analysis({"cpu_exec": 1000.0}, {}, steps=4), 12, 4.0)
+    b = fake_analysis({"cpu_exec": 1000.0}, {}, steps=4)
+    cmp = diff_sides(side(None, a, "a"), side(None, b, "b"))
+    step = cmp.breakdown[(cmp.breakdown["view"] == "device") & (cmp.breakdown["category"] == "step")].iloc[0]
+    assert step["baseline_us"] == pytest.approx(1000.0) and cmp.breakdown_steps == (3, 4)
+    assert any("#12" in n and "median" in n for n in cmp.notes)
+    # Two steps: nothing can be called typical, nothing is left out.
+    two = _with_long_step(fake_analysis({"cpu_exec": 1000.0}, {}, steps=2), 11, 4.0)
+    cmp2 = diff_sides(side(None, two, "a"), side(None, b, "b"))
+    assert cmp2.breakdown_steps == (2, 4)
+
+
+def _loaded_run(make_run_fixture, name: str, step_time_s: float, system_pct: float, own_pct: float) -> Path:
+    run = make_run_fixture(name, steps=40, step_time_s=step_time_s, system=False,
+                           devices=({"type": "cpu", "name": "x86_64", "count": 2},))
+    with rf.JsonlWriter(run / layout.SYSTEM) as w:
+        for i in range(10):
+            w.write({"time": float(i), "rank": 0, "pid": 1, "cpu_percent": own_pct, "children_cpu_percent": 0.0,
+                     "rss_bytes": 2**28, "system_cpu_percent": system_pct})
+    return run
+
+
+def test_machine_load_caution_when_one_run_had_the_machine_busier(make_run) -> None:
+    from app.analysis.report import format_report_markdown, format_verdict_text
+
+    busy = _loaded_run(make_run, "busy", 0.09, 100.0, 40.0)  # others used 2 - 0.4 = 1.6 CPUs
+    idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)  # others used 0.1 CPU
+    cmp = diff_sides(side(busy), side(idle))
+    assert cmp.step_verdict == "faster"
+    a, b = cmp.machine_load
+    assert a.other_cpus == pytest.approx(1.6) and b.other_cpus == pytest.approx(0.1) and a.cpus == 2
+    assert "busier during busy" in cmp.load_warning and "1.6 vs 0.1 of 2 CPUs" in cmp.load_warning
+    assert "re-run both" in cmp.load_warning
+    assert "caution: the machine was busier during busy" in format_verdict_text(cmp, memory_categories=_no_categories())
+    assert "busier during busy" in format_report_markdown(cmp, memory_categories=_no_categories())
+    doc = comparison_to_json(cmp, memory_categories=_no_categories())
+    assert doc["machine_load"]["warning"] == cmp.load_warning and doc["machine_load"]["baseline"]["cpus"] == 2
+    # The same load on both sides, machine not saturated: no caution.
+    calm = _loaded_run(make_run, "calm", 0.09, 55.0, 100.0)
+    assert diff_sides(side(calm), side(idle)).load_warning == ""
+
+
+def test_machine_load_caution_on_a_saturated_machine_only_with_a_verdict(make_run) -> None:
+    a = _loaded_run(make_run, "a", 0.09, 100.0, 40.0)
+    b = _loaded_run(make_run, "b", 0.05, 100.0, 50.0)
+    cmp = diff_sides(side(a), side(b))
+    assert cmp.step_verdict == "faster" and "saturated during both runs" in cmp.load_warning
+    same = diff_sides(side(a), side(a))
+    assert same.step_verdict == "same" and same.load_warning == ""
+
+
+def test_display_tables_have_units_and_no_raw_values(tmp_path: Path) -> None:
+    from app.analysis.report import breakdown_display_table, verdict_display_table
+
+    base = make_run(tmp_path, "baseline", [0.5] + [0.1] * 30)
+    cand = make_run(tmp_path, "cand", [0.5] + [0.07] * 30)
+    cats = {"cpu_exec": 800.0, "dataloader": 200.0}
+    cmp = diff_sides(side(base, fake_analysis(cats, {})), side(cand, fake_analysis({"cpu_exec": 700.0}, {})))
+    table, hidden = verdict_display_table(cmp)
+    row = table.iloc[0]
+    assert row["baseline"] == "100.00 ms" and row["candidate"] == "70.00 ms" and row["change"] == "-30.0 %"
+    assert not table.isin(["None", "nan", "none (none)"]).any().any()
+    assert "peak memory" not in set(table["quantity"])  # neither side has memory data
+    assert hidden == ["peak memory: not compared (no memory quantity both sides have)"]
+    bd = breakdown_display_table(cmp, "device")
+    assert list(bd.columns) == ["category", "baseline (ms/step)", "candidate (ms/step)", "Δ (ms/step)",
+                                "Δ share of baseline step (%)"]
+    dl = bd[bd["category"] == "dataloader"].iloc[0]
+    assert dl["baseline (ms/step)"] == pytest.approx(0.2) and dl["Δ share of baseline step (%)"] == pytest.approx(-20.0)
+    assert "mean profiled step" in set(bd["category"])
+
+
+def test_distinct_short_names_keep_distinct_kernels_apart() -> None:
+    from app.analysis.report import distinct_short_names, short_name
+
+    k1 = "void split_embedding_backward_kernel_cta_per_row_1<float, float, float, 2ul>(" + "long args, " * 10 + ")"
+    k2 = k1.replace("2ul", "5ul")
+    assert short_name(k1, 60) == short_name(k2, 60)  # the plain shortening collides
+    s1, s2, s3 = distinct_short_names([k1, k2, "aten::mm"], 60)
+    assert s1 != s2 and "2ul" in s1 and "5ul" in s2 and s3 == "aten::mm"
+    assert len(s1) <= 60
+    assert distinct_short_names([k1, k1], 60)[0] == distinct_short_names([k1, k1], 60)[1]

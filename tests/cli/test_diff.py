@@ -184,3 +184,54 @@ def test_log_folder_of_one_run_reads_only_its_traces(shared_data: Path, tmp_path
     rc, doc = _json(capsys, str(logs), str(shared_data / CPU_TRACE), "--no-advice")
     assert rc == 0 and doc["baseline"]["kind"] == "traces"
     assert doc["baseline"]["steps"] == doc["candidate"]["steps"] >= 1
+
+
+def test_one_step_per_side_is_same_and_the_gate_says_it_was_not_evaluated(shared_data: Path, capsys) -> None:
+    # cpu_only and triton hold one profiled step each: no confidence interval, so no verdict.
+    a, b = shared_data / "traces" / "cpu_only", shared_data / "traces" / "triton"
+    rc, doc = _json(capsys, str(a), str(b), "--fail-if-slower", "5", "--no-advice")
+    assert rc == 0
+    st = doc["step_time"]
+    assert st["ci95"] == [None, None] and st["ratio"] > 1.05 and st["verdict"] == "same"
+    assert doc["gates"]["failures"] == []
+    assert doc["gates"]["skipped"] == [{"gate": "--fail-if-slower", "reason": "1 step per side: no confidence interval"}]
+    assert any("1 step per side: no confidence interval" in n for n in doc["notes"])
+    assert main(["diff", str(a), str(b), "--fail-if-slower", "5", "--no-advice"]) == 0
+    out, err = capsys.readouterr()
+    assert "gate not evaluated: --fail-if-slower: 1 step per side: no confidence interval" in err
+    assert "step time not judged" in out and "slower" not in out.split("\n\n")[1]
+
+
+def test_memory_gate_without_data_is_reported_not_passed_silently(shared_data: Path, capsys) -> None:
+    pair = shared_data / "traces" / "gpu_before_after"
+    rc, doc = _json(capsys, str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--fail-if-more-memory", "5",
+                    "--no-advice")
+    assert rc == 0 and doc["peak_memory"]["verdict"] == "n/a"
+    assert doc["gates"]["failures"] == []
+    [skipped] = doc["gates"]["skipped"]
+    assert skipped["gate"] == "--fail-if-more-memory" and "no peak memory on either side" in skipped["reason"]
+    assert main(["diff", str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--fail-if-more-memory", "5",
+                 "--no-advice"]) == 0
+    assert "gate not evaluated: --fail-if-more-memory" in capsys.readouterr().err
+
+
+def test_memory_gate_evaluated_lists_nothing_skipped(store: Path, capsys) -> None:
+    rc, doc = _json(capsys, "base", "fat", "--root", str(store), "--fail-if-more-memory", "80")
+    assert rc == 0 and doc["gates"]["skipped"] == [] and doc["gates"]["failures"] == []
+
+
+def test_gpu_pair_text_tables_keep_kernels_and_shapes_distinct(shared_data: Path, capsys) -> None:
+    pair = shared_data / "traces" / "gpu_before_after"
+    args = [str(pair / "control.json.gz"), str(pair / "test.json.gz"), "--no-advice", "--top", "30"]
+    assert main(["diff", *args]) == 0
+    out = capsys.readouterr().out
+    kernels = out.split("kernel changes")[1].split("\n\n")[0].splitlines()[3:]
+    names = [line.rsplit("  ", 4)[0].strip() for line in kernels]
+    labels = [line.split("  ")[0] for line in kernels]
+    assert len(set(labels)) == len(labels), labels  # no kernel printed twice (as added and removed)
+    assert names
+    assert main(["diff", *args, "--by", "shape"]) == 0
+    out = capsys.readouterr().out
+    ops = out.split("operator changes")[1].split("\n\n")[0].splitlines()[3:]
+    assert len({line.split("  ")[0] for line in ops}) == len(ops)
+    assert any("[" in line.split("  ")[0] for line in ops)  # the input shapes are printed
