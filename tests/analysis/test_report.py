@@ -89,8 +89,11 @@ def test_report_figures_and_waterfall_add_up(tmp_path: Path) -> None:
     cand.analysis.steps["duration_us"] = 600.0
     cand.analysis.steps["cpu_exec_us"] = 600.0
     cmp = diff_sides(base, cand)
-    wf = make_waterfall_figure(cmp.breakdown).data[0]
-    assert list(wf.x) == ["baseline step", "cpu_exec", "candidate step"]
+    wf = make_waterfall_figure(cmp.breakdown, steps=cmp.breakdown_steps).data[0]
+    n_a, n_b = cmp.breakdown_steps
+    # The ends are trace means, labelled so nobody reads them as the verdict's median step time.
+    assert list(wf.x) == [f"baseline: mean profiled step ({n_a} steps)", "cpu_exec",
+                          f"candidate: mean profiled step ({n_b} steps)"]
     assert wf.y[0] + sum(wf.y[1:-1]) == pytest.approx(wf.y[-1])  # the bars add up to the candidate step
     figs = make_report_figures(cmp)
     titles = [t for t, _ in figs]
