@@ -34,6 +34,12 @@ def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixtu
     labels = {m.label for m in at.metric}
     assert {"Median step time", "Final loss"} <= labels
     assert "Peak memory (host RSS)" in labels  # hand-made runs: RSS samples only
+    verdicts = at.dataframe[0].value.set_index("quantity")  # formatted with units, not raw numbers
+    step = verdicts.loc["step time (median)"]
+    assert step["baseline"].endswith(" ms") and step["candidate"].endswith(" ms") and step["change"].endswith("%")
+    assert verdicts.loc["peak memory (host RSS)", "baseline"].endswith("MiB")
+    assert verdicts.loc["peak memory (host RSS)", "95% CI"] == "—"  # a single value has no interval
+    assert not verdicts.isin(["None", "nan", "none (none)"]).any().any()
     cfg = _tab(at, "Config")
     assert "config.optimizer" in str(cfg.dataframe[0].value["key"].tolist())
     advisor = _tab(at, "Advisor")  # runs without traces: only metric rules can speak
@@ -73,6 +79,14 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     assert "optimized" in shown and "baseline" in shown  # the headline names both runs
     time_tab = _tab(at, "Where the time went")
     assert len(time_tab.get("plotly_chart")) >= 2  # step times and the waterfall
+    breakdown = time_tab.dataframe[0].value
+    assert list(breakdown.columns) == ["category", "baseline (ms/step)", "candidate (ms/step)", "Δ (ms/step)",
+                                       "Δ share of baseline step (%)"]
+    assert "mean profiled step" in set(breakdown["category"])
+    share = breakdown.set_index("category")["Δ share of baseline step (%)"]
+    assert share["mean profiled step"] == pytest.approx(
+        100 * breakdown.set_index("category").loc["mean profiled step", "Δ (ms/step)"]
+        / breakdown.set_index("category").loc["mean profiled step", "baseline (ms/step)"])
     ops = _tab(at, "Operators").dataframe[0].value
     assert any("conv" in n for n in ops["name"].head(3))
     model = _tab(at, "Model")
