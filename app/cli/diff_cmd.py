@@ -3,7 +3,9 @@
 Prints the verdict table (or ``--json``, documented in docs/compare.md) and works as a CI gate:
 exit 1 when ``--fail-if-slower PCT`` is given and the candidate's median step time is more than
 PCT % above the baseline's *and* the slowdown is significant (verdict ``slower``), or when
-``--fail-if-more-memory PCT`` is given and the peak memory grew by more than PCT %.
+``--fail-if-more-memory PCT`` is given and the peak memory grew by more than PCT %. A gate that
+cannot be evaluated (no confidence interval, no memory data) never fails: it is reported on
+stderr and in the JSON's ``gates.skipped``.
 """
 from __future__ import annotations
 
