@@ -118,14 +118,39 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _rank(path: Path, meta: dict[str, Any]) -> int:
+def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
+    """``distributedInfo.rank``, else the rank in the file name, else None (no rank information)."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict):
         r = info.get("rank")
         if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
             return r
-    found = rank_from_name(path.name)
+    return rank_from_name(path.name)
+
+
+def _rank(path: Path, meta: dict[str, Any]) -> int:
+    found = _known_rank(path, meta)
     return found if found is not None else 0
+
+
+def _warn_unranked(traces: list[TraceTables]) -> None:
+    """Traces without rank information all get rank 0; say so when that makes ranks collide.
+
+    Distinct ranks are not invented (file order says nothing about ranks)."""
+    if len(traces) < 2:
+        return
+    unranked = [t for t in traces if _known_rank(t.path, t.meta) is None]
+    zero = [t for t in traces if t.rank == 0]
+    if not unranked or len(zero) < 2:
+        return
+    names = ", ".join(t.path.name for t in unranked)
+    if len(unranked) > 1:
+        msg = f"{len(unranked)} traces have no rank information and were all given rank 0: {names}"
+    else:
+        others = ", ".join(t.path.name for t in zero if t is not unranked[0])
+        msg = f"1 trace has no rank information and was given rank 0: {names} (as {others})"
+    for t in unranked:
+        t.warnings.append(f"{t.path}: {msg}")
 
 
 def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
@@ -334,7 +359,9 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
                 progress: Progress | None = None, use_cache: bool = True) -> list[TraceTables]:
     """Return one TraceTables per trace file under ``path``, sorted by (rank, file name).
 
-    ``progress(done_bytes, total_bytes)`` is called over all files together.
+    ``progress(done_bytes, total_bytes)`` is called over all files together. Traces without rank
+    information (no ``distributedInfo.rank``, no rank in the name) get rank 0; when that gives two
+    traces rank 0, each of them carries a warning naming them.
     """
     paths = list_trace_paths(path)
     sizes = [f.stat().st_size for f in paths]
@@ -348,4 +375,5 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
             sub = lambda d, _t, base=base: progress(base + d, total)  # noqa: E731
         out.append(load_trace(f, cache_dir=cache_dir, progress=sub, use_cache=use_cache))
         done += size
+    _warn_unranked(out)
     return sorted(out, key=lambda t: (t.rank, t.path.name))

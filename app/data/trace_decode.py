@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["KINETO_FIELDS", "EMPTY_RAW", "Undecodable", "decode_array", "counters_from", "UNTYPED"]
+__all__ = ["KINETO_FIELDS", "EMPTY_RAW", "Undecodable", "NotEvents", "Decoded", "decode_array", "counters_from",
+           "UNTYPED"]
 
 
 EMPTY_RAW = msgspec.Raw(b"")  # "field absent" for the raw JSON fields (shapes, types)
@@ -72,6 +73,19 @@ class Undecodable(Exception):
     pass
 
 
+class NotEvents(Undecodable):
+    """The bytes are a JSON array, but some of its elements are not objects (e.g. ``5``, ``null``).
+
+    The parser then reads that piece element by element (``trace_parse._scan``), which skips those
+    elements and says at which byte each was."""
+
+
+class Decoded(list):  # type: ignore[type-arg]
+    """Decoded events; ``bad_ts`` counts the events dropped because their ``ts`` is not a number."""
+
+    bad_ts = 0
+
+
 def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Any]:
     """Decode a JSON array of events: typed fast path, untyped fallback for odd field types."""
     try:
@@ -93,8 +107,12 @@ def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> l
         raw = UNTYPED.decode(data)
     except msgspec.DecodeError as e:
         raise Undecodable(str(e)) from None
+    if not all(isinstance(e, dict) for e in raw):
+        raise NotEvents("an element of the events array is not an object")
     _note_once(warnings, f"{path}: some events have fields of an unexpected type; they were read leniently")
-    return [_lenient(e) for e in raw if isinstance(e, dict)]
+    out = Decoded(ev for ev in map(_lenient, raw) if ev is not None)
+    out.bad_ts = len(raw) - len(out)
+    return out
 
 
 def _note_once(warnings: list[str], msg: str) -> None:
@@ -119,8 +137,13 @@ def _raw(v: Any) -> msgspec.Raw:
     return EMPTY_RAW if v is None else msgspec.Raw(msgspec.json.encode(v))
 
 
-def _lenient(d: dict[str, Any]) -> _Event:
-    """Build an _Event from a dict whose fields may have unexpected types (coerce or drop)."""
+def _lenient(d: dict[str, Any]) -> _Event | None:
+    """Build an _Event from a dict whose fields may have unexpected types (coerce or drop); None
+    when its ``ts`` is there but is not a number (``"abc"``, a list): such an event is skipped."""
+    ts = d.get("ts")
+    ts_num = _num(ts, float)
+    if ts is not None and ts_num is None:
+        return None
     a = d.get("args")
     args = _NO_ARGS
     if isinstance(a, dict):
@@ -142,7 +165,7 @@ def _lenient(d: dict[str, Any]) -> _Event:
         ph=str(d.get("ph") or ""), cat=_str(d.get("cat")), name=_str(d.get("name")),
         pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
         tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,
-        ts=_num(d.get("ts"), float), dur=_num(d.get("dur"), float),
+        ts=ts_num, dur=_num(d.get("dur"), float),
         id=eid if isinstance(eid, (int, str)) and not isinstance(eid, bool) else None, args=args,
     )
 

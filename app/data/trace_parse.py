@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from app.data.trace_columns import (COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA, MEMORY_SCHEMA, THREAD_SCHEMA,
                                     columns_from_events, counters_table)
-from app.data.trace_decode import KINETO_FIELDS, UNTYPED, Undecodable, counters_from, decode_array
+from app.data.trace_decode import KINETO_FIELDS, UNTYPED, NotEvents, Undecodable, counters_from, decode_array
 from app.errors import TraceError
 
 __all__ = ["ParsedTrace", "parse_trace_file", "PIECE_BYTES", "KINETO_FIELDS"]
@@ -47,6 +47,8 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]|\[\s*\]")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NOT_SPACE = re.compile(rb"\S")
+MEMORY_TIMELINE = ("is a memory timeline (export_memory_timeline), not a trace: open it in the Memory tab "
+                   "of a run, or record with torchscope run --memory-timeline")
 
 
 @dataclass
@@ -100,11 +102,11 @@ def _read_pieces(path: Path, warnings: list[str], progress: Progress | None) -> 
                         dec = zlib.decompressobj(47)
                         out.append(dec.decompress(rest))
                 except zlib.error as e:
-                    if out:
-                        yield b"".join(out)
-                    at = done - len(raw) + i
+                    at = done - len(raw) + i  # noted first: the reader may stop at the bytes yielded below
                     warnings.append(f"{path}: the gzip data is corrupt near compressed byte {at:,} ({e}); "
                                     "reading what was decompressed before it")
+                    if out:
+                        yield b"".join(out)
                     return
             data = b"".join(out)
             if data:
@@ -125,9 +127,12 @@ class _Sink:
         self.parts: dict[str, list[pa.Table]] = {"events": [], "memory": [], "flows": [], "threads": []}
         self.counter_rows: list[dict[str, Any]] = []
         self.n_events = 0
+        self.bad_ts = 0  # events skipped because their ts is not a number
+        self.not_objects: list[int] = []  # absolute byte of each element of traceEvents that is not an object
 
     def add(self, evs: list[Any], buf: bytearray, end: int) -> None:
         self.n_events += len(evs)
+        self.bad_ts += getattr(evs, "bad_ts", 0)
         tables, has_counters = columns_from_events(evs)
         for kind, table in tables.items():
             if table.num_rows:
@@ -157,32 +162,119 @@ def _closed(buf: bytearray, end: int) -> Iterator[memoryview | bytes]:
 
 
 def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Any] | None:
+    """The events of ``buf[:end] + "]"``, or None when that is not a JSON array (a wrong cut).
+    NotEvents (a non-object element) propagates: the piece is then read element by element."""
     with _closed(buf, end) as data:
         try:
             return decode_array(data, warnings, path)
+        except NotEvents:
+            raise
         except Undecodable:
             return None
 
 
-def _longest_prefix(buf: bytearray, warnings: list[str], path: Path) -> tuple[int, list[Any]]:
-    """Return (end, events) for the longest run of whole events at the start of ``buf``
-    (end 1, no events, when not even the first event is whole).
+# ---------------------------------------------------------------- the slow path: element by element
+#
+# Used only when the fast path cannot cut or close a piece: a non-object element (``5``), a syntax
+# error, a file that ends mid-event, or a single event longer than a piece. It walks the array one
+# JSON value at a time (msgspec decodes one value and says where the trailing bytes start), so it
+# knows exactly why it stopped and at which byte; the objects it found are decoded together as usual.
 
-    Decodability is monotone in the cut position (every cut before a corruption decodes, none
-    after it), so a binary search over boundary candidates finds it in a few decodes.
-    """
-    cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, 1)]
-    cands += [m.start() + 1 for m in _ARRAY_END.finditer(buf, 1) if buf[m.start()] == 0x7D]  # "}"
-    cands = sorted(set(cands))
-    lo, hi, best, best_evs = 0, len(cands) - 1, 1, []
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        evs = _try(buf, cands[mid], warnings, path)
-        if evs is None:
-            hi = mid - 1
-        else:
-            best, best_evs, lo = cands[mid], evs, mid + 1
-    return best, best_evs
+_AT_BYTE = re.compile(r"\s*\(byte (\d+)\)")
+
+
+def _err_at(msg: str) -> int | None:
+    """The 0-based offset of the byte msgspec's message names, or None. msgspec 0.19–0.23 reports
+    the offending byte itself, except for trailing characters, where it reports the byte after it."""
+    m = _AT_BYTE.search(msg)
+    if m is None:
+        return None
+    return int(m.group(1)) - ("trailing characters" in msg)
+
+
+def _err_text(msg: str) -> str:
+    return _AT_BYTE.sub("", msg).replace("JSON is malformed: ", "")
+
+
+@dataclass
+class _Scan:
+    objects: list[tuple[int, int]]  # (start, end) in buf of each whole object element
+    others: list[int]  # start in buf of each whole element that is not an object
+    stop: int  # where it stopped: the "]" ("end"), the first byte not read ("truncated") or the error ("invalid")
+    how: str  # "end" | "truncated" | "invalid"
+    error: str = ""
+
+
+def _scan(buf: bytearray, pos: int) -> _Scan:
+    """Walk the elements of the events array from ``pos`` (just after ``[`` or a ``,``)."""
+    mv = memoryview(buf)
+    objects: list[tuple[int, int]] = []
+    others: list[int] = []
+    want_value, first, last = True, pos == 1, pos
+    while True:
+        m = _NOT_SPACE.search(buf, pos)
+        if m is None:  # the bytes stop: re-read the last element with the next piece (it may go on)
+            if not want_value:
+                (others.pop() if others and others[-1] == last else objects.pop())
+                pos = last
+            return _Scan(objects, others, pos, "truncated")
+        p = m.start()
+        c = buf[p]
+        if not want_value:
+            if c == 0x2C:  # ","
+                pos, want_value = p + 1, True
+                continue
+            if c == 0x5D:  # "]"
+                return _Scan(objects, others, p, "end")
+            return _Scan(objects, others, p, "invalid", "expected ',' or ']' after an event")
+        if c == 0x5D and first:  # an empty array
+            return _Scan(objects, others, p, "end")
+        try:
+            UNTYPED.decode(mv[p:])
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            if "truncated" in msg:
+                return _Scan(objects, others, p, "truncated")
+            at = _err_at(msg)
+            if at is None or "trailing characters" not in msg:
+                return _Scan(objects, others, p + (at or 0), "invalid", _err_text(msg))
+            end = p + at
+        else:  # one value up to the end of the bytes: no "]" follows it yet
+            return _Scan(objects, others, p, "truncated")
+        (objects.append((p, end)) if c == 0x7B else others.append(p))  # "{"
+        pos, last, want_value, first = end, p, False, False
+
+
+def _add_scanned(sink: _Sink, buf: bytearray, sc: _Scan, base: int, warnings: list[str], path: Path) -> None:
+    """Decode the whole objects the scan found, as one array, and note the other elements."""
+    sink.not_objects += [base + p - 1 for p in sc.others]
+    if not sc.objects:
+        return
+    mv = memoryview(buf)
+    arr = bytearray(b"[") + b",".join(mv[a:b] for a, b in sc.objects) + b"]"
+    with _closed(arr, len(arr) - 1) as data:
+        evs = decode_array(data, warnings, path)  # whole objects: decodes (typed, or leniently)
+    sink.add(evs, arr, len(arr) - 1)
+
+
+def _line_col(path: Path, at: int) -> tuple[int, int]:
+    """Line and column (1-based, in bytes) of decompressed byte ``at`` (read again: errors only)."""
+    line, col_start, done = 1, 0, 0
+    for piece in _read_pieces(path, [], None):
+        chunk = piece[: max(0, at - done)]
+        n = chunk.count(b"\n")
+        if n:
+            line += n
+            col_start = done + chunk.rindex(b"\n") + 1
+        done += len(piece)
+        if done >= at:
+            break
+    return line, at - col_start + 1
+
+
+def _invalid(path: Path, at: int, error: str) -> str:
+    line, col = _line_col(path, at)
+    return f"{path}: invalid JSON at byte {at:,} (line {line}, column {col}): {error}"
 
 
 def _find_start(buf: bytes) -> tuple[int, bool] | None:
@@ -190,6 +282,11 @@ def _find_start(buf: bytes) -> tuple[int, bool] | None:
     s = buf.lstrip(b"\xef\xbb\xbf \t\r\n")
     skipped = len(buf) - len(s)
     if s[:1] == b"[":
+        inner = s[1:].lstrip()
+        if not inner:
+            return None  # the first element is not read yet
+        if inner[:1] == b"[":  # a list of lists: export_memory_timeline's rows, not events
+            raise TraceError(MEMORY_TIMELINE)
         return skipped + 1, False
     if s[:1] != b"{":
         raise ValueError("it does not start with a JSON object or array")
@@ -305,6 +402,8 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
                 start = _find_start(head)
             except ValueError as e:
                 raise TraceError(f"{path}: not a Chrome/Kineto trace: {e}") from None
+            except TraceError as e:
+                raise TraceError(f"{path} {e}") from None
             if start is None:
                 continue
             off, is_object = start
@@ -318,36 +417,90 @@ def _parse(path: Path, progress: Progress | None) -> ParsedTrace:
         buf = _joined(parts)
         parts = [memoryview(buf)[1:]]  # the read blocks are freed; buf holds the bytes now
         cut, evs = _cut(buf, out.warnings, path)
-        if cut is None and have < MAX_EVENT_BYTES:
-            limit = have + max(PIECE_BYTES, _GROW_BYTES)  # maybe one huge event: read on before calling it corrupt
+        if cut is not None:
+            limit = PIECE_BYTES
+            sink.add(evs, buf, cut)
+            del evs
+            nxt = buf.index(b"{", cut)
+            parts, have, base = [bytes(buf[nxt:])], len(buf) - nxt, base + nxt - 1
+            continue
+        sc = _scan(buf, 1)  # the slow path: why can it not be cut?
+        if sc.how == "truncated" and sc.stop == 1 and have < MAX_EVENT_BYTES:
+            limit = have + max(PIECE_BYTES, _GROW_BYTES)  # one huge event: read on before calling it corrupt
             continue
         limit = PIECE_BYTES
-        if cut is None:
-            end, evs = _longest_prefix(buf, out.warnings, path)
-            sink.add(evs, buf, end)
-            out.warnings.append(_recovered(sink.n_events, base + end - 1, "the file is corrupt after it"))
-            _close(pieces)
-            return _done(out, sink)
-        sink.add(evs, buf, cut)
-        del evs
-        nxt = buf.index(b"{", cut)
-        parts, have, base = [bytes(buf[nxt:])], len(buf) - nxt, base + nxt - 1
+        _add_scanned(sink, buf, sc, base, out.warnings, path)
+        if sc.how == "truncated" and sc.stop > 1:  # whole elements read; the rest goes with the next piece
+            nxt = sc.stop
+            parts, have, base = [bytes(buf[nxt:])], len(buf) - nxt, base + nxt - 1
+            continue
+        if sc.how == "end":  # the array ended in the middle of the stream: the object's last fields follow
+            rest = bytes(buf[sc.stop + 1:]) + b"".join(pieces)
+            _end_fields(out, sink, path, rest, start[1], base + sc.stop - 1)
+            return _done(out, sink, path)
+        _close(pieces)
+        if sc.how == "truncated":  # nothing whole in MAX_EVENT_BYTES
+            out.warnings.append(f"{path}: the event at byte {base:,} is not complete after "
+                                f"{MAX_EVENT_BYTES >> 20} MB; the file is treated as corrupt there "
+                                f"({sink.n_events:,} events read before it)")
+        else:
+            _syntax_error(out, sink, path, base + sc.stop - 1, sc.error)
+        return _done(out, sink, path)
     if start is None:
         if not head.strip() and out.warnings:
             raise TraceError(f"{path}: no trace data could be read: {out.warnings[-1]}")
         raise TraceError(_no_events_message(path, head))
     buf = _joined(parts)
     parts = []
-    finished = _finish(buf, start[1], out.warnings, path)
+    try:
+        finished = _finish(buf, start[1], out.warnings, path)
+    except NotEvents:
+        finished = None
     if finished is not None:
         evs, tail, end = finished
         sink.add(evs, buf, end)
         out.meta.update(tail)
+        return _done(out, sink, path)
+    sc = _scan(buf, 1)
+    _add_scanned(sink, buf, sc, base, out.warnings, path)
+    if sc.how == "truncated":
+        out.warnings.append(_recovered(path, sink.n_events, base + sc.stop - 1, "the file ends mid-event"))
+    elif sc.how == "invalid":
+        _syntax_error(out, sink, path, base + sc.stop - 1, sc.error)
     else:
-        end, evs = _longest_prefix(buf, out.warnings, path)
-        sink.add(evs, buf, end)
-        out.warnings.append(_recovered(sink.n_events, base + end - 1, "the file ends mid-event"))
-    return _done(out, sink)
+        _end_fields(out, sink, path, bytes(buf[sc.stop + 1:]), start[1], base + sc.stop - 1)
+    return _done(out, sink, path)
+
+
+def _syntax_error(out: ParsedTrace, sink: _Sink, path: Path, at: int, error: str) -> None:
+    """A syntax error: an error when no event could be read before it, else a warning."""
+    msg = _invalid(path, at, error)
+    if sink.n_events == 0 and not sink.not_objects:
+        raise TraceError(f"{msg}; no event could be read")
+    out.warnings.append(f"{msg}; kept the {sink.n_events:,} events before it, the rest of the file is not read")
+
+
+def _end_fields(out: ParsedTrace, sink: _Sink, path: Path, tail: bytes, is_object: bool, close_at: int) -> None:
+    """Check and keep what follows the events array (``close_at``: the byte of its ``]``)."""
+    meta = _tail_meta(tail, is_object)
+    if meta is not None:
+        out.meta.update(meta)
+        return
+    head = b'{"traceEvents":[]' if is_object else b"[]"
+    try:
+        UNTYPED.decode(head + tail)
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        if "truncated" in msg:
+            out.warnings.append(_recovered(path, sink.n_events, close_at + len(tail),
+                                           "the file ends in the fields after the events"))
+            return
+        at = _err_at(msg)
+        where = close_at + at - (len(head) - 1) if at is not None else close_at
+        out.warnings.append(f"{_invalid(path, where, _err_text(msg))}"
+                            f"; after the events array (all {sink.n_events:,} events kept)")
+        return
+    out.warnings.append(f"{path}: the fields after the events array could not be read")
 
 
 def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Any]]:
@@ -357,14 +510,17 @@ def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, l
     if not cands:
         cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, 1)]
     for end in reversed(cands[-_MAX_BACKOFF:]):
-        evs = _try(buf, end, warnings, path)
+        try:
+            evs = _try(buf, end, warnings, path)
+        except NotEvents:  # an element that is not an object: read this piece element by element
+            return None, []
         if evs is not None:
             return end, evs
     return None, []
 
 
-def _recovered(n: int, at: int, why: str) -> str:
-    return f"recovered {n:,} events before byte {at:,}; {why}"
+def _recovered(path: Path, n: int, at: int, why: str) -> str:
+    return f"{path}: recovered {n:,} events before byte {at:,}; {why}"
 
 
 def _close(pieces: Iterator[bytes]) -> None:
@@ -381,11 +537,16 @@ def _no_events_message(path: Path, buf: bytes) -> str:
             return f"{path}: the file is empty"
         return f"{path}: not a Chrome/Kineto trace: no traceEvents array found ({e})"
     if isinstance(doc, dict):
-        return f"{path}: not a Chrome/Kineto trace: the JSON object has no 'traceEvents' list (keys: {sorted(doc)[:8]})"
+        if {"times", "sizes"} <= set(doc):  # a memory timeline written as an object
+            return f"{path} {MEMORY_TIMELINE}"
+        return (f"{path}: not a profiler trace: no traceEvents (a Chrome/Kineto trace is a JSON object with a "
+                f"'traceEvents' list; this one has the keys {sorted(doc)[:8]})")
+    if isinstance(doc, list) and doc and isinstance(doc[0], list):
+        return f"{path} {MEMORY_TIMELINE}"
     return f"{path}: not a Chrome/Kineto trace: expected a JSON object with 'traceEvents', got {type(doc).__name__}"
 
 
-def _done(out: ParsedTrace, sink: _Sink) -> ParsedTrace:
+def _done(out: ParsedTrace, sink: _Sink, path: Path) -> ParsedTrace:
     schemas = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "threads": THREAD_SCHEMA}
     for kind, schema in schemas.items():
         parts = sink.parts[kind]
@@ -395,4 +556,12 @@ def _done(out: ParsedTrace, sink: _Sink) -> ParsedTrace:
         setattr(out, kind, table)
     out.counters = counters_table(sink.counter_rows) if sink.counter_rows else COUNTER_SCHEMA.empty_table()
     out.n_events = sink.n_events
+    if sink.bad_ts:
+        out.warnings.append(f"{path}: skipped {sink.bad_ts:,} event{'s' if sink.bad_ts > 1 else ''} "
+                            "with a non-numeric 'ts'")
+    if sink.not_objects:
+        n = len(sink.not_objects)
+        at = ", ".join(f"{b:,}" for b in sink.not_objects[:5]) + (", …" if n > 5 else "")
+        out.warnings.append(f"{path}: skipped {n:,} entr{'ies that are' if n > 1 else 'y that is'} not an "
+                            f"event object at byte{'s' if n > 1 else ''} {at}")
     return out

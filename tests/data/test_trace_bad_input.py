@@ -79,7 +79,7 @@ def test_small_pieces_cut_correctly_and_recover(tmp_path: Path, monkeypatch: pyt
 @pytest.mark.parametrize("content, expected", [
     (b"", "is empty"),
     (b"hello world", "not a Chrome/Kineto trace"),
-    (b'{"schemaVersion": 1, "foo": []}', "no 'traceEvents'"),
+    (b'{"schemaVersion": 1, "foo": []}', "not a profiler trace: no traceEvents"),
     (b'"just a string"', "not a Chrome/Kineto trace"),
 ])
 def test_unreadable_files_raise_trace_error_naming_the_file(tmp_path: Path, content: bytes, expected: str) -> None:
