@@ -87,3 +87,29 @@ def test_tb_log_folder_with_one_run_needs_no_run(tmp_path: Path, capsys: pytest.
 def test_run_outside_a_tb_log_folder_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(TINY), "--run", "x"]) == 2
     assert "not a torch-tb-profiler log folder" in capsys.readouterr().err
+
+
+def test_bad_input_errors_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    invalid = tmp_path / "invalid.json"
+    invalid.write_bytes(b'{"traceEvents": [ {"name": "x", "ph": "X", ts: 1} ]}')
+    assert main(["analyze", str(invalid)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{invalid}: invalid JSON at byte 43 (line 1, column 44)" in err
+    mem = tmp_path / "memory_timeline.raw.json"
+    mem.write_text("[[-1, 1, 512, 7], [10, 2, 1024, 4]]")
+    assert main(["analyze", str(mem)]) == 2
+    assert f"{mem} is a memory timeline (export_memory_timeline), not a trace" in capsys.readouterr().err
+    folder = tmp_path / "unranked"
+    folder.mkdir()
+    event = {"name": "ProfilerStep#1", "ph": "X", "ts": 100, "dur": 1000, "pid": 1, "tid": 1,
+             "cat": "user_annotation"}
+    for name in ("plain.json", "trainer_5.pt.trace.json"):
+        (folder / name).write_text(json.dumps({"traceEvents": [event, 5]}))
+    assert main(["analyze", str(folder), "--json"]) == 0
+    traces = json.loads(capsys.readouterr().out)["traces"]
+    assert [t["rank"] for t in traces] == [0, 0]
+    for t in traces:
+        assert t["warnings"] == [
+            f"{t['path']}: skipped 1 entry that is not an event object at byte 122",
+            f"{t['path']}: 2 traces have no rank information and were all given rank 0: "
+            "plain.json, trainer_5.pt.trace.json"]

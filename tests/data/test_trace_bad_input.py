@@ -143,3 +143,125 @@ def test_an_event_larger_than_a_piece_is_read(tmp_path: Path, monkeypatch: pytes
     doc["traceEvents"][20]["args"]["Call stack"] = "x" * 10000  # one event bigger than two pieces
     t = load_trace(_write(tmp_path / "big.json", json.dumps(doc).encode()), use_cache=False)
     assert len(t.events) == 50 and t.warnings == []
+
+
+# ---------------------------------------------------------------- bad elements, syntax errors, other formats
+
+
+def _names(t: object) -> list[str]:
+    return sorted(t.events["name"].astype(str))  # type: ignore[attr-defined]
+
+
+def test_a_non_object_element_is_skipped_and_every_event_kept(tmp_path: Path) -> None:
+    head = json.dumps({"traceEvents": [_event(0), _event(1)]})[:-2]  # up to the last event's "}"
+    text = (head + ", 5, " + json.dumps(_event(2))[:-1] + "}, null]}").encode()
+    f = _write(tmp_path / "t.json", text)
+    t = load_trace(f, use_cache=False)
+    assert _names(t) == sorted(f"aten::op{i}" for i in range(3))
+    (w,) = t.warnings
+    at5, atnull = text.index(b", 5, ") + 2, text.index(b"null")
+    assert w == f"{f}: skipped 2 entries that are not an event object at bytes {at5:,}, {atnull:,}"
+
+
+def test_a_non_object_element_in_a_middle_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_parse, "PIECE_BYTES", 4096)
+    events: list[object] = [_event(i) for i in range(600)]
+    events.insert(300, [1, 2])
+    f = _write(tmp_path / "t.json", json.dumps({"traceEvents": events, "traceName": "x"}).encode())
+    t = load_trace(f, use_cache=False)
+    assert len(t.events) == 600 and t.meta["traceName"] == "x"
+    assert len(t.warnings) == 1 and "skipped 1 entry that is not an event object at byte" in t.warnings[0]
+    at = int(t.warnings[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert f.read_bytes()[at:at + 6] == b"[1, 2]"
+
+
+def test_an_event_with_a_non_numeric_ts_is_skipped(tmp_path: Path) -> None:
+    events = [_event(0), _event(1, ts="abc", name="bad"), _event(2, ts="25"), _event(3)]
+    f = _write(tmp_path / "t.json", json.dumps({"traceEvents": events}).encode())
+    t = load_trace(f, use_cache=False)
+    assert "bad" not in _names(t) and len(t.events) == 3
+    assert sorted(t.events["ts_us"]) == [0.0, 25.0, 30.0]
+    assert f"{f}: skipped 1 event with a non-numeric 'ts'" in t.warnings
+    assert not any("mid-event" in w for w in t.warnings)
+
+
+def test_invalid_json_without_any_event_is_an_error_at_its_byte(tmp_path: Path) -> None:
+    text = b'{"traceEvents": [\n  {"name": "x", "ph": "X", ts: 1} ]}'
+    f = _write(tmp_path / "bad.json", text)
+    with pytest.raises(TraceError) as info:
+        load_trace(f)
+    at = text.index(b"ts:")
+    assert str(info.value) == (f"{f}: invalid JSON at byte {at} (line 2, column {at - text.index(b'{', 2) + 3}): "
+                               "object keys must be strings; no event could be read")
+
+
+@pytest.mark.parametrize("piece", [None, 4096])
+def test_invalid_json_after_events_keeps_them_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             piece: int | None) -> None:
+    if piece:
+        monkeypatch.setattr(trace_parse, "PIECE_BYTES", piece)
+    text = json.dumps({"traceEvents": [_event(i) for i in range(500)]}).encode()
+    bad = text.index(b'"name": "aten::op', len(text) * 2 // 3)
+    text = text[:bad] + b"name: " + text[bad + len(b'"name": '):]  # unquoted key, file still complete
+    f = _write(tmp_path / "t.json", text)
+    t = load_trace(f, use_cache=False)
+    n = len(t.events)
+    assert 300 < n < 500 and _names(t) == sorted(f"aten::op{i % 7}" for i in range(n))
+    (w,) = t.warnings
+    assert w.startswith(f"{f}: invalid JSON at byte {bad:,} (line 1, column {bad + 1}): object keys must be strings")
+    assert f"kept the {n:,} events before it" in w and "mid-event" not in w
+
+
+def test_invalid_fields_after_the_events(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": [_event(0), 7]}).encode()[:-1] + b', "x": nope}'
+    f = _write(tmp_path / "t.json", text)
+    t = load_trace(f, use_cache=False)
+    assert len(t.events) == 1
+    (w,) = [w for w in t.warnings if "invalid JSON" in w]
+    at = int(w.split("at byte ")[1].split(" ")[0])
+    # msgspec names the byte where it gave up on a misspelled literal: within the word or just after it
+    assert w.startswith(f"{f}: invalid JSON at byte ") and text.index(b"nope") <= at <= text.index(b"nope") + 4
+    assert w.endswith("after the events array (all 1 events kept)")
+
+
+def test_the_truncation_warning_names_the_file_and_the_cut_event(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": [_event(i) for i in range(50)]}).encode()
+    cut = text.index(b'"aten::op3"', len(text) // 2)
+    f = _write(tmp_path / "t.json", text[:cut])
+    t = load_trace(f, use_cache=False)
+    start = text.rindex(b"{", 0, cut)  # the event that was cut starts here
+    assert t.warnings == [f"{f}: recovered {len(t.events)} events before byte {start:,}; the file ends mid-event"]
+
+
+@pytest.mark.parametrize("doc", [
+    [[-1, 1, 37888, 7], [1000, 2, 512, 4]],  # export_memory_timeline raw records
+    [[0.0, 1.5], [[1, 2], [3, 4]]],  # its [times, sizes] form
+    {"times": [0, 1], "sizes": [[1], [2]]},
+])
+def test_a_memory_timeline_is_named_as_such(tmp_path: Path, doc: object) -> None:
+    f = _write(tmp_path / "m.raw.json.gz", gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(TraceError) as info:
+        load_trace(f)
+    assert str(info.value) == (f"{f} is a memory timeline (export_memory_timeline), not a trace: open it in the "
+                               "Memory tab of a run, or record with torchscope run --memory-timeline")
+
+
+def test_a_document_without_trace_events(tmp_path: Path) -> None:
+    f = _write(tmp_path / "x.json", b'{"foo": 1}')
+    with pytest.raises(TraceError, match="not a profiler trace: no traceEvents") as info:
+        load_trace(f)
+    assert str(f) in str(info.value)
+
+
+def test_traces_without_rank_information_share_rank_0_with_a_warning(tmp_path: Path) -> None:
+    from app.data.trace import load_traces
+
+    doc = {"traceEvents": [_event(0)]}
+    for name in ("plain.json", "trainer_5.pt.trace.json", "rank3.json"):
+        _write(tmp_path / name, json.dumps(doc).encode())
+    a, b, c = load_traces(tmp_path)
+    assert [t.rank for t in (a, b, c)] == [0, 0, 3] and c.warnings == []
+    msg = "2 traces have no rank information and were all given rank 0: plain.json, trainer_5.pt.trace.json"
+    assert a.warnings == [f"{a.path}: {msg}"] and b.warnings == [f"{b.path}: {msg}"]
+    (tmp_path / "plain.json").unlink()
+    assert all(t.warnings == [] for t in load_traces(tmp_path))  # one unranked trace: no collision
