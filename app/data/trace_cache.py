@@ -25,7 +25,7 @@ __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "CachedTrace", "cac
            "read_cached_meta", "read_cached_table", "write_cached", "default_cache_dir"]
 
 # Bump when the parser, the kept fields or the table schemas change.
-CACHE_VERSION = 6
+CACHE_VERSION = 7  # 7: bad input read element by element (entries made by 6 may hold fewer events)
 CACHE_ENV = "TORCHSCOPE_CACHE"
 TABLES = ("events", "memory", "flows", "counters", "threads")
 SUFFIX = ".arrow"  # Arrow IPC file format (Feather v2), lz4-compressed buffers

@@ -233,6 +233,11 @@ def _scan(buf: bytearray, pos: int) -> _Scan:
             UNTYPED.decode(mv[p:])
         except msgspec.DecodeError as e:
             msg = str(e)
+            if "UTF-8" in msg and mv.obj is buf:
+                # Find the structure in a copy whose invalid bytes are "?" one for one (same offsets);
+                # the objects are still decoded from ``buf`` (bad bytes become U+FFFD, with a warning).
+                mv = memoryview(bytes(buf).decode("utf-8", "surrogateescape").encode("utf-8", "replace"))
+                continue
             if "truncated" in msg:
                 return _Scan(objects, others, p, "truncated")
             at = _err_at(msg)

@@ -265,3 +265,21 @@ def test_traces_without_rank_information_share_rank_0_with_a_warning(tmp_path: P
     assert a.warnings == [f"{a.path}: {msg}"] and b.warnings == [f"{b.path}: {msg}"]
     (tmp_path / "plain.json").unlink()
     assert all(t.warnings == [] for t in load_traces(tmp_path))  # one unranked trace: no collision
+
+
+def test_non_utf8_names_next_to_a_non_object_element(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": [_event(0), _event(1, name="XNAMEX"), 5]}).encode()
+    f = _write(tmp_path / "t.json", text.replace(b"XNAMEX", b"bad\xffname"))
+    t = load_trace(f, use_cache=False)
+    assert _names(t) == ["aten::op0", "bad\ufffdname"]
+    assert any("UTF-8" in w for w in t.warnings) and not any("invalid JSON" in w for w in t.warnings)
+    assert any("skipped 1 entry that is not an event object" in w for w in t.warnings)
+
+
+def test_an_array_that_ends_in_a_middle_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_parse, "PIECE_BYTES", 4096)
+    doc = {"traceEvents": [_event(i) for i in range(100)] + [5], "deviceProperties": "x" * 20000,
+           "distributedInfo": {"rank": 4}}
+    t = load_trace(_write(tmp_path / "t.json", json.dumps(doc).encode()), use_cache=False)
+    assert len(t.events) == 100 and t.rank == 4 and t.meta["deviceProperties"] == "x" * 20000
+    assert len(t.warnings) == 1 and "not an event object" in t.warnings[0]
