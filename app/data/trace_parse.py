@@ -6,9 +6,10 @@ Arrow columns and dropped. Peak memory is therefore the output columns plus one 
 whole JSON object tree (see docs/trace-engine.md for the measurements behind this choice).
 
 A cut is only accepted when the piece decodes as a JSON array: a cut inside a string or inside a
-nested object can never decode, so validating by decoding is exact. The same rule recovers the
-events of a truncated file (a job killed while writing): the longest prefix that decodes is kept
-and a warning says where the file ended.
+nested object can never decode, so validating by decoding is exact. A piece that cannot be cut or
+closed (a file that ends mid-event, a syntax error, an element that is not an object) is read
+element by element instead (``_scan``), which keeps every whole event and says what was wrong and
+at which byte (docs/trace-engine.md, "Bad input").
 """
 from __future__ import annotations
 
