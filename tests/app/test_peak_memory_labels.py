@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from app.analysis.compare_inputs import load_side
+from app.analysis.report import format_value
 from app.data.runs import format_bytes
 from profiler_agent.runformat import list_runs
 from tests.app.helpers import assert_clean, open_app
@@ -26,5 +27,5 @@ def test_cpu_sample_runs_show_the_traced_tensor_peak_everywhere(monkeypatch, sam
     assert_clean(at)
     assert "Peak memory (CPU tensors)" in {m.label for m in at.metric}
     row = at.dataframe[0].value
-    mem = row[row["quantity"] == "peak memory"].iloc[0]
-    assert mem["baseline"] == traced and mem["note"] == "CPU tensors (trace_allocated:cpu)"
+    mem = row[row["quantity"] == "peak memory (CPU tensors)"].iloc[0]  # values formatted with units
+    assert mem["baseline"] == format_value(traced, "bytes") and mem["note"] == "CPU tensors (trace_allocated:cpu)"
