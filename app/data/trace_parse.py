@@ -216,7 +216,10 @@ def _scan(buf: bytearray, pos: int) -> _Scan:
         m = _NOT_SPACE.search(buf, pos)
         if m is None:  # the bytes stop: re-read the last element with the next piece (it may go on)
             if not want_value:
-                (others.pop() if others and others[-1] == last else objects.pop())
+                if others and others[-1] == last:
+                    others.pop()
+                else:
+                    objects.pop()
                 pos = last
             return _Scan(objects, others, pos, "truncated")
         p = m.start()
@@ -247,7 +250,10 @@ def _scan(buf: bytearray, pos: int) -> _Scan:
             end = p + at
         else:  # one value up to the end of the bytes: no "]" follows it yet
             return _Scan(objects, others, p, "truncated")
-        (objects.append((p, end)) if c == 0x7B else others.append(p))  # "{"
+        if c == 0x7B:  # "{"
+            objects.append((p, end))
+        else:
+            others.append(p)
         pos, last, want_value, first = end, p, False, False
 
 
