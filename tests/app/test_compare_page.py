@@ -170,3 +170,15 @@ def test_memory_tab_one_side_without_timeline_and_neither(monkeypatch, make_run,
     at = open_compare(monkeypatch, base.parent, f"{cand.name},{other.name}")
     assert_clean(at)
     assert "torchscope run --memory-timeline" in texts(_tab(at, "Memory").info)
+
+
+def test_machine_load_caution_is_shown_under_the_verdict(monkeypatch, make_run) -> None:
+    from tests.analysis.test_compare import _loaded_run
+
+    busy = _loaded_run(make_run, "busy", 0.09, 100.0, 40.0)
+    idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)
+    at = open_compare(monkeypatch, busy.parent, f"{busy.name},{idle.name}")
+    assert_clean(at)
+    assert "faster" in texts(at.success)
+    assert "the machine was busier during busy" in texts(at.warning)
+    assert "re\\-run both" in texts(at.warning)  # Markdown-escaped text
