@@ -233,6 +233,23 @@ def test_sample_optimized_is_significantly_faster(sample_comparison) -> None:
     assert cmp.step_time.hi < 1.0  # the CI excludes 1.0
 
 
+def test_sample_breakdown_leaves_out_the_profiled_evaluation_step(sample_comparison) -> None:
+    # sample_models.record puts an evaluation inside the profiled window on purpose (the
+    # evaluation rule needs it): the breakdown must average the training steps only.
+    from app.analysis.step_window import evaluation_steps
+
+    cmp = sample_comparison
+    steps = cmp.baseline.analysis.steps
+    in_window = evaluation_steps(cmp.baseline.run.metrics) & {int(s) for s in steps["step"]}
+    assert in_window
+    train = steps[~steps["step"].isin(in_window)]
+    row = cmp.breakdown[(cmp.breakdown["view"] == "device") & (cmp.breakdown["category"] == "step")].iloc[0]
+    assert row["baseline_us"] == pytest.approx(float(train["duration_us"].mean()))
+    assert row["baseline_us"] < float(steps["duration_us"].mean())
+    assert cmp.breakdown_steps[0] == train["step"].nunique()
+    assert any(f"#{s} (" in n and "evaluation" in n for n in cmp.notes for s in in_window)
+
+
 def test_sample_optimized_changes_the_expected_parts(sample_comparison) -> None:
     cmp = sample_comparison
     dev = cmp.breakdown[(cmp.breakdown["view"] == "device") & (cmp.breakdown["category"] != "step")]
