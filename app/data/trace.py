@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.data import trace_cache
+from app.data.trace_files import find_trace_run_folders, scan_trace_folder
 from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
 from app.errors import TraceError, UsageError
@@ -325,24 +326,30 @@ def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
         for sub in _subfolders_with_traces(p):
             found += _traces_in(sub)
     if not found:
+        runs = _run_folders(p)
+        if runs:
+            raise UsageError(f"{p} is a run store holding {len(runs)} run(s) ({', '.join(r.name for r in runs[:3])}"
+                             f"{', ...' if len(runs) > 3 else ''}): pass one run folder, e.g. {runs[0]}")
         raise UsageError(f"{p}: no trace files (*.json, *.json.gz) in this folder, its '{layout.TRACES_DIR}/' "
                          "or its sub-folders")
     return found
 
 
 def _traces_in(folder: Path) -> list[Path]:
+    """The trace files of a folder, by content (app.data.trace_files: the definition import, the
+    UI's log-folder mirror and diff use too): memory timelines and other JSON are left out."""
+    return list(scan_trace_folder(folder).traces)
+
+
+def _run_folders(folder: Path) -> list[Path]:
     try:
-        return sorted(f for f in folder.iterdir() if f.is_file() and _is_trace_name(f.name))
-    except OSError:  # unreadable: holds no trace we can read
+        return sorted(d for d in folder.iterdir() if d.is_dir() and (d / layout.MANIFEST).is_file())
+    except OSError:
         return []
 
 
 def _subfolders_with_traces(folder: Path) -> list[Path]:
-    try:
-        subs = sorted(folder.iterdir())
-    except OSError:
-        return []
-    return [d for d in subs if d.is_dir() and not d.name.startswith(".") and _traces_in(d)]
+    return find_trace_run_folders(folder)
 
 
 def trace_run_folders(path: str | os.PathLike[str]) -> list[Path]:

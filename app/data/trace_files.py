@@ -1,7 +1,7 @@
 """Which files and folders hold profiler traces, decided by their content (data layer).
 
 One definition shared by ``torchscope import``, ``torchscope ui --root`` (the tb-profiler mirror),
-``torchscope diff`` and (to be wired) ``torchscope analyze``:
+``torchscope diff`` and ``torchscope analyze`` (``app.data.trace.list_trace_paths``):
 
 - a **trace file** is a ``*.json`` / ``*.json.gz`` file (Kineto writes ``*.pt.trace.json[.gz]``)
   whose first bytes are a Kineto/Chrome trace: a JSON object with a ``"traceEvents": [`` list, or,

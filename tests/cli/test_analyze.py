@@ -114,3 +114,26 @@ def test_bad_input_errors_and_warnings(tmp_path: Path, capsys: pytest.CaptureFix
             f"{t['path']}: skipped 1 entry that is not an event object at byte {text.index(', 5]') + 2}",
             f"{t['path']}: 2 traces have no rank information and were all given rank 0: "
             "plain.json, trainer_5.pt.trace.json"]
+
+
+def test_folder_scan_goes_by_content_like_import_and_ui(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder of traces is read by content (app.data.trace_files): a trace not named like
+    tensorboard_trace_handler's output counts, a memory timeline or other JSON next to it does not."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "anything.json.gz").write_bytes(TINY.read_bytes())  # a trace under a plain name
+    (folder / "config.json").write_text('{"lr": 0.1}')
+    (folder / "w.memory_timeline.raw.json").write_text("[[1, 1, 128, 3]]")
+    assert main(["analyze", str(folder), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [Path(t["path"]).name for t in doc["traces"]] == ["anything.json.gz"]
+
+
+def test_run_store_names_its_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler_agent.runformat import create_run
+
+    store = tmp_path / "store"
+    run_dir, _ = create_run(store, "only-run")
+    assert main(["analyze", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a run store holding 1 run(s)" in err and str(run_dir) in err
