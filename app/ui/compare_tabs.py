@@ -14,7 +14,7 @@ from app.charts.compare import (
     make_step_time_figure,
     make_waterfall_figure,
 )
-from app.charts.graph import MODULE_DIFF_STYLES, make_module_diff_dot
+from app.charts.graph import make_module_diff_dot
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
@@ -159,11 +159,9 @@ def _render_module_graph(cmp: Comparison) -> None:
     union = diff_module_trees(cmp.baseline.module_tree, cmp.candidate.module_tree, include_same=True)
     dot, hidden = make_module_diff_dot(union)
     st.subheader("Module tree, changes highlighted")
-    legend: dict[str, str] = {}  # the four kinds of change share one colour: one legend entry
-    for change, (fill, _, _, text) in MODULE_DIFF_STYLES.items():
-        legend.setdefault("changed" if change in ("type", "shape", "params", "config") else text, fill)
-    st.caption(" · ".join(f'<span style="background:{fill};border:1px solid #9e9e9e;padding:0 6px">{text}</span>'
-                          for text, fill in legend.items()), unsafe_allow_html=True)
+    # Streamlit's own background colours, close to the graph's fills (no raw HTML needed)
+    st.caption(":green-background[added in the candidate] · :red-background[removed in the candidate] · "
+               ":orange-background[changed: type, output shape, parameters or settings] · unchanged (white)")
     if hidden:
         st.caption(f"{len(union):,} modules: only the changed ones and their parents are drawn "
                    f"({hidden:,} summarised in grey).")
