@@ -211,7 +211,9 @@ def breakdown_display_table(cmp: Comparison, view: str = "device") -> pd.DataFra
 
 def _steps_phrase(cmp: Comparison) -> str:
     a, b = getattr(cmp, "breakdown_steps", (0, 0))
-    return f"mean of {a} baseline and {b} candidate profiled steps" if a and b else "mean profiled step"
+    if not (a and b):
+        return "mean profiled step"
+    return f"mean of {a} baseline and {b} candidate profiled step{'s' if max(a, b) > 1 else ''}"
 
 
 def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
