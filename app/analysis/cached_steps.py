@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from app.analysis.step_time import steady_step_time
 from app.analysis.trace_summary import analysis_version
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
@@ -39,11 +40,15 @@ _STEPS_TABLE = "steps.arrow"
 
 @dataclass(frozen=True)
 class TraceSteps:
-    """The profiled steps of the lowest rank: how many, and their mean duration in seconds."""
+    """The profiled steps of the lowest rank: how many, and their mean duration in seconds;
+    ``step_time_s``: the headline step time of the traces' steps (app.analysis.step_time: median
+    over steps of the slowest rank's duration, as Compare computes it for bare traces)."""
 
     rank: int
     steps: int
     mean_step_time_s: float
+    step_time_s: float | None = None
+    step_time_steps: int = 0
 
 
 def read_cached_trace_steps(run_dir: str | os.PathLike[str]) -> TraceSteps | None:
@@ -70,7 +75,7 @@ def read_cached_trace_steps(run_dir: str | os.PathLike[str]) -> TraceSteps | Non
     folder = tac.analysis_dir([e for _, _, e in keyed], [r for r, _, _ in keyed], analysis_version())
     try:
         with pa.memory_map(str(folder / _STEPS_TABLE), "r") as f:
-            steps = pa.ipc.open_file(f).read_all().select(["rank", "duration_us"]).to_pylist()
+            steps = pa.ipc.open_file(f).read_all().select(["rank", "step", "duration_us"]).to_pylist()
     except (OSError, KeyError, ValueError, pa.ArrowException):
         return None
     durations = [(int(s["rank"]), s["duration_us"]) for s in steps if s["rank"] is not None]
@@ -80,7 +85,14 @@ def read_cached_trace_steps(run_dir: str | os.PathLike[str]) -> TraceSteps | Non
     mine = [float(d) for r, d in durations if r == rank and d is not None and math.isfinite(float(d))]
     if not mine:
         return None
-    return TraceSteps(rank=rank, steps=len(mine), mean_step_time_s=sum(mine) / len(mine) / 1e6)
+    headline = steady_step_time(
+        ({"rank": s["rank"], "step": s["step"],
+          "step_time_s": s["duration_us"] / 1e6 if isinstance(s["duration_us"], (int, float)) else None}
+         for s in steps),
+        from_trace=True,
+    )
+    return TraceSteps(rank=rank, steps=len(mine), mean_step_time_s=sum(mine) / len(mine) / 1e6,
+                      step_time_s=headline.value_s, step_time_steps=headline.n_used)
 
 
 def fill_steps_from_traces(row: MutableMapping[str, Any]) -> bool:
@@ -93,5 +105,7 @@ def fill_steps_from_traces(row: MutableMapping[str, Any]) -> bool:
         return False
     row["steps"] = found.steps
     row["mean_step_time_s"] = found.mean_step_time_s
+    row["step_time_s"] = found.step_time_s
+    row["step_time_steps"] = found.step_time_steps if found.step_time_s is not None else None
     row["steps_source"] = STEPS_FROM_TRACE
     return True

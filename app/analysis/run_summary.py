@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from app.analysis.peak_memory import peak_sources, pick_peak
+from app.analysis.step_time import StepTime, steady_step_time
 
 __all__ = [
     "StepTimeStats",
@@ -25,17 +26,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StepTimeStats:
-    """Step time of a run from its metrics (seconds). The first step is left out when there are
-    others: it carries one-off costs (CUDA context, allocator warm-up, compilation); so are steps
-    marked ``"profiled": true`` (slowed by the profiler) when unprofiled steps remain."""
+    """Step time of a run (seconds) over its steady-state steps (app.analysis.step_time, the one
+    definition shared with the Runs page, ``torchscope ls`` and Compare): ``median_s`` is the
+    headline; mean, std and percentiles are secondary figures of the same steps."""
 
-    steps: int  # steps counted
+    steps: int  # steps counted (kept)
     mean_s: float
     median_s: float
     std_s: float
     p10_s: float
     p90_s: float
-    samples_per_s: float | None  # median samples per step / median step time, summed over ranks
+    samples_per_s: float | None  # median over kept steps of samples (all ranks) / step time
+    total_steps: int = 0  # steps with a step time, before any was dropped
+    dropped: str = "none"  # "4 warm-up, 5 profiled, 3 evaluation"
 
     @property
     def cv(self) -> float:
@@ -60,42 +63,30 @@ def drop_profiled_steps(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def compute_step_time_stats(metrics: pd.DataFrame, rank: int | None = None) -> StepTimeStats | None:
-    """Step-time statistics of ``rank`` (every rank pooled when None); None without step times."""
-    if "step_time_s" not in metrics.columns or metrics.empty:
+    """Steady-state step-time statistics of ``rank`` (every rank, slowest per step, when None);
+    None without step times."""
+    if "step_time_s" not in metrics.columns or "step" not in metrics.columns or metrics.empty:
         return None
-    rows = compute_rank_rows(metrics, rank)
-    rows = rows[pd.to_numeric(rows["step_time_s"], errors="coerce").notna()]
-    if rows.empty:
+    return _stats(steady_step_time(metrics.to_dict(orient="records"), rank=rank))
+
+
+def _stats(headline: StepTime) -> StepTimeStats | None:
+    """Summary statistics of the kept steps of ``headline``; None when none is kept."""
+    if headline.value_s is None:
         return None
-    if "step" in rows.columns and rows["step"].nunique() > 1:
-        rows = rows[rows["step"] != rows["step"].min()]
-    rows = drop_profiled_steps(rows)
-    t = pd.to_numeric(rows["step_time_s"], errors="coerce")
-    samples_per_s = None
-    if "samples" in rows.columns:
-        per_rank = rows.groupby("rank") if "rank" in rows.columns else [(0, rows)]
-        rates = []
-        for _, part in per_rank:
-            s = pd.to_numeric(part["samples"], errors="coerce").median()
-            m = pd.to_numeric(part["step_time_s"], errors="coerce").median()
-            if pd.notna(s) and pd.notna(m) and m > 0:
-                rates.append(float(s) / float(m))
-        samples_per_s = sum(rates) if rates else None
-    return _stats(t, samples_per_s)
-
-
-
-def _stats(t: pd.Series, samples_per_s: float | None) -> StepTimeStats:
-    """Summary statistics of a non-empty series of step times in seconds."""
+    t = pd.Series(headline.kept_s, dtype="float64")
     return StepTimeStats(
         steps=int(t.size),
-        mean_s=float(t.mean()),
-        median_s=float(t.median()),
+        mean_s=float(headline.mean_s),  # type: ignore[arg-type]  # kept steps exist
+        median_s=headline.value_s,
         std_s=float(t.std(ddof=1)) if t.size > 1 else 0.0,
         p10_s=float(t.quantile(0.1)),
         p90_s=float(t.quantile(0.9)),
-        samples_per_s=samples_per_s,
+        samples_per_s=headline.samples_per_s,
+        total_steps=len(headline.steps),
+        dropped=headline.describe_dropped(),
     )
+
 
 def compute_trace_step_times(steps: pd.DataFrame) -> pd.DataFrame:
     """The trace engine's step table as metrics-like rows: ``rank``, ``step``, ``step_time_s``."""
@@ -113,12 +104,12 @@ def compute_trace_step_times(steps: pd.DataFrame) -> pd.DataFrame:
 
 def compute_trace_step_time_stats(steps: pd.DataFrame, rank: int | None = None) -> StepTimeStats | None:
     """Step-time statistics from the profiled steps of the traces (for runs without metrics,
-    e.g. imported traces). Every profiled step counts: profiler windows start after warm-up."""
-    rows = compute_rank_rows(compute_trace_step_times(steps), rank)
-    t = pd.to_numeric(rows["step_time_s"], errors="coerce").dropna()
-    if t.empty:
+    e.g. imported traces): every profiled step counts (profiler windows start after warm-up),
+    the slowest rank per step when ``rank`` is None, as Compare does for bare traces."""
+    rows = compute_trace_step_times(steps)
+    if rows.empty:
         return None
-    return _stats(t, None)
+    return _stats(steady_step_time(rows.to_dict(orient="records"), rank=rank, from_trace=True))
 
 
 def compute_peak_memory(system: pd.DataFrame, rank: int | None = None,

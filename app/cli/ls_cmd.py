@@ -1,7 +1,8 @@
 """`torchscope ls`: list the runs of a store as a table or as JSON (CLI layer).
 
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
-has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md). Runs are
+has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md): ``step_time_s``
+is the headline step time (app.analysis.step_time), ``mean_step_time_s`` the mean of the same steps. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
 read-only mirror ``torchscope ui`` uses, so both list the same runs in the same order.
 """
@@ -20,6 +21,12 @@ from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
 
+# Under the table whenever a step time is shown: which number it is (docs/app.md, "Step time").
+STEP_TIME_NOTE = (
+    "STEP TIME: median of the steady-state steps (slowest rank per step; warm-up, profiled and "
+    "evaluation steps dropped), the same number as the Run page and `torchscope diff`"
+)
+
 # (header, STORE_COLUMNS key, formatter) of the text table.
 _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("NAME", "name"),
@@ -28,7 +35,7 @@ _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("DURATION", "duration_s"),
     ("STEPS", "steps"),
     ("LOSS", "final_loss"),
-    ("STEP TIME", "mean_step_time_s"),
+    ("STEP TIME", "step_time_s"),
     ("PEAK MEM", "peak_memory_bytes"),
     ("ID", "id"),
 )
@@ -52,11 +59,11 @@ _NOTES = {
 
 
 def _cell(key: str, value: Any, source: str = "") -> str:
-    if key in ("steps", "mean_step_time_s"):
+    if key in ("steps", "step_time_s"):
         if source == cached_steps.STEPS_IN_TRACE:
             return "in trace"
         if source == cached_steps.STEPS_FROM_TRACE and value is not None:
-            shown = runs_data.format_seconds(value) if key == "mean_step_time_s" else str(value)
+            shown = runs_data.format_seconds(value) if key == "step_time_s" else str(value)
             return shown + _TRACE_MARK
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
@@ -65,7 +72,7 @@ def _cell(key: str, value: Any, source: str = "") -> str:
         return runs_data.STATUS_MARKERS.get(str(value), "") + str(value)
     if key == "started_at":
         return str(value)[:19].replace("T", " ")
-    if key in ("duration_s", "mean_step_time_s"):
+    if key in ("duration_s", "step_time_s"):
         return runs_data.format_seconds(value)
     if key == "peak_memory_bytes":
         return runs_data.format_bytes(value)
@@ -94,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if records:
         sources = list(store.table["steps_source"])
         print(format_table([{**r, "steps_source": src} for r, src in zip(records, sources)]))
+        if any(r.get("step_time_s") is not None for r in records):
+            print(STEP_TIME_NOTE, file=sys.stderr)
         for source, note in _NOTES.items():
             if source in sources:
                 print(note, file=sys.stderr)

@@ -60,7 +60,9 @@ EXTRA_COLUMNS = ["notes", "world_size", "search_text", "steps_source"]
 # Archived runs are moved here, inside the store; list_runs skips dot-folders.
 ARCHIVE_DIR = ".archive"
 
-# One row per run in the store table (Runs page, `torchscope ls --json`).
+# One row per run in the store table (Runs page, `torchscope ls --json`). ``step_time_s`` is the
+# headline step time (steady-state median, app.analysis.step_time) over ``step_time_steps`` steps;
+# ``mean_step_time_s`` the mean of the same steps (kept for scripts written against it).
 STORE_COLUMNS = [
     "id",
     "name",
@@ -69,6 +71,8 @@ STORE_COLUMNS = [
     "duration_s",
     "steps",
     "final_loss",
+    "step_time_s",
+    "step_time_steps",
     "mean_step_time_s",
     "samples_per_s",
     "peak_memory_bytes",
@@ -301,9 +305,9 @@ def store_from_rows(
     table["started_at"] = pd.to_datetime(
         pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True
     )
-    for col in ("duration_s", "final_loss", "mean_step_time_s", "samples_per_s"):
+    for col in ("duration_s", "final_loss", "step_time_s", "mean_step_time_s", "samples_per_s"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
-    for col in ("steps", "peak_memory_bytes", "world_size"):
+    for col in ("steps", "step_time_steps", "peak_memory_bytes", "world_size"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     table["steps_source"] = table["steps_source"].fillna("").astype(str)
     table = table.sort_values("started_at", ascending=False, kind="stable", na_position="last")

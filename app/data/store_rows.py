@@ -3,7 +3,8 @@
 The Runs page and ``torchscope ls`` summarise every run of a store; building DataFrames for
 each small run costs ~20 ms, plain Python over the JSON-lines records ~1 ms, which is what
 makes a cold store of 1,000 runs list in seconds. The rules (which step times, which memory
-column) are documented in docs/app.md and shared with the Overview tab via
+column) are documented in docs/app.md and shared with the Overview tab: the step time through
+app.analysis.step_time (pure Python over records, no app imports), the peak through
 :func:`peak_memory_from_records`.
 """
 
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from app.analysis.step_time import steady_step_time
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -73,7 +74,7 @@ def search_text(m: rf.Manifest) -> str:
     return " ".join(str(p) for p in parts).lower()
 
 
-def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, Any]:
+def _step_stats(metrics: list[Mapping[str, Any]]) -> dict[str, Any]:
     rank0 = sorted(
         (r for r in metrics if _rank(r) == 0 and _num(r.get("step")) is not None),
         key=lambda r: _num(r.get("step")),
@@ -83,24 +84,15 @@ def _step_stats(metrics: list[Mapping[str, Any]], world_size: int) -> dict[str, 
     trained = [r for r in rank0 if any(k in r for k in ("loss", "step_time_s", "lr"))] or rank0
     steps = int(max(_num(r["step"]) for r in trained)) + 1 if trained else None  # type: ignore[type-var]
     losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
-    timed = [(_num(r["step"]), _num(r.get("step_time_s"))) for r in rank0]
-    timed = [(s, t) for s, t in timed if t is not None]
-    if len({s for s, _ in timed}) > 1:  # the first step carries one-off costs
-        first = min(s for s, _ in timed)
-        timed = [(s, t) for s, t in timed if s != first]
-    # Steps inside profiler windows are slowed by the profiler (the agent marks them); leave
-    # them out as the Overview and Compare do, unless nothing else is left.
-    profiled = {_num(r["step"]) for r in rank0 if r.get("profiled") is True}
-    if profiled and any(s not in profiled for s, _ in timed):
-        timed = [(s, t) for s, t in timed if s not in profiled]
-    mean_step = statistics.fmean(t for _, t in timed) if timed else None
-    samples = [v for v in (_num(r.get("samples")) for r in rank0) if v is not None]
-    sps = statistics.median(samples) / mean_step * max(1, world_size) if samples and mean_step else None
+    # The headline step time: the steady-state median (app.analysis.step_time), every rank.
+    headline = steady_step_time(metrics)
     return {
         "steps": steps,
         "final_loss": losses[-1] if losses else None,
-        "mean_step_time_s": mean_step,
-        "samples_per_s": sps,
+        "step_time_s": headline.value_s,
+        "mean_step_time_s": headline.mean_s,
+        "step_time_steps": headline.n_used if headline.value_s is not None else None,
+        "samples_per_s": headline.samples_per_s,
     }
 
 
@@ -114,8 +106,8 @@ def row_from_records(
     """The catalog row (STORE_COLUMNS + EXTRA_COLUMNS of app.data.runs) of one run."""
     m = manifest
     peak, _ = peak_memory_from_records(system)
-    steps = _step_stats(metrics, m.world_size)
-    if steps["steps"] is not None or steps["mean_step_time_s"] is not None:
+    steps = _step_stats(metrics)
+    if steps["steps"] is not None or steps["step_time_s"] is not None:
         source = "metrics"
     else:  # listing the traces folder is one directory read; no trace is opened here
         source = "in trace" if layout.list_trace_files(path) else ""

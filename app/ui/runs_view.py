@@ -37,21 +37,29 @@ _COLUMN_CONFIG = {
     "duration_s": st.column_config.NumberColumn("Duration (s)", format="%.1f"),
     "steps": st.column_config.NumberColumn("Steps", format="%d"),
     "final_loss": st.column_config.NumberColumn("Final loss", format="%.4g"),
-    "mean_step_time_ms": st.column_config.NumberColumn(
-        "Step time (ms)",
+    "step_time_ms": st.column_config.NumberColumn(
+        "Step time (median, steady state) (ms)",
         format="%.2f",
-        help="mean step time of rank 0 from metrics.jsonl, first step left out "
-        "(the Run page's Overview shows the median); for runs without metrics.jsonl, see Steps from",
+        help="median step time of the steady-state steps (slowest rank per step), the same number as the "
+        "Run page's Overview, `torchscope ls` and Compare. Dropped: the first min(5, n/10) steps (warm-up: "
+        "allocator growth, autotuning, first batch), steps inside profiler windows (slowed by the profiler) "
+        "and steps that ran an evaluation (a val_* value logged). For runs without metrics.jsonl: the median "
+        "of the traces' profiled steps, see Steps from. docs/app.md, \"Step time\"",
     ),
     "steps_source": st.column_config.TextColumn(
         "Steps from",
         help="metrics: the run's metrics.jsonl (every training step). trace: the run has no metrics.jsonl "
-        "(an imported trace); Steps and Step time are its traces' profiled steps (lowest rank, mean of all "
-        "of them), read from the trace analysis cache. in trace: the same, but the traces were not "
+        "(an imported trace); Steps are its traces' profiled steps (lowest rank) and Step time their median "
+        "(slowest rank per step, every profiled step), read from the trace analysis cache. in trace: the same, but the traces were not "
         "analysed yet; the list never parses traces: open the run once (or `torchscope analyze` it) "
         "and they fill in.",
     ),
-    "samples_per_s": st.column_config.NumberColumn("Samples/s", format="%.1f"),
+    "samples_per_s": st.column_config.NumberColumn(
+        "Samples/s",
+        format="%.1f",
+        help="median over the same steady-state steps of samples (all ranks) / step time, as Compare's "
+        "throughput; empty when a kept step logged no samples",
+    ),
     "peak_memory_mib": st.column_config.NumberColumn(
         "Peak memory (MiB)",
         format="%.1f",
@@ -72,7 +80,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     df["status"] = [runs_data.STATUS_MARKERS.get(s, "") + s for s in table["status"]]
     for col in ("name", "tags", "started_at", "duration_s", "steps", "final_loss"):
         df[col] = table[col]
-    df["mean_step_time_ms"] = pd.to_numeric(table["mean_step_time_s"], errors="coerce") * 1e3
+    df["step_time_ms"] = pd.to_numeric(table["step_time_s"], errors="coerce") * 1e3
     source = table["steps_source"] if "steps_source" in table.columns else pd.Series("", index=table.index)
     df["steps_source"] = source.fillna("").astype(str).replace("", None)
     df["samples_per_s"] = pd.to_numeric(table["samples_per_s"], errors="coerce")

@@ -1,40 +1,63 @@
-"""Headline step-time numbers: the first step and the profiled steps are left out."""
+"""Headline step-time numbers: the steady-state median of app.analysis.step_time (warm-up,
+profiled and evaluation steps left out), shared by the Overview and the catalog."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from app.analysis.run_summary import compute_step_time_stats
+from app.analysis.run_summary import compute_step_time_stats, compute_trace_step_time_stats
 from app.data.store_rows import row_from_records
 
 
 def _records() -> list[dict]:
-    # step 0: one-off costs; steps 2-3: inside a profiler window (the agent marks them)
-    times = [1.0, 0.1, 0.5, 0.5, 0.1, 0.1]
+    # 30 steps: auto warm-up min(5, 30 // 10) = 3 (steps 0-2, 1.0 s); steps 10-12 inside a
+    # profiler window (the agent marks them, 0.5 s); step 20 ran an evaluation (val_loss, 2 s).
+    times = [1.0] * 3 + [0.1] * 27
     rows = [{"step": i, "rank": 0, "step_time_s": t, "samples": 32} for i, t in enumerate(times)]
-    for r in rows[2:4]:
-        r["profiled"] = True
+    for r in rows[10:13]:
+        r.update(profiled=True, step_time_s=0.5)
+    rows[20]["step_time_s"] = 2.0
+    rows.append({"step": 20, "rank": 0, "val_loss": 0.3})
     return rows
 
 
-def test_overview_stats_leave_out_profiled_steps() -> None:
+def test_overview_stats_are_the_steady_state_median() -> None:
     stats = compute_step_time_stats(pd.DataFrame(_records()))
-    assert stats is not None and stats.steps == 3 and abs(stats.median_s - 0.1) < 1e-12
+    assert stats is not None
+    assert stats.steps == 23 and stats.total_steps == 30
+    assert stats.dropped == "3 warm-up, 3 profiled, 1 evaluation"
+    assert abs(stats.median_s - 0.1) < 1e-12 and abs(stats.mean_s - 0.1) < 1e-12
+    assert abs(stats.samples_per_s - 320.0) < 1e-9
 
 
 def test_only_profiled_steps_are_still_counted() -> None:
     rows = [{**r, "profiled": True} for r in _records()]
     stats = compute_step_time_stats(pd.DataFrame(rows))
-    assert stats is not None and stats.steps == 5
+    # every step profiled: none dropped for it; warm-up and evaluation still are
+    assert stats is not None and stats.steps == 26 and stats.dropped == "3 warm-up, 1 evaluation"
 
 
-def test_catalog_row_leaves_out_profiled_steps(make_run) -> None:  # noqa: ANN001
+def test_catalog_row_has_the_same_number_as_the_overview(make_run) -> None:  # noqa: ANN001
     from profiler_agent import runformat as rf
 
     run_dir = make_run("p")
     manifest = rf.read_manifest(run_dir)
     row = row_from_records(run_dir, manifest, manifest.status, _records(), [])
-    assert abs(row["mean_step_time_s"] - 0.1) < 1e-12
+    stats = compute_step_time_stats(pd.DataFrame(_records()))
+    assert row["step_time_s"] == stats.median_s
+    assert row["step_time_steps"] == stats.steps == 23
+    assert row["mean_step_time_s"] == stats.mean_s
+    assert row["samples_per_s"] == stats.samples_per_s
+
+
+def test_trace_stats_take_the_slowest_rank_per_step() -> None:
+    steps = pd.DataFrame({"rank": [0, 1, 0, 1, 0, 1], "step": [5, 5, 6, 6, 7, 7],
+                          "duration_us": [100.0, 300.0, 200.0, 100.0, 400.0, 500.0]})
+    stats = compute_trace_step_time_stats(steps)
+    assert stats is not None and stats.steps == 3 and stats.dropped == "none"
+    assert abs(stats.median_s - 300e-6) < 1e-15  # max per step: 300, 200, 500 µs
+    one = compute_trace_step_time_stats(steps, rank=0)
+    assert one is not None and abs(one.median_s - 200e-6) < 1e-15
 
 
 def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:

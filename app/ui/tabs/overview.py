@@ -9,6 +9,7 @@ import streamlit as st
 
 from app.analysis.peak_memory import peak_description, peak_quantity
 from app.analysis.run_summary import (
+    StepTimeStats,
     compute_peak_memory,
     compute_rank_rows,
     compute_step_time_stats,
@@ -23,7 +24,7 @@ from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
 
-__all__ = ["TITLE", "render", "world_size_caption", "device_labels"]
+__all__ = ["TITLE", "STEP_TIME_LABEL", "render", "world_size_caption", "device_labels"]
 
 TITLE = "Overview"
 
@@ -55,26 +56,38 @@ def _peak_help(source: str) -> str:
             "allocator's peak, the traces' tensor allocations, host RSS (docs/views.md).")
 
 
+# The one headline step time (docs/app.md, "Step time"): the same label on the Runs page.
+STEP_TIME_LABEL = "Step time (median, steady state)"
+
+
+def _step_time_help(stats: StepTimeStats, from_traces: bool, rank: int | None) -> str:
+    whose = "slowest rank per step" if rank is None else f"rank {rank}'s times"
+    if from_traces:
+        which = (f"Median of the {stats.steps} profiled steps of the traces (this run logged no step "
+                 f"times), {whose}; every profiled step counts.")
+    else:
+        which = (f"Median of {stats.steps} steady-state steps of {stats.total_steps} ({whose}). Dropped: {stats.dropped} — the first min(5, n/10) steps (warm-up), steps "
+                 "inside profiler windows (slowed by the profiler) and steps that ran an evaluation.")
+    return (f"{which} The same number as the Runs page, `torchscope ls` and Compare. "
+            f"Mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
+            f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}.")
+
+
 def _render_headline(ctx: RunContext) -> None:
     run = ctx.run
     stats = compute_step_time_stats(run.metrics, ctx.rank)
-    source = "over {n} steps (first step left out)"
+    from_traces = False
     if stats is None:
         steps = _trace_steps(ctx)
         stats = compute_trace_step_time_stats(steps, ctx.rank) if steps is not None else None
-        source = "over the {n} profiled steps of the traces (no step times in the metrics)"
+        from_traces = stats is not None
     peak, peak_source = _peak_memory(ctx)
     # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
     # common laptop widths.
     cols = [*st.columns(3), *st.columns(3)]
     if stats:
-        cols[0].metric(
-            "Median step time",
-            format_seconds(stats.median_s),
-            help=f"mean {format_seconds(stats.mean_s)} ± {format_seconds(stats.std_s)} (std), "
-            f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}, "
-            + source.format(n=stats.steps),
-        )
+        cols[0].metric(STEP_TIME_LABEL, format_seconds(stats.median_s), help=_step_time_help(stats, from_traces, ctx.rank))
+        cols[0].caption(f"mean {format_seconds(stats.mean_s)} · {stats.steps} steps")
         ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 and stats.steps > 1 else float("nan")
         cols[1].metric(
             "Spread (p90 / p10)",
@@ -85,10 +98,11 @@ def _render_headline(ctx: RunContext) -> None:
         cols[2].metric(
             "Samples/s",
             f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
-            help="median samples per step / median step time, summed over ranks",
+            help="median over the same steady-state steps of samples (all ranks) / step time, "
+            "as Compare computes throughput; – when a kept step logged no samples",
         )
     else:
-        cols[0].metric("Median step time", "–")
+        cols[0].metric(STEP_TIME_LABEL, "–")
         cols[1].metric("Spread (p90 / p10)", "–")
         cols[2].metric("Samples/s", "–")
     cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
