@@ -208,3 +208,15 @@ def no_store_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Remove $TORCHSCOPE_RUNS so a test decides the store itself."""
     monkeypatch.delenv(layout.ROOT_ENV, raising=False)
     yield
+
+
+@pytest.fixture(scope="module")
+def module_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One trace cache per test module (``pytestmark = pytest.mark.usefixtures("module_trace_cache")``):
+    a trace read by several tests of the module is parsed once, and no test reads another
+    module's (or the user's) cache."""
+    from app.data import trace_cache
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        yield

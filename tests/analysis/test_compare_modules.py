@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +11,12 @@ import pytest
 from app.analysis.compare_inputs import load_side
 from app.analysis.compare_tables import OpGrouping, diff_ops
 from app.cli import main
-from app.data import trace_cache
 from tests.module_scopes import record_module_trace
 
 pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 @pytest.fixture(scope="module")

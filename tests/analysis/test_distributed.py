@@ -1,7 +1,6 @@
 """Distributed view on the real two-rank and NCCL traces."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -9,19 +8,11 @@ import pytest
 
 from app.analysis.distributed import compute_communication_table, compute_overlap, compute_rank_skew
 from app.analysis.steps import compute_steps
-from app.data import trace_cache
 from app.data.trace import load_trace, load_traces
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = [pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present"),
+              pytest.mark.usefixtures("module_trace_cache")]
 
 
 def test_two_ranks_skew_and_overlap() -> None:

@@ -1,26 +1,17 @@
 """Kernel, copy and utilisation tables on a real GPU trace."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.analysis.kernels import (compute_device_utilization, compute_kernel_table, compute_memcpy_table,
                                   compute_temporal_breakdown)
-from app.data import trace_cache
 from app.data.trace import load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = [pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present"),
+              pytest.mark.usefixtures("module_trace_cache")]
 
 
 @pytest.fixture(scope="module")

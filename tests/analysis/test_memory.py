@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.analysis.memory import compute_memory_peaks, compute_memory_timeline, device_label
-from app.data import trace_cache
 from app.data.trace import load_trace
 from app.data.trace_memory import load_memory_timeline_raw
 from app.errors import TraceError
@@ -19,12 +17,7 @@ TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.jso
 RAW = HERE.parents[1] / ".." / "shared" / "data" / "memory" / "memory_timeline.raw.gz"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 def test_peaks_equal_the_largest_total_in_the_file() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,6 @@ import pytest
 from app.analysis.modules import compute_module_table, has_module_ranges
 from app.analysis.op_modules import PATH_SEP
 from app.analysis.ops import compute_op_events, compute_op_table
-from app.data import trace_cache
 from app.data.trace import load_trace
 from tests.module_scopes import record_module_trace
 
@@ -29,11 +27,7 @@ def _record(out: Path, *, agent_ranges: bool, with_stack: bool = False) -> dict[
     return record_module_trace(out, agent_ranges=agent_ranges, with_stack=with_stack, active=ACTIVE)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 @pytest.fixture(scope="module")

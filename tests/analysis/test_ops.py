@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.analysis.ops import compute_annotation_table, compute_op_table
-from app.data import trace_cache
 from app.data.trace import load_trace
 
 torch = pytest.importorskip("torch")
@@ -44,12 +42,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return out, expected
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 def test_calls_self_and_total_match_key_averages(recorded: tuple[Path, dict[str, list[float]]]) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 
 from app.analysis.breakdown import DEVICE_CATEGORIES
 from app.analysis.steps import STEP_COLUMNS, compute_steps
-from app.data import trace_cache
 from app.data.trace import load_trace
 
 HERE = Path(__file__).resolve().parent
@@ -20,12 +18,7 @@ TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.jso
 LOOP = ["forward_us", "backward_us", "optimizer_us", "loop_dataloader_us", "loop_other_us"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 def _check_complete(steps: object) -> None:

@@ -2,24 +2,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.analysis.trace_summary import JSON_STEP_KEYS, analyze_traces
-from app.data import trace_cache
 from app.data.trace import load_traces
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 def test_to_json_document() -> None:

@@ -2,25 +2,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
-from app.data import trace_cache
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
 SHARED = HERE.parents[1] / ".." / "shared" / "data" / "traces"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One cache per module: a trace read by several tests is parsed once."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache per module (conftest)
 
 
 def test_json(capsys: pytest.CaptureFixture[str]) -> None:
