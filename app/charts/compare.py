@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from app.analysis.report import distinct_short_names
+
 __all__ = [
     "make_step_time_figure",
     "make_waterfall_figure",
@@ -90,6 +92,16 @@ def make_waterfall_figure(breakdown: pd.DataFrame, *, view: str = "device", heig
     return _layout(fig, f"Where the time went ({view} view, per step)", height)
 
 
+def _unique(labels: list[str]) -> list[str]:
+    """Equal labels numbered (`name`, `name (2)`, …) so each row keeps its own bar."""
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
+    return out
+
+
 def make_delta_bar_figure(table: pd.DataFrame, *, label_col: str = "name", delta_col: str = "delta_us",
                           top: int = 20, title: str = "Largest changes per step", height: int = 460) -> go.Figure:
     """Horizontal bars of the ``top`` rows by |delta| (ms per step): red costs time, green saves it."""
@@ -97,7 +109,8 @@ def make_delta_bar_figure(table: pd.DataFrame, *, label_col: str = "name", delta
     if table is None or len(table) == 0:
         return _layout(fig, title + " (no data)", height)
     t = table.head(top).iloc[::-1]
-    labels = [s if len(s) <= 60 else s[:57] + "…" for s in t[label_col].astype(str)]
+    # distinct rows keep distinct bars: plotly draws equal category labels on one line
+    labels = _unique(distinct_short_names(list(t[label_col].astype(str)), 60))
     deltas = t[delta_col].to_numpy(float) / 1e3
     fig.add_bar(y=labels, x=deltas, orientation="h", marker_color=[_UP if d > 0 else _DOWN for d in deltas],
                 customdata=t[label_col].astype(str), hovertemplate="%{customdata}<br>%{x:+.3f} ms/step<extra></extra>")
