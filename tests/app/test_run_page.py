@@ -9,6 +9,7 @@ import pytest
 
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
+from app.ui.tabs.overview import STEP_TIME_LABEL
 from tests.app.helpers import assert_clean, open_app, texts
 
 HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace_summary") is not None
@@ -59,7 +60,7 @@ def test_overview_headline_numbers(monkeypatch, fixture_store):
     assert not at.exception
     tab = _tab(at, "Overview")
     metrics = {m.label: m.value for m in tab.metric}
-    assert metrics["Median step time"].endswith("ms") and metrics["Median step time"].startswith("5")
+    assert metrics[STEP_TIME_LABEL].endswith("ms") and metrics[STEP_TIME_LABEL].startswith("5")
     assert metrics["Peak memory (host RSS)"] == "290.0 MiB"  # the label names the quantity
     assert metrics["Final loss"] == "0.1"
     assert metrics["Samples/s"] != "–"
@@ -176,7 +177,7 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     assert "host" not in env and "cwd" not in env and env["world_size"] == "8"  # not the importer's machine
     headline = {m.label: m.value for m in overview.metric}
     # no metrics in an imported trace: step time comes from its 6 profiled steps (~76 ms each)
-    assert headline["Median step time"].endswith(" ms") and 70 < float(headline["Median step time"][:-3]) < 90
+    assert headline[STEP_TIME_LABEL].endswith(" ms") and 70 < float(headline[STEP_TIME_LABEL][:-3]) < 90
     assert "From the profiled steps" in texts(overview.caption)
     assert len(overview.get("plotly_chart")) >= 2  # time per step and the breakdown of the profiled steps
     at.radio(key="run_overview_breakdown_view").set_value("Training-loop phases").run()
@@ -212,7 +213,7 @@ def test_agent_runs_render_every_tab(monkeypatch, sample_store):
         at = open_app(monkeypatch, sample_store, run=run_dir.name, timeout=240)
         assert_clean(at)
         overview = _tab(at, "Overview")
-        assert {m.label: m.value for m in overview.metric}["Median step time"] != "–", manifest.name
+        assert {m.label: m.value for m in overview.metric}[STEP_TIME_LABEL] != "–", manifest.name
 
 
 def test_system_columns_grouped_by_unit():
@@ -258,7 +259,7 @@ def test_overview_spread_needs_two_steps(monkeypatch, make_run):
     at = open_app(monkeypatch, make_run("other").parent, run="short")
     assert_clean(at)
     headline = {m.label: m.value for m in _tab(at, "Overview").metric}
-    assert headline["Median step time"] != "–"
+    assert headline[STEP_TIME_LABEL] != "–"
     assert headline["Spread (p90 / p10)"] == "–"
 
 
