@@ -162,14 +162,16 @@ def steady_step_time(
     times (None: every rank, the slowest per step; evaluation and profiled marks of any rank
     still count); a line without ``rank`` is rank 0.
     """
-    times: dict[float, float] = {}
-    samples: dict[float, float] = {}
-    flagged: set[float] = set()
-    evaluated: set[float] = set()
+    times: dict[Any, float] = {}
+    samples: dict[Any, float] = {}
+    flagged: set[Any] = set()
+    evaluated: set[Any] = set()
     for r in records:
         step = _num(r.get("step"))
         if step is None:
             continue
+        if step.is_integer():  # step numbers come back as ints (3, not 3.0), like the file's
+            step = int(step)
         # Evaluation and profiler windows are the job's, not one rank's: any rank's line counts.
         if not from_trace and any(_is_eval_key(k) and _num(v) is not None for k, v in r.items()):
             evaluated.add(step)
@@ -189,7 +191,7 @@ def steady_step_time(
     order = sorted(times)
     reasons: dict[float, str] = {}
     if not from_trace and order:
-        marked = flagged | {float(s) for s in profiled_steps}
+        marked = flagged | set(profiled_steps)
         profiled = [s for s in order if s in marked]
         if len(profiled) < len(order):  # when every step was profiled, nothing unprofiled is left
             reasons.update(dict.fromkeys(profiled, DropReason.PROFILED))
