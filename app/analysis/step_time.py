@@ -120,6 +120,8 @@ def auto_warmup(n_steps: int, *, from_trace: bool = False) -> int:
 
 def _num(value: Any) -> float | None:
     """A finite float from a logged value (numbers and numeric strings), else None; bools are not numbers."""
+    if type(value) is float:  # the common case, first
+        return value if math.isfinite(value) else None
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -166,6 +168,9 @@ def steady_step_time(
     samples: dict[Any, float] = {}
     flagged: set[Any] = set()
     evaluated: set[Any] = set()
+    # The catalog calls this on every run of a store: the evaluation keys of a line are looked
+    # up once per distinct set of keys (the agent writes few), not once per line.
+    eval_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
     for r in records:
         step = _num(r.get("step"))
         if step is None:
@@ -173,21 +178,29 @@ def steady_step_time(
         if step.is_integer():  # step numbers come back as ints (3, not 3.0), like the file's
             step = int(step)
         # Evaluation and profiler windows are the job's, not one rank's: any rank's line counts.
-        if not from_trace and any(_is_eval_key(k) and _num(v) is not None for k, v in r.items()):
-            evaluated.add(step)
+        if not from_trace:
+            keys = tuple(r)
+            found = eval_keys.get(keys)
+            if found is None:
+                found = eval_keys[keys] = tuple(k for k in keys if _is_eval_key(k))
+            if found and any(_num(r[k]) is not None for k in found):
+                evaluated.add(step)
         t = _num(r.get("step_time_s"))
         if t is None or t <= 0:
             continue
-        if _flag(r.get("profiled")):
+        if "profiled" in r and _flag(r["profiled"]):
             flagged.add(step)
         if rank is not None:
             own = _num(r.get("rank"))
             if (int(own) if own is not None else 0) != rank:
                 continue
-        times[step] = max(times.get(step, t), t)
-        n = _num(r.get("samples"))
-        if n is not None:
-            samples[step] = samples.get(step, 0.0) + n
+        prev = times.get(step)
+        if prev is None or t > prev:
+            times[step] = t
+        if "samples" in r:
+            n = _num(r["samples"])
+            if n is not None:
+                samples[step] = samples.get(step, 0.0) + n
     order = sorted(times)
     reasons: dict[float, str] = {}
     if not from_trace and order:
