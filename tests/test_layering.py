@@ -101,3 +101,28 @@ def test_only_ui_layers_import_streamlit_and_only_charts_and_pages_plotly():
 def test_agent_never_imports_app():
     for path in (PROJECT_ROOT / "profiler_agent").rglob("*.py"):
         assert "app" not in _imports(path), f"{path} imports app"
+
+
+def _app_modules_imported(path: Path) -> set[str]:
+    """``app.<layer>`` names a file imports (``from app.analysis.x import y``, ``from app.analysis
+    import x``, ``import app.charts.y``), at any depth of the file (function-level imports too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    layers: set[str] = set()
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                 else [])
+        layers.update(".".join(n.split(".")[:2]) for n in names if n.startswith("app."))
+    return layers
+
+
+@pytest.mark.parametrize("layer, above", [
+    ("data", {"app.analysis", "app.charts", "app.ui", "app.app_pages", "app.cli"}),
+    ("analysis", {"app.charts", "app.ui", "app.app_pages", "app.cli"}),
+    ("charts", {"app.ui", "app.app_pages", "app.cli"}),
+])
+def test_lower_layers_never_import_higher_ones(layer, above):  # noqa: ANN001
+    """DESIGN.md's arrows: data → analysis → charts → pages; a layer imports only those below it."""
+    for path in (PROJECT_ROOT / "app" / layer).rglob("*.py"):
+        wrong = _app_modules_imported(path) & above
+        assert not wrong, f"app/{path.relative_to(PROJECT_ROOT / 'app').as_posix()} imports {sorted(wrong)}"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.analysis.step_time import steady_step_time
+from app.data.step_time import steady_step_time
 from app.analysis.trace_summary import analysis_version
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
@@ -41,7 +41,7 @@ _STEPS_TABLE = "steps.arrow"
 @dataclass(frozen=True)
 class TraceSteps:
     """The profiled steps of the lowest rank: how many, and their mean duration in seconds;
-    ``step_time_s``: the headline step time of the traces' steps (app.analysis.step_time: median
+    ``step_time_s``: the headline step time of the traces' steps (app.data.step_time: median
     over steps of the slowest rank's duration, as Compare computes it for bare traces)."""
 
     rank: int

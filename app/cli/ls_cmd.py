@@ -2,7 +2,7 @@
 
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
 has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md): ``step_time_s``
-is the headline step time (app.analysis.step_time), ``mean_step_time_s`` the mean of the same steps. Runs are
+is the headline step time (app.data.step_time), ``mean_step_time_s`` the mean of the same steps. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
 read-only mirror ``torchscope ui`` uses, so both list the same runs in the same order.
 """

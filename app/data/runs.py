@@ -61,7 +61,7 @@ EXTRA_COLUMNS = ["notes", "world_size", "search_text", "steps_source"]
 ARCHIVE_DIR = ".archive"
 
 # One row per run in the store table (Runs page, `torchscope ls --json`). ``step_time_s`` is the
-# headline step time (steady-state median, app.analysis.step_time) over ``step_time_steps`` steps;
+# headline step time (steady-state median, app.data.step_time) over ``step_time_steps`` steps;
 # ``mean_step_time_s`` the mean of the same steps (kept for scripts written against it).
 STORE_COLUMNS = [
     "id",

@@ -4,7 +4,7 @@ The Runs page and ``torchscope ls`` summarise every run of a store; building Dat
 each small run costs ~20 ms, plain Python over the JSON-lines records ~1 ms, which is what
 makes a cold store of 1,000 runs list in seconds. The rules (which step times, which memory
 column) are documented in docs/app.md and shared with the Overview tab: the step time through
-app.analysis.step_time (pure Python over records, no app imports), the peak through
+app.data.step_time (pure Python over records, no app imports), the peak through
 :func:`peak_memory_from_records`.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.analysis.step_time import steady_step_time
+from app.data.step_time import steady_step_time
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -84,7 +84,7 @@ def _step_stats(metrics: list[Mapping[str, Any]]) -> dict[str, Any]:
     trained = [r for r in rank0 if any(k in r for k in ("loss", "step_time_s", "lr"))] or rank0
     steps = int(max(_num(r["step"]) for r in trained)) + 1 if trained else None  # type: ignore[type-var]
     losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
-    # The headline step time: the steady-state median (app.analysis.step_time), every rank.
+    # The headline step time: the steady-state median (app.data.step_time), every rank.
     headline = steady_step_time(metrics)
     return {
         "steps": steps,

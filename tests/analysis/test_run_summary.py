@@ -1,4 +1,4 @@
-"""Headline step-time numbers: the steady-state median of app.analysis.step_time (warm-up,
+"""Headline step-time numbers: the steady-state median of app.data.step_time (warm-up,
 profiled and evaluation steps left out), shared by the Overview and the catalog."""
 
 from __future__ import annotations

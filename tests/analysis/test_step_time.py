@@ -1,4 +1,4 @@
-"""app.analysis.step_time: the one headline step time, and its equality with Compare's step table."""
+"""app.data.step_time: the one headline step time, and its equality with Compare's step table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from app.analysis import compare_steps as cs
 from app.analysis.compare_inputs import load_side
 from app.analysis.run_summary import compute_step_time_stats
-from app.analysis.step_time import DropReason, auto_warmup, steady_step_time
+from app.data.step_time import DropReason, auto_warmup, steady_step_time
 from app.data import runs as runs_data
 from app.data.store_rows import load_run_row
 from profiler_agent import runformat as rf
