@@ -24,6 +24,8 @@ from app.analysis.peak_memory import (
 )
 from app.analysis.stats import Direction
 from app.analysis.step_window import evaluation_steps
+from app.data import step_time
+from app.data.step_time import DropReason
 
 __all__ = [
     "StepSource",
@@ -40,9 +42,9 @@ __all__ = [
 
 STEP_TIME_COLUMNS = ["step", "step_time_s", "samples", "kept", "reason"]
 # Auto warm-up for metrics: drop the first steps (one-off costs: allocator growth, cudnn
-# autotuning, lazy init, first DataLoader batch) but always keep at least MIN_KEPT steps.
-_AUTO_WARMUP_MAX = 5
-MIN_KEPT = 3
+# autotuning, lazy init, first DataLoader batch) but always keep at least step_time.MIN_KEPT steps. The
+# constants and the reasons are app.data.step_time's: the catalog, `ls` and the Overview compute
+# the same headline with steady_step_time (tests/analysis/test_step_time.py checks they agree).
 
 
 class StepSource(StrEnum):
@@ -54,10 +56,8 @@ class StepSource(StrEnum):
 def auto_warmup(n_steps: int, source: StepSource) -> int:
     """Steps dropped at the start when the user does not say: min(5, n/10) for metrics (the
     profiler's own warm-up already precedes traced steps, so 0 for traces), never leaving
-    fewer than MIN_KEPT steps."""
-    if source is not StepSource.METRICS:
-        return 0
-    return max(0, min(_AUTO_WARMUP_MAX, n_steps // 10, n_steps - MIN_KEPT))
+    fewer than step_time.MIN_KEPT steps."""
+    return step_time.auto_warmup(n_steps, from_trace=source is not StepSource.METRICS)
 
 
 # Profiler warm-up iterations before each traced block when the manifest does not record the
@@ -134,13 +134,13 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
             profiled |= table["profiled"].eq(True).to_numpy()
         if profiled.all():  # every step was profiled: nothing unprofiled to compare
             profiled[:] = False
-        reason[profiled] = "profiled"
+        reason[profiled] = DropReason.PROFILED
         # Steps that also ran an evaluation pass (a val_* value logged at that step) are not
         # training steps; sample_models/record.py leaves them out of its median the same way.
         evaluated = table["step"].isin(evaluation_steps(metrics)).to_numpy() & (reason == "")
         if evaluated.any() and not (evaluated | (reason != "")).all():
-            reason[evaluated] = "evaluation"
-    reason[: min(k, len(table))] = "warm-up"
+            reason[evaluated] = DropReason.EVALUATION
+    reason[: min(k, len(table))] = DropReason.WARMUP
     table["reason"] = reason
     table["kept"] = reason == ""
     return table[STEP_TIME_COLUMNS].reset_index(drop=True), source

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from app.data.step_time import EVAL_PREFIXES
+
 __all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_steps", "typical_steps"]
 
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_STEPS = 3
-_EVAL_PREFIXES = ("val_", "eval_", "valid_", "validation_", "test_")
+_EVAL_PREFIXES = EVAL_PREFIXES  # one list: app.data.step_time (the headline step time) uses it too
 
 
 @dataclass(frozen=True)

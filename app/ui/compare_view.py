@@ -136,7 +136,7 @@ def _colour(verdict: object, inverse: bool) -> str:
 def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
-    cols[0].metric("Median step time", format_value(est.candidate if est else None, "s"),
+    cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
                    _pct(est.ratio if est else None), delta_color=_colour(cmp.step_verdict, True),
                    help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
                         f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")

@@ -32,7 +32,7 @@ def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixtu
     assert at.multiselect(key="compare_candidates").value == [runs["optimized"].name]
     assert "faster" in texts(at.success)  # 30 ms vs 50 ms steps
     labels = {m.label for m in at.metric}
-    assert {"Median step time", "Final loss"} <= labels
+    assert {"Step time (median, steady state)", "Final loss"} <= labels
     assert "Peak memory (host RSS)" in labels  # hand-made runs: RSS samples only
     verdicts = at.dataframe[0].value.set_index("quantity")  # formatted with units, not raw numbers
     step = verdicts.loc["step time (median)"]

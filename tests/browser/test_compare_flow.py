@@ -31,7 +31,7 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     page.get_by_text("optimized is", exact=False).first.wait_for(timeout=180_000)
     _wait_idle(page)
     assert page.locator(EXCEPTION).count() == 0
-    assert page.get_by_text("Median step time").count() >= 1
+    assert page.get_by_text("Step time (median, steady state)").count() >= 1
     screenshot(page, "compare_00_verdicts")
     tabs = page.get_by_role("tab")
     names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
