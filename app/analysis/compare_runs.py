@@ -14,6 +14,7 @@ import pandas as pd
 from app.analysis.curves import debiased_ema
 from app.analysis.peak_memory import pick_peak, system_peak_sources
 from app.data.runs import RunData
+from app.data.step_time import steady_step_time
 from profiler_agent.runformat import Manifest
 
 __all__ = [
@@ -95,18 +96,18 @@ def _number(metrics: pd.DataFrame, key: str) -> np.ndarray:
 
 def _outcomes(run: RunData) -> dict[str, Any]:
     m = _rank0(run.metrics)
-    times = _number(m, "step_time_s")
-    times = times[min(5, len(times) // 10):]  # same automatic warm-up as the verdicts
+    # The headline step time of the catalog, the Overview and the verdicts (app.data.step_time:
+    # steady-state median, warm-up, profiled and evaluation steps dropped, slowest rank per step).
+    headline = steady_step_time(run.metrics.to_dict("records")) if "step_time_s" in run.metrics.columns else None
     loss = _number(m, "loss")
-    samples = _number(m, "samples")
     # System samples only (no trace is read for a sweep): the GPU allocator's peak, else host RSS.
     best, source = pick_peak(system_peak_sources(run.system))
     peak = best if best is not None else np.nan
-    median = float(np.median(times)) if len(times) else np.nan
+    median = headline.value_s if headline is not None and headline.value_s is not None else np.nan
+    throughput = headline.samples_per_s if headline is not None else None
     return {
         "median_step_time_s": median,
-        "samples_per_s": float(np.median(samples)) * run.manifest.world_size / median
-        if len(samples) and median > 0 else np.nan,
+        "samples_per_s": throughput if throughput is not None else np.nan,
         "final_loss": float(np.median(loss[-max(1, min(20, -(-len(loss) // 10))):])) if len(loss) else np.nan,
         "best_loss": float(loss.min()) if len(loss) else np.nan,
         "peak_memory_bytes": peak,

@@ -11,9 +11,10 @@ import pytest
 
 from app.analysis import compare_steps as cs
 from app.analysis.compare_inputs import load_side
+from app.analysis.compare_runs import compute_sweep_table
 from app.analysis.run_summary import compute_step_time_stats
-from app.data.step_time import DropReason, auto_warmup, steady_step_time
 from app.data import runs as runs_data
+from app.data.step_time import DropReason, auto_warmup, steady_step_time
 from app.data.store_rows import load_run_row
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -136,6 +137,8 @@ def _assert_same_everywhere(run_dir: Path) -> float:
     assert row["step_time_s"] == expected and row["step_time_steps"] == n
     stats = compute_step_time_stats(runs_data.load_run(run_dir).metrics)
     assert stats is not None and stats.median_s == expected and stats.steps == n
+    sweep, _ = compute_sweep_table([runs_data.load_run(run_dir)])  # the Compare page's sweep view
+    assert sweep["median_step_time_s"].iloc[0] == expected
     return expected
 
 
