@@ -160,8 +160,8 @@ def _render_module_graph(cmp: Comparison) -> None:
     dot, hidden = make_module_diff_dot(union)
     st.subheader("Module tree, changes highlighted")
     # Streamlit's own background colours, close to the graph's fills (no raw HTML needed)
-    st.caption(":green-background[added in the candidate] · :red-background[removed in the candidate] · "
-               ":orange-background[changed: type, output shape, parameters or settings] · unchanged (white)")
+    st.markdown(":green-background[added in the candidate] · :red-background[removed in the candidate] · "
+                ":orange-background[changed: type, output shape, parameters or settings] · unchanged (white)")
     if hidden:
         st.caption(f"{len(union):,} modules: only the changed ones and their parents are drawn "
                    f"({hidden:,} summarised in grey).")
