@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.curves import debiased_ema
+from app.analysis.labels import unique_labels
 from app.analysis.peak_memory import pick_peak, system_peak_sources
 from app.data.runs import RunData
 from app.data.step_time import steady_step_time
@@ -61,7 +62,7 @@ def diff_config(manifests: Sequence[Manifest | None], labels: Sequence[str]) -> 
     present = [(lab, m) for lab, m in zip(labels, manifests, strict=True) if m is not None]
     if len(present) < 2:
         return pd.DataFrame(columns=["key", *labels])
-    cols = _unique_labels([lab for lab, _ in present])
+    cols = unique_labels([lab for lab, _ in present])
     flat = [flatten_manifest(m) for _, m in present]
     keys = sorted(set().union(*flat), key=lambda k: (not k.startswith("config."), k))
     rows = []
@@ -71,14 +72,6 @@ def diff_config(manifests: Sequence[Manifest | None], labels: Sequence[str]) -> 
             rows.append({"key": key, **dict(zip(cols, values, strict=True))})
     return pd.DataFrame(rows, columns=["key", *cols])
 
-
-def _unique_labels(labels: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for lab in labels:
-        seen[lab] = seen.get(lab, 0) + 1
-        out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
-    return out
 
 
 def _rank0(metrics: pd.DataFrame) -> pd.DataFrame:

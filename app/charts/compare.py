@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from app.analysis.labels import unique_labels
 from app.analysis.report import distinct_short_names
 
 __all__ = [
@@ -92,15 +93,6 @@ def make_waterfall_figure(breakdown: pd.DataFrame, *, view: str = "device", heig
     return _layout(fig, f"Where the time went ({view} view, per step)", height)
 
 
-def _unique(labels: list[str]) -> list[str]:
-    """Equal labels numbered (`name`, `name (2)`, …) so each row keeps its own bar."""
-    seen: dict[str, int] = {}
-    out = []
-    for lab in labels:
-        seen[lab] = seen.get(lab, 0) + 1
-        out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
-    return out
-
 
 def make_delta_bar_figure(table: pd.DataFrame, *, label_col: str = "name", delta_col: str = "delta_us",
                           top: int = 20, title: str = "Largest changes per step", height: int = 460) -> go.Figure:
@@ -110,7 +102,7 @@ def make_delta_bar_figure(table: pd.DataFrame, *, label_col: str = "name", delta
         return _layout(fig, title + " (no data)", height)
     t = table.head(top).iloc[::-1]
     # distinct rows keep distinct bars: plotly draws equal category labels on one line
-    labels = _unique(distinct_short_names(list(t[label_col].astype(str)), 60))
+    labels = unique_labels(distinct_short_names(list(t[label_col].astype(str)), 60))
     deltas = t[delta_col].to_numpy(float) / 1e3
     fig.add_bar(y=labels, x=deltas, orientation="h", marker_color=[_UP if d > 0 else _DOWN for d in deltas],
                 customdata=t[label_col].astype(str), hovertemplate="%{customdata}<br>%{x:+.3f} ms/step<extra></extra>")

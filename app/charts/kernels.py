@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from app.analysis.labels import unique_labels
+
 __all__ = ["make_kernel_share_figure", "make_gpu_busy_figure", "OTHER_COLOR"]
 
 # The "other (N kernels)" slice is grey so it never reads as one more kernel; the kernels take
@@ -23,23 +25,12 @@ def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def _unique_labels(labels: list[str]) -> list[str]:
-    """Labels made unique with a " [2]", " [3]" suffix: a pie sums slices that share a label,
-    and kernel names truncated to the same prefix (template instances) would merge."""
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if seen[label] == 1 else f"{label} [{seen[label]}]")
-    return out
-
-
 def make_kernel_share_figure(kernels: pd.DataFrame, *, n: int = 15) -> go.Figure:
     """Donut of the kernels' time (``total_us``): the ``n`` largest and the rest as "other"."""
     k = kernels.sort_values("total_us", ascending=False)
     top, rest = k.head(n), k.iloc[n:]
     full = [str(x) for x in top["name"]]
-    labels = _unique_labels([_short(x) for x in full])
+    labels = unique_labels([_short(x) for x in full])
     values = list(pd.to_numeric(top["total_us"], errors="coerce") / 1e3)
     colors = [_KERNEL_COLORS[i % len(_KERNEL_COLORS)] for i in range(len(labels))]
     if len(rest):
