@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.op_modules import PATH_SEP
-from app.analysis.ops import compute_op_events_with_scopes, is_op_row, step_total_us
+from app.analysis.ops import compute_op_events_with_scopes, is_op_row, profiled_window, step_total_us
 
 __all__ = ["MODULE_COLUMNS", "compute_module_table", "has_module_ranges"]
 
@@ -50,8 +50,9 @@ def _per_path(traces: list[Any]) -> tuple[pd.DataFrame, pd.DataFrame, float]:
     """Self times per (module_path, phase), the module ranges, and the host self time of all ops."""
     sums, ranges, host_total = [], [], 0.0
     for t in traces:
-        ev, scopes = compute_op_events_with_scopes(t.events)
-        ev = ev[is_op_row(ev)]
+        window = profiled_window(t)  # the op table's cut to the profiled steps
+        ev, scopes = compute_op_events_with_scopes(t.events, window=window)
+        ev = ev[is_op_row(ev) & (ev["inside"].to_numpy() if window is not None else True)]
         host_total += float(ev["self_us"].sum())
         sums.append(ev.groupby(["module_path", "phase"], observed=True, sort=False)[
             ["self_us", "device_self_us"]].sum().reset_index()

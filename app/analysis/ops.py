@@ -9,6 +9,12 @@ Definitions (the same as ``torch.profiler``'s ``key_averages()``):
   launched by the op's runtime calls: those carrying the op's External id, as torch and
   torch-tb-profiler link them, else (older traces) those directly inside the op;
 - ``share`` is ``self_us`` over the summed duration of the trace's steps;
+- when the trace has ``ProfilerStep#N`` steps, host events are cut to the profiled window (first
+  step's start to last step's end): only the time inside counts and events wholly outside are
+  not rows. The profiler stops inside the last step's enclosing ranges (a training loop steps it
+  from ``optimizer.step``), so an uncut ``Optimizer.step#…`` range counted the profiler's stop
+  and trace export (781 ms on the baseline sample). ``key_averages()`` has no such cut; it agrees
+  on every event inside the steps;
 - ``module`` (``group_by="module"``) is the innermost ``nn.Module`` the op ran in, forward or
   backward (app/analysis/op_modules.py), "" outside every module.
 ``ProfilerStep#N`` spans, ``nn.Module: …`` ranges and the other ``record_function`` ranges (cat
@@ -41,7 +47,7 @@ from app.analysis.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modul
 
 __all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "COMM_ANNOTATION_PREFIXES", "compute_op_table",
            "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes", "op_tree",
-           "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us"]
+           "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us", "profiled_window"]
 
 OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
 HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
@@ -138,14 +144,29 @@ def compute_op_events(events: pd.DataFrame, *, modules: bool = True) -> pd.DataF
     return compute_op_events_with_scopes(events, modules=modules)[0]
 
 
-def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True
+def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True,
+                                  window: tuple[float, float] | None = None
                                   ) -> tuple[pd.DataFrame, ModuleScopes | None]:
-    """compute_op_events and the ModuleScopes it used (None with ``modules=False``)."""
+    """compute_op_events and the ModuleScopes it used (None with ``modules=False``).
+
+    With ``window`` (``profiled_window``: the span of the ProfilerStep#N steps) host events are
+    cut to it: ``dur_us`` and ``self_us`` count only the time inside, and the ``inside`` column
+    says which events overlap it at all. The profiler stops inside the last step's enclosing
+    ranges (the agent's step hook runs inside ``Optimizer.step#…``): without the cut such a range
+    counts the profiler's stop and export as its own time."""
     cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "external_id", "input_shapes"]
     mask = cat_in(events, HOST_CATS)
     host = events.loc[mask, cols].reset_index(drop=True)
     parent = op_tree(host)
     dur = host["dur_us"].to_numpy(float)
+    if window is not None:
+        lo, hi = window
+        start = host["ts_us"].to_numpy(float)
+        end = start + dur
+        inside = ((start < hi) & (end > lo)) | ((dur == 0) & (start >= lo) & (start <= hi))
+        # a clipped child stays inside its clipped parent, so self = clipped − clipped children
+        dur = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+        host = host.assign(dur_us=dur, inside=inside)
     has_parent = parent >= 0
     child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(host))
     self_us = np.clip(dur - child_sum, 0, None)
@@ -220,10 +241,25 @@ def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -
 
 def step_total_us(trace: Any) -> float:
     """Summed duration (µs) of the trace's steps (0 without steps)."""
+    return _steps_and_window(trace)[0]
+
+
+def profiled_window(trace: Any) -> tuple[float, float] | None:
+    """(first step's host start, last step's host end) when the trace has ``ProfilerStep#N``
+    steps, else None (optimizer-step or whole-trace steps are no profiling window)."""
+    return _steps_and_window(trace)[1]
+
+
+def _steps_and_window(trace: Any) -> tuple[float, tuple[float, float] | None]:
     from app.analysis.steps import find_steps
 
     spans = find_steps(trace.events)
-    return float(np.sum(spans.end - spans.start)) if len(spans.start) else 0.0
+    if not len(spans.start):
+        return 0.0, None
+    total = float(np.sum(spans.end - spans.start))
+    if spans.source != "profiler_step":
+        return total, None
+    return total, (float(np.min(spans.host_start)), float(np.max(spans.host_end)))
 
 
 def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
@@ -252,9 +288,11 @@ def _aggregate(traces: Any, rows: Any, group_by: str | None, steps_us: float | N
     items = traces if isinstance(traces, (list, tuple)) else [traces]
     frames, total_steps = [], 0.0
     for t in items:
-        ev = compute_op_events(t.events, modules=group_by == "module")
-        frames.append(ev[rows(ev)])
-        total_steps += step_total_us(t) if steps_us is None else 0.0
+        total, window = _steps_and_window(t)
+        ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
+        keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)
+        frames.append(ev[keep])
+        total_steps += total if steps_us is None else 0.0
     if steps_us is not None:
         total_steps = steps_us
     extra = [_GROUP_KEY[group_by]] if group_by else []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.analysis.ops import compute_annotation_table, compute_op_table
+from app.analysis.ops import compute_annotation_table, compute_op_table, step_total_us
 from app.data.trace import load_trace
 
 torch = pytest.importorskip("torch")
@@ -75,11 +75,16 @@ def test_calls_self_and_total_match_key_averages(recorded: tuple[Path, dict[str,
 
 
 def test_table_is_sorted_and_shares_are_of_step_time(recorded: tuple[Path, dict[str, list[float]]]) -> None:
-    ops = compute_op_table(load_trace(recorded[0]))
+    trace = load_trace(recorded[0])
+    ops = compute_op_table(trace)
     assert list(ops["self_us"]) == sorted(ops["self_us"], reverse=True)
     assert (ops["self_us"] <= ops["total_us"] + 1e-6).all()
     assert (ops["mean_us"] * ops["calls"] - ops["total_us"]).abs().max() < 1e-6
-    assert 0.5 < ops["share"].sum() <= 1.0 + 1e-9  # host self time covers most of a CPU step
+    # share = self time / summed step time; on one thread the ops' self times fit in the steps
+    # (how much of a step they cover depends on the Python time between ops, i.e. on load)
+    steps = step_total_us(trace)
+    assert steps > 0 and ops["share"].to_numpy() == pytest.approx(ops["self_us"].to_numpy() / steps)
+    assert 0 < ops["share"].sum() <= 1.0 + 1e-9
     assert (ops["device_self_us"] == 0).all()  # CPU only
 
 
@@ -139,3 +144,24 @@ def test_collectives_recorded_as_annotations_stay_ops() -> None:
         assert ops.loc[name, "category"] == "user_annotation" and ops.loc[name, "calls"] > 0
     gloo = compute_op_table(load_trace(SHARED / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert "gloo:all_reduce" in set(gloo["name"])
+
+
+def test_ops_are_cut_to_the_profiled_steps(tmp_path: Path) -> None:
+    """The profiler stops inside the last step's enclosing ranges (the agent's step hook runs in
+    ``Optimizer.step#…``): such a range must not count the stop and export as its own time, and
+    ops after the last step are not part of the steps' table."""
+    def x(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [x("ProfilerStep#1", 0, 100, "user_annotation"), x("ProfilerStep#2", 100, 100, "user_annotation"),
+              x("aten::mm", 10, 50), x("Optimizer.step#SGD.step", 190, 710, "user_annotation"),
+              x("aten::add_", 195, 3), x("aten::mul", 250, 10)]
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    ops = compute_op_table(trace).set_index("name")
+    assert set(ops.index) == {"aten::mm", "aten::add_"}  # aten::mul ran after the last step
+    assert ops.loc["aten::add_", "self_us"] == pytest.approx(3) and ops.loc["aten::mm", "self_us"] == pytest.approx(50)
+    ranges = compute_annotation_table(trace).set_index("name")
+    assert ranges.loc["Optimizer.step#SGD.step", "total_us"] == pytest.approx(10)  # 190-200, not 710
+    assert ranges.loc["Optimizer.step#SGD.step", "self_us"] == pytest.approx(7)
