@@ -79,6 +79,7 @@ def _table(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _render_by_shape(ctx: RunContext, text: str) -> None:
+    st.subheader("Operators by input shape")
     by_shape = cached_op_table(ctx, group_by="shape")
     if by_shape.empty or (by_shape["input_shapes"].astype(str).str.len() == 0).all():
         st.info(
@@ -177,7 +178,7 @@ def render(ctx: RunContext) -> None:
     if "device_self_us" in ops.columns and not (pd.to_numeric(ops["device_self_us"], errors="coerce") > 0).any():
         # A CPU-only trace: a column and a ranking of zeros only add noise.
         ops = ops.drop(columns=["device_self_us"])
-    c1, c2, c3 = st.columns([3, 2, 2])
+    c1, c2, c3, c4 = st.columns([3, 2, 2, 3])
     text = c1.text_input(
         "Search operators", key=ctx.key("ops_search"), placeholder="e.g. conv, matmul, copy_"
     )
@@ -192,6 +193,9 @@ def render(ctx: RunContext) -> None:
         key=ctx.key("ops_value"),
     )
     n = c3.slider("Top N", 5, 50, 15, key=ctx.key("ops_top_n"))
+    group = c4.radio("Group by", list(_GROUPS), format_func=_GROUPS.get, horizontal=True, key=ctx.key("ops_group"),
+                     help="Split each operator by its input shapes, or by the nn.Module it ran in (forward and "
+                          "backward) with a module view; the grouped tables follow the operator table.")
     view = compute_ops_view(ops, rank_rows(analysis.steps, ctx.rank), text)
     if view.empty:  # the search may still match module names below
         st.info(f"No operator matches “{text}”.")
@@ -206,9 +210,6 @@ def render(ctx: RunContext) -> None:
                    "their children are.")
     if st.toggle("Show annotations (record_function ranges)", key=ctx.key("ops_annotations")):
         _render_annotations(ctx, analysis, text)
-    group = st.radio("Group by", list(_GROUPS), format_func=_GROUPS.get, horizontal=True, key=ctx.key("ops_group"),
-                     help="Split each operator by its input shapes, or by the nn.Module it ran in (forward and "
-                          "backward) with a module view.")
     if group == "shape":
         _render_by_shape(ctx, text)
     elif group == "module":
