@@ -32,6 +32,8 @@ __all__ = [
     "weigh",
     "weigh_steps",
     "describe_weight",
+    "curve_weight",
+    "trace_weight",
     "MIN_STEPS_HIGH",
     "MIN_WINDOWS_HIGH",
     "MIN_STEPS_FLOOR",
@@ -280,9 +282,25 @@ def weigh_steps(ev: RunEvidence, steps: pd.DataFrame, severity: Severity, *, val
     """weigh() for a measure taken over rows of the trace's step table: counts the distinct steps,
     the windows (count_windows) and the step durations from ``steps``."""
     n = int(pd.to_numeric(steps["step"], errors="coerce").nunique()) if "step" in steps.columns else len(steps)
+    durations = pd.to_numeric(steps["duration_us"], errors="coerce").to_numpy(float) if "duration_us" in steps.columns else None
     return weigh(severity, values=values, high=high, steps=n, windows=count_windows(ev, steps),
-                 basis="profiled steps", measure=measure, worse=worse,
-                 step_us=pd.to_numeric(steps["duration_us"], errors="coerce").to_numpy(float))
+                 basis="profiled steps", measure=measure, worse=worse, step_us=durations)
+
+
+def curve_weight(values: Sequence[float] | np.ndarray, *, measure: str, basis: str = "logged steps") -> Weight:
+    """The Weight of a finding read from a logged curve (not gated: a NaN or a 10× spike is a fact,
+    not a share that varies from step to step): how many points, and the curve's range."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    return Weight(steps=len(v), basis=basis, measure=measure,
+                  spread=(float(v.min()), float(v.max())) if len(v) else None)
+
+
+def trace_weight(ev: RunEvidence, steps: pd.DataFrame) -> Weight:
+    """The Weight of a finding about a property the trace shows in every step it has (a module type,
+    a peak, allocator calls): the steps and windows, their durations; not gated."""
+    _, w = weigh_steps(ev, steps, Severity.LOW, values=None, high=math.inf, measure="")
+    return Weight(steps=w.steps, windows=w.windows, step_ms=w.step_ms)
 
 
 def _fmt_value(measure: str, v: float) -> str:

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, metric_curve, require_run
+from .common import DOCS, curve_weight, metric_curve, require_run
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import Guard, rule
 
@@ -106,6 +106,7 @@ def nonfinite_loss(ev: RunEvidence) -> list[Finding]:
         evidence["grad_norm_before"] = float(train["grad_norm"].iloc[first_bad - 1])
     return [Finding(
         rule="nonfinite_loss", family="training", severity=Severity.HIGH,
+        weight=curve_weight(loss, measure="loss"),
         title=f"Loss became {'Inf' if is_inf else 'NaN'} at step {step}",
         explanation=(
             f"The loss was {last_ok:.4g} just before step {step}, then non-finite on {len(bad_idx)} "
@@ -191,8 +192,8 @@ def overfitting(ev: RunEvidence) -> list[Finding]:
     beyond = ""
     if noise > 0:
         evidence["rise_over_noise"] = rise / noise
-        beyond = (f" Over {len(v)} evaluations the end of the curve ({end_level:.4g}) sits {rise / noise:.1f}× "
-                  f"the curve's own noise ({noise:.3g}) above its best ({best_level:.4g}): not a wobble.")
+        beyond = (f" Over {len(v)} evaluations the end of the curve ({end_level:.4g}) is {rise:.3g} above its best "
+                  f"({best_level:.4g}), {rise / noise:.1f}× the curve's own noise ({noise:.3g}): not a wobble.")
     return [Finding(
         rule="overfitting", family="training", severity=Severity.MEDIUM, weight=weight,
         title=f"Overfitting: val_loss up {(last / best - 1) * 100:.0f}% since step {best_step}",
@@ -246,6 +247,7 @@ def loss_divergence(ev: RunEvidence) -> list[Finding]:
     wasted = (len(s) - best_i) / len(s)
     return [Finding(
         rule="loss_divergence", family="training", severity=Severity.HIGH,
+        weight=curve_weight(c["value"].to_numpy(float), measure="loss"),
         title=f"Loss diverges: {s[-1] / s[best_i]:.1f}× its best since step {best_step}",
         explanation=(
             f"The smoothed training loss reached {s[best_i]:.4g} at step {best_step} and climbed to "
@@ -287,7 +289,7 @@ def loss_plateau(ev: RunEvidence) -> list[Finding]:
            (" while the learning rate stayed constant: a decay usually unlocks the next drop." if constant_lr
             else "; if it is above your target, try a different learning rate or schedule."))
     return [Finding(
-        rule="loss_plateau", family="training",
+        rule="loss_plateau", family="training", weight=curve_weight(c["value"].to_numpy(float), measure="loss"),
         severity=Severity.MEDIUM if not_learning else Severity.LOW,
         title=("Loss is not decreasing" if not_learning else
                f"Loss plateaued from step {int(c['step'].iloc[cut])}"),
