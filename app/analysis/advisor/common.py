@@ -289,11 +289,12 @@ def weigh_steps(ev: RunEvidence, steps: pd.DataFrame, severity: Severity, *, val
 
 def curve_weight(values: Sequence[float] | np.ndarray, *, measure: str, basis: str = "logged steps") -> Weight:
     """The Weight of a finding read from a logged curve (not gated: a NaN or a 10× spike is a fact,
-    not a share that varies from step to step): how many points, and the curve's range."""
+    not a share that varies from step to step): how many points (NaN/Inf ones included), and the
+    range of the finite ones."""
     v = np.asarray(values, float)
-    v = v[np.isfinite(v)]
+    finite = v[np.isfinite(v)]
     return Weight(steps=len(v), basis=basis, measure=measure,
-                  spread=(float(v.min()), float(v.max())) if len(v) else None)
+                  spread=(float(finite.min()), float(finite.max())) if len(finite) else None)
 
 
 def trace_weight(ev: RunEvidence, steps: pd.DataFrame) -> Weight:
@@ -318,7 +319,8 @@ def describe_weight(w: Weight | None) -> str:
         text += f", {lo:.3g} ms per step" if math.isclose(lo, hi, rel_tol=1e-3) else f", {lo:.3g}–{hi:.3g} ms per step"
     if w.spread is not None and w.measure:
         lo, hi = w.spread
-        where = "per step" if w.basis.endswith("steps") else f"across the {w.basis}"
+        # A gated measure's spread is over per-step values; an ungated curve's is its range.
+        where = "per step" if w.stable is not None and w.basis.endswith("steps") else f"across the {w.basis}"
         text += f"; {w.measure} {_fmt_value(w.measure, lo)}–{_fmt_value(w.measure, hi)} {where}"
     if w.note:
         text += f"; {w.note}"

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .common import DOCS, curve_weight, metric_curve, require_run
-from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
+from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import Guard, rule
 
 __all__ = ["nonfinite_loss", "overfitting", "loss_divergence", "loss_plateau", "best_val_loss", "curve_noise"]
@@ -184,8 +184,7 @@ def overfitting(ev: RunEvidence) -> list[Finding]:
     steps_total = float(train["step"].max() - train["step"].min()) or 1.0
     wasted = (float(train["step"].max()) - best_step) / steps_total
     # MEDIUM always, so the HIGH gate has nothing to cap; the weight says what the call rests on.
-    weight = Weight(steps=len(v), basis="evaluation points", measure="val_loss",
-                    spread=(float(v.min()), float(v.max())), stable=True)
+    weight = curve_weight(v, measure="val_loss", basis="evaluation points")
     evidence = {"best_val_loss": best, "best_step": best_step, "last_val_loss": last,
                 "val_rise": last / best - 1, "train_loss_at_best": train_at_best,
                 "train_loss_end": train_end, "val_points": len(v), "val_noise": noise}

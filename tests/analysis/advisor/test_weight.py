@@ -202,7 +202,7 @@ def test_real_rise_fires_with_its_weight():
     [f] = overfitting(_ev(rising))
     assert f.evidence["best_val_loss"] == pytest.approx(1.05) and f.evidence["val_points"] == 10
     assert f.evidence["rise_over_noise"] > 3
-    assert f.weight == Weight(steps=10, basis="evaluation points", measure="val_loss", spread=(1.05, 1.5), stable=True)
+    assert f.weight == Weight(steps=10, basis="evaluation points", measure="val_loss", spread=(1.05, 1.5))
     assert "the curve's own noise" in f.explanation
     assert describe_weight(f.weight) == "from 10 evaluation points; val_loss 1.05–1.5 across the evaluation points"
 
