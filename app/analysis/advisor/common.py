@@ -202,23 +202,34 @@ def training_steps(ev: RunEvidence, steps: pd.DataFrame) -> pd.DataFrame:
     return kept if len(kept) else steps
 
 
+def _runs(numbers: np.ndarray) -> np.ndarray:
+    """Run index (0, 1, …) of each sorted unique step number; a gap in the numbering starts a run."""
+    return np.concatenate([[0], np.cumsum(np.diff(numbers) > 1)]) if len(numbers) else np.zeros(0, int)
+
+
 def count_windows(ev: RunEvidence, steps: pd.DataFrame) -> int:
-    """Profiler windows the step rows came from: per rank, the larger of its number of traces and
-    its runs of consecutive step numbers (each profiler cycle is one trace, and waits between
-    cycles leave gaps in the numbering); the smallest over the ranks present."""
-    if len(steps) == 0:
+    """Profiler windows the step rows came from, the smallest over the ranks present. Per rank: the
+    runs of consecutive numbers in the rank's whole profiled step table (each profiler cycle is one
+    trace, and the wait between cycles leaves a gap) that hold one of ``steps``, so a left-out
+    evaluation step does not split a window; plus the rank's traces beyond those runs (cycles with
+    no wait between them), as long as there are kept steps to fill them."""
+    if len(steps) == 0 or "step" not in steps.columns:
         return 0
     ranks = steps["rank"] if "rank" in steps.columns else pd.Series(0, index=steps.index)
+    full = ev.steps if "step" in ev.steps.columns else steps
     traces: dict[int, int] = {}
     for t in ev.traces:
         r = int(getattr(t, "rank", 0) or 0)
         traces[r] = traces.get(r, 0) + 1
     counts = []
     for rank, rows in steps.groupby(ranks):
-        numbers = np.unique(pd.to_numeric(rows["step"], errors="coerce").dropna().to_numpy(int)) \
-            if "step" in rows.columns else np.zeros(0, int)
-        runs = 1 + int((np.diff(numbers) > 1).sum()) if len(numbers) else 1
-        counts.append(max(runs, traces.get(int(rank), 0)))
+        mine = full[full["rank"] == rank] if "rank" in full.columns else full
+        numbers = np.unique(pd.to_numeric(mine["step"], errors="coerce").dropna().to_numpy(int))
+        kept = np.unique(pd.to_numeric(rows["step"], errors="coerce").dropna().to_numpy(int))
+        run_of = dict(zip(numbers, _runs(numbers)))
+        used = {run_of[n] for n in kept if n in run_of} or {0}
+        extra = max(0, traces.get(int(rank), 0) - (len(set(run_of.values())) or 1))
+        counts.append(min(len(used) + extra, max(1, len(kept))))
     return min(counts) if counts else 0
 
 

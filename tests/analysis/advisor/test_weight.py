@@ -252,3 +252,16 @@ def test_compare_rows_list_the_worse_group():
     [row] = findings_diff_rows(diff_advice(base, cand))
     assert row["status"] == "not resolved: got worse" and "best val_loss 1.05 → 1.64" in row["title"]
     assert not math.isnan(base.measures["overfitting"])
+
+
+def test_a_left_out_evaluation_step_does_not_split_a_window():
+    # Profiled steps 8, 9, 10 in one trace; 9 held an evaluation and leaves the shares: still 1 window.
+    st = steps(3, dataloader=3000).assign(step=[8, 9, 10])
+    m = pd.DataFrame({"step": [8, 9, 10], "rank": 0, "evaluation": [None, True, None]})
+    ev = evidence(steps_df=st, metrics_df=m, traces=[trace(events([]))])
+    [f] = data_loading_bound(ev)
+    assert (f.weight.steps, f.weight.windows) == (2, 1)
+    two = steps(4, dataloader=3000).assign(step=[8, 10, 20, 21])  # a wait between 10 and 20: 3 runs
+    assert count_windows(evidence(steps_df=two), two) == 3
+    adjacent = steps(4, dataloader=3000)  # two traces with no wait between them
+    assert count_windows(evidence(steps_df=adjacent, traces=[trace(events([])), trace(events([]))]), adjacent) == 2
