@@ -271,8 +271,9 @@ def weigh(severity: Severity, *, values: Sequence[float] | np.ndarray | None, hi
     enough = steps >= MIN_STEPS_HIGH or (windows >= MIN_WINDOWS_HIGH and steps >= MIN_STEPS_FLOOR)
     note = ""
     if not enough:
-        note = (f"rests on {_count_phrase(steps, basis, windows)}; HIGH needs at least {MIN_STEPS_HIGH} "
-                f"{basis} or {MIN_WINDOWS_HIGH} profiler windows")
+        repeat = (f", or {MIN_STEPS_FLOOR} in {MIN_WINDOWS_HIGH} profiler windows"
+                  if basis == "profiled steps" else "")
+        note = f"rests on {_count_phrase(steps, basis, windows)}; HIGH needs at least {MIN_STEPS_HIGH} {basis}{repeat}"
     elif vals is not None and len(vals):
         on_side = (vals >= high) if worse == "above" else (vals <= high)
         if on_side.mean() < STABLE_SHARE:
