@@ -25,7 +25,7 @@ def side_advice(side: CompareSide) -> Any:
 
 
 def diff_side_advice(baseline: CompareSide, candidate: CompareSide) -> Any:
-    """The advisor's FindingsDiff (resolved / remaining / new / unverified) between two sides."""
+    """The advisor's FindingsDiff (resolved / remaining / new / unverified / worse) between two sides."""
     from app.analysis.advisor import diff_advice
 
     return diff_advice(side_advice(baseline), side_advice(candidate))
@@ -37,5 +37,8 @@ def findings_diff_rows(diff: Any) -> list[dict[str, str]]:
         return [{"status": status, "rule": f.rule, "severity": str(f.severity), "title": f.title,
                  "fix": f.fix_summary} for f in findings]
 
+    worse = [{"status": "not resolved: got worse", "rule": w.baseline.rule, "severity": str(w.baseline.severity),
+              "title": f"{w.baseline.title} ({w.reason})", "fix": w.baseline.fix_summary}
+             for w in getattr(diff, "worse", ())]
     return (rows(diff.resolved, "resolved") + rows([r.candidate for r in diff.remaining], "remaining")
-            + rows(diff.new, "new") + rows(diff.unverified, "not checked on the candidate"))
+            + rows(diff.new, "new") + rows(diff.unverified, "not checked on the candidate") + worse)

@@ -4,7 +4,8 @@ RUN is a run folder, a run id/name in the store, a trace file, or a folder of tr
 trace gets only the trace rules (curve and config rules need a recorded run). ``--json`` prints
 one document: ``{"source", "findings": [...], "checked", "skipped", "errors", "problems"}``; each finding has
 ``rule``, ``severity``, ``title``, ``evidence`` (numbers), ``fix``, ``expected_gain``,
-``gain_share``, ``doc_url``, ... (docs/advisor.md). Exit code 0; with ``--fail-on SEVERITY``, 1
+``gain_share``, ``doc_url``, ``weight`` (steps and windows the measure rests on, its spread, why a
+severity was capped), ... (docs/advisor.md); ``measures`` the guarded quantity of each checked rule. Exit code 0; with ``--fail-on SEVERITY``, 1
 when a finding at or above that severity exists (a CI gate).
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import sys
 import textwrap
 
-from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, get_rule, load_evidence
+from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule, load_evidence
 from app.errors import UsageError
 
 HELP = "find performance and training problems in a run, with evidence and the fix"
@@ -38,6 +39,9 @@ def _print_text(advice: Advice, verbose: bool) -> None:
     for i, f in enumerate(advice.findings, 1):
         out.write(f"\n{i}. [{f.severity.value.upper()}] {f.title}\n")
         out.write(textwrap.fill(f.explanation, 100, initial_indent="   ", subsequent_indent="   ") + "\n")
+        if f.weight is not None:
+            out.write(textwrap.fill(describe_weight(f.weight), 100, initial_indent="   weight: ",
+                                    subsequent_indent="      ") + "\n")
         nums = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.evidence.items())
         out.write(f"   evidence: {nums}\n   expected gain: {f.expected_gain}\n   see: {f.chart}\n")
         out.write(f"   fix: {f.fix_summary}\n" + textwrap.indent(f.fix, "      ") + f"\n   docs: {f.doc_url}\n")

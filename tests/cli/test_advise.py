@@ -54,6 +54,7 @@ def test_run_by_name_text_and_fail_on(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["advise", "nan-run", "--root", str(root)]) == 0
     out = capsys.readouterr().out
     assert "[HIGH] Loss became NaN at step 6" in out and "evidence: " in out and "set_detect_anomaly" in out
+    assert "   weight: from 10 logged steps; loss 1.5–2 across the logged steps" in out
     assert main(["advise", "nan-run", "--root", str(root), "--fail-on", "high"]) == 1
     capsys.readouterr()
     assert main(["advise", "nan-run", "--root", str(root), "--json", "--rule", "loss_plateau"]) == 0

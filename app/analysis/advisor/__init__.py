@@ -4,7 +4,9 @@ Public surface::
 
     advise(evidence) -> Advice                 # run every registered rule
     advise_path(ref, root=None) -> Advice      # load a run / trace path, then advise
-    diff_findings(baseline, candidate, checked=None) -> FindingsDiff   # resolved / remaining / new
+    diff_findings(baseline, candidate, checked=None) -> FindingsDiff   # resolved / remaining / new / worse
+    diff_advice(baseline, candidate) -> FindingsDiff   # the same, with the rules' guarded measures
+    describe_weight(finding.weight) -> str     # "from 3 profiled steps in 1 window, 7.5–35 ms per step; …"
 
 Rules live one family per module (dataloading, precision, transfers, launch, utilization, memory,
 evaluation, optimizer, gradients, training, distributed, threads) and register themselves with
@@ -12,6 +14,7 @@ evaluation, optimizer, gradients, training, distributed, threads) and register t
 """
 from __future__ import annotations
 
+import math
 import os
 
 from . import (  # noqa: F401 - importing a family module registers its rules
@@ -28,23 +31,28 @@ from . import (  # noqa: F401 - importing a family module registers its rules
     transfers,
     utilization,
 )
-from .diff import FindingsDiff, RemainingFinding, diff_advice, diff_findings
+from .common import describe_weight
+from .diff import FindingsDiff, RemainingFinding, WorseFinding, diff_advice, diff_findings
 from .evidence import evidence_from_run, evidence_from_traces, load_evidence
-from .model import SEVERITY_ORDER, Advice, Finding, MissingEvidence, RunEvidence, Severity
-from .registry import Rule, get_rule, registered_rules, rule
+from .model import SEVERITY_ORDER, Advice, Finding, MissingEvidence, RunEvidence, Severity, Weight
+from .registry import Guard, Rule, get_rule, registered_rules, rule
 
 __all__ = [
     "Advice",
     "Finding",
     "FindingsDiff",
+    "Guard",
     "MissingEvidence",
     "RemainingFinding",
     "Rule",
     "RunEvidence",
     "Severity",
+    "Weight",
+    "WorseFinding",
     "advise",
     "advise_path",
     "diff_advice",
+    "describe_weight",
     "diff_findings",
     "evidence_from_run",
     "evidence_from_traces",
@@ -66,6 +74,7 @@ def advise(evidence: RunEvidence, *, rules: list[str] | None = None) -> Advice:
 
     A rule that raises MissingEvidence is listed in ``skipped`` with its reason; one that raises
     anything else is listed in ``errors`` (a bug in the rule must not hide the other findings).
+    ``measures`` holds, for every checked rule with a Guard, the guarded quantity on this run.
     """
     selected = [r for r in registered_rules() if rules is None or r.id in rules]
     findings: list[Finding] = []
@@ -83,8 +92,28 @@ def advise(evidence: RunEvidence, *, rules: list[str] | None = None) -> Advice:
             continue
         checked.append(r.id)
         findings.extend(found)
+    measures = _measures([r for r in selected if r.id in checked], evidence, errors)
     return Advice(source=evidence.source, findings=tuple(order_findings(findings)), checked=tuple(checked),
-                  skipped=skipped, errors=errors, problems=evidence.problems)
+                  skipped=skipped, errors=errors, problems=evidence.problems, measures=measures)
+
+
+def _measures(rules: list[Rule], evidence: RunEvidence, errors: dict[str, str]) -> dict[str, float]:
+    """Rule id → the quantity it guards on this run, for the ``rules`` that have a Guard and can
+    measure it (a failing measure is reported in ``errors``, like a failing rule)."""
+    measures: dict[str, float] = {}
+    for r in rules:
+        if r.guards is None:
+            continue
+        try:
+            v = r.guards.measure(evidence)
+        except MissingEvidence:
+            continue
+        except Exception as e:  # noqa: BLE001 - reported, never swallowed; the diff then claims nothing
+            errors[r.id] = f"measuring {r.guards.key}: {type(e).__name__}: {e}"
+            continue
+        if v is not None and math.isfinite(float(v)):
+            measures[r.id] = float(v)
+    return measures
 
 
 def advise_path(ref: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Advice:

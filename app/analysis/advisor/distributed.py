@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for
-from .model import Finding, MissingEvidence, RunEvidence, Severity
+from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for, weigh, weigh_steps
+from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import rule
 from .signals import by_cat, in_spans, is_comm_kernel, merged_busy_us, overlap_us
 
@@ -18,9 +18,11 @@ __all__ = ["data_parallel_used", "comm_not_overlapped", "rank_stragglers"]
 # Communication not hidden behind compute above 10% of the step: torch-tb-profiler's bar for
 # "high time cost on communication".
 EXPOSED_COMM_SHARE_MIN = 0.10
+EXPOSED_COMM_SHARE_HIGH = 0.30
 # One rank 15% slower than the median of the others holds all of them back at every collective;
 # 15% is above the step-to-step noise of a typical job (a few %).
 STRAGGLER_RATIO_MIN = 1.15
+STRAGGLER_RATIO_HIGH = 1.5
 DATA_PARALLEL_PRIORITY = 0.3
 # Backward nodes of DataParallel's scatter/replicate/gather Python autograd Functions ("GatherBackward";
 # aten::gather's node is "GatherBackward0", hence the anchored end).
@@ -89,6 +91,18 @@ def data_parallel_used(ev: RunEvidence) -> list[Finding]:
     )]
 
 
+def _exposed_per_step(steps: pd.DataFrame, s: np.ndarray, e: np.ndarray, comm: np.ndarray) -> np.ndarray:
+    """Exposed communication (not overlapping compute kernels) as a share of each step."""
+    out = []
+    for start, end, dur in zip(steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float),
+                               steps["duration_us"].to_numpy(float)):
+        k = (s >= start) & (s <= end)
+        c, o = k & comm, k & ~comm
+        exposed = merged_busy_us(s[c], e[c]) - overlap_us(s[c], e[c], s[o], e[o])
+        out.append(exposed / dur if dur > 0 else 0.0)
+    return np.asarray(out)
+
+
 def _comm_per_rank(ev: RunEvidence) -> pd.DataFrame:
     rows = []
     for rank, events in events_of(ev):
@@ -104,7 +118,8 @@ def _comm_per_rank(ev: RunEvidence) -> pd.DataFrame:
         comm_us = merged_busy_us(s[comm], e[comm])
         hidden = overlap_us(s[comm], e[comm], s[~comm], e[~comm])
         rows.append({"rank": rank, "comm_us": comm_us, "exposed_us": comm_us - hidden,
-                     "total_us": float(steps["duration_us"].sum()), "steps": len(steps)})
+                     "total_us": float(steps["duration_us"].sum()), "steps": len(steps),
+                     "per_step": _exposed_per_step(steps, s, e, comm)})
     if not rows:
         raise MissingEvidence("needs communication kernels (NCCL/RCCL) in a GPU trace")
     return pd.DataFrame(rows)
@@ -120,9 +135,12 @@ def comm_not_overlapped(ev: RunEvidence) -> list[Finding]:
     if w["share"] < EXPOSED_COMM_SHARE_MIN:
         return []
     overlapped = 1 - w["exposed_us"] / w["comm_us"] if w["comm_us"] > 0 else 0.0
+    severity, weight = weigh_steps(ev, ev.steps[ev.steps["rank"] == int(w["rank"])],
+                                   severity_for(float(w["share"]), high=EXPOSED_COMM_SHARE_HIGH, medium=0.15),
+                                   values=w["per_step"], high=EXPOSED_COMM_SHARE_HIGH, measure="exposed_comm_share")
     return [Finding(
         rule="comm_not_overlapped", family="distributed",
-        severity=severity_for(float(w["share"]), high=0.3, medium=0.15),
+        severity=severity, weight=weight,
         title=f"Exposed communication: {fmt_pct(float(w['share']))} of the step waits on collectives",
         explanation=(
             f"On rank {int(w['rank'])} collectives run {fmt_ms(w['comm_us'] / w['steps'])} per step and only "
@@ -140,14 +158,32 @@ def comm_not_overlapped(ev: RunEvidence) -> list[Finding]:
     )]
 
 
-def _rank_step_times(ev: RunEvidence) -> pd.Series:
+def _rank_step_table(ev: RunEvidence) -> tuple[pd.DataFrame, str]:
+    """Step times in seconds, one column per rank, one row per step; and what they come from."""
     steps = ev.steps
     if "rank" in steps.columns and steps["rank"].nunique() >= 2:
-        return steps.groupby("rank")["duration_us"].median() / 1e6
+        return steps.pivot_table(index="step", columns="rank", values="duration_us", aggfunc="max") / 1e6, "trace"
     m = ev.metrics
     if ev.has_run and m is not None and "step_time_s" in m.columns and m["rank"].nunique() >= 2:
-        return m.groupby("rank")["step_time_s"].median()
+        t = m.assign(step_time_s=pd.to_numeric(m["step_time_s"], errors="coerce"))
+        return t.pivot_table(index="step", columns="rank", values="step_time_s", aggfunc="max"), "metrics"
     raise MissingEvidence("needs step times of at least two ranks")
+
+
+def _rank_step_times(ev: RunEvidence) -> pd.Series:
+    return _rank_step_table(ev)[0].median()
+
+
+def _straggler_weight(ev: RunEvidence, slow: int, severity: Severity) -> tuple[Severity, Weight]:
+    """The HIGH gate on the slow rank's per-step ratio to the median of the others."""
+    table, source = _rank_step_table(ev)
+    table = table.dropna()
+    ratios = (table[slow] / table.drop(columns=[slow]).median(axis=1)).to_numpy(float) if len(table) else None
+    if source == "trace":
+        return weigh_steps(ev, ev.steps[ev.steps["rank"] == slow], severity, values=ratios,
+                           high=STRAGGLER_RATIO_HIGH, measure="ratio")
+    return weigh(severity, values=ratios, high=STRAGGLER_RATIO_HIGH, steps=len(table), basis="logged steps",
+                 measure="ratio", step_us=table[slow].to_numpy(float) * 1e6 if len(table) else None)
 
 
 @rule("rank_stragglers", family="distributed", title="One rank slower than the others")
@@ -162,9 +198,10 @@ def rank_stragglers(ev: RunEvidence) -> list[Finding]:
     if ratio < STRAGGLER_RATIO_MIN:
         return []
     gain = 1 - 1 / ratio
+    severity, weight = _straggler_weight(ev, slow, severity_for(ratio, high=STRAGGLER_RATIO_HIGH, medium=1.25))
     return [Finding(
         rule="rank_stragglers", family="distributed",
-        severity=severity_for(ratio, high=1.5, medium=1.25),
+        severity=severity, weight=weight,
         title=f"Rank {slow} is a straggler: {ratio:.2f}× the other ranks' step time",
         explanation=(
             f"Rank {slow}'s median step takes {times[slow] * 1000:.1f} ms against {others * 1000:.1f} ms on the "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_pct
+from .common import DOCS, evaluation_step_numbers, events_of, fmt_pct
 from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import in_spans
@@ -133,6 +133,26 @@ def _no_grad_param_ops(events: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray
     return int((~_touches(ops, cpu[cpu["sequence"].notna()])).sum())
 
 
+def _evaluation_steps(ev: RunEvidence) -> tuple[list[int], list[int]]:
+    """(the run's evaluation steps, those among the profiled steps): the agent's ``"evaluation": true``
+    or a val_*/eval_* value logged at the step (common.evaluation_step_numbers)."""
+    evals = sorted(evaluation_step_numbers(ev))
+    profiled = set(pd.to_numeric(ev.steps["step"], errors="coerce").dropna().astype(int)) if "step" in ev.steps.columns else set()
+    return evals, [s for s in evals if s in profiled]
+
+
+def _nothing_seen(evals: list[int], profiled_evals: list[int]) -> str:
+    """Why the rule cannot judge a run whose profiled steps show no forward outside training."""
+    if profiled_evals:
+        return (f"profiled step(s) {', '.join(f'#{s}' for s in profiled_evals[:5])} held an evaluation, but the "
+                "trace shows no layer calls outside training there (ops this rule does not know, or compiled)")
+    if evals:
+        return (f"the run evaluated at step(s) {', '.join(str(s) for s in evals[:5])}{'…' if len(evals) > 5 else ''}, "
+                "none of them profiled: profile an evaluation step (torchscope run --wait/--active)")
+    return ("the profiled steps hold no forward pass outside training: evaluation, if any, "
+            "ran outside the profiler window")
+
+
 @rule("eval_without_no_grad", family="evaluation", title="Forward passes build graphs no backward uses")
 def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
     """Fires when ≥ UNUSED_OPS_MIN graph-building forward ops never reach a backward pass."""
@@ -157,13 +177,15 @@ def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
         raise MissingEvidence("scripted/compiled graphs (DifferentiableGraph/CompiledFunction) hide which forward ops their backward used")
     if not seen_seq:
         raise MissingEvidence("the trace has no autograd sequence numbers (no grad-mode ops or no backward recorded)")
+    evals, profiled_evals = _evaluation_steps(ev)
     if total_unused < UNUSED_OPS_MIN:
         if total_unused == 0 and no_grad_ops == 0:
-            raise MissingEvidence("the profiled steps hold no forward pass outside training: evaluation, if any, "
-                                  "ran outside the profiler window")
+            raise MissingEvidence(_nothing_seen(evals, profiled_evals))
         return []
     share = unused_us / total_us if total_us > 0 else 0.0
     top = ", ".join(f"{n} ×{c}" for n, c in sorted(names.items(), key=lambda x: -x[1])[:3])
+    marked = (f" The run marks profiled step{'s' if len(profiled_evals) > 1 else ''} "
+              f"{', '.join(f'#{s}' for s in profiled_evals[:5])} as holding an evaluation." if profiled_evals else "")
     return [Finding(
         rule="eval_without_no_grad", family="evaluation", severity=Severity.MEDIUM,
         title=f"{total_unused} layer calls built autograd graphs that no backward used (eval without no_grad?)",
@@ -171,9 +193,10 @@ def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
             f"These ops ran with gradients enabled and recorded backward nodes, but no backward pass ever "
             f"consumed them ({top}); they take {unused_us / 1000:.1f} ms ({fmt_pct(share)} of the profiled "
             f"steps). This is evaluation or inference without torch.no_grad(): the graph keeps every "
-            f"activation alive until the output is dropped."
+            f"activation alive until the output is dropped.{marked}"
         ),
-        evidence={"unused_graph_ops": total_unused, "unused_ops_ms": unused_us / 1000, "unused_share": share},
+        evidence={"unused_graph_ops": total_unused, "unused_ops_ms": unused_us / 1000, "unused_share": share,
+                  "evaluation_steps_profiled": len(profiled_evals)},
         fix_summary="Wrap evaluation/inference in torch.inference_mode() (or torch.no_grad()).",
         fix=_FIX,
         expected_gain="less memory during evaluation (no saved activations) and a faster evaluation loop",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, metric_curve
+from .common import DOCS, curve_weight, metric_curve
 from .model import Finding, RunEvidence, Severity
 from .registry import rule
 
@@ -74,7 +74,7 @@ def exploding_gradients(ev: RunEvidence) -> list[Finding]:
             f"{spikes} spikes ≥ {GRAD_SPIKE_RATIO:g}× the recent median" if spikes else
             f"the norm grew {growth:.0f}× from start to end")
     return [Finding(
-        rule="exploding_gradients", family="gradients",
+        rule="exploding_gradients", family="gradients", weight=curve_weight(v, measure="grad_norm"),
         severity=Severity.HIGH if nonfinite or growth >= GRAD_GROWTH_RATIO else Severity.MEDIUM,
         title=f"Exploding gradients: {what}",
         explanation=(
@@ -108,6 +108,7 @@ def vanishing_gradients(ev: RunEvidence) -> list[Finding]:
         return []
     return [Finding(
         rule="vanishing_gradients", family="gradients", severity=Severity.MEDIUM,
+        weight=curve_weight(v, measure="grad_norm"),
         title=f"Vanishing gradients: norm fell to {end:.2g} ({ratio:.1e}× the start)",
         explanation=(
             f"The median gradient norm went from {start:.3g} at the start of the run to {end:.3g} at "

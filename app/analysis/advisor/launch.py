@@ -3,9 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import DOCS, events_of, fmt_pct, require_device_trace, require_steps, step_share
+from .common import (
+    DOCS,
+    events_of,
+    fmt_pct,
+    per_step_share,
+    require_device_trace,
+    require_steps,
+    step_share,
+    training_steps,
+    weigh_steps,
+)
 from .model import Finding, RunEvidence, Severity
-from .registry import rule
+from .registry import Guard, rule
 from .signals import by_cat, in_spans
 
 __all__ = ["launch_bound"]
@@ -13,6 +23,8 @@ __all__ = ["launch_bound"]
 # GPU idle while the host runs the CUDA runtime or CPU ops (tb-profiler's "Runtime" + "CPU Exec")
 # above a quarter of the step: the host, not the GPU, sets the pace.
 LAUNCH_HOST_SHARE_MIN = 0.25
+# HIGH from half the step (when that holds across the steps: common.weigh).
+LAUNCH_HOST_SHARE_HIGH = 0.5
 # Kernels under 10 µs are dominated by their ~5 µs launch cost (CUDA launch latency); when most
 # kernels are that short, the host cannot keep the GPU fed.
 SHORT_KERNEL_US = 10.0
@@ -43,20 +55,31 @@ def _kernel_stats(ev: RunEvidence) -> tuple[float, float, float]:
     return float(len(d) / max(1, n_steps)), float(np.median(d)), float((d < SHORT_KERNEL_US).mean())
 
 
-@rule("launch_bound", family="launch", title="Many short kernels; the GPU waits for the host")
+def host_idle_share(ev: RunEvidence) -> float:
+    """Share of the training step the GPU idles while the host runs the runtime or CPU ops (guarded)."""
+    require_device_trace(ev)
+    steps = training_steps(ev, require_steps(ev, "runtime_us", "cpu_exec_us", "kernel_us"))
+    return step_share(steps, "runtime_us") + step_share(steps, "cpu_exec_us")
+
+
+@rule("launch_bound", family="launch", title="Many short kernels; the GPU waits for the host",
+      guards=Guard("host_idle_share", "lower", "GPU idle on the host, share of the step", host_idle_share))
 def launch_bound(ev: RunEvidence) -> list[Finding]:
     """Fires when runtime+CPU-exec time with the GPU idle ≥ LAUNCH_HOST_SHARE_MIN of the step
     and ≥ SHORT_KERNEL_SHARE_MIN of kernels are shorter than SHORT_KERNEL_US."""
     require_device_trace(ev)
-    steps = require_steps(ev, "runtime_us", "cpu_exec_us", "kernel_us")
+    steps = training_steps(ev, require_steps(ev, "runtime_us", "cpu_exec_us", "kernel_us"))
     host_share = step_share(steps, "runtime_us") + step_share(steps, "cpu_exec_us")
     per_step, median_us, short_share = _kernel_stats(ev)
     if host_share < LAUNCH_HOST_SHARE_MIN or short_share < SHORT_KERNEL_SHARE_MIN:
         return []
     gain = host_share * LAUNCH_RECOVERABLE
+    severity, weight = weigh_steps(ev, steps, Severity.HIGH if host_share >= LAUNCH_HOST_SHARE_HIGH else Severity.MEDIUM,
+                                   values=per_step_share(steps, "runtime_us", "cpu_exec_us"),
+                                   high=LAUNCH_HOST_SHARE_HIGH, measure="host_idle_share")
     return [Finding(
         rule="launch_bound", family="launch",
-        severity=Severity.HIGH if host_share >= 0.5 else Severity.MEDIUM,
+        severity=severity, weight=weight,
         title=f"Launch-bound: the GPU waits on the host {fmt_pct(host_share)} of the step",
         explanation=(
             f"Each step launches {per_step:.0f} kernels with a median of {median_us:.1f} µs; "

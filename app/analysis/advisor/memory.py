@@ -9,7 +9,7 @@ import pandas as pd
 
 from app.analysis.memory import compute_memory_timeline
 
-from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for
+from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for, trace_weight
 from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import in_spans
@@ -149,6 +149,7 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
              f"Activations are {fmt_pct(act)} of the memory peak on {p.device}")
     return [Finding(
         rule="memory_near_capacity", family="memory",
+        weight=trace_weight(ev, ev.steps[ev.steps["rank"] == p.rank]) if p.source == "trace" and "rank" in ev.steps.columns else None,
         severity=severity_for(share, high=MEM_CAPACITY_HIGH, medium=MEM_CAPACITY_SHARE_MIN) if near else Severity.LOW,
         title=title,
         explanation=(
@@ -196,7 +197,7 @@ def allocator_churn(ev: RunEvidence) -> list[Finding]:
     step_us = float(ev.steps["duration_us"].mean())
     share = blocked / n_steps / step_us if step_us > 0 else 0.0
     return [Finding(
-        rule="allocator_churn", family="memory", severity=Severity.MEDIUM,
+        rule="allocator_churn", family="memory", severity=Severity.MEDIUM, weight=trace_weight(ev, ev.steps),
         title=f"{per_step:.1f} cudaFree calls per step: the allocator cache is being emptied",
         explanation=(
             f"After the first step the caching allocator should serve every allocation from its cache, yet "

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Severity", "Finding", "RunEvidence", "MissingEvidence", "Advice", "SEVERITY_ORDER"]
+__all__ = ["Severity", "Finding", "Weight", "RunEvidence", "MissingEvidence", "Advice", "SEVERITY_ORDER"]
 
 
 class Severity(enum.StrEnum):
@@ -38,13 +38,46 @@ class MissingEvidence(Exception):  # noqa: N818 - a signal, not an error shown t
 
 
 @dataclass(frozen=True)
+class Weight:
+    """What a finding's measure rests on, so a reader can tell a firm finding from a hint.
+
+    ``steps``: how many steps (or points, see ``basis``) the measure was taken over; ``windows``:
+    how many profiler windows (traces) those steps came from, 0 when measured from logged curves or
+    samples; ``basis``: what ``steps`` counts ("profiled steps", "logged steps", "evaluation points",
+    "samples"); ``measure``: the evidence key whose per-step values ``spread`` describes;
+    ``spread``: (min, max) of that measure over the steps, None when it has no per-step values;
+    ``step_ms``: (min, max) duration of those steps in ms, None when unknown; ``stable``: the
+    severity gate's verdict (common.weigh: the signal holds across the steps), None when not
+    judged; ``note``: why the severity was capped below HIGH ("" when it was not).
+    """
+
+    steps: int
+    windows: int = 0
+    basis: str = "profiled steps"
+    measure: str = ""
+    spread: tuple[float, float] | None = None
+    step_ms: tuple[float, float] | None = None
+    stable: bool | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``weight`` object of a finding in `torchscope advise --json` (docs/advisor.md)."""
+        pair = lambda p: None if p is None else [json_number(p[0]), json_number(p[1])]  # noqa: E731
+        return {"steps": int(self.steps), "windows": int(self.windows), "basis": self.basis,
+                "measure": self.measure, "spread": pair(self.spread), "step_ms": pair(self.step_ms),
+                "stable": self.stable, "note": self.note}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One problem found in a run, with the numbers that prove it and what to do.
 
     ``evidence`` holds numbers only (JSON-ready); ``gain_share`` is the estimated fraction of
     step time the fix can save (0–1), or for training-health rules a fixed priority documented
     in docs/advisor.md; findings are ordered by it. ``chart`` names the tab/chart that shows
-    the evidence. ``key`` identifies the finding across runs (rule + subject).
+    the evidence. ``key`` identifies the finding across runs (rule + subject). ``weight`` says
+    how many steps and windows the measure rests on and how it spread (None for rules that do not
+    measure over steps).
     """
 
     rule: str
@@ -62,6 +95,7 @@ class Finding:
     subject: str = ""
     step: int | None = None
     rank: int | None = None
+    weight: Weight | None = None
 
     @property
     def key(self) -> str:
@@ -77,7 +111,7 @@ class Finding:
             "severity": str(self.severity),
             "title": self.title,
             "explanation": self.explanation,
-            "evidence": {k: _json_number(v) for k, v in self.evidence.items()},
+            "evidence": {k: json_number(v) for k, v in self.evidence.items()},
             "fix_summary": self.fix_summary,
             "fix": self.fix,
             "expected_gain": self.expected_gain,
@@ -87,10 +121,12 @@ class Finding:
             "subject": self.subject,
             "step": self.step,
             "rank": self.rank,
+            "weight": self.weight.to_json() if self.weight is not None else None,
         }
 
 
-def _json_number(v: float) -> float | int | None:
+def json_number(v: float) -> float | int | None:
+    """``v`` for JSON: ints and bools as ints, NaN as None, ±Inf as ±1e308, floats to 6 decimals."""
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
@@ -162,7 +198,10 @@ class Advice:
     ``findings`` ordered by expected gain; ``checked`` the rules that had their inputs (a rule
     in ``checked`` without a finding is a clean bill); ``skipped`` rule → why it could not look;
     ``errors`` rule → message of a rule that failed (a bug, reported rather than hidden);
-    ``problems`` what could not be read from the run (see RunEvidence.problems).
+    ``problems`` what could not be read from the run (see RunEvidence.problems); ``measures``
+    rule → the value of the quantity the rule guards (registry.Guard) on this run, for every
+    checked rule that has one, whether it fired or not (the diff uses it to tell "resolved" from
+    "went away while the quantity got worse").
     """
 
     source: str
@@ -171,6 +210,7 @@ class Advice:
     skipped: Mapping[str, str]
     errors: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    measures: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,4 +220,5 @@ class Advice:
             "skipped": dict(self.skipped),
             "errors": dict(self.errors),
             "problems": list(self.problems),
+            "measures": {k: json_number(v) for k, v in self.measures.items()},
         }

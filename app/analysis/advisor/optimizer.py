@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import re
 
-from .common import DOCS, events_of, fmt_pct, require_steps, step_share
+import pandas as pd
+
+from .common import DOCS, events_of, fmt_pct, per_step_share, require_steps, step_share, training_steps, weigh_steps
 from .model import Finding, RunEvidence, Severity
-from .registry import rule
+from .registry import Guard, rule
 
 __all__ = ["optimizer_expensive"]
 
@@ -16,6 +18,8 @@ __all__ = ["optimizer_expensive"]
 OPT_SHARE_MIN = 0.10
 OPT_RATIO_MIN = 0.20
 OPT_RECOVERABLE = 0.5
+# HIGH from a quarter of the step (and only when that holds across the steps: common.weigh).
+OPT_SHARE_HIGH = 0.25
 _STEP_NAME = re.compile(r"^Optimizer\.step#(\w+)\.step")
 
 _FIX = """\
@@ -37,11 +41,22 @@ def _optimizer_usage(ev: RunEvidence) -> tuple[str, bool, bool]:
     return name, foreach, fused
 
 
-@rule("optimizer_expensive", family="optimizer", title="Optimizer step expensive next to forward/backward")
+def _training_steps(ev: RunEvidence) -> pd.DataFrame:
+    # Evaluation steps have no optimizer step of their own worth measuring against: left out.
+    return training_steps(ev, require_steps(ev, "optimizer_us", "forward_us", "backward_us"))
+
+
+def optimizer_share(ev: RunEvidence) -> float:
+    """The optimizer's share of the training steps (the quantity the rule guards)."""
+    return step_share(_training_steps(ev), "optimizer_us")
+
+
+@rule("optimizer_expensive", family="optimizer", title="Optimizer step expensive next to forward/backward",
+      guards=Guard("optimizer_share", "lower", "optimizer share of the step", optimizer_share))
 def optimizer_expensive(ev: RunEvidence) -> list[Finding]:
     """Fires when optimizer time ≥ OPT_SHARE_MIN of the step and ≥ OPT_RATIO_MIN of forward+backward,
     unless a fused optimizer already runs."""
-    steps = require_steps(ev, "optimizer_us", "forward_us", "backward_us")
+    steps = _training_steps(ev)
     opt = step_share(steps, "optimizer_us")
     fwd_bwd = step_share(steps, "forward_us") + step_share(steps, "backward_us")
     ratio = opt / fwd_bwd if fwd_bwd > 0 else 0.0
@@ -49,9 +64,12 @@ def optimizer_expensive(ev: RunEvidence) -> list[Finding]:
     if opt < OPT_SHARE_MIN or ratio < OPT_RATIO_MIN or fused:
         return []
     impl = "foreach" if foreach else "for-loop (one small op per parameter)"
+    severity, weight = weigh_steps(ev, steps, Severity.HIGH if opt >= OPT_SHARE_HIGH else Severity.MEDIUM,
+                                   values=per_step_share(steps, "optimizer_us"), high=OPT_SHARE_HIGH,
+                                   measure="optimizer_share")
     return [Finding(
         rule="optimizer_expensive", family="optimizer",
-        severity=Severity.HIGH if opt >= 0.25 else Severity.MEDIUM,
+        severity=severity, weight=weight,
         title=f"optimizer.step() takes {fmt_pct(opt)} of the step ({ratio:.2f}× forward+backward)",
         explanation=(
             f"The {name or 'optimizer'} step runs the {impl} implementation and costs {fmt_pct(opt)} of each "

@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for
+from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for, weigh_steps
 from .model import Finding, MissingEvidence, RunEvidence
 from .registry import rule
 from .signals import float_kind, kernel_ops
@@ -102,9 +102,12 @@ def mixed_precision(ev: RunEvidence) -> list[Finding]:
     gain = share * MMA_SPEEDUP_SAVING
     top = mma[mma["kind"] == "float32"].groupby("op")["dur_us"].sum().sort_values(ascending=False)
     top_ops = ", ".join(str(o) or "?" for o in top.index[:3])
+    # The dtype of a kernel does not change from step to step; the gate judges only how many steps.
+    severity, weight = weigh_steps(ev, ev.steps, severity_for(share, high=MMA_SEVERITY_HIGH, medium=MMA_SEVERITY_MEDIUM),
+                                   values=None, high=MMA_SEVERITY_HIGH, measure="fp32_mma_share")
     return [Finding(
         rule="mixed_precision", family="precision",
-        severity=severity_for(share, high=MMA_SEVERITY_HIGH, medium=MMA_SEVERITY_MEDIUM),
+        severity=severity, weight=weight,
         title=f"fp32 matmuls/convolutions take {fmt_pct(share)} of GPU time on a tensor-core GPU",
         explanation=(
             f"The GPU (compute capability {major}.x) has tensor cores, but {fmt_pct(share)} of kernel "

@@ -1,24 +1,31 @@
 """Advisor rules on the loss curves: NaN/Inf loss, overfitting, divergence and plateaus (analysis layer)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, metric_curve, require_run
+from .common import DOCS, curve_weight, metric_curve, require_run
 from .model import Finding, MissingEvidence, RunEvidence, Severity
-from .registry import rule
+from .registry import Guard, rule
 
-__all__ = ["nonfinite_loss", "overfitting", "loss_divergence", "loss_plateau"]
+__all__ = ["nonfinite_loss", "overfitting", "loss_divergence", "loss_plateau", "best_val_loss", "curve_noise"]
 
 # Keys that mark a metrics row as a training-step row (the agent logs them every step).
 _TRAIN_KEYS = ("loss", "lr", "step_time_s", "grad_norm", "samples")
 # A NaN in a row without a loss only means "loss is NaN" if the loss was logged on (nearly)
 # every training row before: NaN is written as NaN, but a table cannot tell NaN from absent.
 LOSS_COVERAGE_MIN = 0.9
-# Validation points needed to call a trend, and how far above its best the last value must be
-# (5%: above the noise of a typical validation estimate).
-OVERFIT_MIN_VAL_POINTS = 3
+# Validation points needed to call a trend: with 3 points any wobble is a "U". And how far the
+# end must be above the best: at least 5% relative, and more than OVERFIT_NOISE_K times the curve's
+# own noise (curve_noise) — a flat noisy curve's last points sit above its lowest by chance.
+OVERFIT_MIN_VAL_POINTS = 5
 OVERFIT_RISE = 0.05
+OVERFIT_NOISE_K = 3.0
+# The "end" of the curve: the median of its last fifth (at least 2 points); the "best": the median
+# of the 3 points around the minimum, so one lucky evaluation is not the bar.
+OVERFIT_TAIL_SHARE = 0.2
 # Curve points needed for divergence/plateau calls; the smoothing window is a tenth of them.
 CURVE_MIN_POINTS = 20
 # Smoothed loss 50% above its best and above where it started: diverging, not noise.
@@ -99,6 +106,7 @@ def nonfinite_loss(ev: RunEvidence) -> list[Finding]:
         evidence["grad_norm_before"] = float(train["grad_norm"].iloc[first_bad - 1])
     return [Finding(
         rule="nonfinite_loss", family="training", severity=Severity.HIGH,
+        weight=curve_weight(loss, measure="loss"),
         title=f"Loss became {'Inf' if is_inf else 'NaN'} at step {step}",
         explanation=(
             f"The loss was {last_ok:.4g} just before step {step}, then non-finite on {len(bad_idx)} "
@@ -112,41 +120,88 @@ def nonfinite_loss(ev: RunEvidence) -> list[Finding]:
     )]
 
 
-@rule("overfitting", family="training", title="Validation loss rises while training loss falls")
-def overfitting(ev: RunEvidence) -> list[Finding]:
-    """Fires when val_loss improved, bottomed out and ends OVERFIT_RISE above its best while the
-    training loss kept falling."""
+def curve_noise(values: np.ndarray) -> float:
+    """Robust point-to-point noise (a standard deviation) of a curve: 1.4826 × the MAD of its second
+    differences, / √6. Second, not first, differences: a U-shaped curve's slope changes sign, which
+    inflates the spread of first differences; a smooth curve's second differences are nearly
+    constant and the MAD (about their median) keeps only the noise. For white noise σ,
+    var(x[i+1] − 2x[i] + x[i−1]) = 6σ². 0.0 with fewer than 3 points."""
+    v = np.asarray(values, float)
+    if len(v) < 3:
+        return 0.0
+    d2 = np.diff(v, 2)
+    return float(1.4826 * np.median(np.abs(d2 - np.median(d2))) / math.sqrt(6))
+
+
+def _val_curve(ev: RunEvidence) -> pd.DataFrame:
     val = metric_curve(ev, "val_loss", min_points=OVERFIT_MIN_VAL_POINTS)
-    train = metric_curve(ev, "loss", min_points=2)
     val = val[np.isfinite(val["value"])].reset_index(drop=True)  # positions below, not labels
+    if len(val) < OVERFIT_MIN_VAL_POINTS:
+        raise MissingEvidence(f"needs at least {OVERFIT_MIN_VAL_POINTS} finite val_loss values (has {len(val)})")
+    return val
+
+
+def best_val_loss(ev: RunEvidence) -> float:
+    """The lowest logged validation loss (the quantity the overfitting rule guards)."""
+    return float(_val_curve(ev)["value"].min())
+
+
+def _rise(v: np.ndarray, best_i: int) -> tuple[float, float, float]:
+    """(best level, end level, noise) of a validation curve whose minimum is at ``best_i``."""
+    best_level = float(np.median(v[max(0, best_i - 1):best_i + 2]))
+    tail = max(2, int(len(v) * OVERFIT_TAIL_SHARE))
+    return best_level, float(np.median(v[-tail:])), curve_noise(v)
+
+
+@rule("overfitting", family="training", title="Validation loss rises while training loss falls",
+      guards=Guard("best_val_loss", "lower", "best val_loss", best_val_loss))
+def overfitting(ev: RunEvidence) -> list[Finding]:
+    """Fires with ≥ OVERFIT_MIN_VAL_POINTS val_loss values when val_loss improved, bottomed out and its
+    end is OVERFIT_RISE above its best and more than OVERFIT_NOISE_K × its noise, while the training
+    loss kept falling."""
+    val = _val_curve(ev)
+    train = metric_curve(ev, "loss", min_points=2)
     train = train[np.isfinite(train["value"])]
-    if len(val) < OVERFIT_MIN_VAL_POINTS or len(train) < 2:
+    if len(train) < 2:
         return []
-    best_i = int(val["value"].idxmin())
-    best, last = float(val["value"].iloc[best_i]), float(val["value"].iloc[-1])
+    v = val["value"].to_numpy(float)
+    best_i = int(np.argmin(v))
+    best, last = float(v[best_i]), float(v[-1])
     best_step, last_step = int(val["step"].iloc[best_i]), int(val["step"].iloc[-1])
     # Overfitting is a U: validation improves, bottoms out, then rises. A curve whose best point
     # is its first evaluation never improved; that is early instability (e.g. BatchNorm
     # statistics in the first steps) or divergence, which other rules judge.
-    if best_i == 0 or best_i >= len(val) - 1 or last <= best * (1 + OVERFIT_RISE):
+    if best_i == 0 or best_i >= len(v) - 1 or last <= best * (1 + OVERFIT_RISE):
         return []
+    best_level, end_level, noise = _rise(v, best_i)
+    rise = end_level - best_level
+    if rise <= OVERFIT_NOISE_K * noise or end_level <= best_level * (1 + OVERFIT_RISE):
+        return []  # within the curve's own noise
     train_at_best = float(train[train["step"] <= best_step]["value"].tail(5).mean())
     train_end = float(train["value"].tail(5).mean())
     if not (train_end < train_at_best):
         return []
     steps_total = float(train["step"].max() - train["step"].min()) or 1.0
     wasted = (float(train["step"].max()) - best_step) / steps_total
+    # MEDIUM always, so the HIGH gate has nothing to cap; the weight says what the call rests on.
+    weight = curve_weight(v, measure="val_loss", basis="evaluation points")
+    evidence = {"best_val_loss": best, "best_step": best_step, "last_val_loss": last,
+                "val_rise": last / best - 1, "train_loss_at_best": train_at_best,
+                "train_loss_end": train_end, "val_points": len(v), "val_noise": noise}
+    beyond = ""
+    if noise > 0:
+        evidence["rise_over_noise"] = rise / noise
+        beyond = (f" Over {len(v)} evaluations the end of the curve ({end_level:.4g}) is {rise:.3g} above its best "
+                  f"({best_level:.4g}), {rise / noise:.1f}× the curve's own noise ({noise:.3g}): not a wobble.")
     return [Finding(
-        rule="overfitting", family="training", severity=Severity.MEDIUM,
+        rule="overfitting", family="training", severity=Severity.MEDIUM, weight=weight,
         title=f"Overfitting: val_loss up {(last / best - 1) * 100:.0f}% since step {best_step}",
         explanation=(
             f"Validation loss was best ({best:.4g}) at step {best_step} and is {last:.4g} at step "
-            f"{last_step}, while the training loss kept falling ({train_at_best:.4g} → {train_end:.4g}). "
+            f"{last_step}, while the training loss kept falling ({train_at_best:.4g} → {train_end:.4g}).{beyond} "
             f"The model is memorising the training set."
         ),
-        evidence={"best_val_loss": best, "best_step": best_step, "last_val_loss": last,
-                  "val_rise": last / best - 1, "train_loss_at_best": train_at_best,
-                  "train_loss_end": train_end},
+        evidence=evidence,
         fix_summary="Stop at the best validation loss (early stopping), add weight decay, augmentation or dropout.",
         fix=_OVERFIT_FIX,
         expected_gain=f"a better model, and {wasted * 100:.0f}% of the steps saved by stopping at the best point",
@@ -191,6 +246,7 @@ def loss_divergence(ev: RunEvidence) -> list[Finding]:
     wasted = (len(s) - best_i) / len(s)
     return [Finding(
         rule="loss_divergence", family="training", severity=Severity.HIGH,
+        weight=curve_weight(c["value"].to_numpy(float), measure="loss"),
         title=f"Loss diverges: {s[-1] / s[best_i]:.1f}× its best since step {best_step}",
         explanation=(
             f"The smoothed training loss reached {s[best_i]:.4g} at step {best_step} and climbed to "
@@ -232,7 +288,7 @@ def loss_plateau(ev: RunEvidence) -> list[Finding]:
            (" while the learning rate stayed constant: a decay usually unlocks the next drop." if constant_lr
             else "; if it is above your target, try a different learning rate or schedule."))
     return [Finding(
-        rule="loss_plateau", family="training",
+        rule="loss_plateau", family="training", weight=curve_weight(c["value"].to_numpy(float), measure="loss"),
         severity=Severity.MEDIUM if not_learning else Severity.LOW,
         title=("Loss is not decreasing" if not_learning else
                f"Loss plateaued from step {int(c['step'].iloc[cut])}"),

@@ -6,12 +6,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for
-from .model import Finding, MissingEvidence, RunEvidence
-from .registry import rule
+from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for, weigh_steps
+from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
+from .registry import Guard, rule
 from .signals import by_cat, in_spans
 
-__all__ = ["sync_points", "host_device_copies"]
+__all__ = ["sync_points", "host_device_copies", "blocked_share", "copy_share"]
 
 # A sync every step is normal (logging loss.item()); several per step with the host blocked
 # ≥ 3% of the step is a pattern worth removing (each sync also drains the GPU's queue).
@@ -59,6 +59,29 @@ def _spans(ev: RunEvidence, rank: int, host: bool) -> tuple[np.ndarray, np.ndarr
     return s[a].to_numpy(float), s[b].to_numpy(float)
 
 
+def _per_span_sum(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` per span (spans sorted by start, as the step table is); times outside every
+    span count nowhere."""
+    out = np.zeros(len(start))
+    if not len(ts) or not len(start):
+        return out
+    i = np.searchsorted(start, ts, side="right") - 1
+    ok = (i >= 0) & (ts <= end[np.maximum(i, 0)])
+    np.add.at(out, i[ok], values[ok])
+    return out
+
+
+def _per_step_share(part_us: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    dur = end - start
+    return np.where(dur > 0, part_us / np.where(dur > 0, dur, 1.0), 0.0)
+
+
+def _weigh_rank(ev: RunEvidence, worst: pd.Series, severity: Severity, high: float, measure: str) -> tuple[Severity, Weight]:
+    """The severity gate on the worst rank's steps and their per-step shares."""
+    rank_steps = ev.steps[ev.steps["rank"] == int(worst["rank"])]
+    return weigh_steps(ev, rank_steps, severity, values=worst["per_step"], high=high, measure=measure)
+
+
 def _per_rank(ev: RunEvidence, measure) -> pd.DataFrame:  # noqa: ANN001 - a small local callback
     rows = []
     for rank, events in events_of(ev):
@@ -81,24 +104,38 @@ def _sync_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str,
     # Kineto's cuda_sync events mark the same waits on the GPU timeline (newer torch versions).
     marks = in_spans(ts, *_spans(ev, rank, host=False)) & (events["cat"].astype(str) == "cuda_sync").to_numpy()
     n = max(1, len(start))
+    blocked = _per_span_sum(ts[calls], events["dur_us"].to_numpy(float)[calls], start, end)
     return {"steps": len(start), "syncs": float(calls.sum()) / n, "items": float(scalars.sum()) / n,
+            "per_step": _per_step_share(blocked, start, end),
             "sync_marks": float(marks.sum()) / n,
             "blocked_us": float(events.loc[calls, "dur_us"].sum()) / n,
             "step_us": float((end - start).mean()) if len(start) else 0.0}
 
 
-@rule("sync_points", family="transfers", title="Host waits for the GPU inside the step")
-def sync_points(ev: RunEvidence) -> list[Finding]:
-    """Fires with ≥ SYNCS_PER_STEP_MIN sync calls per step blocking ≥ SYNC_BLOCKED_SHARE_MIN of it."""
+def _worst_sync_rank(ev: RunEvidence) -> tuple[pd.Series, float]:
     require_device_trace(ev)
     per = _per_rank(ev, _sync_measure)
     worst = per.loc[(per["blocked_us"] / per["step_us"].where(per["step_us"] > 0)).fillna(0).idxmax()]
-    share = worst["blocked_us"] / worst["step_us"] if worst["step_us"] > 0 else 0.0
+    return worst, (float(worst["blocked_us"] / worst["step_us"]) if worst["step_us"] > 0 else 0.0)
+
+
+def blocked_share(ev: RunEvidence) -> float:
+    """Share of the step the host waits in sync calls, worst rank (the quantity sync_points guards)."""
+    return _worst_sync_rank(ev)[1]
+
+
+@rule("sync_points", family="transfers", title="Host waits for the GPU inside the step",
+      guards=Guard("blocked_share", "lower", "host blocked in syncs, share of the step", blocked_share))
+def sync_points(ev: RunEvidence) -> list[Finding]:
+    """Fires with ≥ SYNCS_PER_STEP_MIN sync calls per step blocking ≥ SYNC_BLOCKED_SHARE_MIN of it."""
+    worst, share = _worst_sync_rank(ev)
     if worst["syncs"] < SYNCS_PER_STEP_MIN or share < SYNC_BLOCKED_SHARE_MIN:
         return []
+    severity, weight = _weigh_rank(ev, worst, severity_for(share, high=SYNC_SEVERITY_HIGH, medium=SYNC_SEVERITY_MEDIUM),
+                                   SYNC_SEVERITY_HIGH, "blocked_share")
     return [Finding(
         rule="sync_points", family="transfers",
-        severity=severity_for(share, high=SYNC_SEVERITY_HIGH, medium=SYNC_SEVERITY_MEDIUM),
+        severity=severity, weight=weight,
         title=f"{worst['syncs']:.0f} host–GPU syncs per step block the host {fmt_pct(share)} of the step",
         explanation=(
             f"On rank {int(worst['rank'])} each step makes {worst['syncs']:.1f} synchronising calls "
@@ -127,7 +164,9 @@ def _copy_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str,
     sel = h2d_d2h[inside]
     n = max(1, len(start))
     sel_names = sel["name"].astype(str)
+    per_step = _per_span_sum(sel["ts_us"].to_numpy(float), sel["dur_us"].to_numpy(float), start, end)
     return {"steps": len(start), "copy_us": float(sel["dur_us"].sum()) / n,
+            "per_step": _per_step_share(per_step, start, end),
             "htod": float(sel_names.str.contains(_HTOD).sum()) / n,
             "dtoh": float(sel_names.str.contains(_DTOH).sum()) / n,
             "pageable_htod": float(sel_names.str.contains(_PAGEABLE_HTOD).sum()) / n,
@@ -135,20 +174,32 @@ def _copy_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str,
             "step_us": float((end - start).mean()) if len(start) else 0.0}
 
 
-@rule("host_device_copies", family="transfers", title="Host↔device copies inside the step")
-def host_device_copies(ev: RunEvidence) -> list[Finding]:
-    """Fires when HtoD/DtoH copies take ≥ COPY_SHARE_MIN of the step."""
+def _worst_copy_rank(ev: RunEvidence) -> pd.Series:
     require_device_trace(ev)
     per = _per_rank(ev, _copy_measure)
     per["share"] = (per["copy_us"] / per["step_us"].where(per["step_us"] > 0)).fillna(0)
-    worst = per.loc[per["share"].idxmax()]
+    return per.loc[per["share"].idxmax()]
+
+
+def copy_share(ev: RunEvidence) -> float:
+    """Share of the step in HtoD/DtoH copies, worst rank (the quantity host_device_copies guards)."""
+    return float(_worst_copy_rank(ev)["share"])
+
+
+@rule("host_device_copies", family="transfers", title="Host↔device copies inside the step",
+      guards=Guard("copy_share", "lower", "host↔device copies, share of the step", copy_share))
+def host_device_copies(ev: RunEvidence) -> list[Finding]:
+    """Fires when HtoD/DtoH copies take ≥ COPY_SHARE_MIN of the step."""
+    worst = _worst_copy_rank(ev)
     share = float(worst["share"])
     if share < COPY_SHARE_MIN:
         return []
+    severity, weight = _weigh_rank(ev, worst, severity_for(share, high=COPY_SEVERITY_HIGH, medium=COPY_SEVERITY_MEDIUM),
+                                   COPY_SEVERITY_HIGH, "copy_share")
     pageable = f"; {worst['pageable_htod']:.0f} per step come from pageable (unpinned) memory" if worst["pageable_htod"] else ""
     return [Finding(
         rule="host_device_copies", family="transfers",
-        severity=severity_for(share, high=COPY_SEVERITY_HIGH, medium=COPY_SEVERITY_MEDIUM),
+        severity=severity, weight=weight,
         title=f"Host↔device copies take {fmt_pct(share)} of the step",
         explanation=(
             f"On rank {int(worst['rank'])} each step copies {worst['htod']:.0f}× host→device and "

@@ -4,15 +4,29 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, require_steps, step_share
+from .common import (
+    DOCS,
+    events_of,
+    fmt_ms,
+    fmt_pct,
+    per_step_share,
+    require_device_trace,
+    require_steps,
+    step_share,
+    training_steps,
+    weigh,
+    weigh_steps,
+)
 from .model import Finding, MissingEvidence, RunEvidence, Severity
-from .registry import get_rule, rule
+from .registry import Guard, get_rule, rule
 from .signals import KERNEL_CATS, by_cat, idle_gaps_us, in_spans
 
 __all__ = ["low_device_utilization"]
 
 # torch-tb-profiler flags GPU utilisation below 50% ("GPU ... has low utilization").
 BUSY_SHARE_MIN = 0.5
+# HIGH below a quarter busy (half the flag), when that holds across the steps (common.weigh).
+BUSY_SHARE_HIGH = BUSY_SHARE_MIN / 2
 # A gap of 100 µs is ~20 kernel launches of idle: visible in the timeline, worth a look.
 GAP_US = 100.0
 # Sampled utilisation needs a few samples (1 s apart by default) to mean anything.
@@ -71,8 +85,8 @@ def _gain_text(idle: float) -> str:
     return f"up to {fmt_pct(idle * IDLE_RECOVERABLE)} of step time (half of the {fmt_pct(idle)} the GPU is idle)"
 
 
-def _system_utilization(ev: RunEvidence) -> list[Finding]:
-    """From the agent's sampled GPU utilisation (NVML: share of time a kernel ran) when no GPU trace."""
+def _sampled_busy(ev: RunEvidence) -> np.ndarray:
+    """The agent's GPU utilisation samples (0–1) between the first and last sample with GPU work."""
     sysdf = ev.system
     if sysdf is None or sysdf.empty or "gpu_util_percent" not in sysdf.columns:
         raise MissingEvidence("needs a GPU trace (kernels) or the agent's sampled GPU utilisation")
@@ -80,12 +94,36 @@ def _system_utilization(ev: RunEvidence) -> list[Finding]:
     active = np.flatnonzero(util > 0)
     if len(active) < SYSTEM_MIN_SAMPLES:
         raise MissingEvidence(f"needs at least {SYSTEM_MIN_SAMPLES} GPU utilisation samples while the GPU worked")
-    busy = float(np.median(util[active[0]:active[-1] + 1])) / 100  # between first and last GPU work
+    return util[active[0]:active[-1] + 1] / 100
+
+
+def _trace_steps(ev: RunEvidence) -> pd.DataFrame:
+    return training_steps(ev, require_steps(ev, *_BUSY_COLUMNS))
+
+
+def busy_share(ev: RunEvidence) -> float:
+    """The GPU's busy share of the training step (from the trace, else the sampled utilisation's
+    median): the quantity the rule guards, higher is better."""
+    try:
+        require_device_trace(ev)
+    except MissingEvidence:
+        return float(np.median(_sampled_busy(ev)))
+    steps = _trace_steps(ev)
+    return sum(step_share(steps, c) for c in _BUSY_COLUMNS)
+
+
+def _system_utilization(ev: RunEvidence) -> list[Finding]:
+    """From the agent's sampled GPU utilisation (NVML: share of time a kernel ran) when no GPU trace."""
+    samples = _sampled_busy(ev)
+    busy = float(np.median(samples))
     if busy >= BUSY_SHARE_MIN:
         return []
+    severity, weight = weigh(Severity.HIGH if busy < BUSY_SHARE_HIGH else Severity.MEDIUM, values=samples,
+                             high=BUSY_SHARE_HIGH, steps=len(samples), basis="samples", measure="busy_share",
+                             worse="below")
     return [Finding(
         rule="low_device_utilization", family="utilization",
-        severity=Severity.HIGH if busy < BUSY_SHARE_MIN / 2 else Severity.MEDIUM,
+        severity=severity, weight=weight,
         title=f"GPU busy only {fmt_pct(busy)} of the time (sampled)",
         explanation=(
             f"The agent's samples of GPU utilisation (share of time a kernel was running) have a median of "
@@ -94,7 +132,7 @@ def _system_utilization(ev: RunEvidence) -> list[Finding]:
             f"Expected gain: half of the idle share ({fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
             f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)}), since not all idle time can be won back."
         ),
-        evidence={"busy_share": busy, "idle_share": 1 - busy, "samples": int(active[-1] - active[0] + 1)},
+        evidence={"busy_share": busy, "idle_share": 1 - busy, "samples": len(samples)},
         fix_summary="Find what the GPU waits for (data loading, host work, syncs) in a trace; then raise the batch size.",
         fix="# record a few profiled steps: torchscope run --wait 5 --active 3 -- python train.py\n" + _FIXES["other_us"],
         expected_gain=_gain_text(1 - busy),
@@ -126,7 +164,8 @@ def _trace_explanation(ev: RunEvidence, n: int, ranks: str, step_us: float, busy
     )
 
 
-@rule("low_device_utilization", family="utilization", title="GPU idle for much of the step")
+@rule("low_device_utilization", family="utilization", title="GPU idle for much of the step",
+      guards=Guard("busy_share", "higher", "GPU busy share of the step", busy_share))
 def low_device_utilization(ev: RunEvidence) -> list[Finding]:
     """Fires when kernels, copies and collectives keep the GPU busy < BUSY_SHARE_MIN of the step
     (without a GPU trace: when the sampled GPU utilisation's median is below it)."""
@@ -134,7 +173,7 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
         require_device_trace(ev)
     except MissingEvidence:
         return _system_utilization(ev)
-    steps = require_steps(ev, *_BUSY_COLUMNS)
+    steps = _trace_steps(ev)
     busy = sum(step_share(steps, c) for c in _BUSY_COLUMNS)
     if busy >= BUSY_SHARE_MIN:
         return []
@@ -145,9 +184,12 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
     evidence = {"busy_share": busy, "idle_share": 1 - busy, "idle_ms_per_step": (1 - busy) * step_us / 1000,
                 "gaps_over_100us_per_step": gaps_per_step, "largest_gap_ms": largest / 1000,
                 **{f"idle_{c[:-3]}_share": v for c, v in idle.items()}}
+    severity, weight = weigh_steps(ev, steps, Severity.HIGH if busy < BUSY_SHARE_HIGH else Severity.MEDIUM,
+                                   values=per_step_share(steps, *_BUSY_COLUMNS), high=BUSY_SHARE_HIGH,
+                                   measure="busy_share", worse="below")
     return [Finding(
         rule="low_device_utilization", family="utilization",
-        severity=Severity.HIGH if busy < BUSY_SHARE_MIN / 2 else Severity.MEDIUM,
+        severity=severity, weight=weight,
         title=f"GPU busy only {fmt_pct(busy)} of the step",
         explanation=_trace_explanation(ev, len(steps), _ranks_text(steps), step_us, busy, idle, cause, gaps_per_step, largest),
         evidence=evidence,

@@ -39,7 +39,7 @@ def test_diff_resolved_remaining_new():
     assert [r.candidate.rule for r in d.remaining] == ["data_loading_bound"]
     assert d.remaining[0].evidence_delta == {"share": pytest.approx(-0.2)}
     assert sorted(f.key for f in d.new) == ["mixed_precision", "rank_stragglers:rank5"]
-    assert set(d.to_json()) == {"resolved", "remaining", "new", "unverified"}
+    assert set(d.to_json()) == {"resolved", "remaining", "new", "unverified", "worse"}
 
 
 def test_diff_does_not_call_unchecked_rules_resolved():

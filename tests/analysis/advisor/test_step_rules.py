@@ -16,11 +16,15 @@ from tests.analysis.advisor.factory import evidence, events, kernel_step, metric
 
 
 def test_data_loading_bound_shows_measured_share_and_config():
-    ev = evidence(steps_df=steps(dataloader=3000), config={"num_workers": 0})
+    ev = evidence(steps_df=steps(8, dataloader=3000), config={"num_workers": 0})
     [f] = data_loading_bound(ev)
     assert f.evidence["dataloader_share"] == pytest.approx(0.3)
     assert f.evidence["num_workers"] == 0 and "num_workers=0" in f.explanation
     assert f.severity == "high" and "num_workers" in f.fix and "pin_memory" in f.fix
+    assert f.weight.steps == 8 and f.weight.windows == 1 and f.weight.stable
+    # the same share from 4 profiled steps: too few for HIGH (the gate of common.weigh)
+    [g] = data_loading_bound(evidence(steps_df=steps(4, dataloader=3000)))
+    assert g.severity == "medium" and "capped at MEDIUM" in g.weight.note
     assert data_loading_bound(evidence(steps_df=steps(dataloader=200))) == []  # 2%
 
 
