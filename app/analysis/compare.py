@@ -392,8 +392,10 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
                   for s in (baseline, candidate))
     contention = check_contention(replicated, loads, labels)
     headline = compute_headline(replicated[0], replicated[1], contention, o)
-    if contention.inconclusive and steps["verdict"] in (Verdict.FASTER, Verdict.SLOWER):
-        steps["verdict"] = HeadlineVerdict.INCONCLUSIVE  # the step-time row sees the same contention
+    if contention.inconclusive:  # the step-time and throughput rows see the same contention
+        for key in ("verdict", "tp_verdict"):
+            if steps[key] in (Verdict.FASTER, Verdict.SLOWER):
+                steps[key] = HeadlineVerdict.INCONCLUSIVE
     mem = cs.compute_peak_memory(baseline, candidate)
     mem_verdict = _memory_verdict(mem, o)
     metrics = _compare_metrics(baseline, candidate, o)

@@ -94,7 +94,7 @@ def _per_step(a: SideContention, b: SideContention, labels: tuple[str, str]) -> 
             f"and {_pct(b.mean)} during {labels[1]}'s; contended steps {_pct(a.contended)} vs {_pct(b.contended)}")
     if abs(a.mean - b.mean) >= CONTENTION_GAP or abs(a.contended - b.contended) >= CONTENDED_SHARE_GAP:
         busier = labels[0] if (a.mean, a.contended) > (b.mean, b.contended) else labels[1]
-        return ContentionCheck(True, f"inconclusive: the machine was busier during {busier} ({both}; the limits are "
+        return ContentionCheck(True, f"the machine was busier during {busier} ({both}; the limits are "
                                      f"{_pct(CONTENTION_GAP)} mean and {_pct(CONTENDED_SHARE_GAP)} of steps "
                                      "contended); re-run both on a quiet machine or use interleaved replicates",
                                "per-step", a, b)
@@ -105,7 +105,7 @@ def _system(a: MachineLoad, b: MachineLoad, labels: tuple[str, str]) -> Contenti
     sa, sb = a.other_cpus / a.cpus, b.other_cpus / b.cpus  # type: ignore[operator]
     if abs(sa - sb) >= SYSTEM_CONTENTION_GAP:
         busier = labels[0] if sa > sb else labels[1]
-        return ContentionCheck(True, f"inconclusive: the machine was busier during {busier}: other processes used "
+        return ContentionCheck(True, f"the machine was busier during {busier}: other processes used "
                                      f"{a.other_cpus:.1f} of {a.cpus} CPUs during {labels[0]} and {b.other_cpus:.1f} "
                                      f"of {b.cpus} during {labels[1]} (system samples; the limit is a difference of "
                                      f"{_pct(SYSTEM_CONTENTION_GAP)} of the machine); re-run both on a quiet machine "
