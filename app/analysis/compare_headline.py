@@ -206,7 +206,7 @@ def compute_headline(
     if contention.reason:
         reasons.append(contention.reason)
     if not est.has_interval or not math.isfinite(est.ratio) or est.ratio <= 0:
-        reasons.append(f"no confidence interval ({na} and {nb} steps): {words} not judged")
+        reasons.append(f"no confidence interval ({na} and {nb} steps): {words} is not judged")
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)
     if min(na, nb) < est_.MIN_STEPS:
         reasons.append(f"too few steps to judge: {na} and {nb} steady-state steps, the interval's coverage is "

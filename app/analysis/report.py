@@ -135,9 +135,18 @@ def headline(cmp: Comparison) -> str:
     elif h.verdict == "same":
         lead = f"{c} vs {b}: no significant difference in {q}"
     else:
-        lead = f"{c} vs {b}: inconclusive on {q}"
+        lead = f"{c} vs {b}: inconclusive on {q}, {_why_inconclusive(cmp)}"
     runs = f"{h.replicates.get('baseline', 1)} vs {h.replicates.get('candidate', 1)} runs"
     return f"{lead} (ratio {r:.3f}, {ci}; {h.method or 'no method'}; {runs})"
+
+
+def _why_inconclusive(cmp: Comparison) -> str:
+    if cmp.contention.inconclusive:
+        return "the sides differ in contention (other processes took more of the machine during one)"
+    for r in cmp.headline.reasons:
+        if r.startswith(("too few steps to judge", "no confidence interval")):
+            return r.split(":")[0]  # the reasons below say the rest
+    return "see the reasons"
 
 
 def step_time_sentence(cmp: Comparison) -> str:

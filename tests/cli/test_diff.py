@@ -194,11 +194,13 @@ def test_one_step_per_side_is_same_and_the_gate_says_it_was_not_evaluated(shared
     st = doc["step_time"]
     assert st["ci95"] == [None, None] and st["ratio"] > 1.05 and st["verdict"] == "same"
     assert doc["gates"]["failures"] == []
-    assert doc["gates"]["skipped"] == [{"gate": "--fail-if-slower", "reason": "1 step per side: no confidence interval"}]
+    assert doc["gates"]["skipped"] == [{"gate": "--fail-if-slower", "reason": "step time inconclusive: no confidence "
+                                                                        "interval (1 and 1 steps): step time is not judged"}]
+    assert doc["headline"]["verdict"] == "inconclusive" and doc["headline"]["ci95"] is None
     assert any("1 step per side: no confidence interval" in n for n in doc["notes"])
     assert main(["diff", str(a), str(b), "--fail-if-slower", "5", "--no-advice"]) == 0
     out, err = capsys.readouterr()
-    assert "gate not evaluated: --fail-if-slower: 1 step per side: no confidence interval" in err
+    assert "gate not evaluated: --fail-if-slower: step time inconclusive: no confidence interval" in err
     assert "step time not judged" in out and "slower" not in out.split("\n\n")[1]
 
 
