@@ -21,6 +21,9 @@ from app.analysis import compare_steps as cs
 from app.analysis.compare_contention import ContentionCheck, check_contention
 from app.analysis.compare_headline import Headline, HeadlineVerdict, compute_headline
 from app.analysis.compare_inputs import CompareSide
+from app.analysis.compare_step_sets import StepSet
+from app.analysis.compare_step_sets import sign_note as _sign_note
+from app.analysis.compare_step_sets import step_sets as _step_sets
 from app.analysis.compare_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare_runs import diff_config
 from app.analysis.compare_tables import OpGrouping, diff_breakdown, diff_kernels, diff_ops, profiled_step_count
@@ -54,21 +57,6 @@ class CompareOptions:
     seed: int = DEFAULT_SEED
     confidence: float = 0.95
     op_grouping: OpGrouping = OpGrouping.NAME
-
-
-@dataclass(frozen=True)
-class StepSet:
-    """Which steps a part of the comparison uses: ``name`` ("headline" or "deltas"), what they
-    are in words, and how many of them each side has."""
-
-    name: str
-    description: str
-    baseline: int
-    candidate: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "baseline": self.baseline,
-                "candidate": self.candidate}
 
 
 _EMPTY_HEADLINE = Headline(quantity="step_time", baseline=None, candidate=None, ratio=None, ci95=None,
@@ -331,49 +319,6 @@ def _replicate_tables(side: CompareSide, first: pd.DataFrame, warmup: int | None
     return [first, *rest]
 
 
-def _step_sets(tables: tuple[pd.DataFrame, pd.DataFrame], headline: Headline, delta_steps: tuple[int, int],
-               replicated: tuple[list[pd.DataFrame], list[pd.DataFrame]]) -> dict[str, StepSet]:
-    def kept(ts: list[pd.DataFrame]) -> int:
-        return int(sum(t["kept"].astype(bool).sum() for t in ts if len(t)))
-
-    runs = " (all runs of each group)" if any(len(r) > 1 for r in replicated) else ""
-    return {
-        "headline": StepSet("headline", f"steady-state steps{runs}: warm-up, profiled and evaluation steps left out; "
-                                        f"the headline judges {headline.quantity_words} on them",
-                            kept(replicated[0]), kept(replicated[1])),
-        "deltas": StepSet("deltas", "typical profiled steps (first run of a group): the waterfall and the operator "
-                                    "and kernel deltas average them; steps that held an evaluation, and on bare "
-                                    "traces stalls over 2x the median, are left out whole",
-                          delta_steps[0], delta_steps[1]),
-    }
-
-
-def _sign_note(breakdown: pd.DataFrame, headline: Headline, sets: dict[str, StepSet]) -> str:
-    """Why the waterfall's mean profiled step moves the other way than the headline, or ""."""
-    if len(breakdown) == 0 or headline.verdict not in (HeadlineVerdict.FASTER, HeadlineVerdict.SLOWER):
-        return ""
-    row = breakdown[(breakdown["view"] == "device") & (breakdown["category"] == "step")]
-    if len(row) == 0:
-        return ""
-    base, cand = float(row["baseline_us"].iloc[0]), float(row["candidate_us"].iloc[0])
-    if not base or abs(cand - base) <= 0.01 * abs(base):
-        return ""
-    grew = cand > base
-    if grew == (headline.verdict == HeadlineVerdict.SLOWER):
-        return ""
-    d = sets["deltas"]
-    why = [f"the waterfall's mean profiled step went {base / 1e3:,.2f} → {cand / 1e3:,.2f} ms "
-           f"({'longer' if grew else 'shorter'}) while the headline says {headline.verdict} by "
-           f"{headline.quantity_words}"]
-    if headline.quantity != "step_time":
-        why.append(f"the headline is per {headline.quantity.removeprefix('time_per_')}: a step that does more work "
-                   "may take longer and still be faster per unit of work")
-    why.append(f"the waterfall averages {d.baseline} and {d.candidate} profiled steps, recorded under the profiler "
-               f"(which slows code unevenly), while the headline uses {sets['headline'].baseline} and "
-               f"{sets['headline'].candidate} unprofiled steady-state steps; the headline is the verdict")
-    return "; ".join(why)
-
-
 def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None) -> Comparison:
     """Compare ``candidate`` with ``baseline``; see the module docstring and docs/compare.md.
 
@@ -416,10 +361,10 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
     notes += window_notes
     kept = dict(baseline_kept=windows[0].steps, candidate_kept=windows[1].steps) if windows else {}
     traces = dict(baseline_traces=baseline.traces, candidate_traces=candidate.traces)
-    sets = _step_sets(steps["tables"], headline, breakdown_steps, replicated)
-    sign_note = _sign_note(breakdown, headline, sets)
-    if sign_note:
-        notes.append(sign_note)
+    sets = _step_sets(headline, breakdown_steps, replicated)
+    note = _sign_note(breakdown, headline, sets)
+    if note:
+        notes.append(note)
     manifests = [s.run.manifest if s.run is not None else None for s in (baseline, candidate)]
     return Comparison(
         baseline=baseline, candidate=candidate, options=o,
@@ -435,5 +380,5 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         modules=diff_module_trees(baseline.module_tree, candidate.module_tree),
         profiled_steps=(profiled_step_count(a) if a is not None else 0, profiled_step_count(b) if b is not None else 0),
         notes=notes + [f"baseline: {p}" for p in baseline.problems] + [f"candidate: {p}" for p in candidate.problems],
-        headline=headline, contention=contention, step_sets=sets, sign_note=sign_note,
+        headline=headline, contention=contention, step_sets=sets, sign_note=note,
     )
