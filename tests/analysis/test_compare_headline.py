@@ -227,7 +227,7 @@ def test_group_sides_use_replicates_and_the_hierarchical_interval(tmp_path: Path
     loss = cmp.metrics.set_index("metric").loc["loss"]
     assert loss["window"] == "3 runs/3 runs" and loss["baseline_run_spread"] == pytest.approx(0.05, rel=0.05)
     row = cmp.verdicts.set_index("quantity").loc["loss (final)"]
-    assert "run-to-run sd 0.048" in row["note"]
+    assert "run-to-run sd 0.0479" in row["note"]
 
 
 def test_unknown_group_names_the_groups_that_exist(tmp_path: Path) -> None:
