@@ -73,10 +73,10 @@ class Comparison:
     step_source: tuple[str, str]
     step_times: tuple[pd.DataFrame, pd.DataFrame]
     step_time: RatioEstimate | None
-    step_verdict: Verdict
+    step_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     throughput: RatioEstimate | None
     throughput_unit: str
-    throughput_verdict: Verdict
+    throughput_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     peak_memory: tuple[cs.PeakMemory, cs.PeakMemory]
     memory_verdict: Verdict
     verdicts: pd.DataFrame
