@@ -158,6 +158,17 @@ def test_a_short_hog_still_counts_by_its_contended_steps(tmp_path: Path) -> None
     assert cmp.headline.verdict == "inconclusive"
 
 
+def test_tick_quantized_contention_of_short_steps_is_not_a_difference(tmp_path: Path) -> None:
+    # 5 ms steps on a 2-core machine hold one 10 ms tick of capacity: a background process shows
+    # as 0 or 1 per step (the agent carries the clamped rest); 8 % background on both sides
+    sides = []
+    for name, seed in (("a", 70), ("b", 71)):
+        ticks = (np.random.default_rng(seed).random(400) < 0.08).astype(float)
+        sides.append(write_steps_run(tmp_path, name, _series(0.005, n=400, seed=seed), contention=list(ticks)))
+    cmp = diff_sides(_side(sides[0]), _side(sides[1]))
+    assert not cmp.contention.inconclusive and cmp.headline.verdict == "same"
+
+
 def test_traces_without_contention_data_are_judged_not_inconclusive(tmp_path: Path) -> None:
     a = write_step_trace(tmp_path / "a.json", [{"step": s, "ops": {"aten::mm": 1000.0 + 7 * (s % 3)}}
                                               for s in range(1, 13)])
