@@ -172,7 +172,9 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "sample_models.record", "--root", str(root)]
     if "--steps" in subprocess.run([*args, "--help"], capture_output=True, text=True, env=env).stdout:
-        args += ["--steps", "12"]  # enough for one profiler window, small enough for a test
+        # one profiler window and, after warm-up, profiled and evaluation steps, at least
+        # stats.MIN_STEPS steady-state steps per run, so the comparison can judge
+        args += ["--steps", "20"]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"sample_models.record failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

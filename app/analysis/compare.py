@@ -19,7 +19,8 @@ import pandas as pd
 
 from app.analysis import compare_steps as cs
 from app.analysis.compare_contention import ContentionCheck, check_contention
-from app.analysis.compare_headline import Headline, HeadlineVerdict, compute_headline
+from app.analysis.compare_estimators import estimate_ratio
+from app.analysis.compare_headline import Headline, HeadlineQuantity, HeadlineVerdict, compute_headline
 from app.analysis.compare_inputs import CompareSide
 from app.analysis.compare_step_sets import StepSet
 from app.analysis.compare_step_sets import sign_note as _sign_note
@@ -117,10 +118,35 @@ def _safe_ratio(num: float | None, den: float | None) -> float | None:
 
 
 def _bootstrap(a: np.ndarray, b: np.ndarray, o: CompareOptions) -> RatioEstimate | None:
+    """Percentile bootstrap of the ratio of medians (logged metrics' final values)."""
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
     if len(a) == 0 or len(b) == 0:
         return None
     return bootstrap_ratio_of_medians(a, b, resamples=o.resamples, confidence=o.confidence, seed=o.seed)
+
+
+def _speed_estimate(a: np.ndarray, b: np.ndarray, o: CompareOptions) -> RatioEstimate | None:
+    """The headline's within-run method (estimate_ratio) on per-step times or rates, so the
+    step-time and throughput rows state the same ratio and interval as a step-time headline."""
+    a, b = a[np.isfinite(a) & (a > 0)], b[np.isfinite(b) & (b > 0)]
+    if len(a) == 0 or len(b) == 0:
+        return None
+    return estimate_ratio(a, b, resamples=o.resamples, confidence=o.confidence, seed=o.seed)
+
+
+def _follow_headline(steps: dict[str, Any], headline: Headline) -> None:
+    """One verdict for one comparison: the step-time and throughput verdicts are the headline's
+    whenever they measure the judged quantity (or its inverse); a step time that is not the
+    judged quantity (samples per step differ) is not judged on its own."""
+    verdict = HeadlineVerdict(headline.verdict)
+    if headline.quantity == HeadlineQuantity.STEP_TIME:
+        steps["verdict"] = steps["tp_verdict"] = verdict
+        return
+    # time per sample / token: step times are not comparable, throughput is the judged quantity's inverse
+    steps["verdict"] = verdict  # diff --json step_time.verdict is the comparison's speed verdict
+    steps["why"] = f"not judged on its own: the headline judges {headline.quantity_words}"
+    if headline.quantity == HeadlineQuantity.TIME_PER_SAMPLE and steps["tp_unit"] == "samples_per_s":
+        steps["tp_verdict"] = verdict
 
 
 def _verdict_row(quantity: str, unit: str, est: RatioEstimate | None, verdict: Verdict, note: str = "") -> dict:
@@ -232,14 +258,14 @@ def _step_section(a: CompareSide, b: CompareSide, o: CompareOptions) -> dict[str
     if src_a != src_b:
         notes.append(f"step times come from {src_a} (baseline) and {src_b} (candidate); trace steps "
                      "include profiler overhead, so the ratio is less reliable")
-    est = _bootstrap(cs.kept_step_times(ta), cs.kept_step_times(tb), o)
+    est = _speed_estimate(cs.kept_step_times(ta), cs.kept_step_times(tb), o)
     verdict, why = _interval_verdict(est, Direction.LOWER, o)
     if why:
         notes.append(f"step time: {why}")
     (tp_a, unit_a), (tp_b, unit_b) = cs.kept_throughput(ta), cs.kept_throughput(tb)
     if unit_a != unit_b:
         tp_a, tp_b, unit_a = 1.0 / cs.kept_step_times(ta), 1.0 / cs.kept_step_times(tb), "steps_per_s"
-    tp = _bootstrap(tp_a, tp_b, o)
+    tp = _speed_estimate(tp_a, tp_b, o)
     sa, sb = (float(np.nanmedian(t.loc[t["kept"].astype(bool), "samples"].to_numpy(float)))
               if t["kept"].astype(bool).any() and t["samples"].notna().any() else math.nan for t in (ta, tb))
     if unit_a == "samples_per_s" and math.isfinite(sa) and math.isfinite(sb) and sa != sb:
@@ -273,12 +299,12 @@ def _metric_note(r: Any) -> str:
 
 def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame,
                    headline: Headline) -> pd.DataFrame:
-    rows = [
-        _headline_row(headline),
-        _verdict_row("step time (median)", "s", steps["est"], steps["verdict"],
-                     f"steady state, from {steps['sources'][0]}" + (f"; {steps['why']}" if steps["why"] else "")),
-        _verdict_row("throughput (median)", steps["tp_unit"].replace("_per_", "/"), steps["tp"], steps["tp_verdict"]),
-    ]
+    rows = [_headline_row(headline)]
+    if headline.quantity != HeadlineQuantity.STEP_TIME:  # a step-time headline already is this row
+        rows.append(_verdict_row("step time (median)", "s", steps["est"], "",
+                                 f"steady state, from {steps['sources'][0]}; {steps['why']}"))
+    rows.append(_verdict_row("throughput (median)", steps["tp_unit"].replace("_per_", "/"), steps["tp"],
+                             steps["tp_verdict"]))
     ratio = _safe_ratio(mem[1].bytes, mem[0].bytes)
     rows.append({"quantity": "peak memory", "unit": "bytes", "baseline": mem[0].bytes or np.nan,
                  "candidate": mem[1].bytes or np.nan, "ratio": ratio if ratio is not None else np.nan,
@@ -343,10 +369,7 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
                   for s in (baseline, candidate))
     contention = check_contention(replicated, loads, labels)
     headline = compute_headline(replicated[0], replicated[1], contention, o)
-    if contention.inconclusive:  # the step-time and throughput rows see the same contention
-        for key in ("verdict", "tp_verdict"):
-            if steps[key] in (Verdict.FASTER, Verdict.SLOWER):
-                steps[key] = HeadlineVerdict.INCONCLUSIVE
+    _follow_headline(steps, headline)
     mem = cs.compute_peak_memory(baseline, candidate)
     mem_verdict = _memory_verdict(mem, o)
     metrics = _compare_metrics(baseline, candidate, o)

@@ -14,8 +14,8 @@
   replicates, and at least ``RUN_TO_RUN_MARGIN`` with one run per side, since the interval
   cannot see run-to-run noise then;
 * ``inconclusive``: the sides differ in contention (compare_contention), or fewer than
-  ``MIN_STEPS`` steady-state steps on a side (the method's coverage is not established there),
-  or no interval at all.
+  ``MIN_STEPS`` steady-state steps on a side (the method's coverage is not established there)
+  unless the whole interval lies within the limit (then ``same``), or no interval at all.
 
 Thresholds and reasons are documented in docs/compare.md ("The headline").
 """
@@ -208,11 +208,17 @@ def compute_headline(
     if not est.has_interval or not math.isfinite(est.ratio) or est.ratio <= 0:
         reasons.append(f"no confidence interval ({na} and {nb} steps): {words} is not judged")
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)
+    verdict = _decide(est, limit)
     if min(na, nb) < est_.MIN_STEPS:
+        # Below MIN_STEPS the interval's coverage is not established: no difference is claimed,
+        # and "same" only when the whole interval lies within the limit (an equivalence check).
+        if verdict is HeadlineVerdict.SAME and not _far(est.lo, limit) and not _far(est.hi, limit):
+            reasons.append(f"few steps ({na} and {nb}; the interval's coverage is established from "
+                           f"{est_.MIN_STEPS} per side), but the whole interval lies within the {limit:.0%} limit")
+            return out(verdict, est, method)
         reasons.append(f"too few steps to judge: {na} and {nb} steady-state steps, the interval's coverage is "
                        f"established from {est_.MIN_STEPS} steps per side")
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)
-    verdict = _decide(est, limit)
     if verdict is HeadlineVerdict.SAME and est.excludes_one():
         reasons.append(f"the interval excludes 1 but the change ({est.ratio:.3f}×) is within the {limit:.0%} limit")
     return out(verdict, est, method)
