@@ -8,9 +8,10 @@ launchers such as torchrun) leave no trace in the run.
 
 An iteration *held an evaluation* (``"evaluation": true`` on its line) when the model's root
 ran for evaluation in it: in eval mode, in train mode with gradients disabled, or in train
-mode with gradients but no backward through its output before the optimizer step. The same
-pattern in two consecutive iterations is part of training (RL action selection, a no_grad
-target from the model itself), not an evaluation: only the first of such a run is marked.
+mode with gradients but no backward through its output before the optimizer step. A pattern
+that recurs in every iteration is part of training (RL action selection, a no_grad target
+from the model itself), not an evaluation: after 3 marked iterations in a row, the next ones
+are not marked until an iteration without it.
 An evaluation after the last optimizer step gets a line of its own at the next step number,
 without ``step_time_s``.
 """
@@ -42,6 +43,8 @@ from .system import SystemSampler
 __all__ = ["Session", "get_session", "set_session"]
 
 _SESSION: Session | None = None
+# An evaluation-like pattern seen in this many iterations in a row is part of every step, not an evaluation.
+_RECURRING_EVAL = 3
 
 
 def get_session() -> Session | None:
@@ -80,9 +83,10 @@ class Session:
         self._data_time: float | None = None  # iteration start (or evaluation end) -> first training forward
         self.evaluation = EvalLosses(self.failures)
         self._eval_seen = False  # the root ran for evaluation during this iteration
-        self._prev_eval_seen = False  # ... and during the previous one
+        self._eval_streak = 0  # how many iterations in a row before this one it did
         self._forward_cells: list[list[bool]] = []  # per train-mode root forward with grad: backpropagated?
         self._discovery_eval: set[int] = set()  # iteration 0: top-level modules called for evaluation
+        self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
         self._step_cpu = StepCpu()
         self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
@@ -124,7 +128,9 @@ class Session:
 
     def on_discovery_eval(self, module: torch.nn.Module) -> None:
         """Iteration 0 (root not known yet): a top-level module was called for evaluation."""
-        self._discovery_eval.add(id(module))
+        if not (self.disabled or self.closed):
+            self._discovery_eval.add(id(module))
+            self.evaluation.begin(self.step, train_mode=module.training)
 
     def on_training_output(self, output: Any) -> None:
         """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it."""
@@ -286,7 +292,10 @@ class Session:
         """
         step = self.evaluation.step
         values = self.evaluation.end() if self.evaluation.active else {}
-        if self._user_val_loss or not self._started:
+        if not self._started:  # iteration 0: kept until the first step says whether it was the model
+            self._early_values.update(values)
+            return
+        if self._user_val_loss:
             values = {}
         record: dict[str, Any] = {}
         if last and self._started and self._evaluation_held():
@@ -300,8 +309,8 @@ class Session:
         seen = self._eval_seen or any(not reached for reached, in self._forward_cells)
         self._eval_seen = False
         self._forward_cells = []
-        held = seen and not self._prev_eval_seen
-        self._prev_eval_seen = seen
+        held = seen and self._eval_streak < _RECURRING_EVAL
+        self._eval_streak = self._eval_streak + 1 if seen else 0
         return held
 
     def _max_steps_reached(self) -> bool:
@@ -368,8 +377,13 @@ class Session:
                 if self.rank == 0:  # every rank holds the same model
                     graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
         self.top_level.clear()
+        early, self._early_values = self._early_values, {}
         if self.root is not None and id(self.root) in self._discovery_eval:
             self._eval_seen = True  # the model was evaluated before (or within) its first training step
+            if early and not self._user_val_loss:
+                self.metrics.append({"step": 0, **early})
+        elif self.evaluation.active:  # another module (a frozen teacher) ran in eval mode: not ours
+            self.evaluation.end()
         self._discovery_eval.clear()
         if self.on_root_found is not None:
             with self.failures.guard("model hooks"):
