@@ -13,8 +13,8 @@ Per iteration the session writes (see docs/run-format.md):
 workers, torchrun's agent), or this process and its children without a launcher. Its CPU
 besides this process is sampled about once a second by the system sampler thread
 (:meth:`JobCpu.sample`, a few ``/proc/<pid>/stat`` reads) and extrapolated at its last rate
-between samples, so a step costs two ``pread`` of ``/proc/stat`` and two ``process_time``
-calls (about 20 us), never a process scan.
+between samples, so a step costs one ``pread`` of ``/proc/stat`` (two after a profiler
+export) and two ``process_time`` calls (about 10-25 us), never a process scan.
 
 ``/proc/stat`` counts in clock ticks (10 ms), so a short step's share is noisy. Clamping it to
 0-1 would bias a mean over steps upward on a quiet machine; instead what the clamp cuts off is
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 __all__ = ["JobCpu", "StepCpu", "read_proc_stat", "job_root_pid"]
 
 _PROC_STAT = "/proc/stat"
+_REUSE_S = 0.002  # a step that starts this soon after the last one ended reuses its reading
 _RESCAN_S = 10.0  # full descendant scan (all of /proc) at most this often; main-thread children each sample
 
 
@@ -183,6 +184,14 @@ def _scan_descendants(root: int) -> list[int]:
     return []
 
 
+@dataclass(frozen=True)
+class _Reading:
+    wall: float  # perf_counter
+    cpu: float  # process_time
+    stat: CpuTimes | None
+    job: float | None  # JobCpu.estimate
+
+
 def _share(value_s: float, capacity_s: float, carry: float, limit: float) -> tuple[float, float]:
     """``value_s / capacity_s`` clamped to 0-1, and what the clamp cut off (bounded by ``limit``)."""
     total = value_s + carry
@@ -205,31 +214,38 @@ class StepCpu:
         self._carry_limit = self.cpus / self._tick  # one tick per CPU
         self._carry_contention = 0.0
         self._carry_steal = 0.0
-        self._start: tuple[float, float, CpuTimes | None, float | None] | None = None
+        self._start: tuple[float, float] | None = None  # wall, CPU at the iteration's start
+        self._base: _Reading | None = None  # the contention window's start
+        self._last: _Reading | None = None  # the previous finish
 
     def start(self) -> None:
-        now = time.perf_counter()
-        self._start = (now, time.process_time(), self._stat(), self._job(now))
+        now, cpu = time.perf_counter(), time.process_time()
+        self._start = (now, cpu)
+        last = self._last
+        if last is not None and now - last.wall <= _REUSE_S:
+            # Only the agent's own bookkeeping since the last step ended: its reading stands for
+            # this start, saving a /proc/stat read (the window is a few microseconds longer).
+            self._base = last
+        else:  # a profiler export or a pause in between: read afresh
+            self._base = _Reading(now, cpu, self._stat(), self._job(now))
 
     def finish(self) -> dict[str, float]:
         """The ended iteration's ``cpu_time_s`` and, on Linux, ``contention`` and ``steal``."""
-        start, self._start = self._start, None
-        if start is None:
+        start, base, self._start, self._base = self._start, self._base, None, None
+        if start is None or base is None:
             return {}
-        now = time.perf_counter()
-        cpu = time.process_time()
-        stat, job = self._stat(), self._job(now)
-        wall0, cpu0, stat0, job0 = start
-        mine = max(0.0, cpu - cpu0)
-        out = {"cpu_time_s": round(mine, 6)}
-        capacity = (now - wall0) * self.cpus
-        if stat is None or stat0 is None or job is None or job0 is None or capacity <= 0:
+        now, cpu = time.perf_counter(), time.process_time()
+        end = self._last = _Reading(now, cpu, self._stat(), self._job(now))
+        out = {"cpu_time_s": round(max(0.0, cpu - start[1]), 6)}
+        capacity = (now - base.wall) * self.cpus
+        if end.stat is None or base.stat is None or end.job is None or base.job is None or capacity <= 0:
             return out
-        others = (stat.busy_s - stat0.busy_s) - mine - (job - job0)
+        mine = max(0.0, cpu - base.cpu)
+        others = (end.stat.busy_s - base.stat.busy_s) - mine - (end.job - base.job)
         share, self._carry_contention = _share(others, capacity, self._carry_contention, self._carry_limit)
         out["contention"] = round(share, 4)
-        if stat.steal_s is not None and stat0.steal_s is not None:
-            share, self._carry_steal = _share(stat.steal_s - stat0.steal_s, capacity, self._carry_steal,
+        if end.stat.steal_s is not None and base.stat.steal_s is not None:
+            share, self._carry_steal = _share(end.stat.steal_s - base.stat.steal_s, capacity, self._carry_steal,
                                               self._carry_limit)
             out["steal"] = round(share, 4)
         return out

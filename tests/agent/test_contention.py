@@ -75,6 +75,20 @@ def test_clamped_shares_carry_over_so_means_stay_right(monkeypatch: pytest.Monke
     assert len(set(shares)) > 1
 
 
+def test_the_agent_work_between_steps_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    meter, clock, job, stat = _meter(monkeypatch)
+    for export_s in (0.0, 1.0):  # right after the last step; after a 1 s trace export
+        clock.wall += export_s
+        clock.cpu += export_s
+        stat[0] = CpuTimes(busy_s=stat[0].busy_s + export_s, steal_s=50.0)
+        meter.start()
+        clock.wall += 0.5
+        clock.cpu += 0.5
+        stat[0] = CpuTimes(busy_s=stat[0].busy_s + 0.5, steal_s=50.0)
+        out = meter.finish()
+        assert out["cpu_time_s"] == 0.5 and out["contention"] == pytest.approx(0.0, abs=1e-9), export_s
+
+
 def test_no_contention_before_the_job_is_measured_and_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     meter, clock, job, stat = _meter(monkeypatch)
     monkeypatch.setattr(job, "estimate", lambda now: None)

@@ -228,3 +228,27 @@ def test_bad_max_steps_and_group_are_usage_errors(tmp_path: Path) -> None:
         assert proc.returncode == 2, (args, proc.stderr)
         assert args[0] in proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import sys, torch\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "try:\n"
+        "    for _ in range(100):\n"
+        "        model(torch.randn(2, 3)).sum().backward()\n"
+        "        opt.step()\n"
+        "except BaseException:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n")
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile", "--no-graph",
+                      "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "interrupted" in proc.stdout and "the job itself exited with 3" in proc.stderr
+    run_dir = only_run(tmp_path / "runs")
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.exit_code == 0
+    assert m.extra["stopped"] == "max_steps" and m.extra["job_exit_code"] == 3
+    assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1, 2, 3]
