@@ -133,7 +133,14 @@ class Session:
             self.evaluation.begin(self.step, train_mode=module.training)
 
     def on_training_output(self, output: Any) -> None:
-        """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it."""
+        """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it.
+
+        Only the iteration's first such forward is watched (a tensor hook costs microseconds):
+        an evaluation with gradients runs before the iteration's training forward (right after
+        the previous step), and with gradient accumulation the first micro-batch stands for all.
+        """
+        if self._forward_cells:
+            return
         tensors = _grad_tensors(output)
         if not tensors:
             return  # nothing to watch: assume it is trained
