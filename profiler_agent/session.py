@@ -37,7 +37,9 @@ from .profiling import ProfilerWindows, profiler_settings
 from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
 from .system import SystemSampler
 
-__all__ = ["Session", "get_session", "set_session"]
+__all__ = ["Session", "get_session", "set_session", "MAX_STEPS_GRACE_S"]
+
+MAX_STEPS_GRACE_S = 120.0  # --max-steps: how long the job may take to exit after its N-th step
 
 _SESSION: Session | None = None
 
@@ -305,7 +307,19 @@ class Session:
 
             update_manifest(self.run_dir, change)
         print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job", file=sys.stderr)
+        # Python waits for non-daemon threads before its exit handlers run: a job whose threads
+        # never end would hang here. After a grace period, flush and leave with code 0.
+        threading.Thread(target=self._exit_after, args=(MAX_STEPS_GRACE_S,), name="torchscope-max-steps",
+                         daemon=True).start()
         raise SystemExit(0)
+
+    def _exit_after(self, seconds: float) -> None:
+        time.sleep(seconds)
+        print(f"torchscope agent: the job did not exit within {seconds:.0f} s of --max-steps; "
+              "ending it", file=sys.stderr)
+        with self.failures.guard("max steps exit"):
+            self.close()
+        os._exit(0)
 
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         current = self._optimizer() if self._optimizer is not None else None

@@ -252,3 +252,25 @@ def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: 
     assert m.status is RunStatus.FINISHED and m.exit_code == 0
     assert m.extra["stopped"] == "max_steps" and m.extra["job_exit_code"] == 3
     assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1, 2, 3]
+
+
+def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import threading, time, torch\n"
+        "import profiler_agent.session as s\n"
+        "s.MAX_STEPS_GRACE_S = 1.0\n"  # shortens the agent's grace period for this test
+        "threading.Thread(target=lambda: time.sleep(600)).start()\n"  # non-daemon: Python waits for it
+        "model = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(100):\n"
+        "    model(torch.randn(2, 3)).sum().backward()\n"
+        "    opt.step()\n")
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "2", "--no-profile", "--no-graph",
+                      "--", sys.executable, str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "did not exit within" in proc.stderr
+    run_dir = only_run(tmp_path / "runs")
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.extra["stopped"] == "max_steps"
+    assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1]
