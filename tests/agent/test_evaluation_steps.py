@@ -274,3 +274,36 @@ def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path, monkeyp
     m = read_manifest(run_dir)
     assert m.status is RunStatus.FINISHED and m.extra["stopped"] == "max_steps"
     assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1]
+
+
+def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No device sync on the hook path: nothing there reads a tensor's value (on CUDA each read would sync)."""
+    from profiler_agent.evaluation import EvalLosses
+    from profiler_agent.evaluation_steps import EvaluationSteps
+    from profiler_agent.failures import FailureLog
+
+    failures = FailureLog(None)
+    losses, steps = EvalLosses(failures), EvaluationSteps()
+    model, criterion = nn.Linear(4, 3), nn.CrossEntropyLoss()
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    reads: list[str] = []
+    for name in ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self: torch.Tensor, *a: object, _name: str = name, _orig: object = original, **k: object) -> object:
+            reads.append(_name)
+            return _orig(self, *a, **k)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    losses.begin(0)
+    with torch.no_grad():
+        F.cross_entropy(model(x), y)
+        F.mse_loss(model(x), torch.zeros(5, 3), reduction="sum")
+        criterion(model(x), y)
+    steps.watch(model(x))
+    steps.saw_evaluation()
+    held = steps.held()
+    values = losses.end()
+    assert reads == [] and failures.count == 0
+    monkeypatch.undo()
+    assert held and set(values) == {"val_loss", "val_loss_1", "val_loss_2"}
