@@ -33,6 +33,7 @@ class EvaluationSteps:
         self._seen = False  # the root ran for evaluation during this iteration
         self._streak = 0  # how many iterations in a row before this one it did
         self._watched: list[bool] | None = None  # [backward reached it] for the watched output
+        self._broken = False  # registering a tensor hook failed once: no more watching
 
     def saw_evaluation(self) -> None:
         """The root was called in eval mode or without gradients."""
@@ -40,7 +41,7 @@ class EvaluationSteps:
 
     def watch(self, output: Any) -> None:
         """A train-mode forward of the root with gradients returned ``output``: did a backward reach it?"""
-        if self._watched is not None:
+        if self._watched is not None or self._broken:
             return
         tensors = _grad_tensors(output)
         if not tensors:
@@ -50,8 +51,12 @@ class EvaluationSteps:
         def reached(grad: torch.Tensor) -> None:
             cell[0] = True
 
-        for t in tensors:
-            t.register_hook(reached)
+        try:
+            for t in tensors:
+                t.register_hook(reached)
+        except Exception:
+            self._broken = True  # e.g. a tensor subclass without hooks: stop trying (recorded once)
+            raise
         self._watched = cell
 
     def held(self) -> bool:

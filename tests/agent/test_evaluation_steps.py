@@ -307,3 +307,71 @@ def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch)
     assert reads == [] and failures.count == 0
     monkeypatch.undo()
     assert held and set(values) == {"val_loss", "val_loss_1", "val_loss_2"}
+
+
+def test_a_compiled_model_is_seen_evaluating(tmp_path: Path) -> None:
+    """torch.compile(model): the hooks on the compiled module run outside its graph."""
+    import warnings
+
+    torch._dynamo.reset()
+
+    def loop() -> None:
+        torch.manual_seed(0)
+        model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(5):
+            x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 2:
+                model.eval()
+                with torch.no_grad():
+                    logits = model(x)
+                    F.cross_entropy(logits, y)
+                model.train()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that global hooks also fire for the OptimizedModule
+        rows, _ = _record(tmp_path, loop)
+    torch._dynamo.reset()
+    assert _flagged(rows) == [3]
+    assert [r["step"] for r in rows if "val_loss" in r] == [3]
+    assert not list(tmp_path.rglob(layout.AGENT_ERRORS))
+
+
+def test_evaluation_hooks_stand_aside_while_dynamo_traces(tmp_path: Path) -> None:
+    """A compiled function calling the model: no graph break or error from the agent's evaluation
+    hooks (they do nothing while dynamo traces), at the price of not seeing that evaluation."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+
+    def loop() -> None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        @torch.compile(backend="eager")
+        def evaluate(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(model(x), y)
+
+        for i in range(5):
+            x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            if i in (1, 3):
+                model.eval()
+                with torch.no_grad():
+                    evaluate(x, y)
+                model.train()
+
+    counters.clear()
+    rows, _ = _record(tmp_path, loop)
+    breaks = sum(counters["graph_break"].values())
+    torch._dynamo.reset()
+    assert breaks == 0, dict(counters["graph_break"])
+    assert len(_steps(rows)) == 5 and _flagged(rows) == []
+    assert not list(tmp_path.rglob(layout.AGENT_ERRORS))
