@@ -245,8 +245,8 @@ class StepCpu:
         share, self._carry_contention = _share(others, capacity, self._carry_contention, self._carry_limit)
         out["contention"] = round(share, 4)
         if end.stat.steal_s is not None and base.stat.steal_s is not None:
-            share, self._carry_steal = _share(end.stat.steal_s - base.stat.steal_s, capacity, self._carry_steal,
-                                              self._carry_limit)
+            stolen = end.stat.steal_s - base.stat.steal_s
+            share, self._carry_steal = _share(stolen, capacity, self._carry_steal, self._carry_limit)
             out["steal"] = round(share, 4)
         return out
 

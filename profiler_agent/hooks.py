@@ -76,8 +76,8 @@ class _Hooks:
             with self.session.failures.guard("forward hook"):
                 if module.training and torch.is_grad_enabled():
                     self.session.on_forward(module, batch_size_of(args), top_level=True)
-                elif not torch.compiler.is_compiling():  # an evaluation before the root is known: judged at the first step
-                    self.session.on_discovery_eval(module)
+                elif not torch.compiler.is_compiling():  # an evaluation before the root is known:
+                    self.session.on_discovery_eval(module)  # judged at the first step
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.depth.value = max(0, getattr(self.depth, "value", 1) - 1)
@@ -98,8 +98,9 @@ class _Hooks:
         if module.training and torch.is_grad_enabled():
             with self.session.failures.guard("forward hook"):
                 self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
-        elif not torch.compiler.is_compiling():  # evaluation (eval mode, or no grad): losses recorded until training resumes
-            # (skipped while torch.compile traces a function calling the model: installing hooks there breaks its graph)
+        # Evaluation (eval mode, or no grad): its losses are recorded until training resumes. Not while
+        # torch.compile traces a function calling the model: installing hooks there breaks its graph.
+        elif not torch.compiler.is_compiling():
             with self.session.failures.guard("evaluation hook"):
                 self.session.on_eval_forward(train_mode=module.training)
 

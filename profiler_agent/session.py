@@ -128,7 +128,7 @@ class Session:
             self.evaluation.begin(self.step, train_mode=module.training)
 
     def on_training_output(self, output: Any) -> None:
-        """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it."""
+        """A train-mode forward of the root with grad returned ``output``: does a backward reach it?"""
         if not (self.disabled or self.closed):
             self.evaluation_steps.watch(output)
 
@@ -306,7 +306,8 @@ class Session:
                 return m.replace(extra={**m.extra, "stopped": STOPPED_MAX_STEPS})
 
             update_manifest(self.run_dir, change)
-        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job", file=sys.stderr)
+        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job",
+              file=sys.stderr)
         # Python waits for non-daemon threads before its exit handlers run: a job whose threads
         # never end would hang here. After a grace period, flush and leave with code 0.
         threading.Thread(target=self._exit_after, args=(MAX_STEPS_GRACE_S,), name="torchscope-max-steps",
@@ -368,7 +369,8 @@ class Session:
         self.top_level.clear()
         early, self._early_values = self._early_values, {}
         if self.root is not None and id(self.root) in self._discovery_eval:
-            self.evaluation_steps.saw_evaluation()  # the model was evaluated before (or within) its first training step
+            # the model was evaluated before (or within) its first training step
+            self.evaluation_steps.saw_evaluation()
             if early and not self._user_val_loss:
                 self.metrics.append({"step": 0, **early})
         elif self.evaluation.active:  # another module (a frozen teacher) ran in eval mode: not ours

@@ -47,7 +47,8 @@ def _flagged(rows: list[dict[str, object]]) -> list[int]:
 @pytest.mark.parametrize(("style", "loss_in"), [("eval_mode", "model"), ("eval_mode", "loop"),
                                                  ("nograd_train", "model"), ("nograd_train", "loop"),
                                                  ("noloss", "model"), ("grad_train", "loop")])
-def test_evaluation_steps_are_flagged_where_the_script_evaluated(tmp_path: Path, style: str, loss_in: str) -> None:
+def test_evaluation_steps_are_flagged_where_the_script_evaluated(tmp_path: Path, style: str,
+                                                                 loss_in: str) -> None:
     rows, evals = _record(tmp_path, lambda: eval_job.main(
         ["--iters", "10", "--eval-every", "4", "--eval", style, "--loss-in", loss_in]))
     steps = _steps(rows)
@@ -186,9 +187,10 @@ def test_scripting_during_an_evaluation_still_compiles(tmp_path: Path) -> None:
 
 def test_nanogpt_style_job_max_steps_group_cpu_and_contention(tmp_path: Path) -> None:
     """Zero-code: a job meant to run 1000 iterations, ended by --max-steps after 10 optimizer steps."""
-    proc = torchscope("run", "--root", str(tmp_path), "--name", "nano", "--group", "nano-a", "--max-steps", "10",
-                      "--no-profile", "--no-graph", "--system-interval", "0.2", "--",
-                      sys.executable, str(EVAL_JOB), "--iters", "1000", "--eval-every", "4", "--loss-in", "model")
+    proc = torchscope("run", "--root", str(tmp_path), "--name", "nano", "--group", "nano-a",
+                      "--max-steps", "10", "--no-profile", "--no-graph", "--system-interval", "0.2", "--",
+                      sys.executable, str(EVAL_JOB), "--iters", "1000", "--eval-every", "4",
+                      "--loss-in", "model")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done" not in proc.stdout  # the job did not run to its own end
     run_dir = only_run(tmp_path)
@@ -243,8 +245,8 @@ def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: 
         "except BaseException:\n"
         "    print('interrupted', flush=True)\n"
         "    sys.exit(3)\n")
-    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile", "--no-graph",
-                      "--", sys.executable, str(script))
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile",
+                      "--no-graph", "--", sys.executable, str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted" in proc.stdout and "the job itself exited with 3" in proc.stderr
     run_dir = only_run(tmp_path / "runs")
@@ -254,7 +256,7 @@ def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: 
     assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1, 2, 3]
 
 
-def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path) -> None:
     script = tmp_path / "threads.py"
     script.write_text(
         "import threading, time, torch\n"
@@ -266,8 +268,8 @@ def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path, monkeyp
         "for _ in range(100):\n"
         "    model(torch.randn(2, 3)).sum().backward()\n"
         "    opt.step()\n")
-    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "2", "--no-profile", "--no-graph",
-                      "--", sys.executable, str(script), timeout=120)
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "2", "--no-profile",
+                      "--no-graph", "--", sys.executable, str(script), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "did not exit within" in proc.stderr
     run_dir = only_run(tmp_path / "runs")
@@ -277,7 +279,7 @@ def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path, monkeyp
 
 
 def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No device sync on the hook path: nothing there reads a tensor's value (on CUDA each read would sync)."""
+    """No device sync on the hook path: nothing there reads a tensor's value (each read syncs on CUDA)."""
     from profiler_agent.evaluation import EvalLosses
     from profiler_agent.evaluation_steps import EvaluationSteps
     from profiler_agent.failures import FailureLog
@@ -290,7 +292,8 @@ def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch)
     for name in ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__"):
         original = getattr(torch.Tensor, name)
 
-        def counting(self: torch.Tensor, *a: object, _name: str = name, _orig: object = original, **k: object) -> object:
+        def counting(self: torch.Tensor, *a: object, _name: str = name, _orig: object = original,
+                     **k: object) -> object:
             reads.append(_name)
             return _orig(self, *a, **k)  # type: ignore[operator]
 
