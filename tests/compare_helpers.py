@@ -16,10 +16,14 @@ from profiler_agent.runformat import layout
 __all__ = ["skip_if_overloaded", "write_steps_run", "write_step_trace"]
 
 
-def skip_if_overloaded(verdict: str, detail: str = "") -> None:
+def skip_if_overloaded(verdict: str, detail: str = "", contention: Any = None) -> None:
     """A timing verdict needs a machine that is not oversubscribed. When the verdict is not the
     expected "faster" and the load is far above the core count (other jobs competing for the
-    CPUs while the samples were recorded), "same" is the honest answer: skip, do not fail."""
+    CPUs while the samples were recorded), "same" is the honest answer: skip, do not fail. So is
+    "inconclusive" when the comparison's contention check (``Comparison.contention``) found that
+    the two runs saw different contention."""
+    if verdict == "inconclusive" and contention is not None and contention.inconclusive:
+        pytest.skip(f"the runs saw different contention: {contention.reason} {detail}")
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if verdict != "faster" and load > 1.5 * cores:
         pytest.skip(f"machine overloaded (load {load:.1f} on {cores} cores): verdict {verdict} {detail}")

@@ -53,7 +53,9 @@ def test_batch_size_change_is_judged_by_time_per_sample(tmp_path: Path) -> None:
     assert h.ratio == pytest.approx(1 / 1.2, rel=0.03) and h.ci95[1] < 1.0
     assert h.baseline == pytest.approx(0.100 / 16, rel=0.03)  # seconds per sample
     assert "samples per step differ (16 vs 64)" in h.reasons[0]
-    assert cmp.step_verdict == "slower"  # the step-time row still says what steps did
+    assert cmp.step_verdict == "faster"  # one speed verdict: the headline's
+    row = cmp.verdicts[cmp.verdicts["quantity"] == "step time (median)"].iloc[0]
+    assert row["ratio"] > 3 and row["verdict"] == "" and "headline judges time per sample" in row["note"]
     failures, skipped = evaluate_gates(cmp, 5.0, None)
     assert failures == [] and skipped == []  # the gate judges the headline: faster passes
     doc = comparison_to_json(cmp, memory_categories=_no_categories())

@@ -33,7 +33,7 @@ def test_markdown_on_stdout_is_escaped(store: Path, capsys) -> None:
     md = capsys.readouterr().out
     assert md.startswith("### Torchscope:")
     assert "<script>" not in md and "&lt;script&gt;" in md
-    assert "| ✅ step time (median) |" in md
+    assert "| ✅ step time (headline) |" in md
     for line in md.splitlines():  # every table row keeps its column count
         if line.startswith("| ✅ step time"):
             assert len(re.findall(r"(?<!\\)\|", line)) == 6
