@@ -201,10 +201,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_verdict_text(cmp, top=args.top))
         if advice is not None:
+            worse = advice.worse
             sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
-                             f"{len(advice.new)} new finding(s)\n")
+                             f"{len(advice.new)} new, {len(worse)} gone but worse finding(s)\n")
             for f in advice.resolved:
                 sys.stdout.write(f"  resolved: {f.title}\n")
+            for w in worse:  # no finding in the candidate, but what the rule guards got worse
+                sys.stdout.write(f"  not resolved, got worse: {w.baseline.title} ({w.reason})\n")
             for f in advice.new:
                 sys.stdout.write(f"  new:      {f.title}\n")
         for f in failures:
