@@ -50,7 +50,7 @@ def patch_summary_writer(module: ModuleType) -> bool:
     if cls is None:
         return False
     for name, wrap in (("add_scalar", _wrap_add_scalar), ("add_scalars", _wrap_add_scalars)):
-        original = cls.__dict__.get(name)
+        original = getattr(cls, name, None)
         if callable(original) and not getattr(original, _MARK, False):
             wrapped = wrap(original)
             setattr(wrapped, _MARK, True)
