@@ -95,10 +95,11 @@ def plan_log_import(source: str | os.PathLike[str], name: str | None = None) -> 
         if not scan_runs:
             raise UsageError(f"{source}: no scalars in this TensorBoard event file; nothing imported")
         return LogImportPlan(tuple(LogRun(name or source.parent.resolve().name, source, None, r) for r in scan_runs), ())
+    trace_error: UsageError | None = None
     try:
         traces = tbprofiler.plan_import(source, name)
-    except UsageError:  # no traces: the scalars may still make runs
-        traces = ImportPlan((), ())
+    except UsageError as e:  # no traces: the scalars may still make runs
+        traces, trace_error = ImportPlan((), ()), e
     events = {_key(r.folder): r for r in scan.runs}
     runs = [LogRun(g.name, g.source, g, events.pop(_key(g.source), None)) for g in traces.groups]
     # A folder skipped for holding no traces may hold scalars, itself or below (add_scalars folders).
@@ -113,6 +114,9 @@ def plan_log_import(source: str | os.PathLike[str], name: str | None = None) -> 
             skipped.append(Skipped(run.folder, "TensorBoard event files without scalars (histograms, images or "
                                                "text only); nothing to import"))
     if not runs:
+        if trace_error is not None and not scan.runs and not scan.skipped:  # no event file at all
+            raise UsageError(f"{trace_error}; and no TensorBoard event files (events.out.tfevents.*) in it "
+                             f"or below") from None
         raise _nothing(source, skipped)
     return LogImportPlan(tuple(runs), tuple(skipped))
 

@@ -238,22 +238,25 @@ def scan_event_runs(source: str | os.PathLike[str]) -> EventScan:
                 continue
             read.setdefault(folder, []).append(scalars)
     merged = {folder: _merge(folder, parts) for folder, parts in read.items()}
+    # Judged by where event files were found, so a parent whose own file is corrupt keeps its children.
+    holders = {folder for folder, _ in found}
     children: dict[Path, list[tuple[Path, str]]] = {}
     for folder, scalars in merged.items():
-        main = _add_scalars_key(scalars, folder) if folder != root and folder.parent in merged else None
+        main = _add_scalars_key(scalars, folder) if folder != root and folder.parent in holders else None
         if main is not None:
             children.setdefault(folder.parent, []).append((folder, main))
     folded = {child for kids in children.values() for child, _ in kids}
-    runs = [_event_run(folder, read, merged, children.get(folder, [])) for folder in merged if folder not in folded]
+    folders = [f for f, _ in found if f not in folded and (f in merged or f in children)]
+    runs = [_event_run(folder, read, merged, children.get(folder, [])) for folder in folders]
     return EventScan(tuple(runs), tuple(skipped))
 
 
 def _event_run(folder: Path, read: dict[Path, list[EventFileScalars]], merged: dict[Path, EventFileScalars],
                children: list[tuple[Path, str]]) -> EventRun:
     """The run of ``folder``, with its add_scalars ``children`` (folder, main tag) folded in."""
-    own = merged[folder]
-    points, parts = list(own.points), [own]
-    files = [s.path for s in read[folder]]
+    parts = [merged[folder]] if folder in merged else []
+    points = [p for own in parts for p in own.points]
+    files = [s.path for s in read.get(folder, [])]
     for child, main in children:
         scalars = merged[child]
         key = tensorboard_key(f"{main}/{child.name[len(main.replace('/', '_')) + 1:]}")
