@@ -1,4 +1,4 @@
-"""The job's own ``SummaryWriter.add_scalar``/``add_scalars`` calls copied into the run's metrics (agent layer).
+"""The job's own ``SummaryWriter.add_scalar``/``add_scalars`` calls copied into its metrics (agent layer).
 
 Installed by ``activation.start_session`` through :func:`watch_tensorboard`, which never imports
 tensorboard itself (slow, and optional for the job): when ``torch.utils.tensorboard.writer`` is
@@ -45,7 +45,7 @@ def watch_tensorboard() -> None:
 
 
 def patch_summary_writer(module: ModuleType) -> bool:
-    """Wrap ``module.SummaryWriter.add_scalar`` and ``add_scalars`` (once); return whether they are wrapped."""
+    """Wrap ``module.SummaryWriter.add_scalar`` and ``add_scalars`` (once); return whether it could."""
     cls = getattr(module, "SummaryWriter", None)
     if cls is None:
         return False
@@ -60,7 +60,8 @@ def patch_summary_writer(module: ModuleType) -> bool:
 
 def _wrap_add_scalar(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def add_scalar(self: Any, tag: Any, scalar_value: Any, global_step: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def add_scalar(self: Any, tag: Any, scalar_value: Any, global_step: Any = None,
+                   *args: Any, **kwargs: Any) -> Any:
         result = original(self, tag, scalar_value, global_step, *args, **kwargs)
         _record({tag: scalar_value}, global_step)
         return result

@@ -1,4 +1,4 @@
-"""``torchscope import`` of a log folder: profiler traces and TensorBoard scalars turned into runs (data layer: files → run folders).
+"""`torchscope import` of log folders: traces and TensorBoard scalars made runs (data layer: files → runs).
 
 One run per folder: a folder of traces (``app.data.tbprofiler``) and a folder of event files
 (``app.data.tfevents``) that are the same folder make one run with both, the usual layout when
@@ -65,8 +65,8 @@ def _nothing(source: Path, skipped: list[Skipped]) -> UsageError:
     why = "; ".join(f"{shown(s.path)}: {s.reason}" for s in skipped[:3])
     more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
     return UsageError(
-        f"{source}: no trace files and no TensorBoard scalars found (expected Kineto/Chrome traces, *.json or "
-        f"*.json.gz, or TensorBoard event files, events.out.tfevents.*, in it or in its sub-folders)"
+        f"{source}: no trace files and no TensorBoard scalars found (expected Kineto/Chrome traces, *.json "
+        f"or *.json.gz, or TensorBoard event files, events.out.tfevents.*, in it or in its sub-folders)"
         f"{' - ' + why + more if why else ''}"
     )
 
@@ -94,7 +94,8 @@ def plan_log_import(source: str | os.PathLike[str], name: str | None = None) -> 
         scan_runs = [r for r in scan.runs if r.points]
         if not scan_runs:
             raise UsageError(f"{source}: no scalars in this TensorBoard event file; nothing imported")
-        return LogImportPlan(tuple(LogRun(name or source.parent.resolve().name, source, None, r) for r in scan_runs), ())
+        run_name = name or source.parent.resolve().name
+        return LogImportPlan(tuple(LogRun(run_name, source, None, r) for r in scan_runs), ())
     trace_error: UsageError | None = None
     try:
         traces = tbprofiler.plan_import(source, name)
@@ -111,8 +112,8 @@ def plan_log_import(source: str | os.PathLike[str], name: str | None = None) -> 
         if run.points:
             runs.append(LogRun(_event_name(run, source, name), run.folder, None, run))
         else:
-            skipped.append(Skipped(run.folder, "TensorBoard event files without scalars (histograms, images or "
-                                               "text only); nothing to import"))
+            skipped.append(Skipped(run.folder, "TensorBoard event files without scalars (histograms, images "
+                                               "or text only); nothing to import"))
     if not runs:
         if trace_error is not None and not scan.runs and not scan.skipped:  # no event file at all
             raise UsageError(f"{trace_error}; and no TensorBoard event files (events.out.tfevents.*) in it "
@@ -156,8 +157,8 @@ def _make_event_run(root: Path, run: LogRun) -> Path:
         extra={"imported_from": str(run.source.resolve())},
     )
     # The event files do not say where or how the job ran: the importer's host, folder and pid would be shown.
-    rf.update_manifest(run_dir, status=rf.RunStatus.FINISHED, started_at=run.events.started_at, heartbeat=None,
-                       pid=None, host=None, cwd=None, exit_code=None)
+    rf.update_manifest(run_dir, status=rf.RunStatus.FINISHED, started_at=run.events.started_at,
+                       heartbeat=None, pid=None, host=None, cwd=None, exit_code=None)
     write_event_metrics(run_dir, run.events)
     return run_dir
 

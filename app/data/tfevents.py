@@ -1,4 +1,4 @@
-"""TensorBoard event files (tfevents) read into scalar points, and the runs they make (data layer: files → tables).
+"""TensorBoard event files (tfevents) read into scalar points, grouped in runs (data layer: files → tables).
 
 A **TensorBoard run** is a folder holding event files (TensorBoard's own rule: a file whose name
 contains ``tfevents``), found anywhere under the folder given, as TensorBoard finds them. The
@@ -38,7 +38,7 @@ __all__ = [
     "scan_event_runs",
 ]
 
-# TensorBoard's rule for an event file: "tfevents" anywhere in its name (events.out.tfevents.<time>.<host>...).
+# TensorBoard's rule for an event file: "tfevents" in its name (events.out.tfevents.<time>.<host>…).
 EVENT_FILE_MARKER = "tfevents"
 TENSORBOARD_PACKAGE = "tensorboard"
 # A TFRecord: length (8 bytes), masked CRC of the length (4), data, masked CRC of the data (4).
@@ -135,8 +135,8 @@ def _check_stop(path: Path, offset: int, read: int, crc: Any) -> None:
     if len(rest) >= length + _RECORD_OVERHEAD:
         if read == 0:
             raise _BadEventFile("corrupt: its first record's data fails its checksum")
-        raise _BadEventFile(f"corrupt at byte {offset:,} of {offset + len(rest):,} (a record's data fails its "
-                            f"checksum) after {read} good record(s)")
+        raise _BadEventFile(f"corrupt at byte {offset:,} of {offset + len(rest):,} (a record's data fails "
+                            f"its checksum) after {read} good record(s)")
     # Otherwise the last record was cut short while being written: what came before is kept.
 
 
@@ -177,13 +177,15 @@ def _read(path: Path) -> EventFileScalars:
             try:
                 event = event_cls.FromString(record)
             except Exception as e:  # noqa: BLE001 - protobuf's DecodeError: a record with a valid checksum
-                raise _BadEventFile(f"record {read} is not a TensorBoard event ({type(e).__name__})") from None
+                raise _BadEventFile(f"record {read} is not a TensorBoard event ({type(e).__name__})") \
+                    from None
             walls.append(event.wall_time)
             for value in event.summary.value:
                 number = _scalar_value(value, make_ndarray)
                 if number is not None:
                     tags.add(value.tag)
-                    points.append(ScalarPoint(tensorboard_key(value.tag), int(event.step), event.wall_time, number))
+                    key = tensorboard_key(value.tag)
+                    points.append(ScalarPoint(key, int(event.step), event.wall_time, number))
         _check_stop(path, offset, read, crc)
     except OSError as e:
         raise _BadEventFile(f"cannot be read ({e.strerror or e})") from None

@@ -1,4 +1,4 @@
-"""Keys of metrics.jsonl that the agent writes itself, and how a TensorBoard tag becomes a key (run-format layer, stdlib only).
+"""metrics.jsonl keys the agent writes, and how a TensorBoard tag becomes one (run-format layer, stdlib only).
 
 Shared by the agent (``profiler_agent.tensorboard``: a job's ``SummaryWriter.add_scalar`` calls)
 and the importer (``app.data.tfevents``: tfevents files), so that one tag gets the same key

@@ -40,7 +40,7 @@ def test_traces_and_scalars_of_one_folder_make_one_run(shared_data, tmp_path, ca
     manifest = rf.read_manifest(both)
     kinds = {a.kind for a in manifest.artifacts}
     assert {rf.ArtifactKind.TRACE, rf.ArtifactKind.METRICS} <= kinds
-    assert manifest.started_at is not None and manifest.started_at <= 1_721_065_960  # the trace's clock (2024)
+    assert manifest.started_at is not None and manifest.started_at <= 1_721_065_960  # the trace's (2024)
     plain = rf.read_manifest(runs["plain"])
     assert plain.status is rf.RunStatus.FINISHED and "imported" in plain.tags
     assert plain.host is None and plain.pid is None  # not the importer's

@@ -78,7 +78,8 @@ def test_corrupt_record_names_the_file_and_the_byte(tmp_path: Path) -> None:
     third = _record_starts(bytes(data))[2]
     data[third + 14] ^= 0xFF  # inside the third record's data: its checksum fails
     main.write_bytes(bytes(data))
-    with pytest.raises(UsageError, match=rf"{main.name}: corrupt at byte {third:,} of {len(data):,} .*2 good record"):
+    expected = rf"{main.name}: corrupt at byte {third:,} of {len(data):,} .*2 good record"
+    with pytest.raises(UsageError, match=expected):
         read_event_file(main)
     # In a folder it is skipped, with the same reason, and the rest of the folder still imports.
     scan = scan_event_runs(tmp_path / "run")
