@@ -93,6 +93,7 @@ def test_run_page_lists_the_tags(tb_job, monkeypatch: pytest.MonkeyPatch) -> Non
     (metrics_tab,) = [t for t in at.tabs if t.label == "Metrics"]
     (curves,) = [m for m in metrics_tab.multiselect if m.label == "Curves"]
     assert set(TAGS) <= set(curves.options)
+    assert TB_STEP_KEY not in curves.options  # a coordinate, not a curve
     curves.set_value(["Loss/train", "Accuracy/val"]).run()
     assert_clean(at)
     (metrics_tab,) = [t for t in at.tabs if t.label == "Metrics"]
