@@ -121,21 +121,22 @@ def _records(path: Path) -> Iterator[bytes]:
 def _check_stop(path: Path, offset: int, read: int, crc: Any) -> None:
     """Raise _BadEventFile unless the reader stopped at the end of ``path`` or at a last record cut short."""
     with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
         f.seek(offset)
-        rest = f.read()
-    if not rest or len(rest) < _HEADER:
+        header = f.read(_HEADER)  # only the header: a file corrupt near its start may be large
+    if len(header) < _HEADER:
         return
-    length_bytes, (length_crc,) = rest[:8], struct.unpack("<I", rest[8:12])
+    length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:12])
     if crc(length_bytes) != length_crc:
         if read == 0:
             raise _BadEventFile("not a TensorBoard event file (its first record's length fails its checksum)")
-        raise _BadEventFile(f"corrupt at byte {offset:,} of {offset + len(rest):,} (a record's length fails "
+        raise _BadEventFile(f"corrupt at byte {offset:,} of {size:,} (a record's length fails "
                             f"its checksum) after {read} good record(s)")
     (length,) = struct.unpack("<Q", length_bytes)
-    if len(rest) >= length + _RECORD_OVERHEAD:
+    if size - offset >= length + _RECORD_OVERHEAD:
         if read == 0:
             raise _BadEventFile("corrupt: its first record's data fails its checksum")
-        raise _BadEventFile(f"corrupt at byte {offset:,} of {offset + len(rest):,} (a record's data fails "
+        raise _BadEventFile(f"corrupt at byte {offset:,} of {size:,} (a record's data fails "
                             f"its checksum) after {read} good record(s)")
     # Otherwise the last record was cut short while being written: what came before is kept.
 
