@@ -190,6 +190,10 @@ def _read(path: Path) -> EventFileScalars:
         _check_stop(path, offset, read, crc)
     except OSError as e:
         raise _BadEventFile(f"cannot be read ({e.strerror or e})") from None
+    except (_BadEventFile, UsageError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the reader's own errors (tensorboard's OpError): one line, not a traceback
+        raise _BadEventFile(f"cannot be read ({type(e).__name__}: {e})") from None
     if read == 0:
         raise _BadEventFile(f"holds no complete event ({size:,} bytes)")
     return EventFileScalars(path, tuple(points), min(walls), max(walls), frozenset(tags))
