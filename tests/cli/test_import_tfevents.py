@@ -41,6 +41,11 @@ def test_traces_and_scalars_of_one_folder_make_one_run(shared_data, tmp_path, ca
     kinds = {a.kind for a in manifest.artifacts}
     assert {rf.ArtifactKind.TRACE, rf.ArtifactKind.METRICS} <= kinds
     assert manifest.started_at is not None and manifest.started_at <= 1_721_065_960  # the trace's (2024)
+    # Its scalars have no step times: the catalog still takes its steps from the traces.
+    from app.data.store_rows import load_run_row
+
+    assert load_run_row(both)[0]["steps_source"] == "in trace"
+    assert load_run_row(runs["plain"])[0]["steps_source"] == "metrics"
     plain = rf.read_manifest(runs["plain"])
     assert plain.status is rf.RunStatus.FINISHED and "imported" in plain.tags
     assert plain.host is None and plain.pid is None  # not the importer's
