@@ -35,6 +35,19 @@ def tb_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[f
     return only_run(root), logs, printed
 
 
+@pytest.fixture(scope="module")
+def imported(tb_job, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
+    """The run ``torchscope import`` makes of the job's log folder."""
+    _, logs, _ = tb_job
+    proc = torchscope("import", str(logs), "--root", str(tmp_path_factory.mktemp("imported")), "--json",
+                      timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # nothing skipped: add_scalars folders are part of the run
+    (created,) = json.loads(proc.stdout)["runs"]
+    assert created["name"] == "exp"
+    return Path(created["path"])
+
+
 def _series(rows: list[dict[str, object]], key: str) -> list[tuple[int, float]]:
     return [(int(r[TB_STEP_KEY]), float(r[key])) for r in rows if key in r]  # type: ignore[arg-type]
 
@@ -68,26 +81,23 @@ def test_tfevents_are_written_unchanged(tb_job) -> None:  # noqa: ANN001
     assert {p.name for p in (logs / "exp").iterdir() if p.is_dir()} == {"Eval_acc", "Eval_err"}
 
 
-def test_import_of_the_log_folder_gives_the_same_curves(tb_job, tmp_path: Path) -> None:  # noqa: ANN001
-    run_dir, logs, _ = tb_job
-    proc = torchscope("import", str(logs), "--root", str(tmp_path), "--json", timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    (created,) = json.loads(proc.stdout)["runs"]
-    assert created["name"] == "exp"
+def test_import_of_the_log_folder_gives_the_same_curves(tb_job, imported: Path) -> None:  # noqa: ANN001
+    run_dir, _, _ = tb_job
     recorded = read_jsonl(run_dir / layout.METRICS).records
-    imported = read_jsonl(Path(created["path"]) / layout.METRICS).records
+    lines = read_jsonl(imported / layout.METRICS).records
     for tag in TAGS:
         # tfevents hold float32: the same curve to float32 precision
-        steps, values = zip(*_series(imported, tag))
+        steps, values = zip(*_series(lines, tag))
         assert (steps, values) == (tuple(s for s, _ in _series(recorded, tag)),
                                    pytest.approx(tuple(v for _, v in _series(recorded, tag)), rel=1e-6)), tag
-    assert all(r["step"] == r[TB_STEP_KEY] for r in imported)  # an import's step is the writer's
+    assert all(r["step"] == r[TB_STEP_KEY] for r in lines)  # an import's step is the writer's
 
 
-def test_run_page_lists_the_tags(tb_job, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("which", ["recorded", "imported"])
+def test_run_page_lists_the_tags(which: str, tb_job, imported: Path, monkeypatch) -> None:  # noqa: ANN001
     from tests.app.helpers import assert_clean, open_app
 
-    run_dir, _, _ = tb_job
+    run_dir = tb_job[0] if which == "recorded" else imported
     at = open_app(monkeypatch, run_dir.parent, run=run_dir.name)
     assert_clean(at)
     (metrics_tab,) = [t for t in at.tabs if t.label == "Metrics"]
@@ -194,6 +204,22 @@ def test_watching_imports_no_tensorboard_until_the_job_does() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
                          cwd=PROJECT_ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_writer_loaded_before_the_session_is_patched_at_once(tmp_path: Path) -> None:
+    import torch.utils.tensorboard.writer as writer_module
+
+    run_dir, _ = create_run(tmp_path, "late")
+    session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+    try:
+        assert getattr(writer_module.SummaryWriter.add_scalar, "__torchscope__", False)
+        with writer_module.SummaryWriter(str(tmp_path / "logs")) as w:
+            w.add_scalar("Loss/train", 0.5, 3)
+        session.metrics.flush()
+        (line,) = read_jsonl(run_dir / layout.METRICS).records
+        assert line["Loss/train"] == 0.5 and line[TB_STEP_KEY] == 3
+    finally:
+        stop_session(session)
 
 
 def test_no_run_no_lines(tmp_path: Path) -> None:
