@@ -138,3 +138,11 @@ def test_a_folder_without_event_files_needs_no_tensorboard(shared_data: Path, tm
     monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_file_loader", None)
     plan = plan_log_import(shared_data / "traces" / "cpu_only")
     assert [r.traces is not None and r.events is None for r in plan.runs] == [True]
+
+
+def test_public_surface() -> None:
+    from app.data import log_import, tfevents
+
+    for module in (tfevents, log_import):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (module.__name__, name)
