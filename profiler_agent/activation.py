@@ -23,6 +23,7 @@ from .hooks import install_hooks
 from .options import RUN_DIR_ENV, T0_ENV, AgentOptions, read_env_options
 from .runformat import RunStatus, layout
 from .session import Session, get_session, set_session
+from .tensorboard import watch_tensorboard
 
 __all__ = ["activate_from_environment", "start_session", "stop_session", "write_traceback"]
 
@@ -49,6 +50,7 @@ def start_session(run_dir: Path, options: AgentOptions, *, t0: float | None = No
     set_session(session)
     argcapture.install_argparse_capture()
     argcapture.set_config_sink(session.record_config)
+    watch_tensorboard()  # SummaryWriter scalars -> metrics, once torch.utils.tensorboard loads
     _install_process_handlers()
     return session
 

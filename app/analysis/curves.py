@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # Columns of the metrics table that are coordinates, not curves.
-INDEX_COLUMNS = ("step", "time", "rank")
+INDEX_COLUMNS = ("step", "time", "rank", "tb_step")  # tb_step: a SummaryWriter's global_step
 
 # Columns of compute_curve's result.
 CURVE_COLUMNS = ["rank", "step", "x", "value", "smoothed"]

@@ -1,4 +1,4 @@
-"""`torchscope import`: turn a trace file or a torch-tb-profiler log folder into runs (CLI layer)."""
+"""`torchscope import`: turn a trace file, a torch-tb-profiler log folder or a TensorBoard log folder into runs (CLI layer)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from app.data.tbprofiler import import_plan, plan_import
+from app.data.log_import import import_log_plan, plan_log_import
 from profiler_agent.runformat import layout
 
-HELP = "import a trace file, a folder of traces or a torch-tb-profiler log folder as runs"
+HELP = "import a trace file, a folder of traces, a torch-tb-profiler or a TensorBoard log folder as runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
-        help="a *.json[.gz] trace, a folder of traces (one run), or a tb-profiler "
-        "log folder (one run per sub-folder)",
+        help="a *.json[.gz] trace, a folder of traces (one run), a tb-profiler log folder (one run per "
+        "sub-folder), or a TensorBoard log folder (one run per folder of events.out.tfevents.* files, their "
+        "scalars as metrics; a folder with traces and event files makes one run with both)",
     )
     parser.add_argument(
         "--root", help=f"run store to import into (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
@@ -40,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from profiler_agent.runformat import read_manifest
 
     root = layout.resolve_root(args.root)
-    plan = plan_import(args.path, args.name)
-    created = import_plan(plan, root)
+    plan = plan_log_import(args.path, args.name)
+    created = import_log_plan(plan, root)
     manifests = [read_manifest(p) for p in created]
     # What was left out goes to stderr in both modes, so that it is seen and --json stays parseable.
     for s in plan.skipped:

@@ -107,7 +107,8 @@ def row_from_records(
     m = manifest
     peak, _ = peak_memory_from_records(system)
     steps = _step_stats(metrics)
-    if steps["steps"] is not None or steps["step_time_s"] is not None:
+    # Metrics without step times (TensorBoard scalars imported beside traces) leave the steps to the traces.
+    if steps["step_time_s"] is not None or (steps["steps"] is not None and not layout.list_trace_files(path)):
         source = "metrics"
     else:  # listing the traces folder is one directory read; no trace is opened here
         source = "in trace" if layout.list_trace_files(path) else ""
