@@ -42,6 +42,7 @@ __all__ = [
     "hf_eval_values",
 ]
 
+_MISSING = object()
 VAL_LOSS = "val_loss"  # as evaluation.VAL_LOSS_KEY (not imported: that module needs torch)
 _HF_SKIPPED_SUFFIXES = ("_runtime", "_per_second", "_preparation_time")  # timings: the agent times steps
 _LIGHTNING_TRAINER_FIELDS = ("max_steps", "max_epochs", "accumulate_grad_batches", "gradient_clip_val",
@@ -76,16 +77,16 @@ def lightning_config(trainer: Any, module: Any) -> dict[str, Any]:
     return config
 
 
-def lightning_validation_values(metrics: Mapping[str, Any], before: Mapping[str, int]) -> dict[str, Any]:
+def lightning_validation_values(metrics: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
     """The scalar metrics one validation produced, with its loss named ``val_loss``.
 
-    ``before`` maps each ``callback_metrics`` key to ``id()`` of its value when the validation
-    started: a key that is new or holds a new object was logged by this validation (Lightning
-    computes a fresh tensor per epoch-level metric). The loss is ``val_loss`` when logged under
+    ``before`` is ``callback_metrics`` as it was when the validation started (the values
+    themselves, held so that no ``id()`` can be reused): a key that is new or holds another object
+    was logged by this validation (Lightning computes a fresh tensor per epoch-level metric). The loss is ``val_loss`` when logged under
     that name, otherwise the one produced key containing ``loss``; with several (several
     dataloaders), all keep their own names.
     """
-    produced = {k: v for k, v in metrics.items() if before.get(k) != id(v) and _scalar(v) is not None}
+    produced = {k: v for k, v in metrics.items() if before.get(k, _MISSING) is not v and _scalar(v) is not None}
     values = {k: _scalar(v) for k, v in produced.items()}
     if VAL_LOSS not in values:
         losses = [k for k in values if "loss" in k.lower()]
@@ -148,6 +149,14 @@ def _with_session(where: str, action: Callable[[Any], None]) -> None:
         action(session)
 
 
+def _framework_reports_val_loss(session: Any) -> None:
+    """From now on the framework logs ``val_loss``: the agent's own capture adds none, not even
+    for an evaluation before the first step (Lightning's sanity check), as ``Session.log`` of a
+    ``val_loss`` would have said."""
+    if hasattr(session, "_user_val_loss"):
+        session._user_val_loss = True
+
+
 @functools.cache
 def _lightning_callback_class(base: type) -> type:
     """A Lightning ``Callback`` subclass of ``base`` (each package has its own base class)."""
@@ -157,24 +166,27 @@ def _lightning_callback_class(base: type) -> type:
 
         def __init__(self) -> None:
             super().__init__()
-            self._before: dict[str, int] = {}
+            self._before: dict[str, Any] = {}
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             _with_session("lightning config", lambda s: s.record_config(lightning_config(trainer, pl_module)))
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-            self._before = {k: id(v) for k, v in getattr(trainer, "callback_metrics", {}).items()}
+            self._before = dict(getattr(trainer, "callback_metrics", {}))
 
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-            if getattr(trainer, "sanity_checking", False):
-                return
+            sanity_check = bool(getattr(trainer, "sanity_checking", False))
 
             def log(session: Any) -> None:
                 values = lightning_validation_values(trainer.callback_metrics, self._before)
-                if values:
+                if sanity_check:  # not an evaluation Lightning records: only say who reports val_loss
+                    if VAL_LOSS in values:
+                        _framework_reports_val_loss(session)
+                elif values:
                     session.log(values)
 
             _with_session("lightning validation metrics", log)
+            self._before = {}
 
     return TorchscopeLightningCallback
 

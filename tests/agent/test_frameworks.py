@@ -215,7 +215,7 @@ def test_lightning_validation_values_are_the_metrics_this_validation_produced() 
     import torch
 
     train_loss = torch.tensor(0.7)
-    before = {"train_loss": id(train_loss), "val/loss": id(object())}
+    before = {"train_loss": train_loss, "val/loss": torch.tensor(0.4)}  # the metrics when validation began
     metrics = {"train_loss": train_loss, "val/loss": torch.tensor(0.5), "val_acc": torch.tensor(0.9),
                "hist": torch.ones(3)}
     values = frameworks.lightning_validation_values(metrics, before)
