@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import importlib.util
 import json
 import math
 import sys
@@ -23,7 +24,8 @@ from profiler_agent.runformat import layout, read_jsonl, read_manifest
 from tests.agent.helpers import PROJECT_ROOT, only_run, torchscope
 
 JOBS = PROJECT_ROOT / "tests" / "agent" / "jobs"
-EVAL_STEPS = [10, 20, 30]  # both jobs: 30 optimizer steps, an evaluation every 10
+MAX_STEPS = 30  # both jobs: 30 optimizer steps, an evaluation every 10
+EVAL_STEPS = [10, 20, 30]
 # A small window (steps 3-4 recorded) and no backward graph: the tests stay short on 2 cores.
 FAST = ["--wait", "1", "--warmup", "1", "--active", "2", "--no-graph", "--system-interval", "0.5"]
 
@@ -72,7 +74,7 @@ def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def _assert_training_curves(run: Run) -> None:
-    assert len(run.steps) >= 25, len(run.steps)
+    assert len(run.steps) == MAX_STEPS, len(run.steps)  # the optimizer hooks fire once per step, not more
     assert [r["step"] for r in run.steps] == list(range(len(run.steps)))  # one line per optimizer step
     with_loss = [r for r in run.steps if isinstance(r.get("loss"), float) and math.isfinite(r["loss"])]
     assert len(with_loss) >= 0.95 * len(run.steps)
@@ -94,6 +96,13 @@ def _assert_trace_and_tree(run: Run, root_type: str) -> None:
     assert tree["root"]["params"] > 0
 
 
+def _assert_evaluations_marked(run: Run, also: tuple[int, ...] = ()) -> None:
+    if importlib.util.find_spec("profiler_agent.evaluation_steps") is None:
+        pytest.skip("this agent does not mark evaluation steps yet (issue 11's evaluation_steps.py)")
+    marked = {r["step"] for r in run.rows if r.get("evaluation")}
+    assert set(EVAL_STEPS) <= marked <= {*EVAL_STEPS, *also}, marked
+
+
 # -- Lightning --------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -109,6 +118,11 @@ def test_lightning_val_loss_is_lightnings_own_at_each_validation(lightning_run: 
                (line.split()[1:] for line in lightning_run.stdout.splitlines() if line.startswith("val_loss "))}
     assert sorted(printed) == EVAL_STEPS  # the job's own record; the sanity check before step 0 is left out
     assert lightning_run.val_loss() == pytest.approx(printed, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_lightning_validation_steps_are_marked(lightning_run: Run) -> None:
+    _assert_evaluations_marked(lightning_run, also=(0,))  # step 0: the sanity check ran before it
 
 
 @pytest.mark.slow
@@ -162,6 +176,11 @@ def test_hf_val_loss_is_the_trainers_eval_loss_at_each_evaluation(hf_run: Run) -
     assert hf_run.val_loss() == pytest.approx(evals, abs=1e-6)
     eval_lines = [r for r in hf_run.rows if "val_loss" in r]
     assert not any(k.endswith(("_runtime", "_per_second")) for r in eval_lines for k in r)
+
+
+@pytest.mark.slow
+def test_hf_evaluation_steps_are_marked(hf_run: Run) -> None:
+    _assert_evaluations_marked(hf_run)
 
 
 @pytest.mark.slow
