@@ -212,15 +212,11 @@ def _hf_callback_class(base: type) -> type:
     return TorchscopeTrainerCallback
 
 
-def _attach_lightning(trainer: Any) -> None:
-    package = type(trainer).__module__.split(".trainer", 1)[0]  # "lightning.pytorch" or "pytorch_lightning"
-    for root in (package, "lightning.pytorch", "pytorch_lightning"):
-        callbacks = sys.modules.get(f"{root}.callbacks")
-        base = getattr(callbacks, "Callback", None)
-        if base is not None and type(trainer).__module__.startswith(root):
-            break
-    else:
-        return
+def _attach_lightning(trainer: Any, package: str) -> None:
+    """Append the callback built on ``package``'s ``Callback`` (``lightning.pytorch`` or ``pytorch_lightning``)."""
+    base = getattr(sys.modules.get(f"{package}.callbacks"), "Callback", None)
+    if base is None:
+        raise RuntimeError(f"{package}.callbacks.Callback not found")
     cls = _lightning_callback_class(base)
     if not any(isinstance(c, cls) for c in trainer.callbacks):
         trainer.callbacks.append(cls())
@@ -228,8 +224,9 @@ def _attach_lightning(trainer: Any) -> None:
 
 def _attach_hf(trainer: Any) -> None:
     base = getattr(sys.modules.get("transformers.trainer_callback"), "TrainerCallback", None)
-    if base is not None:
-        trainer.add_callback(_hf_callback_class(base))
+    if base is None:
+        raise RuntimeError("transformers.trainer_callback.TrainerCallback not found")
+    trainer.add_callback(_hf_callback_class(base))
 
 
 # -- patching the trainer classes ------------------------------------------------------------
@@ -258,7 +255,8 @@ def _attach_once(trainer: Any, attach: Callable[[Any], None]) -> None:
 
 
 def _patch_lightning(module: ModuleType) -> None:
-    _wrap_init(module.Trainer, _attach_lightning, "lightning callback")
+    package = module.__name__.removesuffix(".trainer.trainer")  # a user's Trainer subclass lives elsewhere
+    _wrap_init(module.Trainer, lambda trainer: _attach_lightning(trainer, package), "lightning callback")
 
 
 def _patch_transformers(module: ModuleType) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import importlib.util
 import json
 import math
 import sys
@@ -97,7 +96,7 @@ def _assert_trace_and_tree(run: Run, root_type: str) -> None:
 
 
 def _assert_evaluations_marked(run: Run, also: tuple[int, ...] = ()) -> None:
-    if importlib.util.find_spec("profiler_agent.evaluation_steps") is None:
+    if not (PROJECT_ROOT / "profiler_agent" / "evaluation_steps.py").is_file():  # this checkout's agent
         pytest.skip("this agent does not mark evaluation steps yet (issue 11's evaluation_steps.py)")
     marked = {r["step"] for r in run.rows if r.get("evaluation")}
     assert set(EVAL_STEPS) <= marked <= {*EVAL_STEPS, *also}, marked
@@ -129,7 +128,8 @@ def test_lightning_validation_steps_are_marked(lightning_run: Run) -> None:
 def test_lightning_trace_module_tree_and_hparams(lightning_run: Run) -> None:
     _assert_trace_and_tree(lightning_run, "TinyClassifier")
     config = lightning_run.manifest.config
-    assert {k: config.get(k) for k in ("hidden", "lr", "classes")} == {"hidden": 16, "lr": 0.05, "classes": 3}
+    hparams = {"hidden": 16, "lr": 0.05, "classes": 3, "batch_size": 16, "train_size": 160}  # module's, datamodule's
+    assert {k: config.get(k) for k in hparams} == hparams
     assert config["lightning_trainer"]["max_steps"] == 30
     assert config["lightning_trainer"]["val_check_interval"] == 10
 

@@ -53,15 +53,26 @@ def _data(n: int, seed: int) -> TensorDataset:
     return TensorDataset(x, (x[:, 0] > 0).long() + (x[:, 1] > 1).long())
 
 
+class TinyData(L.LightningDataModule):
+    def __init__(self, batch_size: int = 16, train_size: int = 160) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_data(self.hparams.train_size, 0), batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(_data(48, 1), batch_size=self.hparams.batch_size)
+
+
 def main(out: str) -> None:
     L.seed_everything(0, verbose=False)
-    train = DataLoader(_data(160, 0), batch_size=16, shuffle=True)  # 10 batches per epoch
-    val = DataLoader(_data(48, 1), batch_size=16)
+    # 10 training batches per epoch; validation every 10 steps on 3 batches, after a 2-batch sanity check.
     trainer = L.Trainer(max_steps=30, val_check_interval=10, check_val_every_n_epoch=None, limit_val_batches=3,
                         logger=CSVLogger(out, name="lightning"), log_every_n_steps=5,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu", devices=1)
-    trainer.fit(TinyClassifier(), train, val)
+    trainer.fit(TinyClassifier(), datamodule=TinyData())
 
 
 if __name__ == "__main__":
