@@ -157,6 +157,14 @@ def _framework_reports_val_loss(session: Any) -> None:
         session._user_val_loss = True
 
 
+def _drop_agent_evaluation(session: Any) -> None:
+    """Close the agent's own evaluation phase without logging its losses (Lightning's sanity check:
+    two batches through the untrained model, which Lightning itself does not log)."""
+    evaluation = getattr(session, "evaluation", None)
+    if evaluation is not None and evaluation.active:
+        evaluation.end()
+
+
 @functools.cache
 def _lightning_callback_class(base: type) -> type:
     """A Lightning ``Callback`` subclass of ``base`` (each package has its own base class)."""
@@ -179,7 +187,8 @@ def _lightning_callback_class(base: type) -> type:
 
             def log(session: Any) -> None:
                 values = lightning_validation_values(trainer.callback_metrics, self._before)
-                if sanity_check:  # not an evaluation Lightning records: only say who reports val_loss
+                if sanity_check:  # not an evaluation Lightning records: the agent's own capture drops it too
+                    _drop_agent_evaluation(session)
                     if VAL_LOSS in values:
                         _framework_reports_val_loss(session)
                 elif values:
