@@ -11,7 +11,9 @@ model's own loss in ``Trainer.evaluate``). So the agent reads the frameworks' ow
   to append one callback. ``on_fit_start`` records the module's (and datamodule's) ``hparams`` and
   a few trainer settings into ``config``; ``on_validation_end`` (not during the sanity check)
   logs the ``trainer.callback_metrics`` that this validation produced, i.e. Lightning's own
-  per-sample-weighted epoch means of ``self.log(...)`` values, at the step it ran in.
+  per-sample-weighted epoch means of ``self.log(...)`` values, at the step it ran in; when no
+  loss was logged, the mean per sample of what ``validation_step`` returned
+  (``on_validation_batch_end``).
 - **Hugging Face** (``transformers.Trainer`` and its subclasses): ``Trainer.__init__`` is wrapped
   to add one ``TrainerCallback``. ``on_train_begin`` records ``TrainingArguments.to_dict()``
   (tokens are redacted by transformers) and the model config's non-default values;
@@ -40,6 +42,7 @@ __all__ = [
     "lightning_validation_values",
     "hf_config",
     "hf_eval_values",
+    "ReturnedLosses",
 ]
 
 _MISSING = object()
@@ -93,6 +96,39 @@ def lightning_validation_values(metrics: Mapping[str, Any], before: Mapping[str,
         if len(losses) == 1:
             values[VAL_LOSS] = values.pop(losses[0])
     return values
+
+
+class ReturnedLosses:
+    """Mean per sample of the losses ``validation_step`` returned (a scalar, or ``"val_loss"`` /
+    ``"loss"`` of a dict), for a validation that logs no loss; kept as one tensor, unread."""
+
+    def __init__(self) -> None:
+        self._sum: Any = None
+        self._samples = 0
+
+    def add(self, output: Any, batch: Any) -> None:
+        if isinstance(output, Mapping):
+            output = output.get(VAL_LOSS, output.get("loss"))
+        value = _scalar(output)
+        if value is None:
+            return
+        samples = _batch_size(batch) or 1
+        weighted = value.float() * samples if hasattr(value, "float") else float(value) * samples
+        self._sum = weighted if self._sum is None else self._sum + weighted
+        self._samples += samples
+
+    def mean(self) -> Any:
+        return None if not self._samples else self._sum / self._samples
+
+
+def _batch_size(batch: Any) -> int | None:
+    """First dimension of the batch's first tensor (in a tuple, list or dict), or None."""
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+    for item in items:
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return int(shape[0])
+    return None
 
 
 def hf_config(args: Any, model: Any = None) -> dict[str, Any]:
@@ -175,18 +211,26 @@ def _lightning_callback_class(base: type) -> type:
         def __init__(self) -> None:
             super().__init__()
             self._before: dict[str, Any] = {}
+            self._returned = ReturnedLosses()
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             _with_session("lightning config", lambda s: s.record_config(lightning_config(trainer, pl_module)))
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
             self._before = dict(getattr(trainer, "callback_metrics", {}))
+            self._returned = ReturnedLosses()
+
+        def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                                    batch_idx: int, dataloader_idx: int = 0) -> None:
+            _with_session("lightning validation loss", lambda _s: self._returned.add(outputs, batch))
 
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             sanity_check = bool(getattr(trainer, "sanity_checking", False))
 
             def log(session: Any) -> None:
                 values = lightning_validation_values(trainer.callback_metrics, self._before)
+                if VAL_LOSS not in values and (mean := self._returned.mean()) is not None:
+                    values[VAL_LOSS] = mean  # not logged: what validation_step returned
                 if sanity_check:  # not an evaluation Lightning records: the agent's own capture drops it too
                     _drop_agent_evaluation(session)
                     if VAL_LOSS in values:
@@ -195,7 +239,7 @@ def _lightning_callback_class(base: type) -> type:
                     session.log(values)
 
             _with_session("lightning validation metrics", log)
-            self._before = {}
+            self._before, self._returned = {}, ReturnedLosses()
 
     return TorchscopeLightningCallback
 

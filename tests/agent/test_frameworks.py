@@ -245,6 +245,65 @@ def test_lightning_validation_values_are_the_metrics_this_validation_produced() 
     assert two == {"val_loss/dataloader_idx_0": 1.0, "val_loss/dataloader_idx_1": 2.0}
 
 
+def test_returned_losses_are_averaged_per_sample() -> None:
+    import torch
+
+    returned = frameworks.ReturnedLosses()
+    assert returned.mean() is None
+    returned.add(torch.tensor(1.0), (torch.zeros(4, 2), torch.zeros(4)))
+    returned.add({"loss": torch.tensor(4.0), "logits": torch.zeros(2, 3)}, {"x": torch.zeros(2, 5)})
+    returned.add({"acc": 0.5}, (torch.zeros(3, 1),))  # no loss returned: not counted
+    assert float(returned.mean()) == pytest.approx((1.0 * 4 + 4.0 * 2) / 6)
+
+
+@pytest.mark.slow
+def test_lightning_val_loss_from_validation_step_returns_when_not_logged(tmp_path: Path) -> None:
+    L = pytest.importorskip("lightning", reason="lightning is a test dependency (requirements.txt)")  # noqa: N806
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler_agent.activation import start_session, stop_session
+    from profiler_agent.options import AgentOptions
+    from profiler_agent.runformat import create_run
+
+    sizes = [5, 5, 2]  # unequal batches: a mean per sample, not per batch
+    returned: dict[int, list[tuple[float, int]]] = {}
+
+    class Quiet(L.LightningModule):  # logs nothing; validation_step returns its loss
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 3)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+            if not self.trainer.sanity_checking:
+                returned.setdefault(self.global_step, []).append((float(loss), len(batch[1])))
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    train = TensorDataset(torch.randn(24, 4, generator=g), torch.randint(0, 3, (24,), generator=g))
+    val = [(torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)) for n in sizes]
+    run_dir, _ = create_run(tmp_path, "quiet")
+    session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+    try:
+        trainer = L.Trainer(max_steps=8, val_check_interval=4, check_val_every_n_epoch=None, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            accelerator="cpu", devices=1)
+        trainer.fit(Quiet(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=None))
+    finally:
+        stop_session(session)
+    rows = read_jsonl(run_dir / layout.METRICS).records
+    expected = {step: sum(v * n for v, n in batches) / sum(n for _, n in batches) for step, batches in returned.items()}
+    assert sorted(expected) == [4, 8]
+    assert {r["step"]: r["val_loss"] for r in rows if "val_loss" in r} == pytest.approx(expected, rel=1e-6)
+
+
 def test_hf_eval_values_name_the_loss_val_loss_and_drop_timings() -> None:
     metrics = {"eval_loss": 2.5, "eval_accuracy": 0.25, "eval_runtime": 0.1, "eval_samples_per_second": 9.0,
                "eval_steps_per_second": 1.0, "epoch": 1.0}
