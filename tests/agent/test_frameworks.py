@@ -257,6 +257,7 @@ def test_returned_losses_are_averaged_per_sample() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*LeafSpec.*")  # lightning 2.6 on torch 2.13, at import
 def test_lightning_val_loss_from_validation_step_returns_when_not_logged(tmp_path: Path) -> None:
     L = pytest.importorskip("lightning", reason="lightning is a test dependency (requirements.txt)")  # noqa: N806
     import torch
