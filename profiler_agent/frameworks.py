@@ -1,4 +1,4 @@
-"""Lightning and Hugging Face ``Trainer`` jobs seen without code changes: their config and evaluation metrics (agent layer).
+"""Lightning and Hugging Face ``Trainer`` jobs without code changes: config and eval metrics (agent layer).
 
 The global hooks already give these jobs' steps, loss, learning rates, model and traces (both
 trainers end each iteration with a plain ``torch.optim`` step, through Lightning's closures and
@@ -84,13 +84,15 @@ def lightning_validation_values(metrics: Mapping[str, Any], before: Mapping[str,
     """The scalar metrics one validation produced, with its loss named ``val_loss``.
 
     ``before`` is ``callback_metrics`` as it was when the validation started (the values
-    themselves, held so that no ``id()`` can be reused): a key that is new or holds another object
-    was logged by this validation (Lightning computes a fresh tensor per epoch-level metric). The loss is ``val_loss`` when logged under
-    that name, otherwise the one produced key containing ``loss``; with several (several
-    dataloaders), all keep their own names.
+    themselves, held so that no ``id()`` can be reused): a key that is new or holds another
+    object was logged by this validation (Lightning computes a fresh tensor per epoch-level
+    metric). The loss is ``val_loss`` when logged under that name, otherwise the one produced
+    key containing ``loss``; with several (several dataloaders), all keep their own names.
     """
-    produced = {k: v for k, v in metrics.items() if before.get(k, _MISSING) is not v and _scalar(v) is not None}
-    values = {k: _scalar(v) for k, v in produced.items()}
+    values: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if before.get(key, _MISSING) is not value and (number := _scalar(value)) is not None:
+            values[key] = number
     if VAL_LOSS not in values:
         losses = [k for k in values if "loss" in k.lower()]
         if len(losses) == 1:
@@ -123,7 +125,10 @@ class ReturnedLosses:
 
 def _batch_size(batch: Any) -> int | None:
     """First dimension of the batch's first tensor (in a tuple, list or dict), or None."""
-    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+    if isinstance(batch, Mapping):
+        items = list(batch.values())
+    else:
+        items = list(batch) if isinstance(batch, (list, tuple)) else [batch]
     for item in items:
         shape = getattr(item, "shape", None)
         if shape is not None and len(shape) >= 1:
@@ -251,10 +256,12 @@ def _hf_callback_class(base: type) -> type:
     class TorchscopeTrainerCallback(base):  # type: ignore[misc, valid-type]
         """Torchscope's agent: TrainingArguments into the run's config, eval metrics into its metrics."""
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                           **kwargs: Any) -> None:
             _with_session("transformers config", lambda s: s.record_config(hf_config(args, model)))
 
-        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None,
+                        **kwargs: Any) -> None:
             def log(session: Any) -> None:
                 values = hf_eval_values(metrics or {})
                 if values:
@@ -266,7 +273,7 @@ def _hf_callback_class(base: type) -> type:
 
 
 def _attach_lightning(trainer: Any, package: str) -> None:
-    """Append the callback built on ``package``'s ``Callback`` (``lightning.pytorch`` or ``pytorch_lightning``)."""
+    """Append the callback built on ``package``'s Callback (lightning.pytorch or pytorch_lightning)."""
     base = getattr(sys.modules.get(f"{package}.callbacks"), "Callback", None)
     if base is None:
         raise RuntimeError(f"{package}.callbacks.Callback not found")

@@ -108,13 +108,14 @@ def _assert_evaluations_marked(run: Run, also: tuple[int, ...] = ()) -> None:
 def test_lightning_job_gives_steps_loss_and_lr(lightning_run: Run) -> None:
     _assert_training_curves(lightning_run)
     # Lightning's StepLR (interval "step", every 10 steps, gamma 0.5) is what the optimizer used.
-    assert [lightning_run.steps[i]["lr"] for i in (0, 9, 10, 20)] == pytest.approx([0.05, 0.05, 0.025, 0.0125])
+    lrs = [lightning_run.steps[i]["lr"] for i in (0, 9, 10, 20)]
+    assert lrs == pytest.approx([0.05, 0.05, 0.025, 0.0125])
 
 
 @pytest.mark.slow
 def test_lightning_val_loss_is_lightnings_own_at_each_validation(lightning_run: Run) -> None:
-    printed = {int(s): float(v) for s, v in
-               (line.split()[1:] for line in lightning_run.stdout.splitlines() if line.startswith("val_loss "))}
+    lines = [line.split() for line in lightning_run.stdout.splitlines() if line.startswith("val_loss ")]
+    printed = {int(step): float(value) for _, step, value in lines}
     assert sorted(printed) == EVAL_STEPS  # the job's own record; the sanity check before step 0 is left out
     assert lightning_run.val_loss() == pytest.approx(printed, abs=1e-5)
 
@@ -128,7 +129,8 @@ def test_lightning_validation_steps_are_marked(lightning_run: Run) -> None:
 def test_lightning_trace_module_tree_and_hparams(lightning_run: Run) -> None:
     _assert_trace_and_tree(lightning_run, "TinyClassifier")
     config = lightning_run.manifest.config
-    hparams = {"hidden": 16, "lr": 0.05, "classes": 3, "batch_size": 16, "train_size": 160}  # module's, datamodule's
+    hparams = {"hidden": 16, "lr": 0.05, "classes": 3,  # the module's
+               "batch_size": 16, "train_size": 160}  # the datamodule's
     assert {k: config.get(k) for k in hparams} == hparams
     assert config["lightning_trainer"]["max_steps"] == 30
     assert config["lightning_trainer"]["val_check_interval"] == 10
@@ -259,7 +261,7 @@ def test_returned_losses_are_averaged_per_sample() -> None:
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*")  # lightning 2.6 on torch 2.13, at import
 def test_lightning_val_loss_from_validation_step_returns_when_not_logged(tmp_path: Path) -> None:
-    L = pytest.importorskip("lightning", reason="lightning is a test dependency (requirements.txt)")  # noqa: N806
+    L = pytest.importorskip("lightning", reason="a test dependency (requirements.txt)")  # noqa: N806
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -300,7 +302,8 @@ def test_lightning_val_loss_from_validation_step_returns_when_not_logged(tmp_pat
     finally:
         stop_session(session)
     rows = read_jsonl(run_dir / layout.METRICS).records
-    expected = {step: sum(v * n for v, n in batches) / sum(n for _, n in batches) for step, batches in returned.items()}
+    expected = {step: sum(v * n for v, n in batches) / sum(n for _, n in batches)
+                for step, batches in returned.items()}
     assert sorted(expected) == [4, 8]
     assert {r["step"]: r["val_loss"] for r in rows if "val_loss" in r} == pytest.approx(expected, rel=1e-6)
 

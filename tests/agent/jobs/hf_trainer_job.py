@@ -1,4 +1,4 @@
-"""A tiny Hugging Face ``Trainer`` job for the frameworks tests: GPT-2 from a config, synthetic tokens, CPU only.
+"""A tiny Hugging Face ``Trainer`` job for the frameworks tests: GPT-2 from a config, random tokens, CPU.
 
 Run as ``python hf_trainer_job.py OUTPUT_DIR``; nothing is downloaded (the model is built from
 a config, the data is random tokens). At the end it writes the Trainer's own log history to

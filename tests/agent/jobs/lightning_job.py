@@ -39,7 +39,8 @@ class TinyClassifier(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking:
-            print(f"val_loss {self.global_step} {float(self.trainer.callback_metrics['val_loss']):.6f}", flush=True)
+            value = float(self.trainer.callback_metrics["val_loss"])
+            print(f"val_loss {self.global_step} {value:.6f}", flush=True)
 
     def configure_optimizers(self) -> dict[str, object]:
         opt = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
@@ -68,8 +69,8 @@ class TinyData(L.LightningDataModule):
 def main(out: str) -> None:
     L.seed_everything(0, verbose=False)
     # 10 training batches per epoch; validation every 10 steps on 3 batches, after a 2-batch sanity check.
-    trainer = L.Trainer(max_steps=30, val_check_interval=10, check_val_every_n_epoch=None, limit_val_batches=3,
-                        logger=CSVLogger(out, name="lightning"), log_every_n_steps=5,
+    trainer = L.Trainer(max_steps=30, val_check_interval=10, check_val_every_n_epoch=None,
+                        limit_val_batches=3, logger=CSVLogger(out, name="lightning"), log_every_n_steps=5,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu", devices=1)
     trainer.fit(TinyClassifier(), datamodule=TinyData())
