@@ -312,3 +312,29 @@ def test_hf_eval_values_name_the_loss_val_loss_and_drop_timings() -> None:
     metrics = {"eval_loss": 2.5, "eval_accuracy": 0.25, "eval_runtime": 0.1, "eval_samples_per_second": 9.0,
                "eval_steps_per_second": 1.0, "epoch": 1.0}
     assert frameworks.hf_eval_values(metrics) == {"val_loss": 2.5, "eval_accuracy": 0.25}
+
+
+def test_a_failing_capture_is_recorded_and_the_job_goes_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler_agent.activation import start_session, stop_session
+    from profiler_agent.options import AgentOptions
+    from profiler_agent.runformat import create_run
+
+    run_dir, _ = create_run(tmp_path, "broken")
+    session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+    try:
+        def boom(_session: object) -> None:
+            raise KeyError("hparams")
+
+        frameworks._with_session("lightning config", boom)  # a callback body: caught
+        frameworks._PATCHES["tsfake_no_trainer"] = frameworks._patch_lightning
+        try:  # a trainer module of an unknown shape (no Trainer class): caught at patch time
+            frameworks._apply("tsfake_no_trainer", type(sys)("tsfake_no_trainer"))
+        finally:
+            del frameworks._PATCHES["tsfake_no_trainer"]
+            frameworks._patched.discard("tsfake_no_trainer")
+    finally:
+        stop_session(session)
+    where = [e["where"] for e in read_jsonl(run_dir / layout.AGENT_ERRORS).records]
+    assert where == ["lightning config", "tsfake_no_trainer patch"]
+    assert "the job continues" in capsys.readouterr().err
