@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from . import argcapture
+from . import argcapture, frameworks
 from .hooks import install_hooks
 from .options import RUN_DIR_ENV, T0_ENV, AgentOptions, read_env_options
 from .runformat import RunStatus, layout
@@ -49,6 +49,7 @@ def start_session(run_dir: Path, options: AgentOptions, *, t0: float | None = No
     session.uninstall_hooks = uninstall  # type: ignore[attr-defined]
     set_session(session)
     argcapture.install_argparse_capture()
+    frameworks.install_framework_capture()
     argcapture.set_config_sink(session.record_config)
     watch_tensorboard()  # SummaryWriter scalars -> metrics, once torch.utils.tensorboard loads
     _install_process_handlers()

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from .argcapture import install_argparse_capture
+from .frameworks import install_framework_capture
 from .options import RUN_DIR_ENV
 
 __all__ = ["install", "TorchImportWatcher"]
@@ -75,6 +76,7 @@ def install(environ: Any = None) -> bool:
     if not env.get(RUN_DIR_ENV):
         return False
     install_argparse_capture()
+    install_framework_capture()  # before anything imports a trainer module
     if "torch" in sys.modules:
         _activate()
     elif not any(isinstance(f, TorchImportWatcher) for f in sys.meta_path):
