@@ -11,6 +11,13 @@ then says, at each optimizer step, whether the iteration now ending held an eval
   with gradient accumulation the first micro-batch stands for the others, so one hook per
   iteration is enough (each costs microseconds).
 
+:attr:`EvaluationSteps.grad_enabled` then says whether that evaluation ran with gradients enabled
+and built an autograd graph no backward used (evaluation without ``no_grad``/``inference_mode``):
+the watched train-mode output above, or the iteration's first eval-mode output that requires grad
+(also watched by a gradient hook: a backward through an eval-mode forward is training with frozen
+batch norm, not evaluation); before the root is known (iteration 0), an eval-mode forward with
+grad mode on. No tensor value is read.
+
 A pattern found in every iteration is part of the training step (reinforcement learning
 choosing actions in eval mode, a ``no_grad`` target from the model itself): after
 ``RECURRING`` marked iterations in a row the next ones are not marked, until one without it.
@@ -33,19 +40,31 @@ class EvaluationSteps:
         self._seen = False  # the root ran for evaluation during this iteration
         self._streak = 0  # how many iterations in a row before this one it did
         self._watched: list[bool] | None = None  # [backward reached it] for the watched output
+        self._eval_watched: list[bool] | None = None  # the same for an eval-mode output with grad
+        self._seen_with_grad = False  # iteration 0: an evaluation with grad mode on
         self._broken = False  # registering a tensor hook failed once: no more watching
+        self.grad_enabled = False  # after held(): the evaluation just judged built unused graphs
 
-    def saw_evaluation(self) -> None:
-        """The root was called in eval mode or without gradients."""
+    def saw_evaluation(self, *, with_grad: bool = False) -> None:
+        """The root was called in eval mode or without gradients (``with_grad``: in eval mode with
+        grad mode on, before the root's own hooks can watch its output)."""
         self._seen = True
+        self._seen_with_grad = self._seen_with_grad or with_grad
 
     def watch(self, output: Any) -> None:
         """A train-mode forward of the root with gradients returned ``output``: did a backward reach it?"""
-        if self._watched is not None or self._broken:
-            return
+        if self._watched is None and not self._broken:
+            self._watched = self._hook(output)
+
+    def watch_evaluation(self, output: Any) -> None:
+        """An eval-mode forward of the root with gradients returned ``output``: did a backward reach it?"""
+        if self._eval_watched is None and not self._broken:
+            self._eval_watched = self._hook(output)
+
+    def _hook(self, output: Any) -> list[bool] | None:
         tensors = _grad_tensors(output)
         if not tensors:
-            return  # nothing to watch: taken for training
+            return None  # nothing to watch: taken for training (or no graph built)
         cell = [False]
 
         def reached(grad: torch.Tensor) -> None:
@@ -57,14 +76,17 @@ class EvaluationSteps:
         except Exception:
             self._broken = True  # e.g. a tensor subclass without hooks: stop trying (recorded once)
             raise
-        self._watched = cell
+        return cell
 
     def held(self) -> bool:
         """Whether the iteration now ending held an evaluation; starts the next iteration's signal."""
-        seen = self._seen or (self._watched is not None and not self._watched[0])
-        self._seen = False
-        self._watched = None
+        unused = self._watched is not None and not self._watched[0]
+        unused_eval = self._eval_watched is not None and not self._eval_watched[0]
+        seen = self._seen or unused
         held = seen and self._streak < RECURRING
+        self.grad_enabled = held and (unused or unused_eval or self._seen_with_grad)
+        self._seen = self._seen_with_grad = False
+        self._watched = self._eval_watched = None
         self._streak = self._streak + 1 if seen else 0
         return held
 

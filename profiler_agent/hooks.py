@@ -29,21 +29,38 @@ from torch.utils.hooks import RemovableHandle
 
 from .session import Session
 
-__all__ = ["install_hooks", "batch_size_of"]
+__all__ = ["install_hooks", "batch_size_of", "first_input", "tokens_of"]
+
+
+def first_input(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> torch.Tensor | None:
+    """The tensor a forward's batch size is read from: the first tensor argument (positional first;
+    the first of a list/tuple, the first with a dimension in a dict), or None."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return value[0]
+        if isinstance(value, dict):
+            for inner in value.values():
+                if isinstance(inner, torch.Tensor) and inner.dim() >= 1:
+                    return inner
+    return None
 
 
 def batch_size_of(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> int | None:
     """First dimension of the first tensor argument (positional first), or None."""
-    for value in (*args, *(kwargs or {}).values()):
-        if isinstance(value, torch.Tensor):
-            return int(value.shape[0]) if value.dim() >= 1 else None
-        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-            return int(value[0].shape[0]) if value[0].dim() >= 1 else None
-        if isinstance(value, dict):
-            for inner in value.values():
-                if isinstance(inner, torch.Tensor) and inner.dim() >= 1:
-                    return int(inner.shape[0])
-    return None
+    return _batch(first_input(args, kwargs))
+
+
+def tokens_of(t: torch.Tensor | None) -> int:
+    """B × T of an integer (token id) input of shape (B, T), else 0. Shape and dtype only: no value read."""
+    if t is None or t.dim() != 2 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        return 0
+    return int(t.shape[0]) * int(t.shape[1])
+
+
+def _batch(t: torch.Tensor | None) -> int | None:
+    return int(t.shape[0]) if t is not None and t.dim() >= 1 else None
 
 
 def _output_shape(output: Any) -> tuple[int, ...] | None:
@@ -75,7 +92,8 @@ class _Hooks:
         if depth == 0:
             with self.session.failures.guard("forward hook"):
                 if module.training and torch.is_grad_enabled():
-                    self.session.on_forward(module, batch_size_of(args), top_level=True)
+                    first = first_input(args)
+                    self.session.on_forward(module, _batch(first), top_level=True, tokens=tokens_of(first))
                 elif not torch.compiler.is_compiling():  # an evaluation before the root is known:
                     self.session.on_discovery_eval(module)  # judged at the first step
 
@@ -97,7 +115,8 @@ class _Hooks:
     def root_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if module.training and torch.is_grad_enabled():
             with self.session.failures.guard("forward hook"):
-                self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
+                first = first_input(args, kwargs)
+                self.session.on_forward(module, _batch(first), top_level=False, tokens=tokens_of(first))
         # Evaluation (eval mode, or no grad): its losses are recorded until training resumes. Not while
         # torch.compile traces a function calling the model: installing hooks there breaks its graph.
         elif not torch.compiler.is_compiling():
@@ -108,9 +127,13 @@ class _Hooks:
         # A train-mode forward with grad is training only if a backward reaches its output.
         # Not while torch.compile traces a function that calls the model: a tensor hook there
         # could break its graph (is_compiling() is a constant to dynamo).
-        if module.training and torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            with self.session.failures.guard("forward hook"):
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return
+        with self.session.failures.guard("forward hook"):
+            if module.training:
                 self.session.on_training_output(output)
+            else:  # eval mode with gradients: did it build a graph that no backward uses?
+                self.session.on_eval_output(output)
 
     # -- every iteration --------------------------------------------------------------------
 

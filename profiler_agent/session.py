@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from . import graph
+from .accumulation import loss_divisor, step_loss
 from .contention import JobCpu, StepCpu, job_root_pid
 from .environment import describe_torch, read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
@@ -81,12 +82,16 @@ class Session:
         self.evaluation = EvalLosses(self.failures)
         self.evaluation_steps = EvaluationSteps()
         self._discovery_eval: set[int] = set()  # iteration 0: top-level modules called for evaluation
+        self._discovery_eval_grad: set[int] = set()  # ... of them, in eval mode with grad mode on
         self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
         self._step_cpu = StepCpu()
         self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
+        self._loss_divisors: list[float | None] = []  # per loss: the constant it was divided by
         self._samples = 0
+        self._tokens = 0  # B x T of the root's integer (B, T) training inputs
+        self._early_tokens: dict[int, int] = {}  # iteration 0: per top-level module, until the root is known
         self._grad_norm: torch.Tensor | None = None
         self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
         self._pending_config: dict[str, Any] = {}
@@ -105,15 +110,19 @@ class Session:
 
     # -- events from hooks -------------------------------------------------------------------
 
-    def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool) -> None:
-        """A training forward of ``module`` with ``batch`` samples (top-level call or the root)."""
+    def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool, tokens: int = 0) -> None:
+        """A training forward of ``module`` with ``batch`` samples and ``tokens`` token ids (B x T of an
+        integer input; 0 for other inputs), a top-level call or the root."""
         if not self._trained_this_iteration:
             self._first_training_forward()
         if self.root is None and top_level:
             ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
             self.top_level[id(module)] = (ref, seen + (batch or 0))
+            if tokens:
+                self._early_tokens[id(module)] = self._early_tokens.get(id(module), 0) + tokens
         elif module is self.root and batch:
             self._samples += batch
+            self._tokens += tokens
 
     def on_eval_forward(self, *, train_mode: bool = False) -> None:
         """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
@@ -125,6 +134,8 @@ class Session:
         """Iteration 0 (root not known yet): a top-level module was called for evaluation."""
         if not (self.disabled or self.closed):
             self._discovery_eval.add(id(module))
+            if torch.is_grad_enabled():
+                self._discovery_eval_grad.add(id(module))
             self.evaluation.begin(self.step, train_mode=module.training)
 
     def on_training_output(self, output: Any) -> None:
@@ -132,14 +143,20 @@ class Session:
         if not (self.disabled or self.closed):
             self.evaluation_steps.watch(output)
 
+    def on_eval_output(self, output: Any) -> None:
+        """An eval-mode forward of the root with grad mode on returned ``output``: a graph no backward uses?"""
+        if not (self.disabled or self.closed):
+            self.evaluation_steps.watch_evaluation(output)
+
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
+        kept = loss
         if self.unscaled:  # AMP: report the loss, not loss * scale
             original = self.unscaled.pop(id(loss), None)
             self.unscaled.clear()
-            self._losses.append((original if original is not None else loss).detach())
-        else:
-            self._losses.append(loss.detach())
+            kept = original if original is not None else loss
+        self._losses.append(kept.detach())
+        self._loss_divisors.append(loss_divisor(kept))  # gradient accumulation: loss / n (accumulation.py)
         if not self._graph_drawn and self.options.graph and self.rank == 0:
             self._graph_drawn = True
             with self.failures.guard("backward graph"):
@@ -189,8 +206,8 @@ class Session:
             self._trained_this_iteration = False
             if self._losses:
                 losses, self._losses = self._losses, []
-                record["loss"] = losses[0] if len(losses) == 1 else torch.stack(
-                    [x.float() for x in losses]).mean()
+                divisors, self._loss_divisors = self._loss_divisors, []
+                record["loss"] = step_loss(losses, divisors)
                 if len(losses) > 1:
                     record["backward_calls"] = len(losses)
             lrs, self._step_lrs = self._step_lrs, None
@@ -198,12 +215,15 @@ class Session:
             if self._samples:
                 record["samples"] = self._samples
                 self._samples = 0
+            if self._tokens:
+                record["tokens"], self._tokens = self._tokens, 0
             if self._grad_norm is not None:
                 record["grad_norm"], self._grad_norm = self._grad_norm, None
             if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
                 record["profiled"] = True
             if self.evaluation_steps.held():
                 record["evaluation"] = True
+                record["eval_grad_enabled"] = self.evaluation_steps.grad_enabled
             if extra:
                 record.update(extra)
             self.metrics.append(record)
@@ -286,6 +306,7 @@ class Session:
         record: dict[str, Any] = {}
         if last and self.evaluation_steps.held():
             record["evaluation"] = True
+            record["eval_grad_enabled"] = self.evaluation_steps.grad_enabled
         record.update(values)
         if record:
             self.metrics.append({"step": self.step if step is None else step, **record})
@@ -364,18 +385,21 @@ class Session:
             if self.root is not None:
                 _, samples = self.top_level.get(id(self.root), (None, 0))
                 self._samples = samples
+                self._tokens = self._early_tokens.get(id(self.root), 0)
                 if self.rank == 0:  # every rank holds the same model
                     graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
         self.top_level.clear()
+        self._early_tokens.clear()
         early, self._early_values = self._early_values, {}
         if self.root is not None and id(self.root) in self._discovery_eval:
             # the model was evaluated before (or within) its first training step
-            self.evaluation_steps.saw_evaluation()
+            self.evaluation_steps.saw_evaluation(with_grad=id(self.root) in self._discovery_eval_grad)
             if early and not self._user_val_loss:
                 self.metrics.append({"step": 0, **early})
         elif self.evaluation.active:  # another module (a frozen teacher) ran in eval mode: not ours
             self.evaluation.end()
         self._discovery_eval.clear()
+        self._discovery_eval_grad.clear()
         if self.on_root_found is not None:
             with self.failures.guard("model hooks"):
                 self.on_root_found(self.root)
