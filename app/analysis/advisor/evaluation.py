@@ -6,6 +6,12 @@ grad mode on (``Dispatcher::runRecordFunction``); the backward node the op creat
 number. A forward op that creates nodes (its name pairs with backward nodes elsewhere in the trace)
 but whose number no backward node ever carries built a graph that was thrown away: evaluation
 or inference run with gradients enabled. Under ``no_grad``/``inference_mode`` no number is recorded.
+
+Without that evidence (no trace, or windows that hold no evaluation) the rule reads the agent's own
+signal: ``eval_grad_enabled`` on each evaluation step's metrics line (docs/run-format.md), written
+at every evaluation whether profiled or not: true when the evaluation's forwards ran with grad mode
+on and built a graph no backward used. Traces decide for the steps they cover; the signal speaks
+for the evaluations outside them.
 """
 from __future__ import annotations
 
@@ -13,11 +19,13 @@ import numpy as np
 import pandas as pd
 
 from .common import DOCS, evaluation_step_numbers, events_of, fmt_pct
-from .model import Finding, MissingEvidence, RunEvidence, Severity
+from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import rule
 from .signals import in_spans
 
-__all__ = ["eval_without_no_grad", "unused_graph_ops"]
+__all__ = ["eval_without_no_grad", "unused_graph_ops", "EVAL_GRAD_KEY"]
+
+EVAL_GRAD_KEY = "eval_grad_enabled"  # the agent's per-evaluation signal in metrics.jsonl
 
 # Ops that take a module's parameters: with grad mode on they always create a backward node
 # (ops on plain data, e.g. `x.to(device)` or metric arithmetic, create none and prove nothing).
@@ -155,7 +163,104 @@ def _nothing_seen(evals: list[int], profiled_evals: list[int]) -> str:
 
 @rule("eval_without_no_grad", family="evaluation", title="Forward passes build graphs no backward uses")
 def eval_without_no_grad(ev: RunEvidence) -> list[Finding]:
-    """Fires when ≥ UNUSED_OPS_MIN graph-building forward ops never reach a backward pass."""
+    """Fires when ≥ UNUSED_OPS_MIN graph-building forward ops never reach a backward pass, or, for the
+    evaluations the traces do not cover, when the agent marked one ``eval_grad_enabled``.
+
+    Raises MissingEvidence when neither the traces nor the agent's signal can judge the run.
+    """
+    signal = _agent_signal(ev)
+    profiled = _profiled_steps(ev)
+    try:
+        findings = _from_traces(ev)
+    except MissingEvidence as e:
+        if signal is None:
+            raise
+        judged_by_trace: set[int] = set()
+        why = f"the traces cannot tell ({e})" if any(s in profiled for s in signal["with_grad"]) else ""
+    else:
+        if findings or signal is None:
+            return findings
+        judged_by_trace, why = profiled, ""
+    with_grad = [s for s in signal["with_grad"] if s not in judged_by_trace]
+    if not with_grad:
+        return []
+    if not why:
+        why = ("none of them inside a profiler window, so the trace cannot show their cost" if ev.traces
+               else "the run has no profiler trace")
+    return [_from_agent(ev, with_grad, signal, profiled, why)]
+
+
+def _agent_signal(ev: RunEvidence) -> dict[str, list[int]] | None:
+    """The evaluation steps the agent judged (``eval_grad_enabled`` present), split by its value;
+    None when the run has no such key (no evaluation, a bare trace, or an older agent)."""
+    m = ev.metrics
+    if not ev.has_run or m is None or len(m) == 0 or EVAL_GRAD_KEY not in m.columns or "step" not in m.columns:
+        return None
+    flag = pd.to_numeric(m[EVAL_GRAD_KEY], errors="coerce")
+    step = pd.to_numeric(m["step"], errors="coerce")
+    judged = flag.notna() & step.notna()
+    if not judged.any():
+        return None
+    on = sorted({int(s) for s in step[judged & (flag == 1)]})
+    off = sorted({int(s) for s in step[judged & (flag == 0)]} - set(on))
+    return {"with_grad": on, "without_grad": off}
+
+
+def _profiled_steps(ev: RunEvidence) -> set[int]:
+    if "step" not in ev.steps.columns:
+        return set()
+    return set(pd.to_numeric(ev.steps["step"], errors="coerce").dropna().astype(int))
+
+
+def _evaluation_excess_share(ev: RunEvidence, steps: list[int]) -> float:
+    """Time of ``steps`` beyond a median training step, as a share of all steps' time (0 when unknown)."""
+    m = ev.metrics
+    if m is None or "step_time_s" not in m.columns:
+        return 0.0
+    rows = m[pd.to_numeric(m["step_time_s"], errors="coerce").notna()]
+    if "rank" in rows.columns and rows["rank"].notna().any():
+        rows = rows[rows["rank"] == rows["rank"].min()]
+    t = pd.to_numeric(rows["step_time_s"], errors="coerce").to_numpy(float)
+    numbers = pd.to_numeric(rows["step"], errors="coerce").to_numpy(float)
+    evals = np.isin(numbers, list(evaluation_step_numbers(ev)))
+    total = float(t.sum())
+    if total <= 0 or evals.all():
+        return 0.0
+    typical = float(np.median(t[~evals]))
+    excess = float(np.clip(t[np.isin(numbers, steps)] - typical, 0, None).sum())
+    return excess / total
+
+
+def _from_agent(ev: RunEvidence, with_grad: list[int], signal: dict[str, list[int]], profiled: set[int],
+                where: str) -> Finding:
+    """The finding from the agent's signal: evaluations with grad mode on that no trace covers."""
+    judged = len(signal["with_grad"]) + len(signal["without_grad"])
+    listed = ", ".join(str(s) for s in with_grad[:5]) + ("…" if len(with_grad) > 5 else "")
+    share = _evaluation_excess_share(ev, with_grad)
+    n = len(with_grad)
+    return Finding(
+        rule="eval_without_no_grad", family="evaluation", severity=Severity.MEDIUM,
+        title=f"{n} evaluation{'s' if n != 1 else ''} ran with gradients enabled (eval without no_grad?)",
+        explanation=(
+            f"The agent saw the model evaluated with grad mode on at step{'s' if n != 1 else ''} {listed} "
+            f"({n} of the {judged} evaluations it judged): its forward passes built autograd graphs that "
+            f"no backward used; {where}. Those steps took {fmt_pct(share)} of the run's step time beyond "
+            f"a typical training step. The graph keeps every activation alive until the output is dropped."
+        ),
+        evidence={"evaluations_with_grad": n, "evaluations_judged": judged,
+                  "evaluation_steps_profiled": len(set(signal["with_grad"]) & profiled),
+                  "evaluation_excess_share": share},
+        fix_summary="Wrap evaluation/inference in torch.inference_mode() (or torch.no_grad()).",
+        fix=_FIX,
+        expected_gain="less memory during evaluation (no saved activations) and a faster evaluation loop",
+        gain_share=max(EVAL_PRIORITY_FLOOR, share * AUTOGRAD_OVERHEAD), doc_url=DOCS["no_grad"],
+        chart="Steps › evaluation steps", step=with_grad[0],
+        weight=Weight(steps=n, basis="evaluations"),
+    )
+
+
+def _from_traces(ev: RunEvidence) -> list[Finding]:
+    """The trace evidence: findings, [] for a clean bill, MissingEvidence when the traces cannot tell."""
     if not ev.traces:
         raise MissingEvidence("needs a profiler trace")
     total_unused, unused_us, total_us, seen_seq, opaque, no_grad_ops = 0, 0.0, 0.0, False, False, 0
