@@ -110,7 +110,8 @@ class Session:
 
     # -- events from hooks -------------------------------------------------------------------
 
-    def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool, tokens: int = 0) -> None:
+    def on_forward(self, module: torch.nn.Module, batch: int | None, top_level: bool,
+                   tokens: int = 0) -> None:
         """A training forward of ``module`` with ``batch`` samples and ``tokens`` token ids (B x T of an
         integer input; 0 for other inputs), a top-level call or the root."""
         if not self._trained_this_iteration:
@@ -144,7 +145,7 @@ class Session:
             self.evaluation_steps.watch(output)
 
     def on_eval_output(self, output: Any) -> None:
-        """An eval-mode forward of the root with grad mode on returned ``output``: a graph no backward uses?"""
+        """An eval-mode forward of the root with grad mode on returned ``output``: unused graph?"""
         if not (self.disabled or self.closed):
             self.evaluation_steps.watch_evaluation(output)
 

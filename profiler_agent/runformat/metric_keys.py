@@ -18,7 +18,8 @@ TB_PREFIX = "tb/"
 AGENT_KEYS = frozenset({
     "step", "time", "rank", TB_STEP_KEY,
     "step_time_s", "data_time_s", "cpu_time_s", "contention", "steal",
-    "loss", "backward_calls", "lr", "samples", "tokens", "grad_norm", "profiled", "evaluation", "val_loss",
+    "loss", "backward_calls", "lr", "samples", "tokens", "grad_norm", "profiled", "evaluation",
+    "eval_grad_enabled", "val_loss",
 })
 # Numbered siblings the agent writes: lr_1 (second param group), val_loss_1 (second loss module).
 _NUMBERED = re.compile(r"^(?:lr|val_loss)_\d+$")

@@ -1,4 +1,4 @@
-"""A nanoGPT-style training script with gradient accumulation, for the agent's tests; knows nothing of Torchscope.
+"""A nanoGPT-style script with gradient accumulation, for the agent's tests; knows nothing of Torchscope.
 
 As nanoGPT's ``train.py``: a tiny GPT (token + position embeddings, one causal self-attention
 block, tied head) whose ``forward(idx, targets)`` returns ``(logits, loss)`` with

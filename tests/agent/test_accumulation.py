@@ -31,7 +31,8 @@ WINDOW = ["--wait", "1", "--warmup", "1", "--active", "2", "--repeat", "1"]
 def _job(root: Path, eval_grad: str, block: int) -> tuple[list[dict[str, object]], str, Path]:
     proc = torchscope("run", "--root", str(root), "--no-graph", "--system-interval", "0.5", *WINDOW, "--",
                       sys.executable, str(ACCUM_JOB), "--iters", str(ITERS), "--accum", str(ACCUM),
-                      "--batch", str(BATCH), "--block", str(block), "--eval-every", "6", "--eval-grad", eval_grad)
+                      "--batch", str(BATCH), "--block", str(block), "--eval-every", "6",
+                      "--eval-grad", eval_grad)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done" in proc.stdout
     run_dir = only_run(root)

@@ -194,7 +194,7 @@ def _agent_signal(ev: RunEvidence) -> dict[str, list[int]] | None:
     """The evaluation steps the agent judged (``eval_grad_enabled`` present), split by its value;
     None when the run has no such key (no evaluation, a bare trace, or an older agent)."""
     m = ev.metrics
-    if not ev.has_run or m is None or len(m) == 0 or EVAL_GRAD_KEY not in m.columns or "step" not in m.columns:
+    if not ev.has_run or m is None or len(m) == 0 or not {EVAL_GRAD_KEY, "step"} <= set(m.columns):
         return None
     flag = pd.to_numeric(m[EVAL_GRAD_KEY], errors="coerce")
     step = pd.to_numeric(m["step"], errors="coerce")
