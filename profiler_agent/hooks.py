@@ -32,6 +32,9 @@ from .session import Session
 __all__ = ["install_hooks", "batch_size_of", "first_input", "tokens_of"]
 
 
+_TOKEN_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
 def first_input(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> torch.Tensor | None:
     """The tensor a forward's batch size is read from: the first tensor argument (positional first;
     the first of a list/tuple, the first with a dimension in a dict), or None."""
@@ -54,9 +57,10 @@ def batch_size_of(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -
 
 def tokens_of(t: torch.Tensor | None) -> int:
     """B × T of an integer (token id) input of shape (B, T), else 0. Shape and dtype only: no value read."""
-    if t is None or t.dim() != 2 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+    if t is None or t.dtype not in _TOKEN_DTYPES or t.dim() != 2:
         return 0
-    return int(t.shape[0]) * int(t.shape[1])
+    b, n = t.shape
+    return b * n
 
 
 def _batch(t: torch.Tensor | None) -> int | None:
