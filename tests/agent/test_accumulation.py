@@ -135,9 +135,12 @@ def _record(tmp_path: Path, loop: object) -> list[dict[str, object]]:
 @pytest.mark.parametrize(("style", "expected"), [("eval_mode", False), ("nograd_train", False),
                                                  ("grad_train", True)])
 def test_eval_grad_enabled_in_other_evaluation_styles(tmp_path: Path, style: str, expected: bool) -> None:
-    rows = _record(tmp_path, lambda: eval_job.main(["--iters", "9", "--eval-every", "4", "--eval", style]))
+    rows = _record(tmp_path, lambda: eval_job.main(["--iters", "9", "--eval-every", "4", "--eval", style,
+                                                    "--final-eval"]))
     flagged = {r["step"]: r["eval_grad_enabled"] for r in _steps(rows) if r.get("evaluation")}
     assert flagged == dict.fromkeys([0, 4, 8] if style != "grad_train" else [4, 8], expected)
+    last = rows[-1]  # the evaluation after the last optimizer step has a line of its own
+    assert "step_time_s" not in last and last["evaluation"] is True and last["eval_grad_enabled"] is expected
 
 
 def test_training_in_eval_mode_is_not_evaluation_with_grad(tmp_path: Path) -> None:
@@ -156,3 +159,33 @@ def test_training_in_eval_mode_is_not_evaluation_with_grad(tmp_path: Path) -> No
     steps = _steps(_record(tmp_path, loop))
     assert len(steps) == 6
     assert not any(r.get("eval_grad_enabled") for r in steps)
+
+
+def test_the_new_hook_paths_read_no_device_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tensor value is read for tokens or the evaluation signal; a division's constant is read on
+    the host (one ``__float__`` of the 0-dim CPU scalar torch wrapped the Python number in)."""
+    from profiler_agent.evaluation_steps import EvaluationSteps
+
+    reads: list[tuple[str, str]] = []
+    for name in ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self: torch.Tensor, *a: object, _name: str = name, _orig: object = original,
+                     **k: object) -> object:
+            reads.append((_name, self.device.type))
+            return _orig(self, *a, **k)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    model, steps = nn.Linear(4, 3), EvaluationSteps()
+    assert tokens_of(torch.zeros(2, 5, dtype=torch.long)) == 10
+    model.eval()
+    steps.saw_evaluation()
+    steps.watch_evaluation(model(torch.randn(2, 4)))
+    held, with_grad = steps.held(), steps.grad_enabled
+    loss = model(torch.randn(2, 4)).sum()
+    plain = loss_divisor(loss)
+    assert reads == []
+    divided = loss_divisor(loss / 4)
+    monkeypatch.undo()
+    assert held and with_grad and plain is None and divided == 4
+    assert reads == [("__float__", "cpu")]
