@@ -189,3 +189,27 @@ def test_the_new_hook_paths_read_no_device_value(monkeypatch: pytest.MonkeyPatch
     monkeypatch.undo()
     assert held and with_grad and plain is None and divided == 4
     assert reads == [("__float__", "cpu")]
+
+
+def test_accumulation_through_a_grad_scaler_records_the_undivided_loss(tmp_path: Path) -> None:
+    """nanoGPT's ``scaler.scale(loss).backward()`` with ``loss = loss / accum``: neither scaled nor divided."""
+    printed: list[float] = []
+
+    def loop() -> None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        for _ in range(4):
+            micro = []
+            for _ in range(2):
+                loss = model(torch.randn(8, 4)).pow(2).mean()
+                micro.append(loss.item())
+                scaler.scale(loss / 2).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            printed.append(sum(micro) / 2)
+
+    steps = _steps(_record(tmp_path, loop))
+    assert [r["loss"] for r in steps] == pytest.approx(printed, rel=1e-6)
