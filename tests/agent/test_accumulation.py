@@ -192,7 +192,7 @@ def test_the_new_hook_paths_read_no_device_value(monkeypatch: pytest.MonkeyPatch
 
 
 def test_accumulation_through_a_grad_scaler_records_the_undivided_loss(tmp_path: Path) -> None:
-    """nanoGPT's ``scaler.scale(loss).backward()`` with ``loss = loss / accum``: neither scaled nor divided."""
+    """nanoGPT's ``scaler.scale(loss).backward()`` with ``loss = loss / accum``: unscaled, undivided."""
     printed: list[float] = []
 
     def loop() -> None:
