@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .anomaly import SlowSteps
+from .anomaly import CONFIRM_STEPS, SlowSteps
 from .failures import FailureLog
 from .module_scopes import ModuleScopes
 from .oom import OomSnapshots
@@ -188,7 +188,8 @@ class ProfilerWindows:
         elif slow is not None:
             self._anomaly_left -= 1
             median_s = record["step_time_s"] / slow if record else 0.0  # type: ignore[index]
-            detail = f"step {step} took {slow:.1f}x the running median of training steps ({median_s * 1e3:.3g} ms)"
+            detail = (f"{CONFIRM_STEPS} training steps in a row over {self._options.anomaly_factor:g}x the "
+                      f"running median ({median_s * 1e3:.3g} ms); step {step} took {slow:.1f}x")
             sched = self._options.schedule
             self._start(upcoming, ProfileSchedule(wait=0, warmup=min(sched.warmup, 1), active=sched.active),
                         _Window(WindowReason.ANOMALY, detail))

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from profiler_agent.activation import start_session, stop_session
-from profiler_agent.anomaly import MIN_HISTORY_STEPS, SlowSteps
+from profiler_agent.anomaly import CONFIRM_STEPS, MIN_HISTORY_STEPS, SlowSteps
 from profiler_agent.failures import FailureLog
 from profiler_agent.oom import OUT_OF_MEMORY_KEY, OomSnapshots
 from profiler_agent.options import AgentOptions, ProfileSchedule, add_agent_arguments, options_from_args
@@ -57,7 +57,7 @@ def test_an_anomaly_window_covers_slow_steps_and_shows_the_slowdown(slowdown_run
     anomaly = [w for w in windows if w["reason"] == "anomaly" and min(w["steps"]) >= 30]
     assert len(early) == 1 and early[0]["steps"] == [17, 18, 19], windows  # wait 14, warmup 2
     assert anomaly, windows
-    assert "x the running median" in anomaly[0]["detail"]
+    assert "training steps in a row over 2x the running median" in anomaly[0]["detail"]
     assert sum(w["reason"] == "anomaly" for w in windows) <= 2  # --max-anomaly-windows default
     # The trace's own step durations show the slowdown (the job does 3x the work per step).
     fast = _profiler_step_us(run_dir, early[0]["trace"])
@@ -150,24 +150,31 @@ def _judge(detector: SlowSteps, times: list[float], **flags: bool) -> list[int]:
                                 profiled=flags.get("profiled", False)) is not None]
 
 
-def test_a_lasting_slowdown_triggers_once_and_separate_spikes_each() -> None:
+def test_a_lasting_slowdown_triggers_once_and_each_slow_spell_once() -> None:
     lasting = [1.0] * 10 + [3.0] * 40
-    assert _judge(SlowSteps(2.0), lasting) == [11]
-    spikes = [1.0] * 10 + [2.5] + [1.0] * 5 + [5.0, 5.0] + [1.0] * 5
-    assert _judge(SlowSteps(2.0), spikes) == [11, 17]
-    assert _judge(SlowSteps(3.0), spikes) == [17]  # 2.5x is below a factor of 3
-    assert _judge(SlowSteps(0), spikes) == []  # 0: off
+    assert _judge(SlowSteps(2.0), lasting) == [10 + CONFIRM_STEPS]
+    spells = [1.0] * 10 + [2.5] * 2 + [1.0] * 5 + [5.0] * 3 + [1.0] * 5
+    assert _judge(SlowSteps(2.0), spells) == [12, 19]
+    assert _judge(SlowSteps(3.0), spells) == [19]  # 2.5x is below a factor of 3
+    assert _judge(SlowSteps(0), spells) == []  # 0: off
+
+
+def test_a_lone_spike_does_not_trigger() -> None:
+    assert _judge(SlowSteps(2.0), [1.0] * 10 + [9.0] + [1.0] * 5 + [9.0] + [1.0]) == []
 
 
 def test_too_little_history_evaluation_and_profiled_steps_never_trigger() -> None:
-    assert _judge(SlowSteps(2.0), [1.0] * (MIN_HISTORY_STEPS - 1) + [9.0]) == []
+    assert _judge(SlowSteps(2.0), [1.0] * (MIN_HISTORY_STEPS - 1) + [9.0] * CONFIRM_STEPS) == []
     d = SlowSteps(2.0)
     _judge(d, [1.0] * 10)
-    assert d.observe(11, 9.0, evaluation=True, profiled=False) is None
-    assert d.observe(12, 9.0, evaluation=False, profiled=True) is None
+    for step in (11, 12):
+        assert d.observe(step, 9.0, evaluation=True, profiled=False) is None
+    for step in (13, 14):
+        assert d.observe(step, 9.0, evaluation=False, profiled=True) is None
     assert d.observe(0, 9.0, evaluation=False, profiled=False) is None  # step 0: one-off costs
-    ratio = d.observe(13, 9.0, evaluation=False, profiled=False)
-    assert ratio == pytest.approx(9.0)  # the skipped steps did not enter the median
+    assert d.observe(15, 9.0, evaluation=False, profiled=False) is None  # the first slow step of a spell
+    ratio = d.observe(16, 9.0, evaluation=False, profiled=False)
+    assert ratio == pytest.approx(9.0)  # the skipped steps did not enter the median (nor did 15 move it)
 
 
 def test_anomaly_options_are_validated_and_reach_the_options() -> None:
