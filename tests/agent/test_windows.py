@@ -63,8 +63,9 @@ def test_an_anomaly_window_covers_slow_steps_and_shows_the_slowdown(slowdown_run
     fast = _profiler_step_us(run_dir, early[0]["trace"])
     slow = _profiler_step_us(run_dir, anomaly[0]["trace"])
     assert set(fast) == set(early[0]["steps"]) and set(slow) == set(anomaly[0]["steps"])
+    # About 3x on a quiet machine; the bounds leave room for the noise of a shared one.
     ratio = statistics.median(slow.values()) / statistics.median(fast.values())
-    assert 2.0 < ratio < 4.5, (fast, slow)
+    assert 1.8 < ratio < 6, (fast, slow)
     lines = {r["step"]: r for r in read_jsonl(run_dir / layout.METRICS).records if "step_time_s" in r}
     assert all(lines[s].get("profiled") for w in windows for s in w["steps"])
 
