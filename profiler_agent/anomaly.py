@@ -30,7 +30,8 @@ class SlowSteps:
         self._armed = True  # False during a slow spell that already triggered
         self._slow_in_row = 0
 
-    def observe(self, step: int, step_time_s: float | None, *, evaluation: bool, profiled: bool) -> float | None:
+    def observe(self, step: int, step_time_s: float | None, *, evaluation: bool,
+                profiled: bool) -> float | None:
         """Add one step; return its ratio to the running median when it confirms a slow spell, else None."""
         if step < 1 or step_time_s is None or evaluation or profiled or self.factor <= 0:
             return None

@@ -114,6 +114,7 @@ class OomSnapshots:
                  "detail": detail}
 
         def change(m: Any) -> Any:
-            return m.replace(extra={**m.extra, OUT_OF_MEMORY_KEY: [*m.extra.get(OUT_OF_MEMORY_KEY, []), entry]})
+            entries = [*m.extra.get(OUT_OF_MEMORY_KEY, []), entry]
+            return m.replace(extra={**m.extra, OUT_OF_MEMORY_KEY: entries})
 
         update_manifest(self._run_dir, change)

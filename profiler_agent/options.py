@@ -159,7 +159,8 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         raise ValueError(f"--max-steps {max_steps}: need 1 or more optimizer steps")
     factor = getattr(args, "anomaly_factor", AgentOptions.anomaly_factor)
     if not (factor == 0 or factor > 1):
-        raise ValueError(f"--anomaly-factor {factor:g}: need a factor > 1, or 0 for no anomaly-triggered windows")
+        raise ValueError(f"--anomaly-factor {factor:g}: need a factor > 1, or 0 for no "
+                         "anomaly-triggered windows")
     max_anomaly = getattr(args, "max_anomaly_windows", AgentOptions.max_anomaly_windows)
     if max_anomaly < 0:
         raise ValueError(f"--max-anomaly-windows {max_anomaly}: need 0 or more windows")

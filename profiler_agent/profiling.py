@@ -168,7 +168,8 @@ class ProfilerWindows:
             self.oom.attach()
         slow = None
         if record is not None and self._anomaly_left:
-            slow = self._slow.observe(step, record.get("step_time_s"), evaluation=bool(record.get("evaluation")),
+            slow = self._slow.observe(step, record.get("step_time_s"),
+                                      evaluation=bool(record.get("evaluation")),
                                       profiled=bool(record.get("profiled")))
         if self._prof is not None:
             if self._window is not None and self._prof.current_action in _RECORDING:

@@ -106,7 +106,7 @@ def snapshot_file_name(worker: str, time_ns: int) -> str:
 
 
 def oom_snapshot_file_name(worker: str, time_ns: int) -> str:
-    """Return the file name of the CUDA allocator snapshot dumped at an out-of-memory error, under ``memory/``."""
+    """Return the file name of the CUDA allocator snapshot dumped at an out-of-memory error (``memory/``)."""
     return f"{worker}.{time_ns}.oom.snapshot.pickle"
 
 
