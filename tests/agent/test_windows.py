@@ -94,8 +94,8 @@ def test_the_first_evaluation_outside_windows_gets_a_window(slowdown_run: tuple[
 
 def _options(active: int, **kwargs: Any) -> AgentOptions:
     """Window at iterations 2 (warm-up) and 3.. (recorded); no graph, no anomaly windows."""
-    return AgentOptions(schedule=ProfileSchedule(wait=1, warmup=1, active=active), graph=False,
-                        **{"anomaly_factor": 0, **kwargs})
+    settings = {"schedule": ProfileSchedule(wait=1, warmup=1, active=active), "anomaly_factor": 0, **kwargs}
+    return AgentOptions(graph=False, **settings)
 
 
 def _loop(tmp_path: Path, options: AgentOptions, eval_before: set[int], iters: int = 9) -> Path:
@@ -150,6 +150,29 @@ def test_no_evaluation_window_when_switched_off_or_not_profiling(tmp_path: Path)
     none = AgentOptions(profile=False, graph=False)
     run_dir = _loop(tmp_path / "b", none, eval_before={6})
     assert _windows(run_dir) == [] and layout.list_trace_files(run_dir) == []
+
+
+def test_anomaly_windows_stop_at_their_budget(tmp_path: Path) -> None:
+    import time
+    # Two slow spells (sleeps of 8 ms against 1 ms steps); the budget allows one window.
+    slow = set(range(12, 16)) | set(range(24, 28))
+    run_dir, _ = create_run(tmp_path, "budget")
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    session = start_session(run_dir, _options(active=1, max_anomaly_windows=1, anomaly_factor=2.0,
+                                              schedule=ProfileSchedule(wait=100)))
+    try:
+        for it in range(32):
+            time.sleep(0.008 if it in slow else 0.001)
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    finally:
+        stop_session(session)
+    windows = _windows(run_dir)
+    # slow 12 and 13 confirm the spell: warm-up 14, then --active (3) recorded steps
+    assert [(w["reason"], w["steps"]) for w in windows] == [("anomaly", [15, 16, 17])]
 
 
 # -- the slow-step detector ----------------------------------------------------------------------------
