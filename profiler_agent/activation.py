@@ -93,6 +93,8 @@ def _install_process_handlers() -> None:
     def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         session = get_session()
         if session is not None and not session.disabled:
+            with contextlib.suppress(Exception):  # an out-of-memory error dumps an allocator snapshot
+                session.windows.on_exception(exc)
             if not isinstance(exc, KeyboardInterrupt):
                 with contextlib.suppress(Exception):
                     write_traceback(session.run_dir, exc, rank=session.rank)

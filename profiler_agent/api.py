@@ -35,6 +35,8 @@ class Run:
         tags: labels shown by the app and ``torchscope ls``.
         schedule: when torch.profiler records (``ProfileSchedule``); ``profile=False`` disables it.
         module_scopes: an ``nn.Module: <name>`` range around each module call in traces (default on).
+        evaluation_window, anomaly_factor, max_anomaly_windows: the windows besides the schedule
+            (``--no-evaluation-window``, ``--anomaly-factor``, ``--max-anomaly-windows``).
     """
 
     def __init__(
@@ -51,6 +53,9 @@ class Run:
         graph: bool = True,
         memory_timeline: bool = False,
         module_scopes: bool = True,
+        evaluation_window: bool = True,
+        anomaly_factor: float = 2.0,
+        max_anomaly_windows: int = 2,
     ) -> None:
         self._session: Session | None = None
         self._heartbeat: Heartbeat | None = None
@@ -58,7 +63,8 @@ class Run:
         self.disabled = False
         options = AgentOptions(profile=profile, schedule=schedule or ProfileSchedule(),
                                grad_norm=grad_norm, graph=graph, memory_timeline=memory_timeline,
-                               module_scopes=module_scopes)
+                               module_scopes=module_scopes, evaluation_window=evaluation_window,
+                               anomaly_factor=anomaly_factor, max_anomaly_windows=max_anomaly_windows)
         try:
             self._session = self._attach_or_create(name, root, options, tags, notes)
         except Exception as e:  # noqa: BLE001 - an unrecordable run must not stop the training script
@@ -139,6 +145,7 @@ class Run:
         # sys.exit(0) (or --max-steps ending the job from Run.step()) is a clean end, not a failure.
         clean = exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
         if not clean and session is not None and not isinstance(exc, KeyboardInterrupt):
+            session.windows.on_exception(exc)  # an out-of-memory error dumps an allocator snapshot
             try:
                 write_traceback(session.run_dir, exc, rank=session.rank)  # type: ignore[arg-type]
             except OSError:

@@ -93,10 +93,18 @@ class AgentOptions:
     module_scopes: bool = True  # an "nn.Module: <name>" trace range per module call inside windows
     system_interval_s: float = 1.0
     max_steps: int | None = None  # end the job cleanly after this many optimizer steps (--max-steps)
+    evaluation_window: bool = True  # profile the first evaluation that no window covers
+    anomaly_factor: float = 2.0  # profile the steps after one slower than this x the running median (0: off)
+    max_anomaly_windows: int = 2  # at most this many anomaly-triggered windows per process
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (isinstance(self.max_steps, bool) or self.max_steps < 1):
             raise ValueError(f"max_steps={self.max_steps!r}: need a whole number of steps >= 1")
+        if not (self.anomaly_factor == 0 or self.anomaly_factor > 1):
+            raise ValueError(f"anomaly_factor={self.anomaly_factor!r}: need a factor > 1, or 0 for no "
+                             "anomaly-triggered windows")
+        if isinstance(self.max_anomaly_windows, bool) or self.max_anomaly_windows < 0:
+            raise ValueError(f"max_anomaly_windows={self.max_anomaly_windows!r}: need a whole number >= 0")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -128,6 +136,14 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
                         "(turns on --with-stack there; the export takes tens of seconds)")
     g.add_argument("--no-module-scopes", action="store_true",
                    help="no 'nn.Module: <name>' range around each module call in traces")
+    o = AgentOptions()
+    g.add_argument("--anomaly-factor", type=float, default=o.anomaly_factor, metavar="K",
+                   help="profile the next steps when a training step takes more than K x the running "
+                        f"median ({o.anomaly_factor:g}; 0 = never)")
+    g.add_argument("--max-anomaly-windows", type=int, default=o.max_anomaly_windows, metavar="N",
+                   help=f"at most N anomaly-triggered windows per process ({o.max_anomaly_windows})")
+    g.add_argument("--no-evaluation-window", action="store_true",
+                   help="do not profile the first evaluation that the scheduled windows miss")
     g.add_argument(
         "--system-interval", type=float, default=1.0, metavar="S", help="seconds between system samples (1.0)"
     )
@@ -141,6 +157,13 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"--max-steps {max_steps}: need 1 or more optimizer steps")
+    factor = getattr(args, "anomaly_factor", AgentOptions.anomaly_factor)
+    if not (factor == 0 or factor > 1):
+        raise ValueError(f"--anomaly-factor {factor:g}: need a factor > 1, or 0 for no "
+                         "anomaly-triggered windows")
+    max_anomaly = getattr(args, "max_anomaly_windows", AgentOptions.max_anomaly_windows)
+    if max_anomaly < 0:
+        raise ValueError(f"--max-anomaly-windows {max_anomaly}: need 0 or more windows")
     return AgentOptions(
         profile=not args.no_profile,
         schedule=schedule,
@@ -151,6 +174,9 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         module_scopes=not getattr(args, "no_module_scopes", False),
         system_interval_s=args.system_interval,
         max_steps=max_steps,
+        evaluation_window=not getattr(args, "no_evaluation_window", False),
+        anomaly_factor=factor,
+        max_anomaly_windows=max_anomaly,
     )
 
 

@@ -9,41 +9,93 @@ memory/ at its end. With ``memory_timeline`` the first window also records Pytho
 optimizer state, ...) are written to memory/ next to the trace. With ``module_scopes`` (the
 default) every nn.Module call inside the window is a ``nn.Module: <label>`` range in the trace
 (``module_scopes.py``); its global hooks exist only while the window does.
+
+Each window has a reason (:class:`WindowReason`): the schedule's first window (``early``) and
+later ones (``scheduled``), the first evaluation phase that began outside any recording window
+(``evaluation``: the profiler starts at that forward, inside the iteration, and the trace ends
+with the iteration's optimizer step), a training step slower than ``anomaly_factor`` times the
+running median (``anomaly``, ``anomaly.py``: the next iterations are profiled), or
+``Run.profile_window`` (``requested``). When a window ends, its record (reason, the recorded
+steps, the trace) is appended to the manifest's ``profiler.windows``. The first CUDA
+out-of-memory error dumps an allocator snapshot (``oom.py``).
 """
 from __future__ import annotations
 
 import contextlib
+import enum
 import gzip
 import os
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from .anomaly import CONFIRM_STEPS, SlowSteps
 from .failures import FailureLog
 from .module_scopes import ModuleScopes
+from .oom import OomSnapshots
 from .options import AgentOptions, ProfileSchedule
-from .runformat import Artifact, ArtifactKind, add_artifact, layout
+from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
 
-__all__ = ["ProfilerWindows", "profiler_settings"]
+__all__ = ["ProfilerWindows", "WindowReason", "WINDOWS_KEY", "profiler_settings"]
+
+WINDOWS_KEY = "windows"  # run.json profiler.windows: one record per finished window
+
+
+class WindowReason(enum.StrEnum):
+    """Why a profiler window was opened (``profiler.windows[].reason`` in run.json)."""
+
+    EARLY = "early"  # the schedule's first window
+    SCHEDULED = "scheduled"  # the schedule's later windows (--repeat)
+    EVALUATION = "evaluation"  # the first evaluation that no recording window covered
+    ANOMALY = "anomaly"  # a training step slower than --anomaly-factor x the running median
+    REQUESTED = "requested"  # Run.profile_window()
+
+
+_RECORDING = (torch.profiler.ProfilerAction.RECORD, torch.profiler.ProfilerAction.RECORD_AND_SAVE)
+
+
+@dataclass
+class _Window:
+    """What the manifest will say of the window in progress."""
+
+    reason: WindowReason
+    detail: str = ""
+    steps: list[int] = field(default_factory=list)  # iterations the trace records (not warm-up)
+    evaluation: bool = False  # an evaluation phase began while it recorded
+    trace: str | None = None  # its trace, relative to the run folder
+
+    def to_json(self, rank: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"reason": str(self.reason), "steps": self.steps, "rank": rank}
+        if self.detail:
+            out["detail"] = self.detail
+        if self.evaluation:
+            out["evaluation"] = True
+        if self.trace is not None:
+            out["trace"] = self.trace
+        return out
 
 # Enough allocator events for a few steps of a large model without unbounded memory.
 _MEMORY_HISTORY_ENTRIES = 100_000
 
 
-def profiler_settings(options: AgentOptions) -> dict[str, int | bool]:
+def profiler_settings(options: AgentOptions, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The manifest's ``profiler`` field: the schedule as ``torch.profiler.schedule`` arguments, the switches.
 
     ``skip_first`` is 1: iteration 0 (one-off costs) is never profiled, the first cycle starts at
     iteration 1. ``with_stack`` is what the traces hold (``memory_timeline`` turns it on);
     ``module_scopes`` whether they hold ``nn.Module: <label>`` ranges.
-    Windows asked for through ``Run.profile_window`` are not part of it (their iterations are
-    marked ``profiled`` in metrics.jsonl like the scheduled ones).
+    ``evaluation_window``, ``anomaly_factor`` and ``max_anomaly_windows`` say which windows
+    besides the schedule may open; ``windows`` (kept from ``previous``, the field as it was)
+    lists those that did.
     """
     s = options.schedule
+    windows = list((previous or {}).get(WINDOWS_KEY, []))
     return {
         "wait": s.wait,
         "warmup": s.warmup,
@@ -54,6 +106,10 @@ def profiler_settings(options: AgentOptions) -> dict[str, int | bool]:
         "with_stack": bool(options.with_stack or options.memory_timeline),
         "memory_timeline": bool(options.memory_timeline),
         "module_scopes": bool(options.module_scopes),
+        "evaluation_window": bool(options.evaluation_window),
+        "anomaly_factor": float(options.anomaly_factor),
+        "max_anomaly_windows": int(options.max_anomaly_windows),
+        WINDOWS_KEY: windows,
     }
 
 
@@ -82,6 +138,12 @@ class ProfilerWindows:
         self._prof: torch.profiler.profile | None = None
         self._last_step = -1
         self._requests: list[ProfileSchedule] = []  # extra windows asked for through the API
+        self._window: _Window | None = None  # the reason and steps of the open window
+        self._scheduled_started = 0
+        self._evaluation_left = 1 if options.profile and options.evaluation_window else 0
+        self._anomaly_left = options.max_anomaly_windows if options.profile else 0
+        self._slow = SlowSteps(options.anomaly_factor)
+        self.oom = OomSnapshots(run_dir, failures, worker=worker, rank=rank, step=lambda: self._last_step + 1)
         self._cuda_history = False
         self._timeline_written = False  # see _timeline_wanted
         self._scopes = ModuleScopes(failures, module_root) if options.module_scopes else None
@@ -95,10 +157,23 @@ class ProfilerWindows:
         """Profile ``active`` iterations after ``warmup``, starting at the next iteration."""
         self._requests.append(ProfileSchedule(wait=0, warmup=warmup, active=active, repeat=1))
 
-    def on_step(self, step: int) -> None:
-        """Called when iteration ``step`` has ended (the next one, ``step + 1``, begins)."""
+    def on_step(self, step: int, record: Mapping[str, Any] | None = None) -> None:
+        """Called when iteration ``step`` has ended (the next one, ``step + 1``, begins).
+
+        ``record`` is the iteration's metrics line (``step_time_s``, ``evaluation``,
+        ``profiled``): a slow training step opens an anomaly-triggered window.
+        """
         self._last_step = step
+        if not self.oom.attached:
+            self.oom.attach()
+        slow = None
+        if record is not None and self._anomaly_left:
+            slow = self._slow.observe(step, record.get("step_time_s"),
+                                      evaluation=bool(record.get("evaluation")),
+                                      profiled=bool(record.get("profiled")))
         if self._prof is not None:
+            if self._window is not None and self._prof.current_action in _RECORDING:
+                self._window.steps.append(step)
             if self._prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE:
                 # This step() stops the profiler and writes the trace: close module ranges first.
                 self._stop_module_scopes()
@@ -106,16 +181,51 @@ class ProfilerWindows:
                 self._prof.step()
             if self._prof is not None and self._window_over():
                 self._finish()
-            return
+            if self._prof is not None:
+                return
         upcoming = step + 1
         if self._requests:
-            self._start(upcoming, self._requests.pop(0))
+            self._start(upcoming, self._requests.pop(0), _Window(WindowReason.REQUESTED))
+        elif slow is not None:
+            self._anomaly_left -= 1
+            median_s = record["step_time_s"] / slow if record else 0.0  # type: ignore[index]
+            detail = (f"{CONFIRM_STEPS} training steps in a row over {self._options.anomaly_factor:g}x the "
+                      f"running median ({median_s * 1e3:.3g} ms); step {step} took {slow:.1f}x")
+            sched = self._options.schedule
+            self._start(upcoming, ProfileSchedule(wait=0, warmup=min(sched.warmup, 1), active=sched.active),
+                        _Window(WindowReason.ANOMALY, detail))
         elif self._options.profile and self._options.schedule.window_start(upcoming):
-            self._start(upcoming, self._options.schedule)
+            reason = WindowReason.SCHEDULED if self._scheduled_started else WindowReason.EARLY
+            self._scheduled_started += 1
+            self._start(upcoming, self._options.schedule, _Window(reason))
+
+    def on_evaluation(self, step: int) -> None:
+        """An evaluation phase begins in iteration ``step``: profile it if no window records it yet.
+
+        The window starts now, in the middle of the iteration, and ends with the iteration (the
+        optimizer step after the evaluation, or the job's end).
+        """
+        if self._prof is not None:
+            if self._window is not None and self._prof.current_action in _RECORDING:
+                self._window.evaluation = True
+                self._evaluation_left = 0
+            return
+        if not self._evaluation_left:
+            return
+        self._evaluation_left = 0
+        self._start(step, ProfileSchedule(wait=0, warmup=0, active=1),
+                    _Window(WindowReason.EVALUATION, evaluation=True))
+
+    def on_exception(self, exc: BaseException) -> None:
+        """An exception is ending the job: an out-of-memory error dumps an allocator snapshot."""
+        with self._failures.guard("out-of-memory capture"):
+            self.oom.on_exception(exc)
 
     def close(self) -> None:
         """Stop a window that is still open (the job ended inside it); its trace is saved."""
         if self._prof is not None:
+            if self._window is not None and self._prof.current_action in _RECORDING:
+                self._window.steps.append(self._last_step + 1)  # the iteration in progress
             self._finish()
 
     # -- internals -------------------------------------------------------------------------
@@ -124,7 +234,7 @@ class ProfilerWindows:
         assert self._prof is not None
         return self._prof.current_action == torch.profiler.ProfilerAction.NONE
 
-    def _start(self, first_step: int, sched: ProfileSchedule) -> None:
+    def _start(self, first_step: int, sched: ProfileSchedule, window: _Window) -> None:
         with self._failures.guard("profiler start"):
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
@@ -149,6 +259,7 @@ class ProfilerWindows:
             self._start_cuda_history()
             prof.start()
             self._prof = prof
+            self._window = window
         if self._prof is not None and self._scopes is not None:
             with self._failures.guard("module scopes"):
                 self._scopes.install()
@@ -160,6 +271,20 @@ class ProfilerWindows:
             with self._failures.guard("profiler stop"):
                 prof.stop()
         self._stop_cuda_history()
+        window, self._window = self._window, None
+        if window is not None and window.steps:
+            with self._failures.guard("profiler window record"):
+                self._record_window(window)
+
+    def _record_window(self, window: _Window) -> None:
+        entry = window.to_json(self._rank)
+
+        def change(m: Any) -> Any:
+            settings = profiler_settings(self._options, m.extra.get("profiler"))
+            settings[WINDOWS_KEY].append(entry)
+            return m.replace(extra={**m.extra, "profiler": settings})
+
+        update_manifest(self._run_dir, change)
 
     def _stop_module_scopes(self) -> None:
         if self._scopes is not None:
@@ -185,6 +310,8 @@ class ProfilerWindows:
             path = traces / name
             self.traces_written.append(path)
             rel = f"{layout.TRACES_DIR}/{name}"
+            if self._window is not None:
+                self._window.trace = rel
             add_artifact(self._run_dir, Artifact(ArtifactKind.TRACE, rel, rank=self._rank,
                                                  bytes=path.stat().st_size))
         if self._timeline_wanted():

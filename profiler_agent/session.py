@@ -129,6 +129,8 @@ class Session:
         """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
         if not (self.disabled or self.closed):
             self.evaluation_steps.saw_evaluation()
+            if not self.evaluation.active:  # a phase begins: profile it if no window does
+                self.windows.on_evaluation(self.step)
             self.evaluation.begin(self.step, train_mode=train_mode)
 
     def on_discovery_eval(self, module: torch.nn.Module) -> None:
@@ -228,7 +230,7 @@ class Session:
             if extra:
                 record.update(extra)
             self.metrics.append(record)
-            self.windows.on_step(self.step)
+            self.windows.on_step(self.step, record)
             self.step += 1
             stop = self._max_steps_reached()
             # The profiler's own work (a trace export) is not part of the next iteration.
@@ -416,7 +418,7 @@ class Session:
                 if first or "threads" not in extra:
                     extra["threads"] = info["threads"]
                 if self.rank == 0 or "profiler" not in extra:  # every rank has the same options
-                    extra["profiler"] = profiler_settings(self.options)
+                    extra["profiler"] = profiler_settings(self.options, extra.get("profiler"))
                 return m.replace(
                     versions={**m.versions, **info["versions"]},
                     devices=tuple(info["devices"]) if first else m.devices,

@@ -35,6 +35,8 @@ __all__ = [
     "worker_name",
     "rank_from_worker",
     "snapshot_file_name",
+    "oom_snapshot_file_name",
+    "is_oom_snapshot",
     "list_trace_files",
     "list_snapshot_files",
     "memory_timeline_file_name",
@@ -68,7 +70,8 @@ ROOT_ENV = "TORCHSCOPE_RUNS"
 # torch.profiler.tensorboard_trace_handler writes "<worker>.<time_ns>.pt.trace.json[.gz]";
 # TensorBoard's plugin, HTA and Perfetto all recognise that suffix.
 TRACE_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.pt\.trace\.json(?:\.gz)?$")
-SNAPSHOT_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.snapshot\.pickle$")
+# A snapshot dumped at an out-of-memory error has "oom." before "snapshot.pickle" (group "oom").
+SNAPSHOT_FILE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.(?P<oom>oom\.)?snapshot\.pickle$")
 # torch.profiler's export_memory_timeline raw records ([time_ns, action, bytes, category] each),
 # gzipped: the ".raw.json.gz" suffix is the one that makes torch write the raw form.
 MEMORY_TIMELINE_RE = re.compile(r"^(?P<worker>.+)\.(?P<time_ns>\d+)\.memory_timeline\.raw\.json\.gz$")
@@ -100,6 +103,17 @@ def rank_from_worker(worker: str) -> int | None:
 def snapshot_file_name(worker: str, time_ns: int) -> str:
     """Return the file name of a CUDA allocator snapshot under ``memory/``."""
     return f"{worker}.{time_ns}.snapshot.pickle"
+
+
+def oom_snapshot_file_name(worker: str, time_ns: int) -> str:
+    """Return the file name of the CUDA allocator snapshot dumped at an out-of-memory error (``memory/``)."""
+    return f"{worker}.{time_ns}.oom.snapshot.pickle"
+
+
+def is_oom_snapshot(name: str) -> bool:
+    """Whether the snapshot file ``name`` was dumped at an out-of-memory error."""
+    m = SNAPSHOT_FILE_RE.match(name)
+    return bool(m and m.group("oom"))
 
 
 def memory_timeline_file_name(worker: str, time_ns: int) -> str:

@@ -64,9 +64,12 @@ def test_run_writes_the_same_files_as_the_wrapper(tmp_path: Path) -> None:
     # Iterations under a profiler (warm-up 2, active 3; requested 5) say so; the others carry no key.
     assert [r["step"] for r in steps if r.get("profiled") is True] == [2, 3, 5]
     assert all("profiled" not in r for r in steps if r["step"] not in (2, 3, 5))
+    windows = m.extra["profiler"].pop("windows")
+    assert [(w["reason"], w["steps"]) for w in windows] == [("early", [3]), ("requested", [5])]
     assert m.extra["profiler"] == {"wait": 1, "warmup": 1, "active": 1, "repeat": 1, "skip_first": 1,
                                    "enabled": True, "with_stack": False, "memory_timeline": False,
-                                   "module_scopes": True}
+                                   "module_scopes": True, "evaluation_window": True, "anomaly_factor": 2.0,
+                                   "max_anomaly_windows": 2}
     tree = json.loads((run_dir / layout.MODULE_TREE).read_text())
     assert tree["root"]["type"] == "Sequential" and tree["root"]["params"] == 8 * 16 + 16 + 16 * 2 + 2
     assert (run_dir / layout.GRAPH_DOT).read_text().startswith("digraph")

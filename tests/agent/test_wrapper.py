@@ -70,9 +70,14 @@ def test_metrics_have_one_line_per_step(wrapped: tuple[Path, object]) -> None:
 
 def test_manifest_records_the_profiler_schedule(wrapped: tuple[Path, object]) -> None:
     run_dir, _ = wrapped
-    assert read_manifest(run_dir).extra["profiler"] == {
+    settings = dict(read_manifest(run_dir).extra["profiler"])
+    windows = settings.pop("windows")
+    assert settings == {
         "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "skip_first": 1,
-        "enabled": True, "with_stack": False, "memory_timeline": False, "module_scopes": True}
+        "enabled": True, "with_stack": False, "memory_timeline": False, "module_scopes": True,
+        "evaluation_window": True, "anomaly_factor": 2.0, "max_anomaly_windows": 2}
+    # The one scheduled window (warm-up 2, active 3 and 4) recorded the evaluation at iteration 3.
+    assert [(w["reason"], w["steps"], w.get("evaluation")) for w in windows] == [("early", [3, 4], True)]
 
 
 def test_zero_code_data_time_val_loss_and_threads(wrapped: tuple[Path, object]) -> None:
