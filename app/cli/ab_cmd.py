@@ -37,7 +37,7 @@ from profiler_agent.runformat import layout
 
 HELP = "run a baseline and a candidate command alternately N times each, then judge the candidate from the replicates"
 
-__all__ = ["HELP", "add_arguments", "run", "Side", "AbPlan", "RunOutcome", "interleaved_order", "plan_from_args"]
+__all__ = ["HELP", "add_arguments", "run", "Side", "AbPlan", "RunOutcome", "interleaved_order", "plan_from_args", "group_of", "run_all"]
 
 DEFAULT_RUNS = 3
 _TAIL_LINES = 20
@@ -175,11 +175,16 @@ def _store_runs(root: str | None) -> dict[Path, rf.Manifest]:
         return {}
 
 
+def group_of(manifest: rf.Manifest) -> str | None:
+    """The run's ``--group`` (a schema field, or kept in ``extra`` by readers that predate it)."""
+    return getattr(manifest, "group", None) or manifest.extra.get("group")
+
+
 def _check_groups(plan: AbPlan, append: bool) -> None:
     """Refuse to mix replicates of an earlier A/B into this one unless --append."""
     if append:
         return
-    held = {side: [p for p, m in _store_runs(plan.root).items() if m.extra.get("group") == group]
+    held = {side: [p for p, m in _store_runs(plan.root).items() if group_of(m) == group]
             for side, group in plan.groups.items()}
     busy = [f"{plan.groups[s]!r} ({len(p)} run(s))" for s, p in held.items() if p]
     if busy:
