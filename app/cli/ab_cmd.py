@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -215,7 +216,8 @@ def _run_one(plan: AbPlan, index: int, side: Side, verbose: bool) -> RunOutcome:
     before = set(_store_runs(plan.root))
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        out = None if verbose else log
+        # Verbose: the job's output goes to our stderr, never stdout, which may be carrying --json.
+        out: Any = 2 if verbose else log
         proc = subprocess.Popen(argv, stdout=out, stderr=out)
         try:
             code = proc.wait()
