@@ -136,12 +136,14 @@ class Run:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         session = self._session
-        if exc is not None and session is not None and not isinstance(exc, KeyboardInterrupt):
+        # sys.exit(0) (or --max-steps ending the job from Run.step()) is a clean end, not a failure.
+        clean = exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
+        if not clean and session is not None and not isinstance(exc, KeyboardInterrupt):
             try:
-                write_traceback(session.run_dir, exc, rank=session.rank)
+                write_traceback(session.run_dir, exc, rank=session.rank)  # type: ignore[arg-type]
             except OSError:
                 pass
-        if exc is None:
+        if clean:
             self.finish(RunStatus.FINISHED)
         elif isinstance(exc, KeyboardInterrupt):
             self.finish(RunStatus.KILLED)

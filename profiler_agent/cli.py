@@ -19,6 +19,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", help="run store folder (default: $TORCHSCOPE_RUNS or ./runs)")
     parser.add_argument("--tags", nargs="*", default=[], help="labels for the run")
     parser.add_argument("--notes", default="", help="free text stored with the run")
+    parser.add_argument("--group", metavar="NAME",
+                        help="group of replicate runs of one configuration (run.json \"group\"), "
+                             "e.g. for torchscope diff --group A --group B")
+    parser.add_argument("--max-steps", type=int, metavar="N",
+                        help="end the job cleanly after N optimizer steps: the run is finished, with "
+                             "run.json \"stopped\": \"max_steps\", and the exit code is 0")
     add_agent_arguments(parser)
     parser.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command to run")
 
@@ -32,12 +38,16 @@ def run_from_args(args: argparse.Namespace) -> int:
         options = options_from_args(args)
     except ValueError as e:
         raise TorchscopeError(str(e)) from None
+    group = getattr(args, "group", None)
+    if group is not None and not group.strip():
+        raise TorchscopeError("--group: need a non-empty name")
     request = LaunchRequest(
         command=tuple(command),
         name=args.name,
         root=Path(args.root) if args.root else None,
         tags=tuple(args.tags or ()),
         notes=args.notes,
+        group=group.strip() if group else None,
         options=options,
     )
     return launch(request)

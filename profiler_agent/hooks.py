@@ -6,9 +6,11 @@
   when it came from ``GradScaler.scale`` (also wrapped);
 - global module forward hooks during the first iteration only: the top-level modules, their
   batch size and every module's output shape; afterwards a single forward pre-hook on the
-  model's root counts samples and times the wait for data (``data_time_s``), so later
-  iterations pay one Python call per forward; when the root runs in eval mode, a global forward
-  hook records loss modules' outputs until training resumes (``evaluation.py``);
+  model's root counts samples and times the wait for data (``data_time_s``), and a forward
+  hook on the root puts a gradient hook on its output (did a backward reach it?), so later
+  iterations pay two Python calls per forward; when the root runs for evaluation (eval mode,
+  or no grad), losses are recorded until training resumes (``evaluation.py``) and the
+  iteration is marked ``evaluation``;
 
 (argparse results are captured by ``argcapture``, which must not import torch.)
 Every hook body runs under the session's failure guard.
@@ -60,6 +62,7 @@ class _Hooks:
         self.handles: list[RemovableHandle] = []
         self.discovery: list[RemovableHandle] = []
         self.root_handle: RemovableHandle | None = None
+        self.root_post_handle: RemovableHandle | None = None
         self.depth = threading.local()
         self.original_backward: Callable[..., Any] | None = None
         self.original_scale: Callable[..., Any] | None = None
@@ -69,9 +72,12 @@ class _Hooks:
     def forward_pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         depth = getattr(self.depth, "value", 0)
         self.depth.value = depth + 1
-        if depth == 0 and module.training and torch.is_grad_enabled():
+        if depth == 0:
             with self.session.failures.guard("forward hook"):
-                self.session.on_forward(module, batch_size_of(args), top_level=True)
+                if module.training and torch.is_grad_enabled():
+                    self.session.on_forward(module, batch_size_of(args), top_level=True)
+                else:  # an evaluation before the root is known: judged once it is (first step)
+                    self.session.on_discovery_eval(module)
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.depth.value = max(0, getattr(self.depth, "value", 1) - 1)
@@ -86,15 +92,21 @@ class _Hooks:
         self.discovery.clear()
         if root is not None:
             self.root_handle = root.register_forward_pre_hook(self.root_pre, with_kwargs=True)
+            self.root_post_handle = root.register_forward_hook(self.root_post)
 
     def root_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if module.training:
-            if torch.is_grad_enabled():
-                with self.session.failures.guard("forward hook"):
-                    self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
-        else:  # evaluation: its loss modules are recorded until training resumes
+        if module.training and torch.is_grad_enabled():
+            with self.session.failures.guard("forward hook"):
+                self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
+        else:  # evaluation (eval mode, or no grad): its losses are recorded until training resumes
             with self.session.failures.guard("evaluation hook"):
-                self.session.on_eval_forward()
+                self.session.on_eval_forward(train_mode=module.training)
+
+    def root_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # A train-mode forward with grad is training only if a backward reaches its output.
+        if module.training and torch.is_grad_enabled():
+            with self.session.failures.guard("forward hook"):
+                self.session.on_training_output(output)
 
     # -- every iteration --------------------------------------------------------------------
 
@@ -107,11 +119,12 @@ class _Hooks:
             self.session.on_optimizer_step(optimizer)
 
     def uninstall(self) -> None:
-        for handle in (*self.handles, *self.discovery, *([self.root_handle] if self.root_handle else [])):
+        roots = [h for h in (self.root_handle, self.root_post_handle) if h is not None]
+        for handle in (*self.handles, *self.discovery, *roots):
             handle.remove()
         self.handles.clear()
         self.discovery.clear()
-        self.root_handle = None
+        self.root_handle = self.root_post_handle = None
         if self.original_backward is not None and getattr(torch.autograd.backward, "__torchscope__", False):
             torch.autograd.backward = self.original_backward
         if self.original_scale is not None and getattr(torch.amp.GradScaler.scale, "__torchscope__", False):

@@ -4,7 +4,9 @@ The launcher never imports torch. It creates the run folder, starts the user's c
 the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
 job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
 SIGINT/SIGTERM, and finally writes the status. It returns the job's exit code unchanged
-(128 + N for a job killed by signal N, as a shell reports it).
+(128 + N for a job killed by signal N, as a shell reports it), except after ``--max-steps``:
+when the agent ended the job (run.json ``"stopped": "max_steps"``) the run is ``finished``
+and the code is 0; a different code of the job's own is kept as ``job_exit_code``.
 """
 from __future__ import annotations
 
@@ -23,15 +25,17 @@ from typing import IO
 
 from .environment import describe_launch
 from .heartbeat import Heartbeat
-from .options import AGENT_HOME_ENV, AgentOptions, write_env_options
+from .options import AGENT_HOME_ENV, STOPPED_MAX_STEPS, AgentOptions, write_env_options
 from .runformat import (
     Artifact,
     ArtifactKind,
+    Manifest,
     RunStatus,
     TorchscopeError,
     add_artifact,
     create_run,
     layout,
+    read_manifest,
     update_manifest,
 )
 
@@ -51,6 +55,7 @@ class LaunchRequest:
     root: Path | None = None
     tags: tuple[str, ...] = ()
     notes: str = ""
+    group: str | None = None  # replicates of one configuration: run.json "group"
     options: AgentOptions = field(default_factory=AgentOptions)
 
 
@@ -72,9 +77,11 @@ def launch(request: LaunchRequest) -> int:
         raise TorchscopeError("no command to run; usage: torchscope run [options] -- python train.py ...")
     root = layout.resolve_root(request.root)
     name = request.name or default_run_name(request.command)
+    # "group" stays a top-level field that readers keep in Manifest.extra (old runs lack it).
+    extra = {"group": request.group} if request.group else {}
     try:
         run_dir, manifest = create_run(root, name, command=list(request.command), tags=list(request.tags),
-                                       notes=request.notes, **describe_launch())
+                                       notes=request.notes, extra=extra, **describe_launch())
     except OSError as e:
         # The job matters more than its record: run it plain.
         print(f"torchscope run: cannot create a run in {root} ({e}); running the command without recording",
@@ -121,6 +128,7 @@ class _Job:
         self.t0 = t0
         self.proc: subprocess.Popen[bytes] | None = None
         self.signals: list[int] = []
+        self.job_exit_code: int | None = None  # the job's own code when --max-steps overrode it
 
     def run(self) -> int:
         status, code = RunStatus.FAILED, 1
@@ -155,6 +163,11 @@ class _Job:
             heartbeat.stop()
             code = _exit_code(returncode)
             status = self._status(returncode)
+            if not self.signals and self._stopped_at_max_steps():
+                # The agent ended the job after --max-steps: that is a finished run, whatever the
+                # job's code did on its way out (a `finally`, a shutdown error) -- kept as job_exit_code.
+                self.job_exit_code = code if code != 0 else None
+                status, code = RunStatus.FINISHED, 0
             return code
         finally:
             for sig, handler in previous.items():
@@ -175,11 +188,31 @@ class _Job:
                 if (self.run_dir / log).is_file():
                     add_artifact(self.run_dir, Artifact(ArtifactKind.LOG, log,
                                                         bytes=(self.run_dir / log).stat().st_size))
-            update_manifest(self.run_dir, status=status, ended_at=now, heartbeat=now, exit_code=code)
+            job_code = self.job_exit_code
+
+            def change(m: Manifest) -> Manifest:
+                if job_code is None:
+                    return m
+                return m.replace(extra={**m.extra, "job_exit_code": job_code})
+
+            m = update_manifest(self.run_dir, change, status=status, ended_at=now, heartbeat=now, exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
             print(f"torchscope run: could not mark the run {status} ({e})", file=sys.stderr)
         else:
-            print(f"torchscope run: {status} (exit code {code}) → {self.run_dir}", file=sys.stderr)
+            why = ""
+            if m.extra.get("stopped") == STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
+                why = f" after --max-steps {self.request.options.max_steps}"
+                if self.job_exit_code is not None:
+                    why += f"; the job itself exited with {self.job_exit_code}"
+            print(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}", file=sys.stderr)
+
+    def _stopped_at_max_steps(self) -> bool:
+        if self.request.options.max_steps is None:
+            return False
+        try:
+            return read_manifest(self.run_dir).extra.get("stopped") == STOPPED_MAX_STEPS
+        except Exception:  # noqa: BLE001 - an unreadable manifest: judge by the exit code alone
+            return False
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)

@@ -20,6 +20,7 @@ __all__ = [
     "OWNER_ENV",
     "AGENT_HOME_ENV",
     "T0_ENV",
+    "STOPPED_MAX_STEPS",
     "ProfileSchedule",
     "AgentOptions",
     "add_agent_arguments",
@@ -33,6 +34,7 @@ OPTIONS_ENV = "TORCHSCOPE_AGENT_OPTIONS"  # AgentOptions as JSON
 OWNER_ENV = "TORCHSCOPE_RUN_OWNER_PID"  # pid of the process that owns the run's lifecycle
 AGENT_HOME_ENV = "TORCHSCOPE_AGENT_HOME"  # folder holding the profiler_agent package (bootstrap reads it)
 T0_ENV = "TORCHSCOPE_RUN_T0"  # the run's start (epoch seconds): metrics "time" is relative to it
+STOPPED_MAX_STEPS = "max_steps"  # run.json "stopped" when --max-steps ended the job
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,11 @@ class AgentOptions:
     memory_timeline: bool = False  # export_memory_timeline per window (needs and turns on with_stack)
     module_scopes: bool = True  # an "nn.Module: <name>" trace range per module call inside windows
     system_interval_s: float = 1.0
+    max_steps: int | None = None  # end the job cleanly after this many optimizer steps (torchscope run --max-steps)
+
+    def __post_init__(self) -> None:
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or self.max_steps < 1):
+            raise ValueError(f"max_steps={self.max_steps!r}: need a whole number of steps >= 1")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -131,6 +138,9 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
     schedule = ProfileSchedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat)
     if args.system_interval <= 0:
         raise ValueError(f"--system-interval {args.system_interval}: need a positive number of seconds")
+    max_steps = getattr(args, "max_steps", None)
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"--max-steps {max_steps}: need 1 or more optimizer steps")
     return AgentOptions(
         profile=not args.no_profile,
         schedule=schedule,
@@ -140,6 +150,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         memory_timeline=getattr(args, "memory_timeline", False),
         module_scopes=not getattr(args, "no_module_scopes", False),
         system_interval_s=args.system_interval,
+        max_steps=max_steps,
     )
 
 
@@ -161,5 +172,5 @@ def read_env_options(environ: Mapping[str, str] | None = None) -> AgentOptions:
         return AgentOptions()
     try:
         return AgentOptions.from_mapping(json.loads(raw))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, AttributeError):
         return AgentOptions()

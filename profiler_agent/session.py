@@ -5,11 +5,21 @@ Python API both drive it: hooks (``hooks.py``) report forwards, backwards and op
 an iteration ends at the primary optimizer's step (or at ``Run.step()`` in manual mode).
 Nothing is written until the first step, so processes that never train (DataLoader workers,
 launchers such as torchrun) leave no trace in the run.
+
+An iteration *held an evaluation* (``"evaluation": true`` on its line) when the model's root
+ran for evaluation in it: in eval mode, in train mode with gradients disabled, or in train
+mode with gradients but no backward through its output before the optimizer step. A pattern
+that recurs in every iteration is part of training (RL action selection, a no_grad target
+from the model itself), not an evaluation: after 3 marked iterations in a row, the next ones
+are not marked until an iteration without it.
+An evaluation after the last optimizer step gets a line of its own at the next step number,
+without ``step_time_s``.
 """
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -20,11 +30,12 @@ from typing import Any
 import torch
 
 from . import graph
+from .contention import JobCpu, StepCpu, job_root_pid
 from .environment import describe_torch, read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
 from .failures import FailureLog
 from .metrics import MetricsLog
-from .options import AgentOptions
+from .options import OWNER_ENV, STOPPED_MAX_STEPS, AgentOptions
 from .profiling import ProfilerWindows, profiler_settings
 from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
 from .system import SystemSampler
@@ -32,6 +43,8 @@ from .system import SystemSampler
 __all__ = ["Session", "get_session", "set_session"]
 
 _SESSION: Session | None = None
+# An evaluation-like pattern seen in this many iterations in a row is part of every step, not an evaluation.
+_RECURRING_EVAL = 3
 
 
 def get_session() -> Session | None:
@@ -69,6 +82,13 @@ class Session:
         self._trained_this_iteration = False  # a training forward of the model happened in it
         self._data_time: float | None = None  # iteration start (or evaluation end) -> first training forward
         self.evaluation = EvalLosses(self.failures)
+        self._eval_seen = False  # the root ran for evaluation during this iteration
+        self._eval_streak = 0  # how many iterations in a row before this one it did
+        self._forward_cells: list[list[bool]] = []  # per train-mode root forward with grad: backpropagated?
+        self._discovery_eval: set[int] = set()  # iteration 0: top-level modules called for evaluation
+        self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
+        self._step_cpu = StepCpu()
+        self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
         self._samples = 0
@@ -100,10 +120,31 @@ class Session:
         elif module is self.root and batch:
             self._samples += batch
 
-    def on_eval_forward(self) -> None:
-        """The model's root was called in eval mode: an evaluation phase begins or goes on."""
+    def on_eval_forward(self, *, train_mode: bool = False) -> None:
+        """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
         if not (self.disabled or self.closed):
-            self.evaluation.begin(self.step)
+            self._eval_seen = True
+            self.evaluation.begin(self.step, train_mode=train_mode)
+
+    def on_discovery_eval(self, module: torch.nn.Module) -> None:
+        """Iteration 0 (root not known yet): a top-level module was called for evaluation."""
+        if not (self.disabled or self.closed):
+            self._discovery_eval.add(id(module))
+            self.evaluation.begin(self.step, train_mode=module.training)
+
+    def on_training_output(self, output: Any) -> None:
+        """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it."""
+        tensors = _grad_tensors(output)
+        if not tensors:
+            return  # nothing to watch: assume it is trained
+        cell = [False]
+
+        def reached(grad: torch.Tensor) -> None:
+            cell[0] = True
+
+        for t in tensors:
+            t.register_hook(reached)
+        self._forward_cells.append(cell)
 
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
@@ -147,6 +188,7 @@ class Session:
             return
         with self._lock:
             now = time.perf_counter()
+            cpu = self._step_cpu.finish()
             if not self._started:
                 self._on_first_step()
             if self.evaluation.active:
@@ -155,6 +197,7 @@ class Session:
             record: dict[str, Any] = {"step": self.step}
             if self._iteration_start is not None:
                 record["step_time_s"] = now - self._iteration_start
+                record.update(cpu)
             if self._data_time is not None:
                 record["data_time_s"], self._data_time = self._data_time, None
             self._trained_this_iteration = False
@@ -173,13 +216,19 @@ class Session:
                 record["grad_norm"], self._grad_norm = self._grad_norm, None
             if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
                 record["profiled"] = True
+            if self._evaluation_held():
+                record["evaluation"] = True
             if extra:
                 record.update(extra)
             self.metrics.append(record)
             self.windows.on_step(self.step)
             self.step += 1
+            stop = self._max_steps_reached()
             # The profiler's own work (a trace export) is not part of the next iteration.
             self._iteration_start = time.perf_counter()
+            self._step_cpu.start()
+        if stop:
+            self._stop_job()
 
     def log(self, values: Mapping[str, Any]) -> None:
         """Write a metrics line of user values (e.g. validation loss) at the current step."""
@@ -194,6 +243,7 @@ class Session:
         """Start timing the current iteration now (API mode: Run.__enter__)."""
         if self._iteration_start is None:
             self._iteration_start = time.perf_counter()
+            self._step_cpu.start()
 
     def close(self) -> None:
         """Flush everything: metrics, an open profiler window, the sampler, the graph. Idempotent."""
@@ -201,9 +251,10 @@ class Session:
             if self.closed or self.disabled:
                 return
             with self.failures.guard("evaluation loss"):
-                self._end_evaluation()  # an evaluation after the last step
+                self._end_evaluation(last=True)  # an evaluation after the last step
             self.closed = True
         self.evaluation.remove_hook()
+        self._step_cpu.close()
         with self.failures.guard("close profiler"):
             self.windows.close()
         with self.failures.guard("close metrics"):
@@ -225,6 +276,7 @@ class Session:
                 self._end_evaluation()
         if self._iteration_start is None:  # step 0 (zero-code): the clock starts here
             self._iteration_start = now
+            self._step_cpu.start()
             return
         since = self._iteration_start
         last_eval = self.evaluation.last_activity
@@ -232,14 +284,53 @@ class Session:
             since = last_eval
         self._data_time = now - since
 
-    def _end_evaluation(self) -> None:
-        """Close an evaluation phase, logging its mean loss at the step it began in."""
-        if not self.evaluation.active:
-            return
+    def _end_evaluation(self, *, last: bool = False) -> None:
+        """Close an evaluation phase, logging its mean loss at the step it began in.
+
+        ``last``: the job ends; an evaluation since the last optimizer step has no step line to
+        mark, so its line (``{"step": n, "evaluation": true, "val_loss": ...}``) says it.
+        """
         step = self.evaluation.step
-        values = self.evaluation.end()
-        if values and not self._user_val_loss and self._started:
-            self.metrics.append({"step": step, **values})
+        values = self.evaluation.end() if self.evaluation.active else {}
+        if not self._started:  # iteration 0: kept until the first step says whether it was the model
+            self._early_values.update(values)
+            return
+        if self._user_val_loss:
+            values = {}
+        record: dict[str, Any] = {}
+        if last and self._started and self._evaluation_held():
+            record["evaluation"] = True
+        record.update(values)
+        if record:
+            self.metrics.append({"step": self.step if step is None else step, **record})
+
+    def _evaluation_held(self) -> bool:
+        """Whether the iteration now ending held an evaluation; resets the iteration's signals."""
+        seen = self._eval_seen or any(not reached for reached, in self._forward_cells)
+        self._eval_seen = False
+        self._forward_cells = []
+        held = seen and self._eval_streak < _RECURRING_EVAL
+        self._eval_streak = self._eval_streak + 1 if seen else 0
+        return held
+
+    def _max_steps_reached(self) -> bool:
+        limit = self.options.max_steps
+        if limit is None or self._stopped or self.step < limit:
+            return False
+        self._stopped = True
+        return True
+
+    def _stop_job(self) -> None:
+        """--max-steps: flush, mark the run, and end the job as a clean ``sys.exit(0)`` would."""
+        with self.failures.guard("max steps"):
+            self.metrics.flush()
+
+            def change(m: Any) -> Any:
+                return m.replace(extra={**m.extra, "stopped": STOPPED_MAX_STEPS})
+
+            update_manifest(self.run_dir, change)
+        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job", file=sys.stderr)
+        raise SystemExit(0)
 
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         current = self._optimizer() if self._optimizer is not None else None
@@ -286,6 +377,14 @@ class Session:
                 if self.rank == 0:  # every rank holds the same model
                     graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
         self.top_level.clear()
+        early, self._early_values = self._early_values, {}
+        if self.root is not None and id(self.root) in self._discovery_eval:
+            self._eval_seen = True  # the model was evaluated before (or within) its first training step
+            if early and not self._user_val_loss:
+                self.metrics.append({"step": 0, **early})
+        elif self.evaluation.active:  # another module (a frozen teacher) ran in eval mode: not ours
+            self.evaluation.end()
+        self._discovery_eval.clear()
         if self.on_root_found is not None:
             with self.failures.guard("model hooks"):
                 self.on_root_found(self.root)
@@ -312,8 +411,14 @@ class Session:
             update_manifest(self.run_dir, change)
         self._flush_config()
         with self.failures.guard("system sampler"):
+            job_cpu = None
+            if sys.platform.startswith("linux"):
+                owner = os.environ.get(OWNER_ENV, "")
+                job_cpu = JobCpu(job_root_pid(int(owner) if owner.isdigit() else None))
+                self._step_cpu.job = job_cpu
             self._sampler = SystemSampler(self.run_dir, self.failures, rank=self.rank,
-                                          interval_s=self.options.system_interval_s, t0=self.t0)
+                                          interval_s=self.options.system_interval_s, t0=self.t0,
+                                          job_cpu=job_cpu)
             self._sampler.start()
 
     def _flush_config(self) -> None:
@@ -353,6 +458,25 @@ class Session:
         # Rendering SVG with graphviz can take seconds: do it beside training, not in it.
         self._graph_thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
         self._graph_thread.start()
+
+
+def _grad_tensors(output: Any, limit: int = 3) -> list[torch.Tensor]:
+    """Up to ``limit`` tensors that require grad in a forward's output (a tensor, tuple, list or dict)."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.requires_grad else []
+    if isinstance(output, dict):
+        items: Any = output.values()
+    elif isinstance(output, (list, tuple)):
+        items = output
+    else:
+        return []
+    found = []
+    for value in items:
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            found.append(value)
+            if len(found) >= limit:
+                break
+    return found
 
 
 def _total_grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:

@@ -3,6 +3,8 @@
 One sampler runs in each training process (each rank). CPU % and RSS cover the process and,
 separately, its children (DataLoader workers). GPU figures come from torch.cuda for this
 process's device when CUDA is initialised; utilisation only when NVML is available.
+The same thread refreshes the job's CPU counter (``contention.JobCpu``) that per-step
+contention is computed from.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ try:  # a job's own interpreter may lack psutil: then only GPU figures are sampl
 except ImportError:  # pragma: no cover - psutil is a dependency of torchscope
     psutil = None  # type: ignore[assignment]
 
+from .contention import JobCpu
 from .failures import FailureLog
 from .runformat import JsonlWriter, layout
 
@@ -105,8 +108,9 @@ class SystemSampler:
     """Daemon thread appending a sample to system.jsonl every ``interval_s`` seconds."""
 
     def __init__(self, run_dir: Path, failures: FailureLog, *, rank: int, interval_s: float,
-                 t0: float) -> None:
+                 t0: float, job_cpu: JobCpu | None = None) -> None:
         self._path = run_dir / layout.SYSTEM
+        self._job_cpu = job_cpu
         self._failures = failures
         self._rank = rank
         self._interval = interval_s
@@ -115,6 +119,8 @@ class SystemSampler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        if self._job_cpu is not None:  # a first reading now: steps can be measured before the thread's first
+            self._job_cpu.sample()
         self._thread = threading.Thread(target=self._loop, name="torchscope-system", daemon=True)
         self._thread.start()
 
@@ -129,6 +135,8 @@ class SystemSampler:
             tree = _ProcessTree() if psutil is not None else None
             writer = JsonlWriter(self._path)
             while not self._stop.wait(self._interval):
+                if self._job_cpu is not None:
+                    self._job_cpu.sample()
                 now = time.time()
                 record: dict[str, Any] = {"time": round(now - self._t0, 4), "rank": self._rank,
                                           "pid": os.getpid()}

@@ -162,7 +162,7 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
         text = _plain(headline(cmp))
-        box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
+        box = {"faster": st.success, "slower": st.error}.get(str(cmp.headline.verdict), st.info)  # judge the headline
         box(text)
         if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")

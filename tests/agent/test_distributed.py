@@ -40,3 +40,22 @@ def test_torchrun_ranks_write_into_one_run(tmp_path: Path) -> None:
         doc = json.load(f)
     assert doc.get("distributedInfo", {}).get("world_size") == 2
     assert json.loads((run_dir / layout.MODULE_TREE).read_text())["root"]["type"] == "DistributedDataParallel"
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_stop_at_max_steps(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not installed next to this python")
+    proc = torchscope("run", "--root", str(tmp_path), "--name", "ddp", "--group", "ddp", "--max-steps", "3",
+                      "--no-profile", "--no-graph", "--", torchrun, "--standalone", "--nproc_per_node", "2",
+                      str(DDP_JOB), "--steps", "50")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(tmp_path)
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.exit_code == 0
+    assert m.extra["stopped"] == "max_steps" and m.extra["group"] == "ddp"
+    rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "step_time_s" in r]
+    for rank in (0, 1):
+        assert [r["step"] for r in rows if r["rank"] == rank] == [0, 1, 2]
+    assert all("cpu_time_s" in r for r in rows)

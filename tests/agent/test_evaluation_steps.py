@@ -1,0 +1,254 @@
+"""Evaluation steps known in any script: ``"evaluation": true`` on the lines of the iterations that evaluated.
+
+The scripts here are not like sample_models/: functional losses (inside the model or in the
+loop), a hand-written nanoGPT-style loop (``eval_job.py``), evaluation in eval mode, with
+no_grad in train mode, with neither, and with no loss at all.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from profiler_agent.activation import start_session, stop_session
+from profiler_agent.evaluation import FUNCTIONAL_LOSSES
+from profiler_agent.options import AgentOptions
+from profiler_agent.runformat import RunStatus, create_run, layout, read_jsonl, read_manifest
+
+from . import eval_job
+from .helpers import only_run, torchscope
+
+EVAL_JOB = Path(eval_job.__file__)
+
+
+def _record(tmp_path: Path, loop: Callable[[], object]) -> tuple[list[dict[str, object]], object]:
+    run_dir, _ = create_run(tmp_path, "evaluation")
+    session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+    try:
+        result = loop()
+    finally:
+        stop_session(session)
+    return read_jsonl(run_dir / layout.METRICS).records, result
+
+
+def _steps(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [r for r in rows if "step_time_s" in r]
+
+
+def _flagged(rows: list[dict[str, object]]) -> list[int]:
+    return [int(r["step"]) for r in rows if r.get("evaluation") is True]  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(("style", "loss_in"), [("eval_mode", "model"), ("eval_mode", "loop"),
+                                                 ("nograd_train", "model"), ("nograd_train", "loop"),
+                                                 ("noloss", "model"), ("grad_train", "loop")])
+def test_evaluation_steps_are_flagged_where_the_script_evaluated(tmp_path: Path, style: str, loss_in: str) -> None:
+    rows, evals = _record(tmp_path, lambda: eval_job.main(
+        ["--iters", "10", "--eval-every", "4", "--eval", style, "--loss-in", loss_in]))
+    steps = _steps(rows)
+    assert [r["step"] for r in steps] == list(range(10))
+    # The loop evaluates at the top of iterations 0, 4 and 8. Iteration 0's evaluation runs
+    # before the model is known; a forward with gradients is only known not to be trained
+    # once the model's hooks are in place (from step 1 on).
+    expected = [0, 4, 8] if style != "grad_train" else [4, 8]
+    assert [r["step"] for r in steps if r.get("evaluation")] == expected
+    assert all(r.get("evaluation") in (None, True) for r in rows)  # written only when true
+    val = {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+    assert all("step_time_s" not in r for r in rows if "val_loss" in r)
+    if style in ("eval_mode", "nograd_train"):  # functional losses, in the model or in the loop
+        assert sorted(val) == [0, 4, 8]
+        assert [val[k] for k in sorted(val)] == pytest.approx([evals[k] for k in sorted(val)], rel=1e-5)
+    else:  # no loss computed; or computed with gradients in train mode (looks like training)
+        assert val == {}
+
+
+def test_an_evaluation_after_the_last_step_gets_its_own_line(tmp_path: Path) -> None:
+    rows, evals = _record(tmp_path, lambda: eval_job.main(
+        ["--iters", "6", "--eval-every", "4", "--eval", "eval_mode", "--loss-in", "loop", "--final-eval"]))
+    assert [r["step"] for r in _steps(rows) if r.get("evaluation")] == [0, 4]
+    last = rows[-1]
+    assert last["step"] == 6 and last["evaluation"] is True and "step_time_s" not in last
+    assert last["val_loss"] == pytest.approx(evals[6], rel=1e-5)
+
+
+def test_no_evaluation_no_flag_and_no_wrappers_during_training(tmp_path: Path) -> None:
+    originals = {name: getattr(F, name) for name in FUNCTIONAL_LOSSES}
+    seen: list[bool] = []
+
+    def loop() -> None:
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            x = torch.randn(5, 4)
+            loss = F.mse_loss(model(x), torch.zeros(5, 2))
+            seen.append(all(getattr(F, n) is originals[n] for n in FUNCTIONAL_LOSSES))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+    rows, _ = _record(tmp_path, loop)
+    assert len(_steps(rows)) == 6 and _flagged(rows) == []
+    assert all(seen)
+    assert all(getattr(F, n) is originals[n] for n in FUNCTIONAL_LOSSES)
+
+
+def test_two_forwards_with_one_backward_are_training(tmp_path: Path) -> None:
+    """A siamese step: both forwards feed the loss, so neither is an evaluation."""
+    def loop() -> None:
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            a, b = model(torch.randn(2, 4)), model(torch.randn(2, 4))
+            F.l1_loss(a, b).backward()
+            opt.step()
+            opt.zero_grad()
+
+    rows, _ = _record(tmp_path, loop)
+    assert len(_steps(rows)) == 5 and _flagged(rows) == []
+
+
+def test_a_pattern_in_every_iteration_is_training(tmp_path: Path) -> None:
+    """RL-style: the model picks an action in eval mode every iteration; that is the step itself."""
+    def loop() -> None:
+        policy = nn.Linear(4, 2)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+        for i in range(8):
+            if i != 5:  # one iteration without acting: the next ones start a new run of marks
+                policy.eval()
+                with torch.no_grad():
+                    policy(torch.randn(1, 4)).argmax()
+                policy.train()
+            F.smooth_l1_loss(policy(torch.randn(3, 4)), torch.zeros(3, 2)).backward()
+            opt.step()
+            opt.zero_grad()
+
+    rows, _ = _record(tmp_path, loop)
+    assert _flagged(rows) == [0, 1, 2, 6, 7]
+
+
+def test_a_loss_module_calling_a_functional_loss_counts_once(tmp_path: Path) -> None:
+    criterion = nn.CrossEntropyLoss()  # calls F.cross_entropy inside
+    val = [(torch.randn(3, 4), torch.tensor([0, 1, 2])), (torch.randn(5, 4), torch.tensor([1, 1, 0, 2, 2]))]
+
+    def loop() -> float:
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        F.cross_entropy(model(torch.randn(2, 4)), torch.tensor([0, 1])).backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            total = sum(float(criterion(model(x), y)) * len(y) for x, y in val)
+        model.train()
+        F.cross_entropy(model(torch.randn(2, 4)), torch.tensor([0, 1])).backward()
+        opt.step()
+        return total / 8
+
+    rows, expected = _record(tmp_path, loop)
+    val_rows = [r for r in rows if "val_loss" in r]
+    assert len(val_rows) == 1 and "val_loss_1" not in val_rows[0]
+    assert val_rows[0]["step"] == 1 and val_rows[0]["val_loss"] == pytest.approx(expected, rel=1e-5)
+    assert _flagged(rows) == [1]
+
+
+def test_scripting_during_an_evaluation_still_compiles(tmp_path: Path) -> None:
+    """The functional wrappers are in place during a phase; torch.jit.script must still see torch's code."""
+    class WithLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(self.fc(x), y)
+
+    def loop() -> float:
+        model = WithLoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(4, 4), torch.tensor([0, 1, 2, 0])
+        model(x, y).backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            model(x, y)  # opens the phase
+            scripted = torch.jit.script(WithLoss())
+            value = float(scripted(x, y))
+        model.train()
+        return value
+
+    rows, value = _record(tmp_path, loop)
+    assert value > 0
+    assert _flagged(rows) == [1]
+
+
+def test_nanogpt_style_job_max_steps_group_cpu_and_contention(tmp_path: Path) -> None:
+    """Zero-code: a job meant to run 1000 iterations, ended by --max-steps after 10 optimizer steps."""
+    proc = torchscope("run", "--root", str(tmp_path), "--name", "nano", "--group", "nano-a", "--max-steps", "10",
+                      "--no-profile", "--no-graph", "--system-interval", "0.2", "--",
+                      sys.executable, str(EVAL_JOB), "--iters", "1000", "--eval-every", "4", "--loss-in", "model")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done" not in proc.stdout  # the job did not run to its own end
+    run_dir = only_run(tmp_path)
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.exit_code == 0
+    assert m.extra["stopped"] == "max_steps" and m.extra["group"] == "nano-a"
+    assert "job_exit_code" not in m.extra
+    rows = read_jsonl(run_dir / layout.METRICS).records
+    steps = _steps(rows)
+    assert [r["step"] for r in steps] == list(range(10))
+    assert [r["step"] for r in steps if r.get("evaluation")] == [0, 4, 8]
+    printed = {int(line.split()[1]): float(line.split()[2]) for line in proc.stdout.splitlines()
+               if line.startswith("eval ")}
+    val = {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+    assert sorted(val) == [0, 4, 8] and sorted(printed) == [0, 4, 8]
+    assert [val[k] for k in (0, 4, 8)] == pytest.approx([printed[k] for k in (0, 4, 8)], abs=2e-6)
+    assert all(r["cpu_time_s"] >= 0 for r in steps)
+    if sys.platform.startswith("linux"):
+        measured = [r for r in steps if "contention" in r]
+        assert len(measured) >= 9  # every step but possibly the first (before the first job CPU sample)
+        assert all(0 <= r["contention"] <= 1 and 0 <= r["steal"] <= 1 for r in measured)
+    assert (run_dir / layout.TRACEBACK_LOG).exists() is False
+
+
+def test_group_is_absent_without_the_flag_and_max_steps_past_the_end_changes_nothing(tmp_path: Path) -> None:
+    proc = torchscope("run", "--root", str(tmp_path), "--max-steps", "50", "--no-profile", "--no-graph", "--",
+                      sys.executable, str(EVAL_JOB), "--iters", "3", "--eval-every", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done" in proc.stdout
+    m = read_manifest(only_run(tmp_path))
+    assert m.status is RunStatus.FINISHED and "group" not in m.extra and "stopped" not in m.extra
+
+
+def test_bad_max_steps_and_group_are_usage_errors(tmp_path: Path) -> None:
+    for args in (["--max-steps", "0"], ["--group", " "]):
+        proc = torchscope("run", "--root", str(tmp_path), *args, "--", sys.executable, "-c", "pass")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert args[0] in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import sys, torch\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "try:\n"
+        "    for _ in range(100):\n"
+        "        model(torch.randn(2, 3)).sum().backward()\n"
+        "        opt.step()\n"
+        "except BaseException:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n")
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile", "--no-graph",
+                      "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "interrupted" in proc.stdout and "the job itself exited with 3" in proc.stderr
+    run_dir = only_run(tmp_path / "runs")
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.exit_code == 0
+    assert m.extra["stopped"] == "max_steps" and m.extra["job_exit_code"] == 3
+    assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1, 2, 3]
