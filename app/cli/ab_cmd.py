@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from app.analysis.compare import Comparison, diff_sides
+from app.analysis.compare_inputs import group_of, load_group_side
 from app.analysis.compare_json import comparison_to_json
 from app.analysis.report import format_verdict_text
 from app.cli import diff_cmd
@@ -38,7 +40,7 @@ from profiler_agent.runformat import layout
 
 HELP = "run a baseline and a candidate command alternately N times each, then judge the candidate from the replicates"
 
-__all__ = ["HELP", "add_arguments", "run", "Side", "AbPlan", "RunOutcome", "interleaved_order", "plan_from_args", "group_of", "run_all"]
+__all__ = ["HELP", "add_arguments", "run", "Side", "AbPlan", "RunOutcome", "interleaved_order", "plan_from_args", "run_all", "compare_groups"]
 
 DEFAULT_RUNS = 3
 _TAIL_LINES = 20
@@ -176,11 +178,6 @@ def _store_runs(root: str | None) -> dict[Path, rf.Manifest]:
         return {}
 
 
-def group_of(manifest: rf.Manifest) -> str | None:
-    """The run's ``--group`` (a schema field, or kept in ``extra`` by readers that predate it)."""
-    return getattr(manifest, "group", None) or manifest.extra.get("group")
-
-
 def _check_groups(plan: AbPlan, append: bool) -> None:
     """Refuse to mix replicates of an earlier A/B into this one unless --append."""
     if append:
@@ -260,18 +257,18 @@ def run_all(plan: AbPlan, *, verbose: bool = False) -> list[RunOutcome]:
     return outcomes
 
 
-def _compare(plan: AbPlan, args: argparse.Namespace):  # noqa: ANN202 - a Comparison
-    from app.analysis.compare import diff_sides
-    from app.analysis.compare_inputs import load_group_side
-
+def compare_groups(plan: AbPlan, args: argparse.Namespace) -> Comparison:
+    """Both groups as comparison sides, compared as ``torchscope diff --group A --group B`` does."""
     baseline = load_group_side(plan.groups[Side.BASELINE], plan.root)
     candidate = load_group_side(plan.groups[Side.CANDIDATE], plan.root)
     return diff_sides(baseline, candidate, diff_cmd.options_from_args(args))
 
 
-def _verdict(cmp) -> str:  # noqa: ANN001 - a Comparison
-    headline = getattr(cmp, "headline", None)
-    return str(headline.verdict) if headline is not None else str(cmp.step_verdict)
+def _inconclusive_reason(cmp: Comparison) -> str:
+    h = cmp.headline
+    if cmp.contention.inconclusive:
+        return cmp.contention.reason
+    return h.reasons[-1] if h.reasons else "see the headline's reasons"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -281,10 +278,9 @@ def run(args: argparse.Namespace) -> int:
               f"{' '.join('A' if s is Side.BASELINE else 'B' for s in plan.order)}; groups "
               f"{plan.groups[Side.BASELINE]!r} (A) and {plan.groups[Side.CANDIDATE]!r} (B)")
     outcomes = run_all(plan, verbose=args.verbose)
-    cmp = _compare(plan, args)
+    cmp = compare_groups(plan, args)
     failures, skipped = diff_cmd.evaluate_gates(cmp, args.fail_if_slower, args.fail_if_more_memory)
     advice = diff_cmd.advice_diff(cmp, args)
-    verdict = _verdict(cmp)
     if args.json:
         doc = comparison_to_json(cmp)
         doc["advice"] = advice.to_json() if advice is not None else None
@@ -301,11 +297,8 @@ def run(args: argparse.Namespace) -> int:
                              f"{len(advice.new)} new finding(s)\n")
         for f in failures:
             sys.stdout.write(f"GATE FAILED: {f}\n")
-    for g in skipped:
+    for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen
         sys.stderr.write(f"gate not evaluated: {g['gate']}: {g['reason']}\n")
-    if failures:
-        return 1
-    if verdict == "inconclusive":
-        sys.stderr.write("warning: verdict inconclusive: the two sides ran under different machine load\n")
-        return 3 if args.fail_if_inconclusive else 0
-    return 0
+    if cmp.headline.verdict == "inconclusive":
+        sys.stderr.write(f"warning: verdict inconclusive: {_inconclusive_reason(cmp)}\n")
+    return diff_cmd.exit_code(cmp, failures, args.fail_if_inconclusive)

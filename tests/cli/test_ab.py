@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import ab_cmd, main
+from app.analysis.compare_inputs import group_of
 from app.cli.ab_cmd import Side, interleaved_order
 from app.errors import UsageError
 from profiler_agent import runformat as rf
@@ -122,7 +123,7 @@ def test_interleaved_ab_end_to_end(tmp_path: Path, capsys) -> None:
     assert rc == 0, captured.err
     assert "order A B B A" in captured.err and "run 3/4: candidate" in captured.err
     runs = rf.list_runs(tmp_path).runs
-    groups = sorted(ab_cmd.group_of(m) for _, m in runs)
+    groups = sorted(group_of(m) for _, m in runs)
     assert groups == ["e2e-baseline", "e2e-baseline", "e2e-candidate", "e2e-candidate"]
     assert all(m.status == rf.RunStatus.FINISHED for _, m in runs)
     assert all((getattr(m, "stopped", None) or m.extra.get("stopped")) == "max_steps" for _, m in runs)
