@@ -221,8 +221,8 @@ def acceptance(part: Part, counts: dict[str, int], gate_failures: int, n: int) -
 def margin(aa: dict[str, Any]) -> dict[str, Any]:
     """Run-to-run noise from the A/A pairs: the 95th percentile of |log ratio| (and what stats assumes)."""
     logs = [p["abs_log_ratio"] for p in aa["pairs"] if p["abs_log_ratio"] is not None]
-    try:
-        from app.analysis.stats import RUN_TO_RUN_MARGIN as provisional
+    try:  # the stats stream's constant, through the comparison's own fallback
+        from app.analysis.compare_estimators import RUN_TO_RUN_MARGIN as provisional
     except ImportError:
         provisional = None
     p95 = float(np.percentile(logs, 95)) if logs else None
@@ -267,8 +267,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="keep torch.profiler on in the runs (default --no-profile)")
     p.add_argument("--quick", action="store_true", help="smoke test: 1 pair per part, 2 runs per side, 40 steps")
     p.add_argument("--store", type=Path, default=None, help="run store to fill (default a temporary folder, deleted)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ab_verdicts.json")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results file (default benchmarks/results/ab_verdicts.json; ab_verdicts.quick.json with --quick, "
+                        "so a smoke test never overwrites measured results)")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = ROOT / "benchmarks" / "results" / f"ab_verdicts{'.quick' if args.quick else ''}.json"
     if args.quick:
         args.pairs, args.replicates, args.steps = args.pairs or 1, min(args.replicates, 2), min(args.steps, 40)
     if (args.pairs is not None and args.pairs < 1) or args.replicates < 2 or args.steps < 10:
