@@ -114,13 +114,16 @@ def _call(argv: list[str]) -> tuple[int, str, str]:
 class Hog:
     """``count`` busy-loop processes for the duration of a ``with`` block (killed on exit, whatever happens)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, *, pin: bool = False) -> None:
         self.count = count
+        self.pin = pin  # hog k on core k % cpus, instead of wherever the scheduler puts it
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Hog:
-        for _ in range(self.count):
-            self.procs.append(_spawn([sys.executable, "-c", "while True: pass"]))
+        cpus = sorted(os.sched_getaffinity(0))
+        for k in range(self.count):
+            pin = f"import os; os.sched_setaffinity(0, {{{cpus[k % len(cpus)]}}}); " if self.pin else ""
+            self.procs.append(_spawn([sys.executable, "-c", f"{pin}\nwhile True: pass"]))
         time.sleep(0.5)  # let the scheduler see them before the job starts
         return self
 
@@ -167,7 +170,7 @@ def single_pair(args: argparse.Namespace, store: Path, part: Part, i: int) -> di
     first = "a" if i % 2 == 0 else "b"
     for name, slowdown, hog in sides if first == "a" else sides[::-1]:
         if part.hog and hog:
-            with Hog(args.hogs):
+            with Hog(args.hogs, pin=args.pin_hogs):
                 record(args, store, name, slowdown)
         else:
             record(args, store, name, slowdown)
@@ -192,17 +195,26 @@ def interleaved_pair(args: argparse.Namespace, store: Path, part: Part, i: int) 
 
 # --- parts and results ---------------------------------------------------------------------------
 
-def run_part(args: argparse.Namespace, store: Path, part: Part) -> dict[str, Any]:
-    pairs = []
-    for i in range(part.pairs):
-        load = os.getloadavg()[0]
-        t0 = time.perf_counter()
+def _one_pair(args: argparse.Namespace, store: Path, part: Part, i: int) -> dict[str, Any]:
+    """One pair's record; a run or diff that fails becomes verdict "error" (counted, reported) so
+    that one broken pair does not throw away a 20-minute benchmark."""
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    try:
         pair = (interleaved_pair if part.replicates > 1 else single_pair)(args, store, part, i)
-        pair |= {"load_1min": load, "wall_s": round(time.perf_counter() - t0, 1)}
-        print(f"  {part.name} {i + 1}/{part.pairs}: {pair['verdict']} "
-              f"ratio {pair['ratio']:.4f} ({pair['wall_s']} s, load {load:.2f})", file=sys.stderr, flush=True)
-        pairs.append(pair)
-    counts = {v: sum(p["verdict"] == v for p in pairs) for v in VERDICTS}
+    except (RuntimeError, ValueError) as e:  # ValueError: a document that is not JSON
+        pair = {"pair": i, "verdict": "error", "error": str(e), "ratio": None, "gate_failed": False,
+                "abs_log_ratio": None}
+    pair |= {"load_1min": load, "wall_s": round(time.perf_counter() - t0, 1)}
+    ratio = f"ratio {pair['ratio']:.4f}" if pair.get("ratio") else pair.get("error", "no ratio")
+    print(f"  {part.name} {i + 1}/{part.pairs}: {pair['verdict']} {ratio} ({pair['wall_s']} s, load {load:.2f})",
+          file=sys.stderr, flush=True)
+    return pair
+
+
+def run_part(args: argparse.Namespace, store: Path, part: Part) -> dict[str, Any]:
+    pairs = [_one_pair(args, store, part, i) for i in range(part.pairs)]
+    counts = {v: sum(p["verdict"] == v for p in pairs) for v in (*VERDICTS, "error")}
     gate_failures = sum(p["gate_failed"] for p in pairs)
     return {"pairs": pairs, "counts": counts, "gate_failures": gate_failures, "target": part.target,
             "slowdown_pct": part.slowdown_pct, "replicates": part.replicates,
@@ -210,7 +222,9 @@ def run_part(args: argparse.Namespace, store: Path, part: Part) -> dict[str, Any
 
 
 def acceptance(part: Part, counts: dict[str, int], gate_failures: int, n: int) -> bool:
-    """Issue 10's targets, scaled to ``n`` pairs (9 of 10, 18 of 20, 8 of 10)."""
+    """Issue 10's targets, scaled to ``n`` pairs (9 of 10, 18 of 20, 8 of 10); a pair in error fails it."""
+    if counts.get("error"):
+        return False
     if part.name == "aa":
         return counts["same"] >= 0.9 * n and counts["inconclusive"] <= 0.1 * n and gate_failures == 0
     if part.name == "hog":
@@ -237,7 +251,8 @@ def markdown(results: dict[str, Any]) -> str:
     for name, r in results["parts"].items():
         c = r["counts"]
         rep = f", {r['replicates']} runs/side" if r["replicates"] > 1 else ""
-        rows.append(f"| {name} | {len(r['pairs'])} | {r['slowdown_pct']:g} %{rep} | {c['same']} | "
+        errors = f" (+{c['error']} in error)" if c.get("error") else ""
+        rows.append(f"| {name} | {len(r['pairs'])}{errors} | {r['slowdown_pct']:g} %{rep} | {c['same']} | "
                     f"{c['inconclusive']} | {c['faster']} | {c['slower']} | {r['gate_failures']} | {r['target']} | "
                     f"{'yes' if r['met'] else '**no**'} |")
     m = results.get("margin")
@@ -253,7 +268,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit.stdout.strip(),
             "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
             "python": platform.python_version(), "load_1min_start": os.getloadavg()[0], "steps": args.steps,
-            "profile": args.profile, "hogs": args.hogs, "quick": args.quick}
+            "profile": args.profile, "hogs": args.hogs, "pin_hogs": args.pin_hogs, "quick": args.quick}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -264,6 +279,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=80, help="optimizer steps per run (default 80)")
     p.add_argument("--hogs", type=int, default=os.cpu_count() or 1, help="busy-loop processes of the hog part "
                    "(default: one per core)")
+    p.add_argument("--pin-hogs", action="store_true", help="pin hog k to core k (default: not pinned)")
     p.add_argument("--profile", action="store_true", help="keep torch.profiler on in the runs (default --no-profile)")
     p.add_argument("--quick", action="store_true", help="smoke test: 1 pair per part, 2 runs per side, 40 steps")
     p.add_argument("--store", type=Path, default=None, help="run store to fill (default a temporary folder, deleted)")
@@ -280,6 +296,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def write_results(results: dict[str, Any], out: Path) -> None:
+    if "aa" in results["parts"]:
+        results["margin"] = margin(results["parts"]["aa"])
+    results["meta"]["load_1min_end"] = os.getloadavg()[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below on a plain kill
@@ -293,16 +317,13 @@ def main(argv: list[str] | None = None) -> int:
             for part in parts_for(args):
                 print(f"{part.name}: {part.pairs} pair(s)", file=sys.stderr, flush=True)
                 results["parts"][part.name] = run_part(args, store, part)
+                write_results(results, args.out)  # after each part: an interrupted run keeps what it measured
         finally:
             kill_all()
-    if "aa" in results["parts"]:
-        results["margin"] = margin(results["parts"]["aa"])
-    results["meta"]["load_1min_end"] = os.getloadavg()[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_results(results, args.out)
     print(markdown(results))
     print(f"\nwritten: {args.out}", file=sys.stderr)
-    return 0
+    return 0 if all(r["met"] for r in results["parts"].values()) else 1
 
 
 if __name__ == "__main__":
