@@ -271,6 +271,15 @@ def _inconclusive_reason(cmp: Comparison) -> str:
     return h.reasons[-1] if h.reasons else "see the headline's reasons"
 
 
+def _replicates_line(outcomes: list[RunOutcome]) -> str:
+    """One line of each side's per-run median step times, in run order: the run-to-run spread at a glance."""
+    parts = []
+    for side in Side:
+        ms = [f"{1e3 * o.median_step_s:.2f}" for o in outcomes if o.side is side and o.median_step_s is not None]
+        parts.append(f"{side} {' '.join(ms) or '-'}")
+    return f"median step time of each run (ms, in run order): {' | '.join(parts)}\n"
+
+
 def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     _check_groups(plan, args.append)
@@ -292,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_verdict_text(cmp, top=args.top))
+        sys.stdout.write(_replicates_line(outcomes))
         if advice is not None:
             sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
                              f"{len(advice.new)} new finding(s)\n")

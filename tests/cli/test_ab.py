@@ -130,3 +130,5 @@ def test_interleaved_ab_end_to_end(tmp_path: Path, capsys) -> None:
     out = captured.out
     assert "baseline:  e2e-baseline" in out and "candidate: e2e-candidate" in out
     assert any(v in out for v in ("faster", "slower", "same", "inconclusive"))
+    line = next(x for x in out.splitlines() if x.startswith("median step time of each run"))
+    assert line.count("|") == 1 and len(line.split("|")[1].split()) == 3  # "candidate" and two medians
