@@ -162,7 +162,7 @@ def plan_from_args(args: argparse.Namespace, *, now: float | None = None) -> AbP
         raise UsageError(f"--group-a and --group-b are both {groups[Side.BASELINE]!r}: the sides need two groups")
     extra = _split(args.run_args, "--run-args") if args.run_args.strip() else ()
     for reserved in ("--name", "--group", "--root", "--"):
-        if reserved in extra:
+        if any(word == reserved or word.startswith(f"{reserved}=") for word in extra):
             raise UsageError(f"--run-args may not hold {reserved}: ab sets it for each run")
     options = (*(("--max-steps", str(args.max_steps)) if args.max_steps is not None else ()),
                *(("--no-profile",) if args.no_profile else ()), *extra)

@@ -79,6 +79,7 @@ def test_plan_default_name_and_explicit_groups() -> None:
     (["python a.py", "python b.py", "--group-a", "x", "--group-b", "x"], "both 'x'"),
     (["python a.py", "python b.py", "--max-steps", "0"], "--max-steps 0"),
     (["python a.py", "python b.py", "--run-args=--name foo"], "--run-args may not hold --name"),
+    (["python a.py", "python b.py", "--run-args=--active 2 --group=g"], "--run-args may not hold --group"),
     (["python a.py", "python b.py", "--threshold", "150"], "--threshold 150"),
     (["python a.py", "python b.py", "--fail-if-slower", "-1"], "--fail-if-slower -1"),
 ])
