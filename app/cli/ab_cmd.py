@@ -125,7 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     cmp.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     cmp.add_argument("--top", type=int, default=10, help="rows of the op and kernel tables")
-    cmp.add_argument("--advice", action="store_true", help="also diff the advisor's findings (slower)")
+    cmp.add_argument("--advice", dest="no_advice", action="store_false",
+                     help="also diff the advisor's findings (slower; off by default, unlike diff)")
     cmp.add_argument("--json", action="store_true", help="print one JSON document: diff's, plus an \"ab\" section")
     cmp.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
                      help="exit 1 when the candidate is significantly more than PCT %% slower")
@@ -133,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="exit 1 when the peak memory grew by more than PCT %%")
     cmp.add_argument("--fail-if-inconclusive", action="store_true",
                      help="exit 3 when the verdict is inconclusive (the sides ran under different load)")
-    parser.set_defaults(by="name", no_advice=True)
+    parser.set_defaults(by="name", no_advice=True)  # diff_cmd.options_from_args and advice_diff read these
 
 
 def _split(text: str, what: str) -> tuple[str, ...]:
@@ -201,8 +202,11 @@ def _launcher() -> list[str]:
 
 
 def _median_step_s(run_dir: Path) -> float | None:
+    # For the progress line only (the verdict uses the comparison's own step sets): rank 0, no
+    # profiled or evaluation steps, the first step (one-off costs) left out.
     times = [r["step_time_s"] for r in rf.read_jsonl(run_dir / layout.METRICS).records
-             if isinstance(r.get("step_time_s"), (int, float)) and r.get("rank", 0) == 0]
+             if isinstance(r.get("step_time_s"), (int, float)) and r.get("rank", 0) == 0
+             and not r.get("profiled") and not r.get("evaluation")]
     return float(np.median(times[1:] or times)) if times else None
 
 

@@ -64,6 +64,11 @@ def test_plan_splits_commands_and_passes_run_options() -> None:
     assert plan.order == (A, B, B, A)
 
 
+def test_advice_is_off_unless_asked() -> None:
+    assert _args("a", "b").no_advice is True
+    assert _args("a", "b", "--advice").no_advice is False
+
+
 def test_plan_default_name_and_explicit_groups() -> None:
     plan = ab_cmd.plan_from_args(_args("python a.py", "python b.py"), now=0.0)
     assert plan.groups[A].startswith("ab-19") and plan.groups[A].endswith("-baseline")
