@@ -309,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
         if advice is not None:
             sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
                              f"{len(advice.new)} new finding(s)\n")
+            sys.stdout.writelines([f"  resolved: {f.title}\n" for f in advice.resolved]
+                                  + [f"  new:      {f.title}\n" for f in advice.new])
         for f in failures:
             sys.stdout.write(f"GATE FAILED: {f}\n")
     for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen
