@@ -47,9 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slowdown", type=float, default=0.0, metavar="PCT",
                    help="extra compute per step, in %% of the step's own time (default 0)")
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--hidden", type=int, default=1024, help="hidden width; sets the step time (default 1024: ~25 ms a step on one core)")
+    p.add_argument("--hidden", type=int, default=1024,
+                   help="hidden width; sets the step time (default 1024: ~25 ms a step on one core)")
     p.add_argument("--features", type=int, default=256)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: steadier on a shared machine)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: steadier on a shared machine)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.steps < 1 or args.slowdown < 0 or args.threads < 1:
