@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["JobCpu", "StepCpu", "read_proc_stat", "job_root_pid"]
 
@@ -38,8 +38,7 @@ _REUSE_S = 0.002  # a step that starts this soon after the last one ended reuses
 _RESCAN_S = 10.0  # full descendant scan (all of /proc) at most this often; main-thread children each sample
 
 
-@dataclass(frozen=True)
-class CpuTimes:
+class CpuTimes(NamedTuple):  # tuples, not frozen dataclasses: built twice per step (~0.3 vs ~2 us)
     """Machine-wide CPU seconds since boot, summed over CPUs."""
 
     busy_s: float  # user + nice + system + irq + softirq (guest time is inside user)
@@ -59,12 +58,14 @@ def read_proc_stat(fd: int, tick: float) -> CpuTimes | None:
         head = os.pread(fd, 256, 0)
     except OSError:
         return None
-    line = head.split(b"\n", 1)[0].split()
+    line = head[:head.find(b"\n")].split()
     if len(line) < 5 or line[0] != b"cpu":
         return None
-    v = [int(x) for x in line[1:]]
-    busy = v[0] + v[1] + v[2] + (v[5] if len(v) > 5 else 0) + (v[6] if len(v) > 6 else 0)
-    steal = v[7] / tick if len(v) > 7 else None
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    busy = int(line[1]) + int(line[2]) + int(line[3])
+    if len(line) > 7:
+        busy += int(line[6]) + int(line[7])
+    steal = int(line[8]) / tick if len(line) > 8 else None
     return CpuTimes(busy / tick, steal)
 
 
@@ -184,8 +185,7 @@ def _scan_descendants(root: int) -> list[int]:
     return []
 
 
-@dataclass(frozen=True)
-class _Reading:
+class _Reading(NamedTuple):
     wall: float  # perf_counter
     cpu: float  # process_time
     stat: CpuTimes | None
@@ -245,8 +245,8 @@ class StepCpu:
         share, self._carry_contention = _share(others, capacity, self._carry_contention, self._carry_limit)
         out["contention"] = round(share, 4)
         if end.stat.steal_s is not None and base.stat.steal_s is not None:
-            share, self._carry_steal = _share(end.stat.steal_s - base.stat.steal_s, capacity, self._carry_steal,
-                                              self._carry_limit)
+            stolen = end.stat.steal_s - base.stat.steal_s
+            share, self._carry_steal = _share(stolen, capacity, self._carry_steal, self._carry_limit)
             out["steal"] = round(share, 4)
         return out
 

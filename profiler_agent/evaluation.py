@@ -127,10 +127,12 @@ class EvalLosses:
             setattr(F, name, self._make_wrapper(name, original))
 
     def _make_wrapper(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        compiling = torch.compiler.is_compiling  # a constant to dynamo: compiled code keeps torch's loss
+
         # The body uses closure variables and builtins only: see the FunctionType below.
         def loss(*args: Any, **kwargs: Any) -> Any:
             output = original(*args, **kwargs)
-            if self.step is not None and not getattr(self._inside_loss, "depth", 0):
+            if self.step is not None and not compiling() and not getattr(self._inside_loss, "depth", 0):
                 self._keep_functional(name, args, output, kwargs)
             return output
 
@@ -147,11 +149,11 @@ class EvalLosses:
             self._keep(name, args, output, kwargs.get("reduction", "mean"))
 
     def _on_module_input(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        if isinstance(module, _Loss):
+        if isinstance(module, _Loss) and not torch.compiler.is_compiling():
             self._inside_loss.depth = getattr(self._inside_loss, "depth", 0) + 1
 
     def _on_module_output(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if not isinstance(module, _Loss):
+        if not isinstance(module, _Loss) or torch.compiler.is_compiling():
             return
         self._inside_loss.depth = max(0, getattr(self._inside_loss, "depth", 1) - 1)
         with self._failures.guard("evaluation loss hook"):

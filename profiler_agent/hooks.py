@@ -76,8 +76,8 @@ class _Hooks:
             with self.session.failures.guard("forward hook"):
                 if module.training and torch.is_grad_enabled():
                     self.session.on_forward(module, batch_size_of(args), top_level=True)
-                else:  # an evaluation before the root is known: judged once it is (first step)
-                    self.session.on_discovery_eval(module)
+                elif not torch.compiler.is_compiling():  # an evaluation before the root is known:
+                    self.session.on_discovery_eval(module)  # judged at the first step
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.depth.value = max(0, getattr(self.depth, "value", 1) - 1)
@@ -98,13 +98,17 @@ class _Hooks:
         if module.training and torch.is_grad_enabled():
             with self.session.failures.guard("forward hook"):
                 self.session.on_forward(module, batch_size_of(args, kwargs), top_level=False)
-        else:  # evaluation (eval mode, or no grad): its losses are recorded until training resumes
+        # Evaluation (eval mode, or no grad): its losses are recorded until training resumes. Not while
+        # torch.compile traces a function calling the model: installing hooks there breaks its graph.
+        elif not torch.compiler.is_compiling():
             with self.session.failures.guard("evaluation hook"):
                 self.session.on_eval_forward(train_mode=module.training)
 
     def root_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         # A train-mode forward with grad is training only if a backward reaches its output.
-        if module.training and torch.is_grad_enabled():
+        # Not while torch.compile traces a function that calls the model: a tensor hook there
+        # could break its graph (is_compiling() is a constant to dynamo).
+        if module.training and torch.is_grad_enabled() and not torch.compiler.is_compiling():
             with self.session.failures.guard("forward hook"):
                 self.session.on_training_output(output)
 

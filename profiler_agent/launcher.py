@@ -195,7 +195,8 @@ class _Job:
                     return m
                 return m.replace(extra={**m.extra, "job_exit_code": job_code})
 
-            m = update_manifest(self.run_dir, change, status=status, ended_at=now, heartbeat=now, exit_code=code)
+            m = update_manifest(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
+                                exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
             print(f"torchscope run: could not mark the run {status} ({e})", file=sys.stderr)
         else:

@@ -92,7 +92,7 @@ class AgentOptions:
     memory_timeline: bool = False  # export_memory_timeline per window (needs and turns on with_stack)
     module_scopes: bool = True  # an "nn.Module: <name>" trace range per module call inside windows
     system_interval_s: float = 1.0
-    max_steps: int | None = None  # end the job cleanly after this many optimizer steps (torchscope run --max-steps)
+    max_steps: int | None = None  # end the job cleanly after this many optimizer steps (--max-steps)
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (isinstance(self.max_steps, bool) or self.max_steps < 1):

@@ -6,14 +6,10 @@ an iteration ends at the primary optimizer's step (or at ``Run.step()`` in manua
 Nothing is written until the first step, so processes that never train (DataLoader workers,
 launchers such as torchrun) leave no trace in the run.
 
-An iteration *held an evaluation* (``"evaluation": true`` on its line) when the model's root
-ran for evaluation in it: in eval mode, in train mode with gradients disabled, or in train
-mode with gradients but no backward through its output before the optimizer step. A pattern
-that recurs in every iteration is part of training (RL action selection, a no_grad target
-from the model itself), not an evaluation: after 3 marked iterations in a row, the next ones
-are not marked until an iteration without it.
-An evaluation after the last optimizer step gets a line of its own at the next step number,
-without ``step_time_s``.
+An iteration's line says ``"evaluation": true`` when the model's root ran for evaluation in it
+(``evaluation_steps.py``); an evaluation after the last optimizer step gets a line of its own
+at the next step number, without ``step_time_s``. With ``--max-steps N`` the N-th step's
+hook flushes, marks the run ``stopped`` and raises ``SystemExit(0)``.
 """
 from __future__ import annotations
 
@@ -33,6 +29,7 @@ from . import graph
 from .contention import JobCpu, StepCpu, job_root_pid
 from .environment import describe_torch, read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
+from .evaluation_steps import EvaluationSteps
 from .failures import FailureLog
 from .metrics import MetricsLog
 from .options import OWNER_ENV, STOPPED_MAX_STEPS, AgentOptions
@@ -40,11 +37,11 @@ from .profiling import ProfilerWindows, profiler_settings
 from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
 from .system import SystemSampler
 
-__all__ = ["Session", "get_session", "set_session"]
+__all__ = ["Session", "get_session", "set_session", "MAX_STEPS_GRACE_S"]
+
+MAX_STEPS_GRACE_S = 120.0  # --max-steps: how long the job may take to exit after its N-th step
 
 _SESSION: Session | None = None
-# An evaluation-like pattern seen in this many iterations in a row is part of every step, not an evaluation.
-_RECURRING_EVAL = 3
 
 
 def get_session() -> Session | None:
@@ -82,9 +79,7 @@ class Session:
         self._trained_this_iteration = False  # a training forward of the model happened in it
         self._data_time: float | None = None  # iteration start (or evaluation end) -> first training forward
         self.evaluation = EvalLosses(self.failures)
-        self._eval_seen = False  # the root ran for evaluation during this iteration
-        self._eval_streak = 0  # how many iterations in a row before this one it did
-        self._forward_cells: list[list[bool]] = []  # per train-mode root forward with grad: backpropagated?
+        self.evaluation_steps = EvaluationSteps()
         self._discovery_eval: set[int] = set()  # iteration 0: top-level modules called for evaluation
         self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
         self._step_cpu = StepCpu()
@@ -123,7 +118,7 @@ class Session:
     def on_eval_forward(self, *, train_mode: bool = False) -> None:
         """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
         if not (self.disabled or self.closed):
-            self._eval_seen = True
+            self.evaluation_steps.saw_evaluation()
             self.evaluation.begin(self.step, train_mode=train_mode)
 
     def on_discovery_eval(self, module: torch.nn.Module) -> None:
@@ -133,18 +128,9 @@ class Session:
             self.evaluation.begin(self.step, train_mode=module.training)
 
     def on_training_output(self, output: Any) -> None:
-        """A train-mode forward of the root with grad returned ``output``: note whether a backward reaches it."""
-        tensors = _grad_tensors(output)
-        if not tensors:
-            return  # nothing to watch: assume it is trained
-        cell = [False]
-
-        def reached(grad: torch.Tensor) -> None:
-            cell[0] = True
-
-        for t in tensors:
-            t.register_hook(reached)
-        self._forward_cells.append(cell)
+        """A train-mode forward of the root with grad returned ``output``: does a backward reach it?"""
+        if not (self.disabled or self.closed):
+            self.evaluation_steps.watch(output)
 
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""
@@ -216,7 +202,7 @@ class Session:
                 record["grad_norm"], self._grad_norm = self._grad_norm, None
             if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
                 record["profiled"] = True
-            if self._evaluation_held():
+            if self.evaluation_steps.held():
                 record["evaluation"] = True
             if extra:
                 record.update(extra)
@@ -298,20 +284,11 @@ class Session:
         if self._user_val_loss:
             values = {}
         record: dict[str, Any] = {}
-        if last and self._started and self._evaluation_held():
+        if last and self.evaluation_steps.held():
             record["evaluation"] = True
         record.update(values)
         if record:
             self.metrics.append({"step": self.step if step is None else step, **record})
-
-    def _evaluation_held(self) -> bool:
-        """Whether the iteration now ending held an evaluation; resets the iteration's signals."""
-        seen = self._eval_seen or any(not reached for reached, in self._forward_cells)
-        self._eval_seen = False
-        self._forward_cells = []
-        held = seen and self._eval_streak < _RECURRING_EVAL
-        self._eval_streak = self._eval_streak + 1 if seen else 0
-        return held
 
     def _max_steps_reached(self) -> bool:
         limit = self.options.max_steps
@@ -329,8 +306,21 @@ class Session:
                 return m.replace(extra={**m.extra, "stopped": STOPPED_MAX_STEPS})
 
             update_manifest(self.run_dir, change)
-        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job", file=sys.stderr)
+        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job",
+              file=sys.stderr)
+        # Python waits for non-daemon threads before its exit handlers run: a job whose threads
+        # never end would hang here. After a grace period, flush and leave with code 0.
+        threading.Thread(target=self._exit_after, args=(MAX_STEPS_GRACE_S,), name="torchscope-max-steps",
+                         daemon=True).start()
         raise SystemExit(0)
+
+    def _exit_after(self, seconds: float) -> None:
+        time.sleep(seconds)
+        print(f"torchscope agent: the job did not exit within {seconds:.0f} s of --max-steps; "
+              "ending it", file=sys.stderr)
+        with self.failures.guard("max steps exit"):
+            self.close()
+        os._exit(0)
 
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         current = self._optimizer() if self._optimizer is not None else None
@@ -379,7 +369,8 @@ class Session:
         self.top_level.clear()
         early, self._early_values = self._early_values, {}
         if self.root is not None and id(self.root) in self._discovery_eval:
-            self._eval_seen = True  # the model was evaluated before (or within) its first training step
+            # the model was evaluated before (or within) its first training step
+            self.evaluation_steps.saw_evaluation()
             if early and not self._user_val_loss:
                 self.metrics.append({"step": 0, **early})
         elif self.evaluation.active:  # another module (a frozen teacher) ran in eval mode: not ours
@@ -458,25 +449,6 @@ class Session:
         # Rendering SVG with graphviz can take seconds: do it beside training, not in it.
         self._graph_thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
         self._graph_thread.start()
-
-
-def _grad_tensors(output: Any, limit: int = 3) -> list[torch.Tensor]:
-    """Up to ``limit`` tensors that require grad in a forward's output (a tensor, tuple, list or dict)."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.requires_grad else []
-    if isinstance(output, dict):
-        items: Any = output.values()
-    elif isinstance(output, (list, tuple)):
-        items = output
-    else:
-        return []
-    found = []
-    for value in items:
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            found.append(value)
-            if len(found) >= limit:
-                break
-    return found
 
 
 def _total_grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:

@@ -73,10 +73,10 @@ class Comparison:
     step_source: tuple[str, str]
     step_times: tuple[pd.DataFrame, pd.DataFrame]
     step_time: RatioEstimate | None
-    step_verdict: Verdict
+    step_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     throughput: RatioEstimate | None
     throughput_unit: str
-    throughput_verdict: Verdict
+    throughput_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     peak_memory: tuple[cs.PeakMemory, cs.PeakMemory]
     memory_verdict: Verdict
     verdicts: pd.DataFrame
@@ -264,6 +264,13 @@ def _headline_row(h: Headline) -> dict:
             "ci_lo": lo, "ci_hi": hi, "verdict": h.verdict, "note": h.method}
 
 
+def _metric_note(r: Any) -> str:
+    if "runs" not in str(r.window):
+        return f"median of the last {r.window} values"
+    return (f"median of the runs' final values ({r.window}); run-to-run sd {r.baseline_run_spread:.4g} / "
+            f"{r.candidate_run_spread:.4g}")
+
+
 def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame,
                    headline: Headline) -> pd.DataFrame:
     rows = [
@@ -281,8 +288,7 @@ def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd
     for r in metrics.itertuples(index=False):
         rows.append({"quantity": f"{r.metric} (final)", "unit": "", "baseline": r.baseline_final,
                      "candidate": r.candidate_final, "ratio": r.ratio, "ci_lo": r.ci_lo, "ci_hi": r.ci_hi,
-                     "verdict": r.verdict, "note": f"median of the runs' final values ({r.window})" if "runs" in r.window
-                     else f"median of the last {r.window} values"})
+                     "verdict": r.verdict, "note": _metric_note(r)})
         if r.direction != str(Direction.NONE):
             rows.append({"quantity": f"{r.metric} (best)", "unit": "", "baseline": r.baseline_best,
                          "candidate": r.candidate_best, "ratio": _safe_ratio(r.candidate_best, r.baseline_best)

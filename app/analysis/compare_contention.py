@@ -9,10 +9,12 @@ Sources, in order:
 1. **per-step** ``contention`` (share 0–1 of the machine's CPU capacity used by processes that
    are not the job) and ``steal`` (share stolen by the hypervisor) that the agent writes on each
    metrics line; a step's interference is contention + steal, over the steady-state steps.
-   The sides differ when the mean interference differs by at least ``CONTENTION_GAP`` (5 % of the
-   machine: 0.1 CPU on 2 cores), or when the share of *contended* steps (interference ≥
-   ``CONTENDED_STEP``, a quarter of the machine) differs by at least ``CONTENDED_SHARE_GAP``
-   (10 % of the steps). A CPU hog on one core of a 2-core machine is an interference of about
+   The sides differ when the mean interference (weighted by step time) differs by at least
+   ``CONTENTION_GAP`` (5 % of the machine: 0.1 CPU on 2 cores), or when the share of time in
+   *contended* blocks (blocks of consecutive steps lasting ``BLOCK_S`` = 0.5 s whose interference
+   is ≥ ``CONTENDED_STEP``, a quarter of the machine) differs by at least ``CONTENDED_SHARE_GAP``
+   (10 % of the time). Blocks, not single steps: ``/proc/stat`` counts 10 ms ticks, so one short
+   step's share is 0 or a whole tick; half a second holds 50 ticks per CPU. A CPU hog on one core of a 2-core machine is an interference of about
    0.5 on the steps it overlaps, so it trips the first rule once it covers a tenth of the steps
    and the second one from about the same point; a quiet machine shows means of about 0.00–0.03
    on both sides.
@@ -34,7 +36,7 @@ import pandas as pd
 
 from app.analysis.compare_load import MachineLoad
 
-__all__ = ["CONTENTION_GAP", "CONTENDED_STEP", "CONTENDED_SHARE_GAP", "SYSTEM_CONTENTION_GAP", "MIN_CONTENTION_STEPS",
+__all__ = ["CONTENTION_GAP", "CONTENDED_STEP", "CONTENDED_SHARE_GAP", "SYSTEM_CONTENTION_GAP", "MIN_CONTENTION_STEPS", "BLOCK_S",
            "ContentionCheck", "SideContention", "side_contention", "check_contention"]
 
 CONTENTION_GAP = 0.05
@@ -42,12 +44,14 @@ CONTENDED_STEP = 0.25
 CONTENDED_SHARE_GAP = 0.10
 SYSTEM_CONTENTION_GAP = 0.15
 MIN_CONTENTION_STEPS = 3
+BLOCK_S = 0.5
 
 
 @dataclass(frozen=True)
 class SideContention:
     """Interference of one side over its steady-state steps: ``mean`` (contention + steal, share
-    of the machine), ``contended`` (share of steps with interference ≥ CONTENDED_STEP), ``steps``."""
+    of the machine, time-weighted), ``contended`` (share of the time in blocks of BLOCK_S with
+    interference ≥ CONTENDED_STEP), ``steps``."""
 
     mean: float
     contended: float
@@ -66,10 +70,9 @@ class ContentionCheck:
     candidate: SideContention | None = None
 
 
-def side_contention(tables: Sequence[pd.DataFrame]) -> SideContention | None:
-    """Interference over the kept steps of a side's step tables (one per run), or None when
-    fewer than MIN_CONTENTION_STEPS kept steps carry ``contention``."""
-    values = []
+def _side_values(tables: Sequence[pd.DataFrame]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(interference, step time) of the kept steps with a contention value, per run, in step order."""
+    out = []
     for t in tables:
         if len(t) == 0 or "contention" not in t.columns:
             continue
@@ -78,11 +81,45 @@ def side_contention(tables: Sequence[pd.DataFrame]) -> SideContention | None:
         s = pd.to_numeric(kept["steal"], errors="coerce").to_numpy(float) if "steal" in kept.columns \
             else np.zeros(len(kept))
         v = c + np.where(np.isfinite(s), s, 0.0)
-        values.append(v[np.isfinite(v)])
-    x = np.concatenate(values) if values else np.array([])
-    if len(x) < MIN_CONTENTION_STEPS:
+        w = pd.to_numeric(kept["step_time_s"], errors="coerce").to_numpy(float)
+        ok = np.isfinite(v) & np.isfinite(w) & (w > 0)
+        out.append((v[ok], w[ok]))
+    return out
+
+
+def _blocks(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive steps merged until a block lasts BLOCK_S: (time-weighted interference, time)."""
+    values, times, acc_v, acc_w = [], [], 0.0, 0.0
+    for x, t in zip(v, w, strict=True):
+        acc_v, acc_w = acc_v + x * t, acc_w + t
+        if acc_w >= BLOCK_S:
+            values.append(acc_v / acc_w)
+            times.append(acc_w)
+            acc_v = acc_w = 0.0
+    if acc_w > 0 and times:  # the short tail joins the last block
+        values[-1] = (values[-1] * times[-1] + acc_v) / (times[-1] + acc_w)
+        times[-1] += acc_w
+    elif acc_w > 0:
+        values, times = [acc_v / acc_w], [acc_w]
+    return np.array(values), np.array(times)
+
+
+def side_contention(tables: Sequence[pd.DataFrame]) -> SideContention | None:
+    """Interference over the kept steps of a side's step tables (one per run), or None when
+    fewer than MIN_CONTENTION_STEPS kept steps carry ``contention``. The mean and the contended
+    share are weighted by time (the agent's per-step share is of the step's wall time × CPUs,
+    so the time-weighted mean is the run's share), and the share is of blocks of BLOCK_S."""
+    runs = _side_values(tables)
+    n = sum(len(v) for v, _ in runs)
+    if n < MIN_CONTENTION_STEPS:
         return None
-    return SideContention(mean=float(np.mean(x)), contended=float(np.mean(x >= CONTENDED_STEP)), steps=len(x))
+    v = np.concatenate([v for v, _ in runs])
+    w = np.concatenate([w for _, w in runs])
+    blocks = [_blocks(bv, bw) for bv, bw in runs if len(bv)]
+    bv = np.concatenate([b for b, _ in blocks])
+    bw = np.concatenate([t for _, t in blocks])
+    return SideContention(mean=float(np.sum(v * w) / np.sum(w)),
+                          contended=float(np.sum(bw * (bv >= CONTENDED_STEP)) / np.sum(bw)), steps=n)
 
 
 def _pct(x: float) -> str:
@@ -91,11 +128,11 @@ def _pct(x: float) -> str:
 
 def _per_step(a: SideContention, b: SideContention, labels: tuple[str, str]) -> ContentionCheck:
     both = (f"other processes and steal took {_pct(a.mean)} of the machine during {labels[0]}'s steady-state steps "
-            f"and {_pct(b.mean)} during {labels[1]}'s; contended steps {_pct(a.contended)} vs {_pct(b.contended)}")
+            f"and {_pct(b.mean)} during {labels[1]}'s; time in contended blocks {_pct(a.contended)} vs {_pct(b.contended)}")
     if abs(a.mean - b.mean) >= CONTENTION_GAP or abs(a.contended - b.contended) >= CONTENDED_SHARE_GAP:
         busier = labels[0] if (a.mean, a.contended) > (b.mean, b.contended) else labels[1]
         return ContentionCheck(True, f"the machine was busier during {busier} ({both}; the limits are "
-                                     f"{_pct(CONTENTION_GAP)} mean and {_pct(CONTENDED_SHARE_GAP)} of steps "
+                                     f"{_pct(CONTENTION_GAP)} mean and {_pct(CONTENDED_SHARE_GAP)} of the time "
                                      "contended); re-run both on a quiet machine or use interleaved replicates",
                                "per-step", a, b)
     return ContentionCheck(False, "", "per-step", a, b)

@@ -30,7 +30,8 @@ from app.analysis.compare_tables import OpGrouping
 from app.analysis.report import format_verdict_text
 from app.errors import TorchscopeError, UsageError
 
-HELP = "compare a candidate run or trace with a baseline: verdicts with confidence, breakdown and op deltas"
+HELP = ("compare a candidate run or trace (or group of runs) with a baseline: headline verdict with confidence, "
+        "breakdown and op deltas")
 
 __all__ = ["HELP", "add_arguments", "run", "add_compare_arguments", "options_from_args", "load_comparison",
            "gate_failures", "evaluate_gates", "advice_diff", "exit_code", "EXIT_GATE_FAILED", "EXIT_INCONCLUSIVE"]

@@ -30,7 +30,8 @@ class TinyLM(nn.Module):
     def __init__(self, width: int, loss_in_model: bool) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, width)
-        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Dropout(0.1), nn.Linear(2 * width, VOCAB))
+        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Dropout(0.1),
+                                 nn.Linear(2 * width, VOCAB))
         self.loss_in_model = loss_in_model
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):  # noqa: ANN201
@@ -45,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--eval-every", type=int, default=4)
     p.add_argument("--eval-iters", type=int, default=3)
-    p.add_argument("--eval", choices=["eval_mode", "nograd_train", "grad_train", "noloss"], default="eval_mode")
+    p.add_argument("--eval", choices=["eval_mode", "nograd_train", "grad_train", "noloss"],
+                   default="eval_mode")
     p.add_argument("--loss-in", choices=["model", "loop"], default="model")
     p.add_argument("--final-eval", action="store_true", help="evaluate once more after the last step")
     p.add_argument("--batch", type=int, default=4)

@@ -1,4 +1,4 @@
-"""Per-step CPU time, contention and steal: the arithmetic on fake counters, and the job's CPU on real processes."""
+"""Per-step CPU time, contention and steal: arithmetic on fake counters, the job's CPU on real processes."""
 from __future__ import annotations
 
 import os
@@ -131,8 +131,8 @@ def test_job_cpu_counts_children_but_not_this_process() -> None:
     mid = job.estimate(time.perf_counter())
     assert before is not None and mid is not None and mid - before < 0.1
     child = subprocess.Popen([sys.executable, "-c",
-                              "import time\nt = time.process_time() + 0.4\nwhile time.process_time() < t: pass\n"
-                              "time.sleep(30)"])
+                              "import time\nt = time.process_time() + 0.4\n"
+                              "while time.process_time() < t: pass\ntime.sleep(30)"])
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # wait until the child burnt its CPU and sleeps

@@ -47,7 +47,8 @@ def _flagged(rows: list[dict[str, object]]) -> list[int]:
 @pytest.mark.parametrize(("style", "loss_in"), [("eval_mode", "model"), ("eval_mode", "loop"),
                                                  ("nograd_train", "model"), ("nograd_train", "loop"),
                                                  ("noloss", "model"), ("grad_train", "loop")])
-def test_evaluation_steps_are_flagged_where_the_script_evaluated(tmp_path: Path, style: str, loss_in: str) -> None:
+def test_evaluation_steps_are_flagged_where_the_script_evaluated(tmp_path: Path, style: str,
+                                                                 loss_in: str) -> None:
     rows, evals = _record(tmp_path, lambda: eval_job.main(
         ["--iters", "10", "--eval-every", "4", "--eval", style, "--loss-in", loss_in]))
     steps = _steps(rows)
@@ -186,9 +187,10 @@ def test_scripting_during_an_evaluation_still_compiles(tmp_path: Path) -> None:
 
 def test_nanogpt_style_job_max_steps_group_cpu_and_contention(tmp_path: Path) -> None:
     """Zero-code: a job meant to run 1000 iterations, ended by --max-steps after 10 optimizer steps."""
-    proc = torchscope("run", "--root", str(tmp_path), "--name", "nano", "--group", "nano-a", "--max-steps", "10",
-                      "--no-profile", "--no-graph", "--system-interval", "0.2", "--",
-                      sys.executable, str(EVAL_JOB), "--iters", "1000", "--eval-every", "4", "--loss-in", "model")
+    proc = torchscope("run", "--root", str(tmp_path), "--name", "nano", "--group", "nano-a",
+                      "--max-steps", "10", "--no-profile", "--no-graph", "--system-interval", "0.2", "--",
+                      sys.executable, str(EVAL_JOB), "--iters", "1000", "--eval-every", "4",
+                      "--loss-in", "model")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done" not in proc.stdout  # the job did not run to its own end
     run_dir = only_run(tmp_path)
@@ -243,8 +245,8 @@ def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: 
         "except BaseException:\n"
         "    print('interrupted', flush=True)\n"
         "    sys.exit(3)\n")
-    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile", "--no-graph",
-                      "--", sys.executable, str(script))
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "4", "--no-profile",
+                      "--no-graph", "--", sys.executable, str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted" in proc.stdout and "the job itself exited with 3" in proc.stderr
     run_dir = only_run(tmp_path / "runs")
@@ -252,3 +254,127 @@ def test_max_steps_wins_over_the_code_of_a_job_that_swallows_the_exit(tmp_path: 
     assert m.status is RunStatus.FINISHED and m.exit_code == 0
     assert m.extra["stopped"] == "max_steps" and m.extra["job_exit_code"] == 3
     assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1, 2, 3]
+
+
+def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path) -> None:
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import threading, time, torch\n"
+        "import profiler_agent.session as s\n"
+        "s.MAX_STEPS_GRACE_S = 1.0\n"  # shortens the agent's grace period for this test
+        "threading.Thread(target=lambda: time.sleep(600)).start()\n"  # non-daemon: Python waits for it
+        "model = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(100):\n"
+        "    model(torch.randn(2, 3)).sum().backward()\n"
+        "    opt.step()\n")
+    proc = torchscope("run", "--root", str(tmp_path / "runs"), "--max-steps", "2", "--no-profile",
+                      "--no-graph", "--", sys.executable, str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "did not exit within" in proc.stderr
+    run_dir = only_run(tmp_path / "runs")
+    m = read_manifest(run_dir)
+    assert m.status is RunStatus.FINISHED and m.extra["stopped"] == "max_steps"
+    assert [r["step"] for r in _steps(read_jsonl(run_dir / layout.METRICS).records)] == [0, 1]
+
+
+def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No device sync on the hook path: nothing there reads a tensor's value (each read syncs on CUDA)."""
+    from profiler_agent.evaluation import EvalLosses
+    from profiler_agent.evaluation_steps import EvaluationSteps
+    from profiler_agent.failures import FailureLog
+
+    failures = FailureLog(None)
+    losses, steps = EvalLosses(failures), EvaluationSteps()
+    model, criterion = nn.Linear(4, 3), nn.CrossEntropyLoss()
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    reads: list[str] = []
+    for name in ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self: torch.Tensor, *a: object, _name: str = name, _orig: object = original,
+                     **k: object) -> object:
+            reads.append(_name)
+            return _orig(self, *a, **k)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    losses.begin(0)
+    with torch.no_grad():
+        F.cross_entropy(model(x), y)
+        F.mse_loss(model(x), torch.zeros(5, 3), reduction="sum")
+        criterion(model(x), y)
+    steps.watch(model(x))
+    steps.saw_evaluation()
+    held = steps.held()
+    values = losses.end()
+    assert reads == [] and failures.count == 0
+    monkeypatch.undo()
+    assert held and set(values) == {"val_loss", "val_loss_1", "val_loss_2"}
+
+
+def test_a_compiled_model_is_seen_evaluating(tmp_path: Path) -> None:
+    """torch.compile(model): the hooks on the compiled module run outside its graph."""
+    import warnings
+
+    torch._dynamo.reset()
+
+    def loop() -> None:
+        torch.manual_seed(0)
+        model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(5):
+            x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 2:
+                model.eval()
+                with torch.no_grad():
+                    logits = model(x)
+                    F.cross_entropy(logits, y)
+                model.train()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that global hooks also fire for the OptimizedModule
+        rows, _ = _record(tmp_path, loop)
+    torch._dynamo.reset()
+    assert _flagged(rows) == [3]
+    assert [r["step"] for r in rows if "val_loss" in r] == [3]
+    assert not list(tmp_path.rglob(layout.AGENT_ERRORS))
+
+
+def test_evaluation_hooks_stand_aside_while_dynamo_traces(tmp_path: Path) -> None:
+    """A compiled function calling the model: no graph break or error from the agent's evaluation
+    hooks (they do nothing while dynamo traces), at the price of not seeing that evaluation."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+
+    def loop() -> None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        @torch.compile(backend="eager")
+        def evaluate(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(model(x), y)
+
+        for i in range(5):
+            x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            if i in (1, 3):
+                model.eval()
+                with torch.no_grad():
+                    evaluate(x, y)
+                model.train()
+
+    counters.clear()
+    rows, _ = _record(tmp_path, loop)
+    breaks = sum(counters["graph_break"].values())
+    torch._dynamo.reset()
+    assert breaks == 0, dict(counters["graph_break"])
+    assert len(_steps(rows)) == 5 and _flagged(rows) == []
+    assert not list(tmp_path.rglob(layout.AGENT_ERRORS))

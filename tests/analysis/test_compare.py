@@ -560,6 +560,7 @@ def test_machine_load_difference_makes_the_verdict_inconclusive(make_run) -> Non
     # older runs: no per-step contention, the system samples decide (compare_contention)
     assert cmp.contention.inconclusive and cmp.contention.source == "system samples"
     assert cmp.headline.verdict == "inconclusive" and cmp.step_verdict == "inconclusive"
+    assert diff_sides(side(idle), side(busy)).headline.verdict == "inconclusive"  # both ways
     a, b = cmp.machine_load
     assert a.other_cpus == pytest.approx(1.6) and b.other_cpus == pytest.approx(0.1) and a.cpus == 2
     assert "busier during busy" in cmp.load_warning and "1.6 of 2 CPUs during busy" in cmp.load_warning

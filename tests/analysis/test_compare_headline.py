@@ -98,8 +98,11 @@ def test_identical_code_is_same_and_a_large_change_is_judged(tmp_path: Path) -> 
 def test_outlier_mixture_with_26_percent_speedup_is_faster(tmp_path: Path) -> None:
     # issue 10, case 2: 12 profiled steps per side; the slow run 150-188 ms, the fast run
     # 118-127 ms except four outliers at 163-203 ms (the first steps of each span)
-    slow = np.linspace(0.150, 0.188, 12)[np.random.default_rng(0).permutation(12)]
-    fast = np.concatenate([[0.163, 0.175, 0.190, 0.203], np.linspace(0.118, 0.127, 8)])
+    # in 4 profiler spans of 3 steps (time order matters to a serial-correlation correction)
+    rng = np.random.default_rng(0)
+    slow = np.linspace(0.150, 0.188, 12)[rng.permutation(12)]
+    outliers, typical = [0.163, 0.175, 0.190, 0.203], list(np.linspace(0.118, 0.127, 8)[rng.permutation(8)])
+    fast = np.array([v for k in range(4) for v in (outliers[k], typical[2 * k], typical[2 * k + 1])])
     a = write_steps_run(tmp_path, "slow", slow)
     b = write_steps_run(tmp_path, "fast", fast)
     o = CompareOptions(warmup_steps=0)
@@ -153,6 +156,17 @@ def test_a_short_hog_still_counts_by_its_contended_steps(tmp_path: Path) -> None
     short = _hogged(tmp_path, "short", 15, slice(10, 17), level=0.4)  # 7 of 54 kept steps
     cmp = diff_sides(_side(quiet), _side(short))
     assert cmp.headline.verdict == "inconclusive"
+
+
+def test_tick_quantized_contention_of_short_steps_is_not_a_difference(tmp_path: Path) -> None:
+    # 5 ms steps on a 2-core machine hold one 10 ms tick of capacity: a background process shows
+    # as 0 or 1 per step (the agent carries the clamped rest); 8 % background on both sides
+    sides = []
+    for name, seed in (("a", 70), ("b", 71)):
+        ticks = (np.random.default_rng(seed).random(400) < 0.08).astype(float)
+        sides.append(write_steps_run(tmp_path, name, _series(0.005, n=400, seed=seed), contention=list(ticks)))
+    cmp = diff_sides(_side(sides[0]), _side(sides[1]))
+    assert not cmp.contention.inconclusive and cmp.headline.verdict == "same"
 
 
 def test_traces_without_contention_data_are_judged_not_inconclusive(tmp_path: Path) -> None:
@@ -210,7 +224,10 @@ def test_group_sides_use_replicates_and_the_hierarchical_interval(tmp_path: Path
     cmp = diff_sides(a, b)
     h = cmp.headline
     assert h.replicates == {"baseline": 3, "candidate": 3}
-    assert "hierarchical" in h.method and any("run-to-run variance" in r for r in h.reasons)
+    assert any("replicates: the interval includes run-to-run variance" in r for r in h.reasons)
+    one_run = diff_sides(CompareSide(label="b0", path=a.path, kind=SideKind.RUN, run=a.replicates[0]), b)
+    assert h.method and h.method != one_run.headline.method  # hierarchical_ratio, not estimate_ratio
+    assert one_run.headline.replicates == {"baseline": 1, "candidate": 3}
     # a 6 % change with small run-to-run spread: judged with replicates (2 % threshold) ...
     assert h.verdict == "faster" and h.ci95[1] < 1.0
     assert cmp.step_sets["headline"].baseline == 3 * 45  # kept steps of every run (5 warm-up each)
@@ -220,6 +237,8 @@ def test_group_sides_use_replicates_and_the_hierarchical_interval(tmp_path: Path
     assert single.headline.verdict == "same"
     loss = cmp.metrics.set_index("metric").loc["loss"]
     assert loss["window"] == "3 runs/3 runs" and loss["baseline_run_spread"] == pytest.approx(0.05, rel=0.05)
+    row = cmp.verdicts.set_index("quantity").loc["loss (final)"]
+    assert "run-to-run sd 0.0479" in row["note"]
 
 
 def test_unknown_group_names_the_groups_that_exist(tmp_path: Path) -> None:
