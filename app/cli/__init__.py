@@ -21,7 +21,7 @@ from profiler_agent.runformat.errors import TorchscopeError
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 # Order is the order shown in --help.
-COMMANDS = ("run", "ls", "ui", "analyze", "diff", "advise", "report", "import")
+COMMANDS = ("run", "ls", "ui", "analyze", "diff", "ab", "advise", "report", "import")
 
 
 def _load(name: str):  # noqa: ANN202 - a module
