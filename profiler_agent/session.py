@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from . import graph
+from .compilation import CompileWatch, write_compile_summary
 from .contention import JobCpu, StepCpu, job_root_pid
 from .environment import describe_torch, read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
@@ -83,6 +84,7 @@ class Session:
         self._discovery_eval: set[int] = set()  # iteration 0: top-level modules called for evaluation
         self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
         self._step_cpu = StepCpu()
+        self.compilation = CompileWatch()  # torch.compile: registered with dynamo by activation
         self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
@@ -204,6 +206,7 @@ class Session:
                 record["profiled"] = True
             if self.evaluation_steps.held():
                 record["evaluation"] = True
+            record.update(self.compilation.take_step())
             if extra:
                 record.update(extra)
             self.metrics.append(record)
@@ -245,6 +248,9 @@ class Session:
             self.windows.close()
         with self.failures.guard("close metrics"):
             self.metrics.close()
+        if self.rank == 0:
+            with self.failures.guard("compile summary"):
+                write_compile_summary(self.run_dir, self.compilation)
         if self._sampler is not None:
             self._sampler.stop()
         if self._graph_thread is not None:
