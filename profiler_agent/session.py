@@ -35,7 +35,7 @@ from .failures import FailureLog
 from .metrics import MetricsLog
 from .options import OWNER_ENV, STOPPED_MAX_STEPS, AgentOptions
 from .profiling import ProfilerWindows, profiler_settings
-from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
+from .runformat import Artifact, ArtifactKind, layout, update_manifest
 from .system import SystemSampler
 
 __all__ = ["Session", "get_session", "set_session", "MAX_STEPS_GRACE_S"]
@@ -387,8 +387,8 @@ class Session:
                 self.on_root_found(self.root)
         with self.failures.guard("manifest"):
             info = describe_torch()
-            add_artifact(self.run_dir, Artifact(ArtifactKind.METRICS, layout.METRICS))
-            add_artifact(self.run_dir, Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
+            # One locked rewrite of run.json (each costs an fsync): the artifacts go with the rest.
+            files = (Artifact(ArtifactKind.METRICS, layout.METRICS), Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
 
             def change(m: Any) -> Any:
                 first = self.rank == 0 or not m.devices
@@ -399,6 +399,7 @@ class Session:
                 if self.rank == 0 or "profiler" not in extra:  # every rank has the same options
                     extra["profiler"] = profiler_settings(self.options)
                 return m.replace(
+                    artifacts=(*[a for a in m.artifacts if a.path not in {f.path for f in files}], *files),
                     versions={**m.versions, **info["versions"]},
                     devices=tuple(info["devices"]) if first else m.devices,
                     world_size=max(m.world_size, self.world_size),
