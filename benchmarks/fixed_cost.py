@@ -3,6 +3,7 @@
     python -m benchmarks.fixed_cost                        # 10 pairs of a 50-step tiny job
     python -m benchmarks.fixed_cost --pairs 10 --steps 150 --json out.json
     python -m benchmarks.fixed_cost --agent-args ""        # the defaults (profiler window, graph)
+    python -m benchmarks.fixed_cost --also /tmp/old-checkout  # a second wrapped side: another checkout's agent
 
 Each pair runs the same tiny training job (a 32->64->8 MLP on 16 in-memory samples, one CPU
 thread) twice: once as ``python job.py`` and once as ``python -m app run --no-profile --no-graph
@@ -10,7 +11,14 @@ thread) twice: once as ``python job.py`` and once as ``python -m app run --no-pr
 background load. Whole-job wall time is measured from this process (``perf_counter`` around
 ``subprocess.run``), so it counts the launcher, the bootstrap, the agent's imports, the sampler
 and the shutdown. Reported: the median of each side, the median of the per-pair differences
-(wrapped - plain, seconds: the fixed cost) and the median per-pair ratio. Target: <= 0.2 s.
+(wrapped - plain, seconds: the fixed cost) and the median per-pair ratio, for wall time and
+for CPU time (user + system of the whole process tree, from ``os.wait4``; far less sensitive to
+other jobs on a shared machine). Target: <= 0.2 s. ``--also DIR`` adds a third side in each
+round, the same job wrapped by the checkout in DIR (e.g. ``git archive`` of an older commit), so
+before/after figures share the machine's load.
+
+Python's bytecode cache is allowed (``PYTHONDONTWRITEBYTECODE`` is removed for the jobs) as in a
+normal install; the first, untimed round writes the caches.
 """
 from __future__ import annotations
 
@@ -43,39 +51,67 @@ for _ in range(int(sys.argv[1])):
 """
 
 
-def _time(cmd: list[str], env: dict[str, str]) -> float:
+def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    # cwd = the checkout on PYTHONPATH: `python -m app` puts the working directory first on sys.path.
+    """(wall seconds, CPU seconds of the process and its reaped descendants) of one run of ``cmd``."""
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    proc = subprocess.Popen(cmd, env=env, cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
-def measure(pairs: int, steps: int, agent_args: list[str]) -> dict[str, object]:
-    """Run ``pairs`` alternating plain/wrapped pairs; return the times and their summary."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+def _env(home: Path, bytecode_cache: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")}
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = str(home)
+    return env
+
+
+def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, what in enumerate(("wall", "cpu")):
+        p, w = [x[k] for x in plain], [x[k] for x in wrapped]
+        out[f"plain_{what}_median_s"] = statistics.median(p)
+        out[f"wrapped_{what}_median_s"] = statistics.median(w)
+        out[f"fixed_cost_{what}_median_s"] = statistics.median(b - a for a, b in zip(p, w))
+        out[f"ratio_{what}_median"] = statistics.median(b / a for a, b in zip(p, w))
+    return out
+
+
+def measure(pairs: int, steps: int, agent_args: list[str], also: Path | None = None, *,
+            trivial: bool = False, bytecode_cache: bool = True) -> dict[str, object]:
+    """Run ``pairs`` rounds of plain and wrapped jobs (order rotating); return the times and their summary."""
+    homes = {"wrapped": ROOT, **({"also": also.resolve()} if also is not None else {})}
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.py"
-        job.write_text(JOB)
+        job.write_text("" if trivial else JOB)  # trivial: the launcher and bootstrap alone, no torch
         plain = [sys.executable, str(job), str(steps)]
-        wrapped = [sys.executable, "-m", "app", "run", "--root", str(Path(tmp) / "runs"), *agent_args,
-                   "--", *plain]
-        _time(plain, env)  # warm the page cache for torch's files
-        _time(wrapped, env)
-        plain_s: list[float] = []
-        wrapped_s: list[float] = []
+        sides = {"plain": (plain, _env(ROOT, bytecode_cache))}
+        for name, home in homes.items():
+            sides[name] = ([sys.executable, "-m", "app", "run", "--root", str(Path(tmp) / name), *agent_args,
+                            "--", *plain], _env(home, bytecode_cache))
+        for cmd, env in sides.values():  # warm the page cache and write the bytecode caches
+            _time(cmd, env)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        names = list(sides)
         for i in range(pairs):
-            order = [(plain, plain_s), (wrapped, wrapped_s)]
-            for cmd, out in order if i % 2 == 0 else order[::-1]:
-                out.append(_time(cmd, env))
-    diffs = [w - p for p, w in zip(plain_s, wrapped_s)]
-    ratios = [w / p for p, w in zip(plain_s, wrapped_s)]
-    return {
-        "pairs": pairs, "steps": steps, "agent_args": agent_args,
-        "plain_s": plain_s, "wrapped_s": wrapped_s,
-        "plain_median_s": statistics.median(plain_s), "wrapped_median_s": statistics.median(wrapped_s),
-        "fixed_cost_median_s": statistics.median(diffs), "ratio_median": statistics.median(ratios),
-        "load_average": os.getloadavg(),
-    }
+            for name in names[i % len(names):] + names[: i % len(names)]:
+                times[name].append(_time(*sides[name]))
+    result: dict[str, object] = {"pairs": pairs, "steps": steps, "agent_args": agent_args, "trivial": trivial,
+                                 "bytecode_cache": bytecode_cache,
+                                 "times_s": {name: [list(t) for t in ts] for name, ts in times.items()},
+                                 "load_average": os.getloadavg()}
+    result["wrapped"] = _summary(times["plain"], times["wrapped"])
+    if also is not None:
+        result["also"] = {"home": str(also), **_summary(times["plain"], times["also"])}
+    return result
 
 
 def main() -> None:
@@ -84,15 +120,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--agent-args", default="--no-profile --no-graph",
                         help="options given to torchscope run (default: %(default)s)")
+    parser.add_argument("--also", type=Path, metavar="DIR",
+                        help="a third side: the job wrapped by the checkout in DIR (before/after figures)")
+    parser.add_argument("--trivial", action="store_true",
+                        help="an empty job (no torch): what the launcher and the bootstrap cost alone")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="PYTHONDONTWRITEBYTECODE=1 for the jobs: every module of the checkout compiled each time")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
-    result = measure(args.pairs, args.steps, shlex.split(args.agent_args))
-    print(f"{args.pairs} pairs, {args.steps} steps, torchscope run {args.agent_args}")
-    print(f"  plain   median {result['plain_median_s']:.3f} s")
-    print(f"  wrapped median {result['wrapped_median_s']:.3f} s")
-    print(f"  fixed cost (median of wrapped - plain) {result['fixed_cost_median_s']:.3f} s, "
-          f"median ratio {result['ratio_median']:.3f}")
-    print(f"  load average {result['load_average']}")
+    result = measure(args.pairs, args.steps, shlex.split(args.agent_args), args.also, trivial=args.trivial,
+                     bytecode_cache=not args.no_bytecode_cache)
+    job = "an empty job" if args.trivial else f"{args.steps} steps"
+    print(f"{args.pairs} rounds, {job}, torchscope run {args.agent_args}, "
+          f"bytecode cache {'off' if args.no_bytecode_cache else 'on'}")
+    for name in ("wrapped", "also"):
+        s = result.get(name)
+        if not isinstance(s, dict):
+            continue
+        print(f"  {name} ({s.get('home', ROOT)}):")
+        for what in ("wall", "cpu"):
+            print(f"    {what}: plain {s[f'plain_{what}_median_s']:.3f} s, wrapped {s[f'wrapped_{what}_median_s']:.3f} s,"
+                  f" fixed cost {s[f'fixed_cost_{what}_median_s']:.3f} s (median per round),"
+                  f" ratio {s[f'ratio_{what}_median']:.3f}")
+    print(f"  load average at the end {result['load_average']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
