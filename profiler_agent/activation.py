@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from . import argcapture, frameworks
+from .compilation import watch_compilation
 from .hooks import install_hooks
 from .options import RUN_DIR_ENV, T0_ENV, AgentOptions, read_env_options
 from .runformat import RunStatus, layout
@@ -52,6 +53,7 @@ def start_session(run_dir: Path, options: AgentOptions, *, t0: float | None = No
     frameworks.install_framework_capture()
     argcapture.set_config_sink(session.record_config)
     watch_tensorboard()  # SummaryWriter scalars -> metrics, once torch.utils.tensorboard loads
+    watch_compilation(session.compilation)  # torch.compile: compile steps and counts, once dynamo loads
     _install_process_handlers()
     return session
 
@@ -62,6 +64,7 @@ def stop_session(session: Session) -> None:
         session.close()
     with contextlib.suppress(Exception):
         session.uninstall_hooks()  # type: ignore[attr-defined]
+    session.compilation.unregister()
     if get_session() is session:
         set_session(None)
         argcapture.set_config_sink(None)

@@ -11,7 +11,6 @@ import platform
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 __all__ = ["RankInfo", "read_rank_info", "read_git_info", "describe_launch", "describe_torch", "describe_threads"]
@@ -67,6 +66,8 @@ def read_git_info(cwd: str | None = None) -> dict[str, Any]:
 
 
 def _dist_version(name: str) -> str | None:
+    from importlib import metadata  # ~30 ms to import: only the launcher's background thread needs it
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from .environment import describe_launch
+from .environment import describe_launch, read_rank_info
 from .heartbeat import Heartbeat
 from .options import AGENT_HOME_ENV, STOPPED_MAX_STEPS, AgentOptions, write_env_options
 from .runformat import (
@@ -80,8 +80,10 @@ def launch(request: LaunchRequest) -> int:
     # "group" stays a top-level field that readers keep in Manifest.extra (old runs lack it).
     extra = {"group": request.group} if request.group else {}
     try:
+        # git and package versions (~50 ms: subprocesses, importlib.metadata) are filled in beside
+        # the job's start-up (_Job.run), not before it: the launcher's cost is every job's cost.
         run_dir, manifest = create_run(root, name, command=list(request.command), tags=list(request.tags),
-                                       notes=request.notes, extra=extra, **describe_launch())
+                                       notes=request.notes, extra=extra, world_size=read_rank_info().world_size)
     except OSError as e:
         # The job matters more than its record: run it plain.
         print(f"torchscope run: cannot create a run in {root} ({e}); running the command without recording",
@@ -111,6 +113,18 @@ def _child_env(run_dir: Path, options: AgentOptions, t0: float) -> dict[str, str
     env.setdefault("PYTHONUNBUFFERED", "1")  # the job's output reaches the terminal and logs live
     write_env_options(env, str(run_dir.resolve()), options, owner_pid=os.getpid(), t0=t0)
     return env
+
+
+def _describe_launch(run_dir: Path, pid: int) -> None:
+    """Record the job's pid, git state and package versions; the job's own values win where it wrote first."""
+    with contextlib.suppress(Exception):
+        info = describe_launch()
+
+        def change(m: Manifest) -> Manifest:
+            return m.replace(git=m.git or info["git"], versions={**info["versions"], **m.versions},
+                             extra={**m.extra, "job_pid": pid})
+
+        update_manifest(run_dir, change)
 
 
 def _die_with_parent() -> None:
@@ -149,9 +163,9 @@ class _Job:
                 return code
             for sig in self.signals:
                 self.proc.send_signal(sig)
-            pid = self.proc.pid
-            with contextlib.suppress(Exception):
-                update_manifest(self.run_dir, lambda m: m.replace(extra={**m.extra, "job_pid": pid}))
+            describe = threading.Thread(target=_describe_launch, args=(self.run_dir, self.proc.pid),
+                                        name="torchscope-describe", daemon=True)
+            describe.start()
             heartbeat = Heartbeat(self.run_dir).start()
             tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
                     self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]
@@ -161,6 +175,7 @@ class _Job:
             for tee in tees:
                 tee.join(timeout=max(0.0, deadline - time.monotonic()))
             heartbeat.stop()
+            describe.join(timeout=30)
             code = _exit_code(returncode)
             status = self._status(returncode)
             if not self.signals and self._stopped_at_max_steps():
@@ -184,13 +199,14 @@ class _Job:
     def _finish(self, status: RunStatus, code: int) -> None:
         now = time.time()
         try:
-            for log in (layout.STDOUT_LOG, layout.STDERR_LOG):
-                if (self.run_dir / log).is_file():
-                    add_artifact(self.run_dir, Artifact(ArtifactKind.LOG, log,
-                                                        bytes=(self.run_dir / log).stat().st_size))
+            logs = [Artifact(ArtifactKind.LOG, log, bytes=(self.run_dir / log).stat().st_size)
+                    for log in (layout.STDOUT_LOG, layout.STDERR_LOG) if (self.run_dir / log).is_file()]
             job_code = self.job_exit_code
 
             def change(m: Manifest) -> Manifest:
+                # One locked rewrite of run.json for the logs and the status (each costs an fsync).
+                known = {a.path for a in logs}
+                m = m.replace(artifacts=(*[a for a in m.artifacts if a.path not in known], *logs))
                 if job_code is None:
                     return m
                 return m.replace(extra={**m.extra, "job_exit_code": job_code})

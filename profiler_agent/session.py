@@ -27,6 +27,7 @@ import torch
 
 from . import graph
 from .accumulation import loss_divisor, step_loss
+from .compilation import CompileWatch, write_compile_summary
 from .contention import JobCpu, StepCpu, job_root_pid
 from .environment import describe_torch, read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
@@ -35,7 +36,7 @@ from .failures import FailureLog
 from .metrics import MetricsLog
 from .options import OWNER_ENV, STOPPED_MAX_STEPS, AgentOptions
 from .profiling import ProfilerWindows, profiler_settings
-from .runformat import Artifact, ArtifactKind, add_artifact, layout, update_manifest
+from .runformat import Artifact, ArtifactKind, layout, update_manifest
 from .system import SystemSampler
 
 __all__ = ["Session", "get_session", "set_session", "MAX_STEPS_GRACE_S"]
@@ -85,6 +86,7 @@ class Session:
         self._discovery_eval_grad: set[int] = set()  # ... of them, in eval mode with grad mode on
         self._early_values: dict[str, torch.Tensor] = {}  # their losses, until the root is known
         self._step_cpu = StepCpu()
+        self.compilation = CompileWatch()  # torch.compile: registered with dynamo by activation
         self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
@@ -227,6 +229,7 @@ class Session:
             if self.evaluation_steps.held():
                 record["evaluation"] = True
                 record["eval_grad_enabled"] = self.evaluation_steps.grad_enabled
+            record.update(self.compilation.take_step())
             if extra:
                 record.update(extra)
             self.metrics.append(record)
@@ -268,6 +271,9 @@ class Session:
             self.windows.close()
         with self.failures.guard("close metrics"):
             self.metrics.close()
+        if self.rank == 0:
+            with self.failures.guard("compile summary"):
+                write_compile_summary(self.run_dir, self.compilation)
         if self._sampler is not None:
             self._sampler.stop()
         if self._graph_thread is not None:
@@ -408,8 +414,8 @@ class Session:
                 self.on_root_found(self.root)
         with self.failures.guard("manifest"):
             info = describe_torch()
-            add_artifact(self.run_dir, Artifact(ArtifactKind.METRICS, layout.METRICS))
-            add_artifact(self.run_dir, Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
+            # One locked rewrite of run.json (each costs an fsync): the artifacts go with the rest.
+            files = (Artifact(ArtifactKind.METRICS, layout.METRICS), Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
 
             def change(m: Any) -> Any:
                 first = self.rank == 0 or not m.devices
@@ -420,6 +426,7 @@ class Session:
                 if self.rank == 0 or "profiler" not in extra:  # every rank has the same options
                     extra["profiler"] = profiler_settings(self.options, extra.get("profiler"))
                 return m.replace(
+                    artifacts=(*[a for a in m.artifacts if a.path not in {f.path for f in files}], *files),
                     versions={**m.versions, **info["versions"]},
                     devices=tuple(info["devices"]) if first else m.devices,
                     world_size=max(m.world_size, self.world_size),

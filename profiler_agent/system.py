@@ -17,16 +17,26 @@ from typing import Any
 
 import torch
 
-try:  # a job's own interpreter may lack psutil: then only GPU figures are sampled
-    import psutil
-except ImportError:  # pragma: no cover - psutil is a dependency of torchscope
-    psutil = None  # type: ignore[assignment]
+# psutil costs ~9 ms to import: the sampler thread loads it (_load_psutil), off the job's start-up path.
+psutil: Any = None
 
 from .contention import JobCpu
 from .failures import FailureLog
 from .runformat import JsonlWriter, layout
 
 __all__ = ["SystemSampler", "read_system_sample"]
+
+
+def _load_psutil() -> bool:
+    """Import psutil into this module; False when the job's interpreter lacks it (GPU figures only)."""
+    global psutil
+    if psutil is None:
+        try:
+            import psutil as module
+        except ImportError:  # pragma: no cover - psutil is a dependency of torchscope
+            return False
+        psutil = module
+    return True
 
 
 class _ProcessTree:
@@ -78,7 +88,7 @@ class _ProcessTree:
 def read_system_sample(tree: _ProcessTree | None = None) -> dict[str, Any]:
     """Return one sample (CPU, RSS, GPU) of this process; a helper for tests and the API."""
     sample: dict[str, Any] = {}
-    if psutil is not None:
+    if _load_psutil():
         sample.update((tree or _ProcessTree()).sample())
     sample.update(_cuda_sample())
     return sample
@@ -132,7 +142,7 @@ class SystemSampler:
     def _loop(self) -> None:
         writer: JsonlWriter | None = None
         try:
-            tree = _ProcessTree() if psutil is not None else None
+            tree = _ProcessTree() if _load_psutil() else None
             writer = JsonlWriter(self._path)
             while not self._stop.wait(self._interval):
                 if self._job_cpu is not None:

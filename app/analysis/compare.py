@@ -162,7 +162,7 @@ def _metric_keys(a: CompareSide, b: CompareSide) -> list[str]:
         return []
     # Coordinates and settings, not outcomes: a schedule's lr is compared in the config diff.
     skip = {"step", "time", "rank", "step_time_s", "samples", "tokens", "profiled", "evaluation", "cpu_time_s",
-            "contention", "steal", "lr", "learning_rate", "epoch"}
+            "contention", "steal", "lr", "learning_rate", "epoch", "compile", "compile_s"}
     keys = []
     for col in a.run.metrics.columns:
         if col in skip or col not in b.run.metrics.columns:

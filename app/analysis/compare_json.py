@@ -68,8 +68,19 @@ def _side(side: CompareSide, source: str, table: pd.DataFrame, profiled: int) ->
         "steps_warmup": int((table["reason"] == "warm-up").sum()) if len(table) else 0,
         "steps_profiled_excluded": int((table["reason"] == "profiled").sum()) if len(table) else 0,
         "steps_evaluation_excluded": int((table["reason"] == "evaluation").sum()) if len(table) else 0,
+        "steps_compile_excluded": int((table["reason"] == "compile").sum()) if len(table) else 0,
         "profiled_steps": profiled,
+        "compile": compile_counts(side),
     }
+
+
+def compile_counts(side: CompareSide) -> dict[str, Any] | None:
+    """The run's torch.compile counts (run.json ``compile``: graph_breaks, recompiles, frames, ...), or None."""
+    extra = side.run.manifest.extra if side.run is not None else {}
+    counts = extra.get("compile") if isinstance(extra, dict) else None
+    if not isinstance(counts, dict):
+        return None
+    return {str(k): json_number(v) for k, v in counts.items()}
 
 
 def _estimate(est: Any, verdict: Any, base_key: str, cand_key: str) -> dict[str, Any]:

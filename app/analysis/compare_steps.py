@@ -25,7 +25,7 @@ from app.analysis.peak_memory import (
 from app.analysis.stats import Direction
 from app.analysis.step_window import evaluation_steps
 from app.data import step_time
-from app.data.step_time import DropReason
+from app.data.step_time import COMPILE_KEY, DropReason
 
 __all__ = [
     "StepSource",
@@ -89,14 +89,16 @@ def _profiled_steps(side: CompareSide) -> set[int]:
 
 
 def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
-    optional = [c for c in (*_SUMMED, *_SHARES, "profiled") if c in metrics.columns]
+    optional = [c for c in (*_SUMMED, *_SHARES, "profiled", COMPILE_KEY) if c in metrics.columns]
     m = metrics[["step", "step_time_s", *optional]].copy()
-    for col in ["step_time_s", *(c for c in optional if c != "profiled")]:
+    for col in ["step_time_s", *(c for c in optional if c not in ("profiled", COMPILE_KEY))]:
         m[col] = pd.to_numeric(m[col], errors="coerce")
     m = m[np.isfinite(m["step_time_s"].to_numpy(float, na_value=np.nan)) & (m["step_time_s"] > 0)]
     if "profiled" in m.columns:
         # true/false/missing (read as 1.0/0.0/NaN or objects): only a true value marks a profiled step
         m["profiled"] = pd.to_numeric(m["profiled"], errors="coerce").fillna(0.0).to_numpy(float) != 0
+    if COMPILE_KEY in m.columns:  # same for torch.compile's mark
+        m[COMPILE_KEY] = pd.to_numeric(m[COMPILE_KEY], errors="coerce").fillna(0.0).to_numpy(float) != 0
     g = m.groupby("step", sort=True)
     out = g["step_time_s"].max().to_frame()  # a synchronous step lasts as long as its slowest rank
     for col in optional:
@@ -117,7 +119,7 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
     """Return (per-step table with STEP_TIME_COLUMNS, source) for one side.
 
     ``kept`` marks the steady-state steps used by the verdicts; ``reason`` says why a step was
-    dropped (``warm-up``, ``profiled``, ``evaluation``). ``warmup_steps`` None picks ``auto_warmup``.
+    dropped (``warm-up``, ``profiled``, ``compile``, ``evaluation``). ``warmup_steps`` None picks ``auto_warmup``.
     """
     metrics = side.run.metrics if side.run is not None else None
     if metrics is not None and "step_time_s" in metrics.columns and "step" in metrics.columns:
@@ -142,6 +144,10 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
         if profiled.all():  # every step was profiled: nothing unprofiled to compare
             profiled[:] = False
         reason[profiled] = DropReason.PROFILED
+        if COMPILE_KEY in table.columns:  # torch.compile compiled during the step: not steady state
+            compiled = table[COMPILE_KEY].eq(True).to_numpy() & (reason == "")
+            if compiled.any() and not (compiled | (reason != "")).all():
+                reason[compiled] = DropReason.COMPILE
         # Steps that also ran an evaluation pass (a val_* value logged at that step) are not
         # training steps; sample_models/record.py leaves them out of its median the same way.
         evaluated = table["step"].isin(evaluation_steps(metrics)).to_numpy() & (reason == "")

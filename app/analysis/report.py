@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare import Comparison, no_interval_reason
+from app.analysis.compare_json import compile_counts
 from app.analysis.compare_memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
@@ -319,6 +320,22 @@ def _ops_named(ops: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
+def _compile_lines(cmp: Comparison) -> list[str]:
+    """'torch.compile: baseline 3 graph breaks, 4 recompiles; candidate none' when a side compiled."""
+    counts = [compile_counts(cmp.baseline), compile_counts(cmp.candidate)]
+    if not any(counts):
+        return []
+
+    def said(c: Any) -> str:
+        if not c:
+            return "not compiled"
+        return (f"{c.get('graph_breaks', 0)} graph breaks, {c.get('recompiles', 0)} recompiles, "
+                f"{c.get('frames', 0)} frames")
+
+    return [f"torch.compile: baseline {said(counts[0])}; candidate {said(counts[1])} "
+            "(compile steps left out of step time)"]
+
+
 def format_verdict_text(cmp: Comparison, *, top: int = 10,
                         memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
@@ -326,7 +343,8 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
              f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
              f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", step_time_sentence(cmp),
              *([f"caution: {cmp.load_warning}"] if cmp.load_warning and not _caution_said(cmp) else []),
-             *([f"sign: {cmp.sign_note}"] if cmp.sign_note else []), "",
+             *([f"sign: {cmp.sign_note}"] if cmp.sign_note else []),
+             *_compile_lines(cmp), "",
              _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
     parts += verdict_display_table(cmp)[1]  # rows without data on either side, and why
     bd = cmp.breakdown

@@ -20,6 +20,8 @@ time"):
   model in eval() mode, or forwards with no backward before the next optimizer step) and steps
   at which an evaluation metric was logged (a ``val_*``, ``eval_*``, ``valid_*``,
   ``validation_*`` or ``test_*`` value), any rank, unless only those would remain;
+* ``compile``: steps the agent marked ``"compile": true`` (torch.compile compiled or recompiled
+  during the step), any rank, unless only those would remain;
 * the value is the median of the remaining (kept) steps.
 
 Input is the records of ``metrics.jsonl`` as read (dicts; no pandas), so the catalog can call it
@@ -39,6 +41,7 @@ __all__ = [
     "MIN_KEPT",
     "EVAL_PREFIXES",
     "EVALUATION_KEY",
+    "COMPILE_KEY",
     "DropReason",
     "StepTime",
     "auto_warmup",
@@ -51,6 +54,8 @@ MIN_KEPT = 3
 EVAL_PREFIXES = ("val_", "eval_", "valid_", "validation_", "test_")
 # The agent's per-step mark of a step that held an evaluation (written only when true).
 EVALUATION_KEY = "evaluation"
+# The agent's per-step mark of a step during which torch.compile compiled (written only when true).
+COMPILE_KEY = "compile"
 
 
 class DropReason:
@@ -59,6 +64,7 @@ class DropReason:
     WARMUP = "warm-up"
     PROFILED = "profiled"
     EVALUATION = "evaluation"
+    COMPILE = "compile"
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ class StepTime:
     def describe_dropped(self) -> str:
         """'2 warm-up, 3 profiled, 1 evaluation' (only the reasons that occur), or 'none'."""
         parts = [f"{self.dropped_count(r)} {r}" for r in (DropReason.WARMUP, DropReason.PROFILED,
-                                                          DropReason.EVALUATION) if self.dropped_count(r)]
+                                                          DropReason.COMPILE, DropReason.EVALUATION) if self.dropped_count(r)]
         return ", ".join(parts) or "none"
 
 
@@ -175,6 +181,7 @@ def steady_step_time(
     times: dict[Any, float] = {}
     samples: dict[Any, float] = {}
     flagged: set[Any] = set()
+    compiled: set[Any] = set()
     evaluated: set[Any] = set()
     # The catalog calls this on every run of a store: the evaluation keys of a line are looked
     # up once per distinct set of keys (the agent writes few), not once per line.
@@ -199,6 +206,8 @@ def steady_step_time(
             continue
         if "profiled" in r and _flag(r["profiled"]):
             flagged.add(step)
+        if COMPILE_KEY in r and _flag(r[COMPILE_KEY]):
+            compiled.add(step)
         if rank is not None:
             own = _num(r.get("rank"))
             if (int(own) if own is not None else 0) != rank:
@@ -217,6 +226,9 @@ def steady_step_time(
         profiled = [s for s in order if s in marked]
         if len(profiled) < len(order):  # when every step was profiled, nothing unprofiled is left
             reasons.update(dict.fromkeys(profiled, DropReason.PROFILED))
+        compiles = [s for s in order if s in compiled and s not in reasons]
+        if compiles and len(compiles) + len(reasons) < len(order):
+            reasons.update(dict.fromkeys(compiles, DropReason.COMPILE))
         evals = [s for s in order if s in evaluated and s not in reasons]
         if evals and len(evals) + len(reasons) < len(order):
             reasons.update(dict.fromkeys(evals, DropReason.EVALUATION))

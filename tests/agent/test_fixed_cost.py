@@ -1,0 +1,18 @@
+"""The launcher's start-up stays light: ``torchscope run`` imports no reader-side module (pandas)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.agent.helpers import PROJECT_ROOT, env
+
+
+def test_the_run_command_imports_no_pandas() -> None:
+    code = ("import sys; from app.cli import build_parser; build_parser('run'); "
+            "import profiler_agent.launcher; "
+            "print(sorted(m for m in ('pandas', 'numpy', 'streamlit', 'torch', 'importlib.metadata') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                         cwd=PROJECT_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
