@@ -25,7 +25,9 @@ ACCUM_JOB = Path(accum_job.__file__)
 ITERS, ACCUM, BATCH = 16, 3, 4
 EVALS = [0, 6, 12]  # --eval-every 6, at the top of the loop
 # One window: iteration 2 warm-up, 3–4 active (iteration 0 is never profiled): no evaluation inside.
-WINDOW = ["--wait", "1", "--warmup", "1", "--active", "2", "--repeat", "1"]
+# one early window that covers no evaluation (the default evaluation-covering window is off, so the
+# advisor must find evaluation with gradients from the agent's per-evaluation signal alone)
+WINDOW = ["--wait", "1", "--warmup", "1", "--active", "2", "--repeat", "1", "--no-evaluation-window"]
 
 
 def _job(root: Path, eval_grad: str, block: int) -> tuple[list[dict[str, object]], str, Path]:
