@@ -40,6 +40,9 @@ bench: setup
 	$(BIN)/python benchmarks/curves.py --sizes 100000 1000000 --out benchmarks/results/curves.json
 	$(BIN)/python benchmarks/compare.py --out benchmarks/results/compare.json
 	$(BIN)/python benchmarks/tb_profiler_compare.py
+	$(BIN)/python -m benchmarks.fixed_cost --pairs 8 --steps 50 --json benchmarks/results/fixed_cost.json
+	$(BIN)/python -m benchmarks.ab_verdicts
+	$(BIN)/python -m benchmarks.stats_study --out benchmarks/results/stats_study.json
 	$(MAKE) samples
 	$(BIN)/python -m benchmarks.page_render --root $(RUNS) --runs 1000
 
