@@ -38,6 +38,8 @@ def test_agent_baseline_shows_data_loading_finding(monkeypatch, sample_store):
     labels = [e.label for e in tab.expander]
     assert any("Data loading takes" in label for label in labels), labels
     assert any("num_workers" in c.value for c in tab.code)
+    # each finding says what it rests on: how many profiled steps, in how many windows
+    assert any("**Rests on:** from" in m.value and "profiled step" in m.value for m in tab.markdown)
 
 
 def test_nan_loss_and_unreadable_trace(monkeypatch, tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.analysis.advisor import Advice, Finding, Severity, advise, evidence_from_run
+from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight, evidence_from_run
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
@@ -108,9 +108,11 @@ def render_finding(f: Finding, *, key: str, expanded: bool = False) -> None:
             st.dataframe(pd.DataFrame({"Evidence": [evidence_label(k) for k, _ in rest],
                                        "Value": [_fmt(v, k) for k, v in rest]}),
                          hide_index=True, key=f"{key}_evidence")
+        weight = describe_weight(f.weight)
         st.markdown(f"**Expected gain:** {_md(f.expected_gain)}  \n"
                     f"**Where to see it:** {_md(f.chart)}  \n"
-                    f"**Severity:** {f.severity.value}{rank} · rule `{f.rule}`")
+                    f"**Severity:** {f.severity.value}{rank} · rule `{f.rule}`"
+                    + (f"  \n**Rests on:** {_md(weight)}" if weight else ""))
         st.markdown(f"**Fix:** {_md(f.fix_summary)}")
         st.code(f.fix, language="python")
         st.link_button("PyTorch documentation", f.doc_url)
