@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -96,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
     proc = subprocess.Popen(cmd, env=env)
     if not args.no_browser:
         threading.Thread(target=browse_when_ready, args=(url, proc), daemon=True).start()
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # `kill` of torchscope ui stops its server too, never orphans it
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -105,3 +111,5 @@ def run(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

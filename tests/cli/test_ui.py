@@ -87,5 +87,14 @@ def test_ui_serves_the_app(fixture_store, tmp_path, browser):
             time.sleep(1)
             assert not opened.exists()
     finally:
-        proc.terminate()
+        proc.terminate()  # torchscope ui stops its streamlit server on SIGTERM
         proc.wait(timeout=20)
+        time.sleep(0.5)
+        try:  # the server must be gone with it (tests leave no servers running)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+            leaked = True
+        except OSError:
+            leaked = False
+        if leaked:
+            os.killpg(proc.pid, 15)
+        assert not leaked, "torchscope ui left its streamlit server running after SIGTERM"
