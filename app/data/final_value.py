@@ -1,0 +1,122 @@
+"""The one "final value" of a logged metric: the median of its last window (data layer, pure).
+
+Every place that shows a run's final loss (or final accuracy, final val_loss ...) uses
+:func:`final_value`: the sample recorder's summary, ``torchscope ls`` and the Runs page,
+``torchscope analyze``, the Run page's Overview, Compare and its reports. It is next to
+app.data.step_time (the one rule for step time) because the run catalog needs it and data never
+imports analysis.
+
+The rule (docs/app.md, "Final values"):
+
+* the values are those of rank 0 (every rank's when no line says rank 0; a line without
+  ``rank`` is rank 0), in step order (lines without a step last, in file order); missing,
+  non-numeric and non-finite values are skipped, as are booleans;
+* the window is the last 10 % of them, at least 1 and at most 20 (``ceil(n / 10)`` clamped);
+* the final value is the median of that window.
+
+Why the median of a window and not the last value: a training loss is the loss of one batch,
+and one batch is noise; Compare already judged "final loss" on this window (with a confidence
+interval over it), so the number people read and the number Compare judges are one. The
+window is short (≤ 20 values), so it is still the end of training, not an average of it.
+
+It is the same number as ``np.median(compare_steps.final_window(v))`` over Compare's rank-0
+values (a test asserts it). Plain Python over the ``metrics.jsonl`` records, no pandas, so the
+catalog can call it on 1,000 runs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FINAL_WINDOW_FRACTION", "FINAL_WINDOW_MAX", "FinalValue", "final_window_size", "final_value",
+           "final_label"]
+
+FINAL_WINDOW_FRACTION = 0.10
+FINAL_WINDOW_MAX = 20
+
+
+@dataclass(frozen=True)
+class FinalValue:
+    """The final value of one metric: ``value`` is the median of the last ``window`` of the
+    ``count`` values logged (rank ``rank``, or every rank when ``rank`` is None)."""
+
+    key: str
+    value: float
+    window: int
+    count: int
+    rank: int | None = 0
+
+    @property
+    def label(self) -> str:
+        """'final loss (median of last 4)': the one label for this number everywhere."""
+        return final_label(self.key, self.window)
+
+
+def final_label(key: str, window: int | None) -> str:
+    """'final loss (median of last 4)'; 'final loss' when the window is not known."""
+    if not window:
+        return f"final {key}"
+    return f"final {key} (median of last {window})" if window > 1 else f"final {key} (last value)"
+
+
+def final_window_size(n: int) -> int:
+    """How many of ``n`` values make the final window: ceil(n / 10), between 1 and 20 (0 for none)."""
+    if n <= 0:
+        return 0
+    return max(1, min(FINAL_WINDOW_MAX, math.ceil(n * FINAL_WINDOW_FRACTION)))
+
+
+def _num(value: Any) -> float | None:
+    """A finite float from a logged value (numbers and numeric strings), else None; not bools."""
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _rank_of(record: Mapping[str, Any]) -> int:
+    r = _num(record.get("rank"))
+    return int(r) if r is not None else 0
+
+
+def _ordered_values(records: Iterable[Mapping[str, Any]], key: str, rank: int | None) -> tuple[list[float], int | None]:
+    """The finite values of ``key`` in (rank, step) order, and the rank they come from."""
+    rows: list[tuple[int, float, int, float]] = []  # (rank, step or inf, file position, value)
+    for i, r in enumerate(records):
+        if key not in r:
+            continue
+        v = _num(r[key])
+        if v is None:
+            continue
+        step = _num(r.get("step"))
+        rows.append((_rank_of(r), step if step is not None else math.inf, i, v))
+    if rank is None:
+        # Compare's choice: rank 0 when it logged the metric, else every rank (in rank order).
+        chosen = 0 if any(x[0] == 0 for x in rows) else None
+    else:
+        chosen = rank
+    if chosen is not None:
+        rows = [x for x in rows if x[0] == chosen]
+    rows.sort(key=lambda x: (x[0], x[1], x[2]))
+    return [x[3] for x in rows], chosen
+
+
+def final_value(records: Iterable[Mapping[str, Any]], key: str, *, rank: int | None = None) -> FinalValue | None:
+    """The final value of metric ``key`` in a run's ``metrics.jsonl`` records (see the module
+    docstring); None when ``key`` has no finite value. ``rank``: only that rank's values (None:
+    rank 0, or every rank when rank 0 did not log it)."""
+    values, chosen = _ordered_values(records, key, rank)
+    if not values:
+        return None
+    w = final_window_size(len(values))
+    return FinalValue(key=key, value=statistics.median(values[len(values) - w:]), window=w, count=len(values),
+                      rank=chosen)
