@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -17,24 +17,47 @@ from app.analysis.report import (
     format_report_html,
     format_report_markdown,
     format_value,
-    headline,
     verdict_display_table,
 )
+from app.data.final_value import final_label
+from app.ui.compare_headline import headline_sentence, headline_view, render_headline
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
 
-__all__ = ["Selection", "render_selection", "render_options", "render_verdicts", "render_exports"]
+__all__ = ["GROUP_PREFIX", "Selection", "store_groups", "render_selection", "render_options", "render_verdicts", "render_exports"]
+
+
+# Picker keys of replicate groups (runs recorded with `torchscope run --group NAME`): "group:NAME",
+# also accepted in the URL (runs=group:baseline,group:optimized).
+GROUP_PREFIX = "group:"
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The runs to compare: ``paths`` maps run id → folder; ``labels`` id → display label."""
+    """The sides to compare: ``paths`` maps run id → folder; ``labels`` key → display label;
+    ``groups`` maps a group key ("group:NAME") → the folders of its runs, newest first."""
 
     baseline: str
     candidates: tuple[str, ...]
     paths: dict[str, Path]
     labels: dict[str, str]
+    groups: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+
+    def group_name(self, key: str) -> str | None:
+        """The group a picker key names, or None for a run."""
+        return key[len(GROUP_PREFIX):] if key in self.groups else None
+
+
+def store_groups(table: pd.DataFrame) -> dict[str, tuple[Path, ...]]:
+    """Group key → run folders (newest first, as the store table is sorted) of every run with a group."""
+    if "group" not in table.columns:
+        return {}
+    out: dict[str, list[Path]] = {}
+    for group, path in zip(table["group"], table["path"]):
+        if isinstance(group, str) and group:
+            out.setdefault(GROUP_PREFIX + group, []).append(Path(path))
+    return {k: tuple(v) for k, v in sorted(out.items())}
 
 
 def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], root: Path) -> None:
@@ -45,6 +68,12 @@ def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], r
     st.session_state["compare_url_seen"] = wanted
     chosen = []
     for ref in [r.strip() for r in wanted.split(",") if r.strip()]:
+        if ref.startswith(GROUP_PREFIX):
+            if ref in ids:
+                chosen.append(ref)
+            else:
+                st.warning(f"Group `{ref[len(GROUP_PREFIX):]}` from the URL: no run of the store has this group.")
+            continue
         if ref in ids:
             chosen.append(ref)
             continue
@@ -70,9 +99,13 @@ def render_selection(root: Path) -> Selection | None:
     except rf.RunStoreNotFoundError:
         st.info(f"No run store at `{root}` yet. " + record_hint(root))
         return None
-    ids = list(table["id"])
+    groups = store_groups(table)
+    # Groups first: a group of replicates is the side to prefer when the store has one.
+    ids = [*groups, *table["id"]]
     paths = {i: Path(p) for i, p in zip(table["id"], table["path"])}
     labels = {i: f"{n} · {i}" for i, n in zip(table["id"], table["name"])}
+    labels.update({k: f"group {k[len(GROUP_PREFIX):]} · {len(v)} run{'s' if len(v) != 1 else ''}"
+                   for k, v in groups.items()})
     _apply_url(ids, paths, labels, root)
     for key, (path, label) in st.session_state.get("compare_extra", {}).items():
         if key not in ids:
@@ -82,12 +115,16 @@ def render_selection(root: Path) -> Selection | None:
         st.info(f"The run store `{root}` has no runs yet. " + record_hint(root))
         return None
     if st.session_state.get("compare_baseline") not in ids:
-        st.session_state["compare_baseline"] = ids[min(1, len(ids) - 1)]  # newest first: the older one
+        runs = ids[len(groups):] or ids
+        st.session_state["compare_baseline"] = runs[min(1, len(runs) - 1)]  # newest first: the older one
     st.session_state["compare_candidates"] = [c for c in st.session_state.get("compare_candidates", []) if c in ids]
     left, right = st.columns([1, 2])
-    base = left.selectbox("Baseline", ids, key="compare_baseline", format_func=lambda i: labels.get(i, i))
+    group_help = (" A group (runs recorded with `torchscope run --group NAME`) is judged on all its runs: the "
+                  "interval then covers run-to-run noise.") if groups else ""
+    base = left.selectbox("Baseline", ids, key="compare_baseline", format_func=lambda i: labels.get(i, i),
+                          help="A run or a group of runs." + group_help if groups else None)
     cands = right.multiselect("Candidates", ids, key="compare_candidates", format_func=lambda i: labels.get(i, i),
-                              help="One or more runs to judge against the baseline.")
+                              help="One or more runs (or groups) to judge against the baseline." + group_help)
     url = ",".join([base, *cands])
     if st.query_params.get("runs") != url:
         st.query_params["runs"] = url
@@ -96,7 +133,7 @@ def render_selection(root: Path) -> Selection | None:
         st.info("Pick one or more candidates to compare with the baseline (or select runs on the Runs page "
                 "and press Compare).")
         return None
-    return Selection(baseline=base, candidates=tuple(cands), paths=paths, labels=labels)
+    return Selection(baseline=base, candidates=tuple(cands), paths=paths, labels=labels, groups=groups)
 
 
 def render_options() -> CompareOptions:
@@ -153,17 +190,31 @@ def _metric_row(cmp: Comparison) -> None:
     loss = cmp.metrics[cmp.metrics["metric"] == "loss"] if len(cmp.metrics) else cmp.metrics
     if len(loss):
         r = loss.iloc[0]
-        cols[3].metric("Final loss", format_value(r["candidate_final"]), _pct(r["ratio"]),
+        wa, _, wb = str(r["window"]).partition("/")
+        cols[3].metric(final_label("loss", _int(wb)).capitalize(), format_value(r["candidate_final"]), _pct(r["ratio"]),
                        delta_color=_colour(r["verdict"], True),
-                       help=f"Verdict: {r['verdict']}; median of the last {r['window']} values.")
+                       help=f"Verdict: {r['verdict']}. The final value (app.data.final_value, the same number as the "
+                            f"Run page and `torchscope ls`): median of the last {wb or '?'} values of the candidate, "
+                            f"{wa or '?'} of the baseline ({format_value(r['baseline_final'])}).")
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def render_verdicts(comparisons: list[Comparison]) -> None:
     """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
-        text = _plain(headline(cmp))
-        box = {"faster": st.success, "slower": st.error}.get(str(cmp.step_verdict), st.info)
-        box(text)
+        if len(comparisons) <= 2:
+            render_headline(cmp)
+        else:  # many candidates: one line each, the details in the table below
+            view = headline_view(cmp)
+            box = getattr(st, {"faster": "success", "slower": "error", "inconclusive": "warning"}.get(view.verdict,
+                                                                                                    "info"))
+            box(_plain(headline_sentence(view, cmp.baseline.label, cmp.candidate.label)))
         if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:
