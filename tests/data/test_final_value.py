@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,8 @@ def test_rank0_step_order_and_bad_values() -> None:
 
 
 def test_compare_reports_the_same_final_value() -> None:
-    """Compare's "final" column (median of compare_steps.final_window over rank 0) is this number."""
+    """Compare's "final" column (median of compare_steps.final_window over rank 0) and the sweep table's
+    final_loss are this number."""
     from app.analysis.compare import CompareOptions, _compare_metrics
     from app.analysis.compare_inputs import CompareSide, SideKind
     from app.data.runs import RunData, _records_to_frame
@@ -63,7 +65,7 @@ def test_compare_reports_the_same_final_value() -> None:
     def side(records: list[dict], label: str) -> CompareSide:
         frame = _records_to_frame(records, ["rank", "step"])
         manifest = rf.Manifest(id=label, name=label)
-        run = RunData(path=None, manifest=manifest, status=rf.RunStatus.FINISHED, metrics=frame,  # type: ignore[arg-type]
+        run = RunData(path=Path(label), manifest=manifest, status=rf.RunStatus.FINISHED, metrics=frame,  # type: ignore[arg-type]
                       system=pd.DataFrame())
         return CompareSide(label=label, path=None, kind=SideKind.RUN, run=run)  # type: ignore[arg-type]
 
@@ -76,3 +78,8 @@ def test_compare_reports_the_same_final_value() -> None:
     assert math.isclose(table.loc["loss", "baseline_final"], fa.value, rel_tol=0, abs_tol=1e-15)
     assert math.isclose(table.loc["loss", "candidate_final"], fb.value, rel_tol=0, abs_tol=1e-15)
     assert table.loc["loss", "window"] == f"{fa.window}/{fb.window}"
+
+    from app.analysis.compare_runs import compute_sweep_table
+
+    sweep, _ = compute_sweep_table([side(a, "a").run, side(b, "b").run])
+    assert list(sweep["final_loss"]) == pytest.approx([fa.value, fb.value], abs=1e-15)
