@@ -87,4 +87,10 @@ def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] 
             run_id = str(points[0].get("customdata"))
             if st.button(f"Open run {run_id}", key="compare_open_run"):
                 st.switch_page(RUN_PAGE, query_params={"run": run_id})
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "final_loss": st.column_config.NumberColumn(
+            "final loss (median of last 10 %)", format="%.4g",
+            help="median of the last 10 % (1-20) of rank 0's loss values, as everywhere (docs/app.md, "
+                 "\"Final values\")"),
+        "median_step_time_s": st.column_config.NumberColumn(
+            "step time (median, steady state) (s)", format="%.4f")})
