@@ -124,33 +124,31 @@ def _kept(table: Any) -> int:
 
 
 def _describe(value: Any) -> str:
-    """One step set as text, whatever shape the analysis gives it (text, mapping or object)."""
+    """One step set as text, whatever shape the analysis gives it: text, a mapping or an object
+    with ``to_json`` (compare's StepSet: name, description, baseline and candidate step counts)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, Mapping):
-        desc = value.get("description") or value.get("name") or value.get("label") or ""
-        counts = value.get("counts") or value.get("steps")
-        if isinstance(counts, Mapping):
-            counts = f"{counts.get('baseline', '?')} / {counts.get('candidate', '?')} steps"
-        elif isinstance(counts, (tuple, list)) and len(counts) == 2:
-            counts = f"{counts[0]} / {counts[1]} steps"
-        rest = [f"{k}: {v}" for k, v in value.items() if k not in ("description", "name", "label", "counts", "steps")]
-        return "; ".join(str(p) for p in (desc, counts, *rest) if p)
     to_json = getattr(value, "to_json", None)
-    if callable(to_json):
+    if callable(to_json) and not isinstance(value, Mapping):
         return _describe(to_json())
-    return str(value)
+    if not isinstance(value, Mapping):
+        return str(value)
+    desc = str(value.get("description") or value.get("label") or "")
+    counts = ""
+    if "baseline" in value and "candidate" in value:
+        counts = f"{value['baseline']} (baseline) / {value['candidate']} (candidate) steps"
+    rest = [f"{k}: {v}" for k, v in value.items() if k not in ("description", "label", "name", "baseline",
+                                                                "candidate")]
+    return "; ".join(p for p in (counts, desc, *rest) if p)
 
 
 def step_set_lines(cmp: Comparison) -> list[tuple[str, str]]:
     """(what uses it, which steps) for the headline and for the waterfall/op/kernel deltas."""
     sets = getattr(cmp, "step_sets", None)
     if sets:
-        if hasattr(sets, "to_json") and callable(sets.to_json):
-            sets = sets.to_json()
         if isinstance(sets, Mapping):
-            names = {"headline": "Headline", "profiled": "Waterfall, operator and kernel deltas",
-                     "breakdown": "Waterfall, operator and kernel deltas", "deltas": "Waterfall, operator and kernel deltas"}
+            deltas = "Waterfall, operator and kernel deltas"
+            names = {"headline": "Headline", "deltas": deltas, "profiled": deltas, "breakdown": deltas}
             return [(names.get(str(k), str(k).replace("_", " ").capitalize()), _describe(v)) for k, v in sets.items()]
         return [("Step sets", _describe(sets))]
     a, b = (_kept(t) for t in cmp.step_times)

@@ -236,8 +236,10 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     for h in hidden:
         st.caption(_plain(h))
     for cmp in comparisons:
+        shown = getattr(cmp, "sign_note", "")  # already under the headline
         for note in cmp.notes:
-            st.caption(_plain(f"{cmp.candidate.label}: {note}"))
+            if note != shown:
+                st.caption(_plain(f"{cmp.candidate.label}: {note}"))
 
 
 def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:

@@ -164,3 +164,20 @@ def test_headline_view_falls_back_and_reads_contract_fields() -> None:
     text = headline_sentence(view, "a", "b")
     assert text.startswith("Time per token: b is 2.00× slower than a") and "µs/token" in text
     assert "no confidence interval" in text
+
+
+def test_step_sets_of_the_compare_analysis_are_described() -> None:
+    from app.ui.compare_headline import step_set_lines
+
+    class StepSet:  # the shape of app.analysis.compare.StepSet
+        def __init__(self, name: str, description: str, baseline: int, candidate: int) -> None:
+            self.name, self.description, self.baseline, self.candidate = name, description, baseline, candidate
+
+        def to_json(self) -> dict:
+            return vars(self)
+
+    cmp = SimpleNamespace(step_sets={"headline": StepSet("headline", "steady-state steps", 30, 28),
+                                     "deltas": StepSet("deltas", "typical profiled steps", 2, 3)})
+    assert step_set_lines(cmp) == [  # type: ignore[arg-type]
+        ("Headline", "30 (baseline) / 28 (candidate) steps; steady-state steps"),
+        ("Waterfall, operator and kernel deltas", "2 (baseline) / 3 (candidate) steps; typical profiled steps")]
