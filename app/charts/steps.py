@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.data.step_time import EVAL_PREFIXES, StepTime, steady_step_time
+from app.data.step_time import StepTime, steady_step_time
 
 __all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
 
@@ -44,9 +44,11 @@ def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
                     only: Sequence[int] | None) -> list[tuple[int, StepTime]]:
     """Each rank's steady-state step time (app.data.step_time), from every line of the table:
     evaluation lines carry no step time but still mark their step."""
-    cols = [c for c in metrics.columns if c in ("step", "rank", "profiled", "samples") or c == value
-            or str(c).lower().startswith(EVAL_PREFIXES)]
-    records = metrics[cols].rename(columns={value: "step_time_s"}).to_dict(orient="records")
+    # Every column: the marks steady_step_time reads (profiled, evaluation, val_* ...) are the
+    # run format's to define, and the Overview tile passes the whole table too.
+    frame = metrics if value == "step_time_s" else metrics.drop(columns=["step_time_s"], errors="ignore").rename(
+        columns={value: "step_time_s"})
+    records = frame.to_dict(orient="records")
     ranks = sorted({int(r) for r in pd.to_numeric(metrics["rank"], errors="coerce").dropna()}) \
         if "rank" in metrics.columns else [0]
     if only is not None:

@@ -89,3 +89,13 @@ def test_step_time_axis_starts_at_zero() -> None:
     fig = make_step_time_figure(_metrics(1, [1, 2, 3]))
     assert fig.layout.yaxis.rangemode == "tozero"
     assert fig.layout.yaxis.title.text == "step time (ms)"
+
+
+def test_median_line_reads_every_mark_the_headline_reads() -> None:
+    # The agent's "evaluation": true mark (and any later one) reaches steady_step_time as the tile's does.
+    rows = [{"rank": 0, "step": s, "step_time_s": 0.1 + 0.001 * s} for s in range(30)]
+    for s in (12, 13, 14, 15, 16, 17):
+        rows[s].update(step_time_s=0.5, evaluation=True)
+    m = pd.DataFrame(rows)
+    expected = steady_step_time(m.to_dict(orient="records")).value_s
+    assert fig_median(make_step_time_figure(m)) == f"median {expected * 1e3:.2f} ms"
