@@ -139,7 +139,7 @@ def _describe(value: Any) -> str:
         counts = f"{value['baseline']} (baseline) / {value['candidate']} (candidate) steps"
     rest = [f"{k}: {v}" for k, v in value.items() if k not in ("description", "label", "name", "baseline",
                                                                 "candidate")]
-    return "; ".join(p for p in (counts, desc, *rest) if p)
+    return "; ".join(p for p in (desc, counts, *rest) if p)
 
 
 def step_set_lines(cmp: Comparison) -> list[tuple[str, str]]:
@@ -152,12 +152,12 @@ def step_set_lines(cmp: Comparison) -> list[tuple[str, str]]:
             return [(names.get(str(k), str(k).replace("_", " ").capitalize()), _describe(v)) for k, v in sets.items()]
         return [("Step sets", _describe(sets))]
     a, b = (_kept(t) for t in cmp.step_times)
-    lines = [("Headline", f"steady-state steps, {a} (baseline) / {b} (candidate): warm-up, profiled and evaluation "
-                          "steps left out")]
+    lines = [("Headline", f"steady-state steps: warm-up, profiled and evaluation steps left out; {a} (baseline) / "
+                          f"{b} (candidate) steps")]
     pa, pb = cmp.breakdown_steps
     if pa or pb:
-        lines.append(("Waterfall, operator and kernel deltas", f"typical profiled steps, {pa} (baseline) / {pb} "
-                      "(candidate): evaluation steps and outliers left out"))
+        lines.append(("Waterfall, operator and kernel deltas", "typical profiled steps: evaluation steps and "
+                      f"outliers left out; {pa} (baseline) / {pb} (candidate) steps"))
     return lines
 
 
