@@ -120,7 +120,7 @@ def test_groups_are_sides(monkeypatch, group_store) -> None:
     assert "group:base" in at.selectbox(key="compare_baseline").options[0] or \
         at.selectbox(key="compare_baseline").options[0].startswith("group base")
     shown = texts(at.success)
-    assert "Step time: group fast is" in shown or "Step time: fast is" in shown  # the fallback's label or the group's
+    assert "Step time: group fast is" in shown
     # picking a single run as the candidate still works next to a group baseline
     at.multiselect(key="compare_candidates").set_value([runs["lone"].name]).run()
     assert_clean(at)
@@ -147,7 +147,7 @@ def test_group_side_uses_load_group_side_when_the_analysis_has_it(monkeypatch, g
     at = open_compare(monkeypatch, root, "group:base,group:fast")
     assert_clean(at)
     assert ("base", str(root)) in calls and ("fast", str(root)) in calls
-    assert "fast ×2 is" in texts(at.success)
+    assert "group fast ×2 is" in texts(at.success)
 
 
 def test_headline_view_falls_back_and_reads_contract_fields() -> None:
