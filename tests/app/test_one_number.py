@@ -80,6 +80,11 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     assert f"final loss (median of last 4): {loss.value:.4g}" in capsys.readouterr().out
 
     clear_store_caches()
+    at = open_app(monkeypatch, root)  # the Runs page
+    assert_clean(at)
+    grid = at.dataframe[0].value.iloc[0]
+    assert grid["final_loss"] == loss.value and abs(grid["step_time_ms"] - step.value_s * 1e3) < 1e-9
+
     at = open_app(monkeypatch, root, run="noisy")
     assert_clean(at)
     overview = next(t for t in at.tabs if t.label == "Overview")
