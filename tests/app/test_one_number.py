@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
 from app.cli import main
 from app.data.final_value import final_value
@@ -17,7 +19,7 @@ from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import assert_clean, open_app
+from tests.app.helpers import APP, assert_clean, open_app
 
 
 def _noisy_run(make_run):  # noqa: ANN001, ANN202
@@ -104,6 +106,17 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     metrics = cmp.metrics.set_index("metric")
     assert metrics.loc["loss", "baseline_final"] == pytest.approx(loss.value, abs=1e-15)
     assert cmp.step_time.baseline == pytest.approx(step.value_s, abs=1e-15)
+
+    st.cache_resource.clear()  # the Compare page: its Final loss and Step time tiles
+    monkeypatch.setenv(layout.ROOT_ENV, str(root))
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["runs"] = f"{run_dir.name},{run_dir.name}"
+    at.switch_page("app_pages/compare.py")
+    at.run()
+    assert not at.exception
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["Final loss (median of last 4)"] == f"{loss.value:,.4g}"
+    assert tiles["Step time (median, steady state)"] == f"{step.value_s * 1e3:.2f} ms"
 
 
 def _chart_median_texts(at) -> list[str]:  # noqa: ANN001
