@@ -122,8 +122,9 @@ def print_comparison(root: Path) -> None:
     for run_dir, manifest in runs:  # newest first
         if manifest.name in ("baseline", "optimized") and manifest.name not in summaries:
             summaries[manifest.name] = summarise_recorded_run(run_dir)
-    for name, summary in summaries.items():
-        print(format_summary(name, summary))
+    for name in ("baseline", "optimized"):
+        if name in summaries:
+            print(format_summary(name, summaries[name]))
     base = summaries.get("baseline", RunSummary(None, None)).step_time_s
     opt = summaries.get("optimized", RunSummary(None, None)).step_time_s
     if base and opt:
