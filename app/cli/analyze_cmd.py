@@ -173,18 +173,12 @@ def format_text(analysis: Any, top: int) -> str:
     return "\n".join(out)
 
 
-# Logged keys that are coordinates or per-step settings, not outcomes with a final value
-# (Compare's metric table skips the same ones).
-_NOT_OUTCOMES = {"step", "time", "rank", "step_time_s", "samples", "profiled", "lr", "learning_rate", "epoch",
-                 "evaluation", "cpu_time_s", "contention", "steal"}
-
-
 def run_summary(run_dir: Path, rank: int | None = None) -> dict[str, Any] | None:
     """The ``"run"`` part of ``analyze --json`` for a Torchscope run folder (None for anything
     else): ``id``, ``name``, ``step_time_s`` and ``step_time_steps`` (the headline step time and
     how many steps it is the median of), ``final``: ``{key: {"value", "window", "count", "label"}}``
     for every logged outcome (loss, val_loss, accuracy, ...)."""
-    from app.data.final_value import final_value
+    from app.data.final_value import NOT_OUTCOMES, final_value
     from app.data.step_time import steady_step_time
     from profiler_agent import runformat as rf
     from profiler_agent.runformat import layout
@@ -194,7 +188,7 @@ def run_summary(run_dir: Path, rank: int | None = None) -> dict[str, Any] | None
     manifest = rf.read_manifest(run_dir)
     records = rf.read_jsonl(run_dir / layout.METRICS).records
     headline = steady_step_time(records, rank=rank)
-    keys = dict.fromkeys(k for r in records for k in r if k not in _NOT_OUTCOMES)
+    keys = dict.fromkeys(k for r in records for k in r if k not in NOT_OUTCOMES)
     final = {}
     for key in keys:
         fv = final_value(records, str(key), rank=rank)

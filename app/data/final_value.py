@@ -28,15 +28,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FINAL_WINDOW_FRACTION", "FINAL_WINDOW_MAX", "FinalValue", "final_window_size", "final_value",
-           "final_label"]
+__all__ = ["FINAL_WINDOW_FRACTION", "FINAL_WINDOW_MAX", "NOT_OUTCOMES", "FinalValue", "final_window_size",
+           "final_value", "final_of_values", "final_label"]
 
 FINAL_WINDOW_FRACTION = 0.10
 FINAL_WINDOW_MAX = 20
+# Logged keys that are coordinates or per-step settings and measurements, not outcomes: they get no
+# "final value" (a step time has its own rule, app.data.step_time; Compare's metric table skips
+# the same coordinates).
+NOT_OUTCOMES = frozenset({"step", "time", "rank", "step_time_s", "samples", "tokens", "profiled", "lr",
+                          "learning_rate", "epoch", "evaluation", "cpu_time_s", "contention", "steal"})
 
 
 @dataclass(frozen=True)
@@ -110,13 +115,19 @@ def _ordered_values(records: Iterable[Mapping[str, Any]], key: str, rank: int | 
     return [x[3] for x in rows], chosen
 
 
+def final_of_values(key: str, values: Sequence[float], *, rank: int | None = 0) -> FinalValue | None:
+    """The final value of ``values``: the finite values of one metric already in (rank, step)
+    order (as the metrics table of app.data.runs holds them); None when there are none."""
+    if not values:
+        return None
+    w = final_window_size(len(values))
+    return FinalValue(key=key, value=float(statistics.median(values[len(values) - w:])), window=w,
+                      count=len(values), rank=rank)
+
+
 def final_value(records: Iterable[Mapping[str, Any]], key: str, *, rank: int | None = None) -> FinalValue | None:
     """The final value of metric ``key`` in a run's ``metrics.jsonl`` records (see the module
     docstring); None when ``key`` has no finite value. ``rank``: only that rank's values (None:
     rank 0, or every rank when rank 0 did not log it)."""
     values, chosen = _ordered_values(records, key, rank)
-    if not values:
-        return None
-    w = final_window_size(len(values))
-    return FinalValue(key=key, value=statistics.median(values[len(values) - w:]), window=w, count=len(values),
-                      rank=chosen)
+    return final_of_values(key, values, rank=chosen)

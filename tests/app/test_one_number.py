@@ -98,6 +98,9 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     assert _chart_median_texts(at)[0] == f"rank 0 median {rank0.value_s * 1e3:.2f} ms"
     assert f"slowest rank per step {step.value_s * 1e3:.2f} ms" in _chart_median_texts(at)[-1]
 
+    metrics_tab = next(t for t in at.tabs if t.label == "Metrics")  # the loss curve's final line (rank 0)
+    assert f"final loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
+
     from app.analysis.compare import CompareOptions, diff_sides
     from app.analysis.compare_inputs import load_side
 
@@ -117,6 +120,14 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     tiles = {m.label: m.value for m in at.metric}
     assert tiles["Final loss (median of last 4)"] == f"{loss.value:,.4g}"
     assert tiles["Step time (median, steady state)"] == f"{step.value_s * 1e3:.2f} ms"
+
+
+def _annotations(block) -> list[str]:  # noqa: ANN001
+    """Every annotation text of the plotly charts in ``block`` (a tab or the app)."""
+    out = []
+    for chart in block.get("plotly_chart"):
+        out += [str(a.get("text", "")) for a in json.loads(chart.proto.spec).get("layout", {}).get("annotations", [])]
+    return out
 
 
 def _chart_median_texts(at) -> list[str]:  # noqa: ANN001

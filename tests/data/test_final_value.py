@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from app.analysis import compare_steps as cs
-from app.data.final_value import final_label, final_value, final_window_size
+from app.data.final_value import final_label, final_of_values, final_value, final_window_size
 
 
 def _noisy(n: int, ranks: int = 1, seed: int = 0) -> list[dict]:
@@ -34,6 +34,8 @@ def test_median_of_last_window_not_last_value() -> None:
     assert fv.value < 1.0
     assert fv.label == "final loss (median of last 4)"
     assert final_label("loss", 1) == "final loss (last value)"
+    assert final_of_values("loss", [r["loss"] for r in records]) == fv  # the table path, values in order
+    assert final_of_values("loss", []) is None
 
 
 def test_rank0_step_order_and_bad_values() -> None:
