@@ -169,12 +169,15 @@ def _plain(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 
-def render_headline(cmp: Comparison) -> HeadlineView:
-    """The verdict box (coloured by the headline verdict), the quantity, ratio, interval, verdict,
-    replicates, method, reasons, step sets and the sign note; returns what it showed."""
+def render_headline(cmp: Comparison, *, compact: bool = False) -> HeadlineView:
+    """The verdict box (coloured by the headline verdict), then, unless ``compact``, the quantity,
+    ratio, interval, verdict, replicates, method, reasons, step sets and the sign note; returns
+    what it showed."""
     view = headline_view(cmp)
     box = getattr(st, _BOXES.get(view.verdict, "info"))
     box(_plain(headline_sentence(view, cmp.baseline.label, cmp.candidate.label)))
+    if compact:
+        return view
     cols = st.columns(4)
     cols[0].metric("Judged by", QUANTITY_LABELS.get(view.quantity, view.quantity),
                    help="Time per sample when the sides process different numbers of samples per step (time per "

@@ -20,12 +20,13 @@ from app.analysis.report import (
     verdict_display_table,
 )
 from app.data.final_value import final_label
-from app.ui.compare_headline import headline_sentence, headline_view, render_headline
+from app.ui.compare_headline import render_headline
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
 
-__all__ = ["GROUP_PREFIX", "Selection", "store_groups", "render_selection", "render_options", "render_verdicts", "render_exports"]
+__all__ = ["GROUP_PREFIX", "Selection", "store_groups", "render_selection", "render_options", "render_verdicts",
+           "render_exports"]
 
 
 # Picker keys of replicate groups (runs recorded with `torchscope run --group NAME`): "group:NAME",
@@ -208,13 +209,8 @@ def _int(text: str) -> int | None:
 def render_verdicts(comparisons: list[Comparison]) -> None:
     """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
-        if len(comparisons) <= 2:
-            render_headline(cmp)
-        else:  # many candidates: one line each, the details in the table below
-            view = headline_view(cmp)
-            box = getattr(st, {"faster": "success", "slower": "error", "inconclusive": "warning"}.get(view.verdict,
-                                                                                                    "info"))
-            box(_plain(headline_sentence(view, cmp.baseline.label, cmp.candidate.label)))
+        # Many candidates: one line each, the details in the verdict table below.
+        render_headline(cmp, compact=len(comparisons) > 2)
         if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:

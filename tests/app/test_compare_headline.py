@@ -183,3 +183,13 @@ def test_step_sets_of_the_compare_analysis_are_described() -> None:
     assert step_set_lines(cmp) == [  # type: ignore[arg-type]
         ("Headline", "steady-state steps; 30 (baseline) / 28 (candidate) steps"),
         ("Waterfall, operator and kernel deltas", "typical profiled steps; 2 (baseline) / 3 (candidate) steps")]
+
+
+def test_many_candidates_get_one_headline_line_each(monkeypatch, fixture_store) -> None:
+    root, runs = fixture_store
+    at = open_compare(monkeypatch, root, ",".join(runs[n].name for n in ("baseline", "optimized", "ddp", "failed")))
+    assert not at.exception
+    boxes = [e.value for kind in ("success", "error", "info", "warning") for e in getattr(at, kind)
+             if str(e.value).startswith("Step time:")]
+    assert len(boxes) == 3
+    assert "Judged by" not in {m.label for m in at.metric}  # the details are in the verdict table
