@@ -23,13 +23,13 @@ from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
 
-# Under the table whenever a step time is shown: which number it is (docs/app.md, "Step time").
 # Under the table whenever a final loss is shown: which number it is (docs/app.md, "Final values").
 FINAL_LOSS_NOTE = (
     "FINAL LOSS: median of the last 10 % of rank 0's loss values (1 to 20 values), the same number as "
     "the Run page and `torchscope diff`"
 )
 
+# Under the table whenever a step time is shown: which number it is (docs/app.md, "Step time").
 STEP_TIME_NOTE = (
     "STEP TIME: median of the steady-state steps (slowest rank per step; warm-up, profiled and "
     "evaluation steps dropped), the same number as the Run page and `torchscope diff`"

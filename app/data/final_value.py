@@ -20,8 +20,9 @@ interval over it), so the number people read and the number Compare judges are o
 window is short (≤ 20 values), so it is still the end of training, not an average of it.
 
 It is the same number as ``np.median(compare_steps.final_window(v))`` over Compare's rank-0
-values (a test asserts it). Plain Python over the ``metrics.jsonl`` records, no pandas, so the
-catalog can call it on 1,000 runs.
+values (a test asserts it). :func:`final_value` is plain Python over the ``metrics.jsonl``
+records, so the catalog can call it on 1,000 runs; :func:`final_of_table` computes the same on
+the metrics table of app.data.runs without building records (a curve of 1e6 points).
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 __all__ = ["FINAL_WINDOW_FRACTION", "FINAL_WINDOW_MAX", "NOT_OUTCOMES", "FinalValue", "final_window_size",
-           "final_value", "final_of_values", "final_label"]
+           "final_value", "final_of_values", "final_of_table", "final_label"]
 
 FINAL_WINDOW_FRACTION = 0.10
 FINAL_WINDOW_MAX = 20
@@ -131,3 +135,21 @@ def final_value(records: Iterable[Mapping[str, Any]], key: str, *, rank: int | N
     rank 0, or every rank when rank 0 did not log it)."""
     values, chosen = _ordered_values(records, key, rank)
     return final_of_values(key, values, rank=chosen)
+
+
+def final_of_table(metrics: pd.DataFrame, key: str, *, rank: int | None = None) -> FinalValue | None:
+    """:func:`final_value` on the metrics table of ``app.data.runs.load_run`` (sorted by rank,
+    then step: the rule's order). None for coordinates and settings (NOT_OUTCOMES: step time, lr,
+    samples ...), boolean columns and keys without a finite value."""
+    if key in NOT_OUTCOMES or key not in metrics.columns or pd.api.types.is_bool_dtype(metrics[key]):
+        return None
+    v = pd.to_numeric(metrics[key], errors="coerce").to_numpy(float, na_value=np.nan)
+    ok = np.isfinite(v)
+    ranks = pd.to_numeric(metrics["rank"], errors="coerce").fillna(0).to_numpy() if "rank" in metrics.columns \
+        else np.zeros(len(v))
+    chosen = rank
+    if rank is None:
+        chosen = 0 if (ok & (ranks == 0)).any() else None
+    if chosen is not None:
+        ok &= ranks == chosen
+    return final_of_values(key, v[ok].tolist(), rank=chosen)

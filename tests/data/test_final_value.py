@@ -85,3 +85,19 @@ def test_compare_reports_the_same_final_value() -> None:
 
     sweep, _ = compute_sweep_table([side(a, "a").run, side(b, "b").run])
     assert list(sweep["final_loss"]) == pytest.approx([fa.value, fb.value], abs=1e-15)
+
+
+def test_table_path_gives_the_records_number() -> None:
+    from app.data.runs import _records_to_frame
+
+    records = _noisy(57, ranks=3, seed=3)
+    records.reverse()
+    records.append({"step": 60, "rank": 0, "val_loss": 0.5})
+    frame = _records_to_frame(records, ["rank", "step"])
+    from app.data.final_value import final_of_table
+
+    for rank in (None, 0, 2):
+        assert final_of_table(frame, "loss", rank=rank) == final_value(records, "loss", rank=rank)
+    only2 = [r for r in records if r.get("rank") == 2]
+    assert final_of_table(_records_to_frame(only2, ["rank", "step"]), "loss") == final_value(only2, "loss")
+    assert final_of_table(frame, "lr") is None and final_of_table(frame, "missing") is None

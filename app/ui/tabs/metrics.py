@@ -1,13 +1,11 @@
 """Run page tab "Metrics": every logged curve, smoothed, per rank (UI layer)."""
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import streamlit as st
 
 from app.analysis.curves import XAxis, list_curve_keys
 from app.charts.curves import make_curve_figure, make_rank_band_figure
-from app.data.final_value import NOT_OUTCOMES, FinalValue, final_of_values
+from app.data.final_value import final_of_table
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 
@@ -61,19 +59,6 @@ def _rank_choice(ctx: RunContext, available: list[int]) -> list[int] | str:
     return [int(r) for r in chosen] or default
 
 
-def final_of_curve(metrics: pd.DataFrame, key: str, rank: int) -> FinalValue | None:
-    """The final value (app.data.final_value) of ``key`` for ``rank``: the metrics table is sorted
-    by (rank, step), so its finite values of that rank are already in the rule's order. None for
-    coordinates and settings (step time, lr, samples ...) and for keys the rank did not log."""
-    if key in NOT_OUTCOMES or key not in metrics.columns:
-        return None
-    rows = metrics[metrics["rank"] == rank] if "rank" in metrics.columns else metrics
-    if pd.api.types.is_bool_dtype(rows[key]):
-        return None
-    v = pd.to_numeric(rows[key], errors="coerce").to_numpy(float, na_value=np.nan)
-    return final_of_values(key, v[np.isfinite(v)].tolist(), rank=rank)
-
-
 def render(ctx: RunContext) -> None:
     """Draw one chart per chosen metric, with smoothing, x-axis and rank controls."""
     metrics = ctx.run.metrics
@@ -124,7 +109,7 @@ def render(ctx: RunContext) -> None:
             st.info(f"No finite values of `{key}` for the chosen ranks.")
             continue
         # One rank drawn: its final value as a dotted line (the number the Overview and Compare show).
-        final = final_of_curve(metrics, key, ranks[0]) if len(ranks) == 1 else None
+        final = final_of_table(metrics, key, rank=ranks[0]) if len(ranks) == 1 else None
         fig = make_curve_figure(curve, curve_label(key), x_axis=x_axis,
                                 log_y=log_y and bool((curve["value"] > 0).all()), final=final)
         st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))

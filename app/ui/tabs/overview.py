@@ -18,7 +18,7 @@ from app.analysis.run_summary import (
     trace_peaks_could_change,
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
-from app.data.final_value import FinalValue, final_value
+from app.data.final_value import FinalValue, final_of_table
 from app.data.runs import format_bytes, format_seconds
 from app.data.step_time import steady_step_time
 from app.errors import TorchscopeError
@@ -60,10 +60,7 @@ def _peak_help(source: str) -> str:
 
 def final_loss(metrics: pd.DataFrame, rank: int | None) -> FinalValue | None:
     """The run's final loss by the one rule (app.data.final_value); None when no loss is logged."""
-    if "loss" not in metrics.columns or metrics.empty:
-        return None
-    cols = [c for c in ("step", "rank", "loss") if c in metrics.columns]
-    return final_value(metrics[cols].to_dict(orient="records"), "loss", rank=rank)
+    return final_of_table(metrics, "loss", rank=rank)
 
 
 # The one headline step time (docs/app.md, "Step time"): the same label on the Runs page.
