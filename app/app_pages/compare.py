@@ -49,6 +49,17 @@ def _ref(selection, key: str, root) -> SideRef:  # noqa: ANN001 - a compare_view
     return ("run", str(selection.paths[key]))
 
 
+def _side_runs(sides) -> list:  # noqa: ANN001 - CompareSides; RunData out
+    """The runs of the sides, a group's every replicate, each once (Curves, Config and Sweep tabs)."""
+    out, seen = [], set()
+    for side in sides:
+        for run in (getattr(side, "replicates", ()) or ()) or (side.run,):
+            if run is not None and str(run.path) not in seen:
+                seen.add(str(run.path))
+                out.append(run)
+    return out
+
+
 def _body() -> None:
     root = store_root()
     st.title("Compare runs")
@@ -66,7 +77,7 @@ def _body() -> None:
         pick = st.selectbox("Candidate shown in detail", range(len(names)), format_func=lambda i: names[i],
                             key="compare_detail")
         detail = comparisons[pick]
-    runs = [detail.baseline.run] + [c.candidate.run for c in comparisons]
+    runs = _side_runs([detail.baseline] + [c.candidate for c in comparisons])
     advice, advice_error = None, ""
     try:
         advice = cached_findings_diff(detail.baseline.path, detail.candidate.path)

@@ -121,6 +121,10 @@ def test_groups_are_sides(monkeypatch, group_store) -> None:
         at.selectbox(key="compare_baseline").options[0].startswith("group base")
     shown = texts(at.success)
     assert "Step time: group fast is" in shown
+    # the Curves tab can band the runs by replicate group
+    assert "(replicate group)" in at.selectbox(key="compare_group_by").options
+    at.selectbox(key="compare_group_by").set_value("(replicate group)").run()
+    assert not at.exception
     # picking a single run as the candidate still works next to a group baseline
     at.multiselect(key="compare_candidates").set_value([runs["lone"].name]).run()
     assert_clean(at)
