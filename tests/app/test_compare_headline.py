@@ -194,6 +194,6 @@ def test_many_candidates_get_one_headline_line_each(monkeypatch, fixture_store) 
     at = open_compare(monkeypatch, root, ",".join(runs[n].name for n in ("baseline", "optimized", "ddp", "failed")))
     assert not at.exception
     boxes = [e.value for kind in ("success", "error", "info", "warning") for e in getattr(at, kind)
-             if str(e.value).startswith("Step time:")]
+             if str(e.value).startswith(("Step time:", "Time per sample:", "Time per token:"))]
     assert len(boxes) == 3
     assert "Judged by" not in {m.label for m in at.metric}  # the details are in the verdict table
