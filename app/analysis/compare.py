@@ -1,8 +1,10 @@
 """A comparison of a candidate with a baseline: verdicts, breakdown, ops, kernels, config (analysis layer).
 
-``diff_sides(baseline, candidate)`` answers: is the candidate faster (median steady-state step
-time, 95 % bootstrap interval on the ratio), by how much, why (breakdown, operator and kernel
-deltas per step) and at what cost (peak memory, loss and other logged metrics). Every verdict
+``diff_sides(baseline, candidate)`` answers: is the candidate faster (the headline: step time,
+or time per sample / token when the work per step differs, over the steady-state steps, with
+the interval method of compare_headline and an ``inconclusive`` verdict when contention differs),
+by how much, why (breakdown, operator and kernel deltas per typical profiled step, with their
+step-to-step spread) and at what cost (peak memory, loss and other logged metrics). Every verdict
 and table is documented in docs/compare.md; ``compare_json.comparison_to_json`` gives the
 ``torchscope diff --json`` document.
 """
@@ -16,7 +18,12 @@ import numpy as np
 import pandas as pd
 
 from app.analysis import compare_steps as cs
+from app.analysis.compare_contention import ContentionCheck, check_contention
+from app.analysis.compare_headline import Headline, HeadlineVerdict, compute_headline
 from app.analysis.compare_inputs import CompareSide
+from app.analysis.compare_step_sets import StepSet
+from app.analysis.compare_step_sets import sign_note as _sign_note
+from app.analysis.compare_step_sets import step_sets as _step_sets
 from app.analysis.compare_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare_runs import diff_config
 from app.analysis.compare_tables import OpGrouping, diff_breakdown, diff_kernels, diff_ops, profiled_step_count
@@ -33,7 +40,7 @@ from app.analysis.stats import (
     classify_ratio,
 )
 
-__all__ = ["CompareOptions", "Comparison", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
+__all__ = ["CompareOptions", "Comparison", "StepSet", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
 
 VERDICT_COLUMNS = ["quantity", "unit", "baseline", "candidate", "ratio", "ci_lo", "ci_hi", "verdict", "note"]
 _TIME_WORDS = {Verdict.BETTER: Verdict.FASTER, Verdict.WORSE: Verdict.SLOWER}
@@ -52,6 +59,10 @@ class CompareOptions:
     op_grouping: OpGrouping = OpGrouping.NAME
 
 
+_EMPTY_HEADLINE = Headline(quantity="step_time", baseline=None, candidate=None, ratio=None, ci95=None,
+                           verdict="inconclusive", method="", replicates={"baseline": 1, "candidate": 1})
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The result of ``diff_sides``; tables are pandas DataFrames, documented in docs/compare.md."""
@@ -62,10 +73,10 @@ class Comparison:
     step_source: tuple[str, str]
     step_times: tuple[pd.DataFrame, pd.DataFrame]
     step_time: RatioEstimate | None
-    step_verdict: Verdict
+    step_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     throughput: RatioEstimate | None
     throughput_unit: str
-    throughput_verdict: Verdict
+    throughput_verdict: Verdict | HeadlineVerdict  # INCONCLUSIVE when contention differs
     peak_memory: tuple[cs.PeakMemory, cs.PeakMemory]
     memory_verdict: Verdict
     verdicts: pd.DataFrame
@@ -84,6 +95,14 @@ class Comparison:
     # step-time verdict (app.analysis.compare_load); "" when none.
     machine_load: tuple[MachineLoad | None, MachineLoad | None] = (None, None)
     load_warning: str = ""
+    # The verdict the page colour, the text's first line and the gates judge (compare_headline).
+    headline: Headline = _EMPTY_HEADLINE
+    contention: ContentionCheck = ContentionCheck()
+    # "headline": the steady-state steps the headline uses; "deltas": the typical profiled steps
+    # the waterfall and the op and kernel deltas average (evaluation steps and stalls left out).
+    step_sets: dict[str, StepSet] = field(default_factory=dict)
+    # Why the waterfall's mean profiled step moves the other way than the headline ("" when not).
+    sign_note: str = ""
 
     @property
     def memory_ratio(self) -> float | None:
@@ -116,7 +135,8 @@ def _metric_keys(a: CompareSide, b: CompareSide) -> list[str]:
     if a.run is None or b.run is None:
         return []
     # Coordinates and settings, not outcomes: a schedule's lr is compared in the config diff.
-    skip = {"step", "time", "rank", "step_time_s", "samples", "profiled", "lr", "learning_rate", "epoch"}
+    skip = {"step", "time", "rank", "step_time_s", "samples", "tokens", "profiled", "evaluation", "cpu_time_s",
+            "contention", "steal", "lr", "learning_rate", "epoch"}
     keys = []
     for col in a.run.metrics.columns:
         if col in skip or col not in b.run.metrics.columns:
@@ -126,23 +146,45 @@ def _metric_keys(a: CompareSide, b: CompareSide) -> list[str]:
     return keys
 
 
-def _rank0(side: CompareSide, key: str) -> np.ndarray:
-    m = side.run.metrics
+def _rank0(metrics: pd.DataFrame, key: str) -> np.ndarray:
+    m = metrics
     if "rank" in m.columns and (m["rank"] == 0).any():
         m = m[m["rank"] == 0]
+    if key not in m.columns:
+        return np.array([])
     v = pd.to_numeric(m[key], errors="coerce").to_numpy(float, na_value=np.nan)
     return v[np.isfinite(v)]
 
 
+def _run_finals(side: CompareSide, key: str) -> np.ndarray:
+    """The final value (median of the final window) of ``key`` in each run of the side."""
+    finals = [float(np.median(cs.final_window(v))) for v in (_rank0(r.metrics, key) for r in side.runs) if len(v)]
+    return np.array(finals)
+
+
+def _spread(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else np.nan
+
+
+METRIC_COLUMNS = ["metric", "direction", "baseline_final", "candidate_final", "ratio", "ci_lo", "ci_hi", "verdict",
+                  "baseline_best", "candidate_best", "window", "baseline_run_spread", "candidate_run_spread"]
+
+
 def _compare_metrics(a: CompareSide, b: CompareSide, o: CompareOptions) -> pd.DataFrame:
-    """One row per logged metric both runs have: final (last-window median) and best values."""
+    """One row per logged metric both runs have: final (last-window median) and best values.
+
+    With replicates on both sides the final values, the ratio and its interval come from the
+    runs' final values (one per run), so the interval covers run-to-run (seed) spread;
+    ``*_run_spread`` is the standard deviation of the runs' final values (NaN for one run)."""
     rows = []
     for key in _metric_keys(a, b):
-        va, vb = _rank0(a, key), _rank0(b, key)
+        va, vb = _rank0(a.run.metrics, key), _rank0(b.run.metrics, key)
         if len(va) == 0 or len(vb) == 0:
             continue
         direction = cs.metric_direction(key)
-        wa, wb = cs.final_window(va), cs.final_window(vb)
+        fa, fb = _run_finals(a, key), _run_finals(b, key)
+        replicated = len(fa) >= 2 and len(fb) >= 2
+        wa, wb = (fa, fb) if replicated else (cs.final_window(va), cs.final_window(vb))
         positive = (wa > 0).all() and (wb > 0).all()
         est = _bootstrap(wa, wb, o) if positive else None
         verdict = classify_ratio(est.ratio, est.lo, est.hi, direction=direction, threshold=o.threshold) \
@@ -153,10 +195,9 @@ def _compare_metrics(a: CompareSide, b: CompareSide, o: CompareOptions) -> pd.Da
                      "ratio": est.ratio if est else np.nan, "ci_lo": est.lo if est else np.nan,
                      "ci_hi": est.hi if est else np.nan, "verdict": str(verdict),
                      "baseline_best": float(best(va)), "candidate_best": float(best(vb)),
-                     "window": f"{len(wa)}/{len(wb)}"})
-    cols = ["metric", "direction", "baseline_final", "candidate_final", "ratio", "ci_lo", "ci_hi", "verdict",
-            "baseline_best", "candidate_best", "window"]
-    return pd.DataFrame(rows, columns=cols)
+                     "window": f"{len(fa)} runs/{len(fb)} runs" if replicated else f"{len(wa)}/{len(wb)}",
+                     "baseline_run_spread": _spread(fa), "candidate_run_spread": _spread(fb)})
+    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
 def no_interval_reason(est: RatioEstimate) -> str:
@@ -216,8 +257,24 @@ def _memory_verdict(mem: tuple[cs.PeakMemory, cs.PeakMemory], o: CompareOptions)
     return _MEMORY_WORDS.get(raw, raw)
 
 
-def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame) -> pd.DataFrame:
+def _headline_row(h: Headline) -> dict:
+    lo, hi = h.ci95 if h.ci95 else (np.nan, np.nan)
+    return {"quantity": f"{h.quantity_words} (headline)", "unit": "s", "baseline": h.baseline if h.baseline else np.nan,
+            "candidate": h.candidate if h.candidate else np.nan, "ratio": h.ratio if h.ratio else np.nan,
+            "ci_lo": lo, "ci_hi": hi, "verdict": h.verdict, "note": h.method}
+
+
+def _metric_note(r: Any) -> str:
+    if "runs" not in str(r.window):
+        return f"median of the last {r.window} values"
+    return (f"median of the runs' final values ({r.window}); run-to-run sd {r.baseline_run_spread:.4g} / "
+            f"{r.candidate_run_spread:.4g}")
+
+
+def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd.DataFrame,
+                   headline: Headline) -> pd.DataFrame:
     rows = [
+        _headline_row(headline),
         _verdict_row("step time (median)", "s", steps["est"], steps["verdict"],
                      f"steady state, from {steps['sources'][0]}" + (f"; {steps['why']}" if steps["why"] else "")),
         _verdict_row("throughput (median)", steps["tp_unit"].replace("_per_", "/"), steps["tp"], steps["tp_verdict"]),
@@ -231,7 +288,7 @@ def _verdict_table(steps: dict[str, Any], mem, mem_verdict: Verdict, metrics: pd
     for r in metrics.itertuples(index=False):
         rows.append({"quantity": f"{r.metric} (final)", "unit": "", "baseline": r.baseline_final,
                      "candidate": r.candidate_final, "ratio": r.ratio, "ci_lo": r.ci_lo, "ci_hi": r.ci_hi,
-                     "verdict": r.verdict, "note": f"median of the last {r.window} values"})
+                     "verdict": r.verdict, "note": _metric_note(r)})
         if r.direction != str(Direction.NONE):
             rows.append({"quantity": f"{r.metric} (best)", "unit": "", "baseline": r.baseline_best,
                          "candidate": r.candidate_best, "ratio": _safe_ratio(r.candidate_best, r.baseline_best)
@@ -246,25 +303,50 @@ class _StepsOnly:
     steps: pd.DataFrame
 
 
-def _breakdown(a: CompareSide, b: CompareSide) -> tuple[pd.DataFrame, tuple[int, int], list[str]]:
+def _windows(a: CompareSide, b: CompareSide) -> list[Any]:
+    """Each side's typical profiled steps (app.analysis.step_window)."""
+    return [typical_steps(getattr(s.analysis, "steps", None), s.run.metrics if s.run is not None else None)
+            for s in (a, b)]
+
+
+def _breakdown(windows: list[Any]) -> tuple[pd.DataFrame, tuple[int, int], list[str]]:
     """The per-step breakdown over each side's typical profiled steps, their counts and notes."""
-    windows = [typical_steps(getattr(s.analysis, "steps", None), s.run.metrics if s.run is not None else None)
-               for s in (a, b)]
     notes = [f"{role}: {w.note}" for role, w in zip(("baseline", "candidate"), windows, strict=True) if w.note]
     table = diff_breakdown(_StepsOnly(windows[0].steps), _StepsOnly(windows[1].steps))
     return table, (windows[0].count, windows[1].count), notes
 
 
+def _replicate_tables(side: CompareSide, first: pd.DataFrame, warmup: int | None) -> list[pd.DataFrame]:
+    """Step tables of every run of the side (the first run's is already computed, with its traces)."""
+    if len(side.replicates) < 2:
+        return [first]
+    rest = [cs.compute_step_times(CompareSide(label=side.label, path=r.path, kind=side.kind, run=r), warmup)[0]
+            for r in side.replicates[1:]]
+    return [first, *rest]
+
+
 def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None) -> Comparison:
     """Compare ``candidate`` with ``baseline``; see the module docstring and docs/compare.md.
 
-    Never raises for missing data: a quantity one side lacks gets verdict ``n/a`` and a note.
+    Never raises for missing data: a quantity one side lacks gets verdict ``n/a`` and a note
+    (the headline: ``inconclusive`` with its reason).
     """
     o = options or CompareOptions()
     steps = _step_section(baseline, candidate, o)
     notes: list[str] = list(steps["notes"])
     if steps["est"] is None:
         notes.append("no step times on one side (neither step_time_s metrics nor ProfilerStep events)")
+    labels = (baseline.label, candidate.label)
+    replicated = (_replicate_tables(baseline, steps["tables"][0], o.warmup_steps),
+                  _replicate_tables(candidate, steps["tables"][1], o.warmup_steps))
+    loads = tuple(compute_machine_load(s.run.system, s.run.manifest) if s.run is not None else None
+                  for s in (baseline, candidate))
+    contention = check_contention(replicated, loads, labels)
+    headline = compute_headline(replicated[0], replicated[1], contention, o)
+    if contention.inconclusive:  # the step-time and throughput rows see the same contention
+        for key in ("verdict", "tp_verdict"):
+            if steps[key] in (Verdict.FASTER, Verdict.SLOWER):
+                steps[key] = HeadlineVerdict.INCONCLUSIVE
     mem = cs.compute_peak_memory(baseline, candidate)
     mem_verdict = _memory_verdict(mem, o)
     metrics = _compare_metrics(baseline, candidate, o)
@@ -272,16 +354,23 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
     have_traces = a is not None and b is not None
     if not have_traces:
         notes.append("breakdown, operators and kernels need traces on both sides")
-    loads = tuple(compute_machine_load(s.run.system, s.run.manifest) if s.run is not None else None
-                  for s in (baseline, candidate))
     # Only a difference needs confirming: a "same" verdict is not made less true by contention.
-    judged = steps["verdict"] in (Verdict.FASTER, Verdict.SLOWER)
-    caution = load_warning(loads[0], loads[1], (baseline.label, candidate.label)) if judged else ""
+    # When contention made the headline inconclusive, its reason is the caution (said once).
+    judged = steps["verdict"] in (Verdict.FASTER, Verdict.SLOWER) or headline.verdict in ("faster", "slower")
+    caution = contention.reason if contention.inconclusive else \
+        load_warning(loads[0], loads[1], labels) if judged else ""
     if caution:
         notes.insert(0, caution)
     empty = pd.DataFrame()
-    breakdown, breakdown_steps, window_notes = _breakdown(baseline, candidate) if have_traces else (empty, (0, 0), [])
+    windows = _windows(baseline, candidate) if have_traces else None
+    breakdown, breakdown_steps, window_notes = _breakdown(windows) if windows else (empty, (0, 0), [])
     notes += window_notes
+    kept = dict(baseline_kept=windows[0].steps, candidate_kept=windows[1].steps) if windows else {}
+    traces = dict(baseline_traces=baseline.traces, candidate_traces=candidate.traces)
+    sets = _step_sets(headline, breakdown_steps, replicated)
+    note = _sign_note(breakdown, headline, sets)
+    if note:
+        notes.append(note)
     manifests = [s.run.manifest if s.run is not None else None for s in (baseline, candidate)]
     return Comparison(
         baseline=baseline, candidate=candidate, options=o,
@@ -289,14 +378,13 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         step_time=steps["est"], step_verdict=steps["verdict"],
         throughput=steps["tp"], throughput_unit=steps["tp_unit"], throughput_verdict=steps["tp_verdict"],
         peak_memory=mem, memory_verdict=mem_verdict,
-        verdicts=_verdict_table(steps, mem, mem_verdict, metrics), metrics=metrics,
+        verdicts=_verdict_table(steps, mem, mem_verdict, metrics, headline), metrics=metrics,
         breakdown=breakdown, breakdown_steps=breakdown_steps, machine_load=loads, load_warning=caution,
-        ops=diff_ops(a, b, grouping=o.op_grouping, baseline_traces=baseline.traces,
-                     candidate_traces=candidate.traces) if have_traces else empty,
-        kernels=diff_kernels(a, b) if have_traces else empty,
+        ops=diff_ops(a, b, grouping=o.op_grouping, **traces, **kept) if have_traces else empty,
+        kernels=diff_kernels(a, b, **traces, **kept) if have_traces else empty,
         config=diff_config(manifests, [baseline.label, candidate.label]),
         modules=diff_module_trees(baseline.module_tree, candidate.module_tree),
         profiled_steps=(profiled_step_count(a) if a is not None else 0, profiled_step_count(b) if b is not None else 0),
         notes=notes + [f"baseline: {p}" for p in baseline.problems] + [f"candidate: {p}" for p in candidate.problems],
+        headline=headline, contention=contention, step_sets=sets, sign_note=note,
     )
-

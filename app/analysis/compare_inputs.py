@@ -22,7 +22,8 @@ from app.data.runs import RunData, load_module_tree, load_run
 from app.errors import TraceError, UsageError
 from profiler_agent import runformat as rf
 
-__all__ = ["SideKind", "CompareSide", "load_side", "side_from_run", "assemble_run_side", "analyze_side_traces"]
+__all__ = ["SideKind", "CompareSide", "load_side", "load_group_side", "group_of", "side_from_run", "assemble_run_side",
+           "analyze_side_traces"]
 
 
 class SideKind(StrEnum):
@@ -37,6 +38,8 @@ class CompareSide:
     ``analysis`` is a ``TraceAnalysis`` (steps, ops, kernels, memory) or None when the side has
     no traces; ``traces`` are its ``TraceTables`` (for shape grouping and memory timelines).
     ``problems`` are messages about data that could not be used (shown, never fatal).
+    ``replicates`` are the runs of a group side (``load_group_side``; ``run`` is the first of
+    them, whose traces and tree the breakdown and the op tables use), empty for a single run.
     """
 
     label: str
@@ -47,6 +50,12 @@ class CompareSide:
     traces: tuple[Any, ...] = ()
     module_tree: dict[str, Any] | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
+    replicates: tuple[RunData, ...] = ()
+
+    @property
+    def runs(self) -> tuple[RunData, ...]:
+        """The runs of this side: the replicates of a group, else the one run (none for bare traces)."""
+        return self.replicates or ((self.run,) if self.run is not None else ())
 
     @property
     def id(self) -> str:
@@ -165,3 +174,32 @@ def load_side(
         name = path.name.split(".")[0] if path.is_file() else path.name
         return CompareSide(label=name or str(path), path=path, kind=SideKind.TRACES, analysis=analysis, traces=traces)
     return _load_run_side(rf.find_run(str(ref), root), with_traces)
+
+
+def group_of(manifest: rf.Manifest) -> str | None:
+    """The run's group (``torchscope run --group NAME``): a typed ``group`` field when the
+    schema has one, else the manifest's ``group`` kept in ``extra``; None when absent."""
+    value = getattr(manifest, "group", None)
+    if value is None and isinstance(manifest.extra, dict):
+        value = manifest.extra.get("group")
+    return str(value) if isinstance(value, str) and value else None
+
+
+def load_group_side(group: str, root: str | os.PathLike[str] | None = None, *,
+                    with_traces: bool = True) -> CompareSide:
+    """The runs of the store whose manifest ``group`` is ``group``, as one side: ``replicates``
+    in the store's order (by start time), the first run's traces, tree and label ``group``.
+
+    Raises RunStoreNotFoundError when the store does not exist, UsageError naming the group and
+    the groups that exist when no run has it."""
+    listing = rf.list_runs(root)
+    members = sorted(path for path, m in listing.runs if group_of(m) == group)  # folder names sort by time
+    if not members:
+        groups = sorted({g for _, m in listing.runs if (g := group_of(m))})
+        have = f"groups in {listing.root}: {', '.join(groups)}" if groups else f"no run in {listing.root} has a group"
+        raise UsageError(f"--group {group}: no run of this group ({have}; record with torchscope run --group NAME)")
+    runs = tuple(load_run(p) for p in members)
+    first = assemble_run_side(runs[0], analyze_side_traces if with_traces else None)
+    problems = list(first.problems) + [f"{r.manifest.name or r.manifest.id}: {p}" for r in runs[1:] for p in r.problems]
+    return CompareSide(label=group, path=first.path, kind=SideKind.RUN, run=runs[0], analysis=first.analysis,
+                       traces=first.traces, module_tree=first.module_tree, problems=tuple(problems), replicates=runs)

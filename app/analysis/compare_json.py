@@ -115,6 +115,7 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
                       "baseline_steps": cmp.breakdown_steps[0], "candidate_steps": cmp.breakdown_steps[1]}
     return {
         "schema": JSON_SCHEMA,
+        "headline": cmp.headline.to_json(),
         "baseline": _side(cmp.baseline, cmp.step_source[0], cmp.step_times[0], cmp.profiled_steps[0]),
         "candidate": _side(cmp.candidate, cmp.step_source[1], cmp.step_times[1], cmp.profiled_steps[1]),
         "step_time": step,
@@ -133,5 +134,19 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
         "memory_categories": memory_category_records(cats.table),
         "machine_load": {"baseline": _load(cmp.machine_load[0]), "candidate": _load(cmp.machine_load[1]),
                          "warning": cmp.load_warning or None},
+        "step_sets": {name: step_set.to_json() for name, step_set in cmp.step_sets.items()},
+        "sign_note": cmp.sign_note or None,
+        "contention": _contention(cmp),
         "notes": list(cmp.notes) + list(cats.notes),
     }
+
+
+def _contention(cmp: Comparison) -> dict[str, Any]:
+    c = cmp.contention
+
+    def side(s: Any) -> dict[str, Any] | None:
+        return None if s is None else {"mean": json_number(s.mean), "contended_share": json_number(s.contended),
+                                       "steps": s.steps}
+
+    return {"source": c.source, "inconclusive": c.inconclusive, "baseline": side(c.baseline),
+            "candidate": side(c.candidate), "reason": c.reason or None}

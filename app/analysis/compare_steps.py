@@ -40,7 +40,11 @@ __all__ = [
     "final_window",
 ]
 
-STEP_TIME_COLUMNS = ["step", "step_time_s", "samples", "kept", "reason"]
+STEP_TIME_COLUMNS = ["step", "step_time_s", "samples", "tokens", "contention", "steal", "kept", "reason"]
+# Per-step amounts summed over ranks (work done), and machine shares taken as the worst rank's
+# (ranks on one machine see the same machine; on several, the most contended one sets the pace).
+_SUMMED = ("samples", "tokens")
+_SHARES = ("contention", "steal")
 # Auto warm-up for metrics: drop the first steps (one-off costs: allocator growth, cudnn
 # autotuning, lazy init, first DataLoader batch) but always keep at least step_time.MIN_KEPT steps. The
 # constants and the reasons are app.data.step_time's: the catalog, `ls` and the Overview compute
@@ -85,18 +89,20 @@ def _profiled_steps(side: CompareSide) -> set[int]:
 
 
 def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
-    m = metrics[["step", "step_time_s", *(c for c in ("samples", "profiled") if c in metrics.columns)]].copy()
-    m["step_time_s"] = pd.to_numeric(m["step_time_s"], errors="coerce")
+    optional = [c for c in (*_SUMMED, *_SHARES, "profiled") if c in metrics.columns]
+    m = metrics[["step", "step_time_s", *optional]].copy()
+    for col in ["step_time_s", *(c for c in optional if c != "profiled")]:
+        m[col] = pd.to_numeric(m[col], errors="coerce")
     m = m[np.isfinite(m["step_time_s"].to_numpy(float, na_value=np.nan)) & (m["step_time_s"] > 0)]
-    agg: dict[str, str] = {"step_time_s": "max"}  # a synchronous step lasts as long as its slowest rank
-    if "samples" in m.columns:
-        m["samples"] = pd.to_numeric(m["samples"], errors="coerce")
-        agg["samples"] = "sum"  # samples of all ranks together
     if "profiled" in m.columns:
         # true/false/missing (read as 1.0/0.0/NaN or objects): only a true value marks a profiled step
         m["profiled"] = pd.to_numeric(m["profiled"], errors="coerce").fillna(0.0).to_numpy(float) != 0
-        agg["profiled"] = "max"
-    return m.groupby("step", sort=True).agg(agg).reset_index()
+    g = m.groupby("step", sort=True)
+    out = g["step_time_s"].max().to_frame()  # a synchronous step lasts as long as its slowest rank
+    for col in optional:
+        # amounts of all ranks together (NaN when no rank logged one); shares and marks: any rank's
+        out[col] = g[col].sum(min_count=1) if col in _SUMMED else g[col].max()
+    return out.reset_index()
 
 
 def _from_trace(side: CompareSide) -> pd.DataFrame:
@@ -122,8 +128,9 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
         return pd.DataFrame(columns=STEP_TIME_COLUMNS), StepSource.NONE
     if len(table) == 0:
         return pd.DataFrame(columns=STEP_TIME_COLUMNS), StepSource.NONE
-    if "samples" not in table.columns:
-        table["samples"] = np.nan
+    for col in (*_SUMMED, *_SHARES):
+        if col not in table.columns:
+            table[col] = np.nan
     k = auto_warmup(len(table), source) if warmup_steps is None else max(0, int(warmup_steps))
     reason = np.full(len(table), "", dtype=object)
     if source is StepSource.METRICS:

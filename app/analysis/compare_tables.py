@@ -142,6 +142,24 @@ def _op_table(analysis: Any, traces: Sequence[Any], grouping: OpGrouping) -> pd.
     return compute_op_table(list(traces), group_by=grouping.value)
 
 
+_OP_VALUES = ("calls", "self_us", "total_us", "device_self_us")
+_KERNEL_VALUES = ("calls", "total_us")
+
+
+def _per_step_path(traces: tuple[Sequence[Any], Sequence[Any]], kept: tuple[Any, Any]) -> bool:
+    """Whether both sides can be cut into profiled steps (their events and the kept steps given)."""
+    return all(len(t) > 0 for t in traces) and all(k is not None and len(k) > 0 for k in kept)
+
+
+def _with_spread(out: pd.DataFrame, per_step: bool) -> pd.DataFrame:
+    """Spread columns (µs per step, step-to-step standard deviation): NaN without per-step data."""
+    out = out.drop(columns=[c for c in ("delta_spread_us",) if c in out.columns])
+    if not per_step:
+        out["baseline_spread_us"] = np.nan
+        out["candidate_spread_us"] = np.nan
+    return out
+
+
 def diff_ops(
     baseline: Any,
     candidate: Any,
@@ -149,6 +167,8 @@ def diff_ops(
     grouping: OpGrouping = OpGrouping.NAME,
     baseline_traces: Sequence[Any] = (),
     candidate_traces: Sequence[Any] = (),
+    baseline_kept: pd.DataFrame | None = None,
+    candidate_kept: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Operators of both sides matched by name (or name + input shapes, or name + module), per
     profiled step.
@@ -156,31 +176,63 @@ def diff_ops(
     Columns: ``name`` [``input_shapes`` | ``module``], ``baseline_calls``/``candidate_calls`` (calls per
     step), ``baseline_self_us``/``candidate_self_us``/``delta_us`` (host self time per step),
     ``baseline_total_us``/``candidate_total_us``, ``baseline_device_self_us``/
-    ``candidate_device_self_us``/``device_delta_us``, ``change``; sorted by |delta_us|.
+    ``candidate_device_self_us``/``device_delta_us``, ``change``, ``baseline_spread_us``/
+    ``candidate_spread_us`` (standard deviation of the op's self time per step over the steps
+    averaged); sorted by |delta_us|.
+
+    With both sides' traces and ``*_kept`` (the (rank, step) rows to average, e.g.
+    step_window.typical_steps) only those steps count and the spread is known; otherwise the
+    whole profiled window is divided by its step count and the spread is NaN.
     """
-    ta = _op_table(baseline, baseline_traces, grouping)
-    tb = _op_table(candidate, candidate_traces, grouping)
-    extra = _GROUP_KEY.get(grouping)
-    keys = ["name", extra] if extra and extra in ta.columns and extra in tb.columns else ["name"]
-    out = diff_tables(ta, tb, keys=keys, values=("calls", "self_us", "total_us", "device_self_us"),
-                      sort_by="self_us", baseline_steps=profiled_step_count(baseline),
-                      candidate_steps=profiled_step_count(candidate))
-    return out.rename(columns={"delta_self_us": "delta_us", "delta_device_self_us": "device_delta_us"}).drop(
+    if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
+        from app.analysis.compare_step_ops import compute_step_ops, reduce_steps
+
+        key = _GROUP_KEY.get(grouping)
+        keys = ["name"] + ([key] if key else [])
+        ta, tb = (reduce_steps(compute_step_ops(list(tr), key), kept, keys, _OP_VALUES, "self_us")
+                  for tr, kept in ((baseline_traces, baseline_kept), (candidate_traces, candidate_kept)))
+        out = diff_tables(ta, tb, keys=keys, values=(*_OP_VALUES, "spread_us"), sort_by="self_us")
+        per_step = True
+    else:
+        ta = _op_table(baseline, baseline_traces, grouping)
+        tb = _op_table(candidate, candidate_traces, grouping)
+        extra = _GROUP_KEY.get(grouping)
+        keys = ["name", extra] if extra and extra in ta.columns and extra in tb.columns else ["name"]
+        out = diff_tables(ta, tb, keys=keys, values=_OP_VALUES, sort_by="self_us",
+                          baseline_steps=profiled_step_count(baseline), candidate_steps=profiled_step_count(candidate))
+        per_step = False
+    out = out.rename(columns={"delta_self_us": "delta_us", "delta_device_self_us": "device_delta_us"}).drop(
         columns=["delta_calls", "delta_total_us"])
+    return _with_spread(out, per_step)
 
 
-def diff_kernels(baseline: Any, candidate: Any) -> pd.DataFrame:
+def diff_kernels(baseline: Any, candidate: Any, *, baseline_traces: Sequence[Any] = (),
+                 candidate_traces: Sequence[Any] = (), baseline_kept: pd.DataFrame | None = None,
+                 candidate_kept: pd.DataFrame | None = None) -> pd.DataFrame:
     """Device kernels of both sides matched by name, per profiled step: ``name``,
     ``baseline_calls``/``candidate_calls``, ``baseline_us``/``candidate_us``/``delta_us``,
-    ``change``; sorted by |delta_us|. Empty when neither side has kernels."""
-    ka = getattr(baseline, "kernels", None)
-    kb = getattr(candidate, "kernels", None)
-    ka = ka if ka is not None else pd.DataFrame(columns=["name", "calls", "total_us"])
-    kb = kb if kb is not None else pd.DataFrame(columns=["name", "calls", "total_us"])
+    ``change``, ``baseline_spread_us``/``candidate_spread_us`` (standard deviation of the kernel's
+    time per step); sorted by |delta_us|. Steps as in ``diff_ops``. Empty when neither side has
+    kernels."""
+    cols = ["name", "baseline_calls", "candidate_calls", "baseline_us", "candidate_us", "delta_us", "change",
+            "baseline_spread_us", "candidate_spread_us"]
+    if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
+        from app.analysis.compare_step_ops import compute_step_kernels, reduce_steps
+
+        ka, kb = (reduce_steps(compute_step_kernels(list(tr)), kept, ["name"], _KERNEL_VALUES, "total_us")
+                  for tr, kept in ((baseline_traces, baseline_kept), (candidate_traces, candidate_kept)))
+        values, steps, per_step = (*_KERNEL_VALUES, "spread_us"), (1, 1), True
+    else:
+        ka = getattr(baseline, "kernels", None)
+        kb = getattr(candidate, "kernels", None)
+        ka = ka if ka is not None else pd.DataFrame(columns=["name", "calls", "total_us"])
+        kb = kb if kb is not None else pd.DataFrame(columns=["name", "calls", "total_us"])
+        values, per_step = _KERNEL_VALUES, False
+        steps = (profiled_step_count(baseline), profiled_step_count(candidate))
     if len(ka) == 0 and len(kb) == 0:
-        return pd.DataFrame(columns=["name", "baseline_calls", "candidate_calls", "baseline_us",
-                                     "candidate_us", "delta_us", "change"])
-    out = diff_tables(ka, kb, keys=["name"], values=("calls", "total_us"), sort_by="total_us",
-                      baseline_steps=profiled_step_count(baseline), candidate_steps=profiled_step_count(candidate))
-    return out.rename(columns={"baseline_total_us": "baseline_us", "candidate_total_us": "candidate_us",
-                               "delta_total_us": "delta_us"}).drop(columns=["delta_calls"])
+        return pd.DataFrame(columns=cols)
+    out = diff_tables(ka, kb, keys=["name"], values=values, sort_by="total_us",
+                      baseline_steps=steps[0], candidate_steps=steps[1])
+    out = out.rename(columns={"baseline_total_us": "baseline_us", "candidate_total_us": "candidate_us",
+                              "delta_total_us": "delta_us"}).drop(columns=["delta_calls"])
+    return _with_spread(out, per_step)[cols]

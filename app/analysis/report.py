@@ -22,10 +22,10 @@ from app.analysis.compare_memory_categories import (
 
 __all__ = ["format_value", "format_ratio", "short_name", "distinct_short_names", "verdict_display_table",
            "breakdown_display_table", "VERDICT_DISPLAY_COLUMNS", "BREAKDOWN_DISPLAY_COLUMNS", "format_verdict_text", "format_report_markdown", "format_report_html",
-           "headline"]
+           "headline", "step_time_sentence"]
 
 _ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "more": "⚠️", "worse": "⚠️", "same": "➖",
-          "changed": "↔️", "n/a": "·"}
+          "changed": "↔️", "n/a": "·", "inconclusive": "❔"}
 
 
 def _finite(v: Any) -> bool:
@@ -119,29 +119,58 @@ def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
 
 
 def headline(cmp: Comparison) -> str:
-    """One sentence: "optimized is 1.41× faster than baseline (95 % CI 1.38–1.45×)" or why not.
-    When the two runs process different numbers of samples per step, the throughput verdict is
-    added, since step times alone then mislead."""
-    est, b, c = cmp.step_time, cmp.baseline.label, cmp.candidate.label
-    if est is None or not _finite(est.ratio):
-        return f"{c} vs {b}: no step times to compare"
-    ci = f" (95 % CI of the time ratio {est.lo:.3f}–{est.hi:.3f})" if est.has_interval else ""
-    if cmp.step_verdict == "faster":
-        text = f"{c} is {1 / est.ratio:.2f}× faster than {b}: median step {format_value(est.candidate, 's')} " \
-               f"vs {format_value(est.baseline, 's')}{ci}"
-    elif cmp.step_verdict == "slower":
-        text = f"{c} is {est.ratio:.2f}× slower than {b}: median step {format_value(est.candidate, 's')} " \
-               f"vs {format_value(est.baseline, 's')}{ci}"
-    elif not est.has_interval:
-        text = f"{c} vs {b}: step time not judged, {no_interval_reason(est)} (median step " \
-               f"{format_value(est.candidate, 's')} vs {format_value(est.baseline, 's')}, ratio {est.ratio:.3f})"
+    """One sentence on the headline verdict: "optimized is 1.20× faster than baseline by time per
+    sample (ratio 0.833, 95 % CI 0.801–0.866; hodges-lehmann/mann-whitney; 1 vs 1 runs)", or
+    why there is none. Its reasons are ``cmp.headline.reasons``."""
+    h, b, c = cmp.headline, cmp.baseline.label, cmp.candidate.label
+    q = h.quantity_words
+    if h.ratio is None or not _finite(h.ratio) or h.ratio <= 0:
+        return f"{c} vs {b}: {q} inconclusive (no steady-state step times on one side)"
+    r = float(h.ratio)
+    ci = f"95 % CI {h.ci95[0]:.3f}–{h.ci95[1]:.3f}" if h.ci95 else "no interval"
+    if h.verdict == "faster":
+        lead = f"{c} is {1 / r:.2f}× faster than {b} by {q}"
+    elif h.verdict == "slower":
+        lead = f"{c} is {r:.2f}× slower than {b} by {q}"
+    elif h.verdict == "same":
+        lead = f"{c} vs {b}: no significant difference in {q}"
     else:
-        text = f"{c} vs {b}: no significant difference in step time (ratio {est.ratio:.3f}; " \
-               f"95 % CI {est.lo:.3f}–{est.hi:.3f})"
+        lead = f"{c} vs {b}: inconclusive on {q}, {_why_inconclusive(cmp)}"
+    runs = f"{h.replicates.get('baseline', 1)} vs {h.replicates.get('candidate', 1)} runs"
+    return f"{lead} (ratio {r:.3f}, {ci}; {h.method or 'no method'}; {runs})"
+
+
+def _why_inconclusive(cmp: Comparison) -> str:
+    if cmp.contention.inconclusive:
+        return "the sides differ in contention (other processes took more of the machine during one)"
+    for r in cmp.headline.reasons:
+        if r.startswith(("too few steps to judge", "no confidence interval")):
+            return r.split(":")[0]  # the reasons below say the rest
+    return "see the reasons"
+
+
+def step_time_sentence(cmp: Comparison) -> str:
+    """The median step time row in one sentence ("median step 70.00 ms vs 100.00 ms: faster
+    (95 % CI of the time ratio 0.690–0.712)"), or why it is not judged."""
+    est = cmp.step_time
+    if est is None or not _finite(est.ratio):
+        return "step time: no step times to compare"
+    ci = f" (95 % CI of the time ratio {est.lo:.3f}–{est.hi:.3f})" if est.has_interval else ""
+    values = f"median step {format_value(est.candidate, 's')} vs {format_value(est.baseline, 's')}"
+    if not est.has_interval:
+        return f"step time not judged, {no_interval_reason(est)} ({values}, ratio {est.ratio:.3f})"
+    verdict = {"faster": "faster", "slower": "slower", "inconclusive": "inconclusive"}.get(
+        str(cmp.step_verdict), "no significant difference")
+    text = f"step time: {values}, ratio {est.ratio:.3f}: {verdict}{ci}"
     tp = cmp.throughput
-    if tp is not None and any(n.startswith("samples per step differ") for n in cmp.notes):
+    if tp is not None and _finite(tp.ratio):
         text += f"; throughput ({cmp.throughput_unit.replace('_per_', '/')}) {tp.ratio:.2f}×: {cmp.throughput_verdict}"
     return text
+
+
+def _caution_said(cmp: Comparison) -> bool:
+    """The machine-load caution is already one of the headline's reasons (print it once)."""
+    return bool(cmp.load_warning) and cmp.load_warning in cmp.headline.reasons
 
 
 def _verdict_rows(cmp: Comparison) -> list[list[str]]:
@@ -242,6 +271,16 @@ def _top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]
     return out
 
 
+def _with_spread(df: pd.DataFrame, rows: list[list[str]]) -> list[list[str]]:
+    """Each row with the step-to-step spread of both sides ("±0.12 ms / ±0.30 ms", "—" unknown)."""
+    def pm(v: Any) -> str:
+        return "±" + format_value(v, "us") if _finite(v) else "—"
+
+    a = df["baseline_spread_us"].tolist() if "baseline_spread_us" in df.columns else [None] * len(df)
+    b = df["candidate_spread_us"].tolist() if "candidate_spread_us" in df.columns else [None] * len(df)
+    return [[*r, f"{pm(x)} / {pm(y)}"] for r, x, y in zip(rows, a, b, strict=False)]
+
+
 def _named_steps(part: pd.DataFrame) -> pd.DataFrame:
     return part.assign(category=part["category"].astype(str).replace("step", "mean profiled step"))
 
@@ -283,9 +322,11 @@ def _ops_named(ops: pd.DataFrame) -> pd.DataFrame:
 def format_verdict_text(cmp: Comparison, *, top: int = 10,
                         memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
-    parts = [f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
-             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", "", headline(cmp),
-             *([f"caution: {cmp.load_warning}"] if cmp.load_warning else []), "",
+    parts = [f"headline: {headline(cmp)}", *(f"  - {r}" for r in cmp.headline.reasons),
+             f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
+             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", step_time_sentence(cmp),
+             *([f"caution: {cmp.load_warning}"] if cmp.load_warning and not _caution_said(cmp) else []),
+             *([f"sign: {cmp.sign_note}"] if cmp.sign_note else []), "",
              _text_table(_VERDICT_HEADER, _verdict_rows(cmp))]
     parts += verdict_display_table(cmp)[1]  # rows without data on either side, and why
     bd = cmp.breakdown
@@ -296,18 +337,19 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
                               _top_rows(dev, ["category", "baseline_us", "candidate_us", "delta_us"], 20))]
     if len(cmp.ops):
         parts += ["", f"top {top} operator changes (self time per step):",
-                  _text_table(["op", "baseline", "candidate", "delta", "change"],
-                              _top_rows(_ops_named(cmp.ops), ["name", "baseline_self_us", "candidate_self_us", "delta_us", "change"],
-                                        top))]
+                  _text_table(["op", "baseline", "candidate", "delta", "change", "spread b/c"],
+                              _with_spread(cmp.ops, _top_rows(_ops_named(cmp.ops), ["name", "baseline_self_us",
+                                                              "candidate_self_us", "delta_us", "change"], top)))]
     if len(cmp.kernels):
         parts += ["", f"top {top} kernel changes (time per step):",
-                  _text_table(["kernel", "baseline", "candidate", "delta", "change"],
-                              _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us", "delta_us", "change"], top))]
+                  _text_table(["kernel", "baseline", "candidate", "delta", "change", "spread b/c"],
+                              _with_spread(cmp.kernels, _top_rows(cmp.kernels, ["name", "baseline_us", "candidate_us",
+                                                                                "delta_us", "change"], top)))]
     cats = _categories(cmp, memory_categories)
     if cats.available:
         parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
                   _text_table(_CATEGORY_HEADER, _category_rows(cats))]
-    parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n != cmp.load_warning]
+    parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n not in (cmp.load_warning, cmp.sign_note)]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -329,7 +371,10 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     Every cell is escaped."""
     rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in _verdict_rows(cmp)]
     out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
-           f"**{_md(headline(cmp))}**", *([f"", f"⚠️ {_md(cmp.load_warning)}"] if cmp.load_warning else []), "",
+           f"**{_md(headline(cmp))}**", "", *(f"- {_md(r)}" for r in cmp.headline.reasons), "",
+           _md(step_time_sentence(cmp)),
+           *(["", f"⚠️ {_md(cmp.load_warning)}"] if cmp.load_warning and not _caution_said(cmp) else []),
+           *(["", f"↕️ {_md(cmp.sign_note)}"] if cmp.sign_note else []), "",
            _md_table(_VERDICT_HEADER, rows)]
     out += [f"<sub>{_md(h)}</sub>" for h in verdict_display_table(cmp)[1]]
     bd = cmp.breakdown
@@ -359,10 +404,12 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     if len(cmp.config):
         out += ["", "#### Config and environment that differ", "",
                 _md_table(list(cmp.config.columns), cmp.config.astype(str).values.tolist())]
+    shown = (cmp.load_warning, cmp.sign_note)
     if cmp.notes or cats.notes:
-        out += ["", *(f"- {_md(n)}" for n in [*cmp.notes, *cats.notes])]
-    out += ["", f"<sub>median steady-state step time, {cmp.options.resamples} bootstrap resamples, "
-                f"verdict threshold {cmp.options.threshold:.0%}; see docs/compare.md</sub>"]
+        out += ["", *(f"- {_md(n)}" for n in [*cmp.notes, *cats.notes] if n not in shown)]
+    out += ["", f"<sub>headline: {_md(cmp.headline.quantity_words)} over the steady-state steps, "
+                f"{_md(cmp.headline.method or 'no method')}; verdict threshold {cmp.options.threshold:.0%}; "
+                "see docs/compare.md</sub>"]
     return "\n".join(out) + "\n"
 
 
@@ -418,9 +465,13 @@ def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (),
                  ("Config and environment that differ", _html_table(cmp.config))]
     title = html.escape(f"{cmp.candidate.label} vs {cmp.baseline.label}")
     body = "".join(f"<h2>{html.escape(t)}</h2>\n{content}\n" for t, content in sections)
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*cmp.notes, *cats.notes])
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*cmp.notes, *cats.notes]
+                    if n not in (cmp.load_warning, cmp.sign_note))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Torchscope: {title}</title>"
             f"<style>{_CSS}</style></head><body><h1>Torchscope comparison: {title}</h1>"
             f"<p class='headline'>{html.escape(headline(cmp))}</p>"
-            f"{'<p>⚠️ ' + html.escape(cmp.load_warning) + '</p>' if cmp.load_warning else ''}{body}"
+            f"<ul>{''.join('<li>' + html.escape(r) + '</li>' for r in cmp.headline.reasons)}</ul>"
+            f"<p>{html.escape(step_time_sentence(cmp))}</p>"
+            f"{'<p>⚠️ ' + html.escape(cmp.load_warning) + '</p>' if cmp.load_warning and not _caution_said(cmp) else ''}"
+            f"{'<p>↕️ ' + html.escape(cmp.sign_note) + '</p>' if cmp.sign_note else ''}{body}"
             f"{'<h2>Notes</h2><ul>' + notes + '</ul>' if notes else ''}</body></html>\n")

@@ -8,7 +8,9 @@ several times longer than a training step and would dominate a mean of three ste
 ``typical_steps(steps, metrics)`` drops such steps, as long as at least one other profiled
 step remains:
 
-* with a run's metrics: the steps at which an evaluation was logged (a ``val_*`` or
+* with a run's metrics: the steps the agent marked ``"evaluation": true`` (a forward of the
+  model in ``eval()`` mode, or forwards with no backward before the next optimizer step, however
+  the loss is computed) and the steps at which an evaluation was logged (a ``val_*`` or
   ``eval_*`` value at that step, the way ``sample_models/record.py`` detects them);
 * for a bare trace (no metrics): steps lasting more than ``OUTLIER_FACTOR`` times the median
   profiled step, when there are at least ``OUTLIER_MIN_STEPS`` steps, so a single export or
@@ -24,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from app.data.step_time import EVAL_PREFIXES
+from app.data.step_time import EVAL_PREFIXES, EVALUATION_KEY
 
-__all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_steps", "typical_steps"]
+__all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_flags", "evaluation_steps", "typical_steps"]
 
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_STEPS = 3
@@ -51,15 +53,23 @@ class StepWindow:
 
 
 def evaluation_steps(metrics: pd.DataFrame | None) -> set[int]:
-    """Step numbers at which the run logged an evaluation metric (``val_loss``, ``eval_acc``…)."""
+    """Step numbers that held an evaluation: marked ``"evaluation": true`` by the agent (any
+    rank), or with an evaluation metric logged (``val_loss``, ``eval_acc``…)."""
     if metrics is None or len(metrics) == 0 or "step" not in metrics.columns:
         return set()
     cols = [c for c in metrics.columns if str(c).lower().startswith(_EVAL_PREFIXES)]
-    if not cols:
-        return set()
-    logged = metrics[cols].apply(pd.to_numeric, errors="coerce").notna().any(axis=1)
+    logged = metrics[cols].apply(pd.to_numeric, errors="coerce").notna().any(axis=1) if cols \
+        else pd.Series(False, index=metrics.index)
+    if EVALUATION_KEY in metrics.columns:
+        logged |= evaluation_flags(metrics[EVALUATION_KEY])
     steps = pd.to_numeric(metrics.loc[logged, "step"], errors="coerce").dropna()
     return {int(s) for s in steps}
+
+
+def evaluation_flags(values: pd.Series) -> pd.Series:
+    """True where an ``evaluation`` value marks the step (true or a non-zero number; missing,
+    false and text are not marks)."""
+    return pd.to_numeric(values, errors="coerce").fillna(0.0) != 0
 
 
 def _fmt_ms(us: float) -> str:
@@ -83,9 +93,9 @@ def typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None = Non
         if evals and len(evals) < len(per_step):
             median = float(per_step.drop(index=evals).median())
             lasted = ", ".join(f"#{s} ({_fmt_ms(float(per_step[s]))})" for s in evals)
-            note = (f"profiled step(s) {lasted} also ran an evaluation (a val_* value was logged at that "
-                    f"step) and are left out of the per-step means; the other profiled steps last "
-                    f"{_fmt_ms(median)} (median)")
+            note = (f"profiled step(s) {lasted} also ran an evaluation (marked evaluation by the agent, or "
+                    f"a val_* value logged at that step) and are left out of the per-step means, the "
+                    f"operator and the kernel deltas; the other profiled steps last {_fmt_ms(median)} (median)")
             return StepWindow(steps[~numbers.isin(evals)], tuple(evals), note)
         return StepWindow(steps)
     if len(per_step) < OUTLIER_MIN_STEPS:
@@ -96,5 +106,6 @@ def typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None = Non
         return StepWindow(steps)
     lasted = ", ".join(f"#{s} ({_fmt_ms(float(per_step[s]))})" for s in outliers)
     note = (f"profiled step(s) {lasted} last more than {OUTLIER_FACTOR:g}× the median profiled step "
-            f"({_fmt_ms(median)}) and are left out of the per-step means (no metrics say what they ran)")
+            f"({_fmt_ms(median)}) and are left out of the per-step means, the operator and the kernel deltas "
+            "(no metrics say what they ran)")
     return StepWindow(steps[~numbers.isin(outliers)], tuple(outliers), note)

@@ -1,11 +1,19 @@
-"""`torchscope diff BASELINE CANDIDATE`: is the candidate faster, by how much, why, at what cost (CLI layer).
+"""`torchscope diff BASELINE CANDIDATE` (or `--group A --group B`): is the candidate faster, by how much, why, at what cost (CLI layer).
 
-Prints the verdict table (or ``--json``, documented in docs/compare.md) and works as a CI gate:
-exit 1 when ``--fail-if-slower PCT`` is given and the candidate's median step time is more than
-PCT % above the baseline's *and* the slowdown is significant (verdict ``slower``), or when
-``--fail-if-more-memory PCT`` is given and the peak memory grew by more than PCT %. A gate that
-cannot be evaluated (no confidence interval, no memory data) never fails: it is reported on
-stderr and in the JSON's ``gates.skipped``.
+Prints the headline, the verdict table (or ``--json``, documented in docs/compare.md) and works
+as a CI gate. The gates judge the headline (step time, or time per sample / token when the work
+per step differs; docs/compare.md, "The headline"). Exit codes:
+
+* **0**: no gate failed (also when a gate could not be evaluated: reported on stderr and in the
+  JSON's ``gates.skipped``), and the headline is not ``inconclusive`` — or it is, and
+  ``--fail-if-inconclusive`` was not given (a warning goes to stderr);
+* **1**: a gate failed: ``--fail-if-slower PCT`` with a headline verdict ``slower`` (significant,
+  beyond the practical limit) and a ratio above 1 + PCT/100, or ``--fail-if-more-memory PCT``
+  with a memory verdict ``more`` and a ratio above 1 + PCT/100 (takes precedence over 3);
+* **2**: bad input or usage (unknown run or group, unreadable trace, impossible option): one
+  line on stderr;
+* **3**: the headline is ``inconclusive`` (the sides differ in contention, too few steps, no
+  interval) and ``--fail-if-inconclusive`` was given.
 """
 from __future__ import annotations
 
@@ -15,23 +23,31 @@ import math
 import sys
 from typing import Any
 
-from app.analysis.compare import CompareOptions, Comparison, diff_sides, no_interval_reason
-from app.analysis.compare_inputs import load_side
+from app.analysis.compare import CompareOptions, Comparison, diff_sides
+from app.analysis.compare_inputs import load_group_side, load_side
 from app.analysis.compare_json import comparison_to_json
 from app.analysis.compare_tables import OpGrouping
 from app.analysis.report import format_verdict_text
 from app.errors import TorchscopeError, UsageError
 
-HELP = "compare a candidate run or trace with a baseline: verdicts with confidence, breakdown and op deltas"
+HELP = ("compare a candidate run or trace (or group of runs) with a baseline: headline verdict with confidence, "
+        "breakdown and op deltas")
 
 __all__ = ["HELP", "add_arguments", "run", "add_compare_arguments", "options_from_args", "load_comparison",
-           "gate_failures", "evaluate_gates", "advice_diff"]
+           "gate_failures", "evaluate_gates", "advice_diff", "exit_code", "EXIT_GATE_FAILED", "EXIT_INCONCLUSIVE"]
+
+
+EXIT_GATE_FAILED = 1
+EXIT_INCONCLUSIVE = 3
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``diff`` and ``report``."""
-    parser.add_argument("baseline", help="run folder, id or name prefix, trace file, or folder of traces")
-    parser.add_argument("candidate", help="the run or traces to judge against the baseline")
+    parser.add_argument("baseline", nargs="?", help="run folder, id or name prefix, trace file, or folder of traces")
+    parser.add_argument("candidate", nargs="?", help="the run or traces to judge against the baseline")
+    parser.add_argument("--group", action="append", default=None, metavar="NAME",
+                        help="compare two groups of replicate runs (torchscope run --group NAME): give it twice, "
+                             "baseline first, instead of BASELINE CANDIDATE")
     parser.add_argument("--root", help="run store, to resolve run ids and names (default $TORCHSCOPE_RUNS or ./runs)")
     parser.add_argument("--warmup", type=int, default=None, metavar="K",
                         help="steps dropped at the start (default: automatic, see docs/compare.md)")
@@ -51,9 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_compare_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (fields in docs/compare.md)")
     parser.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
-                        help="exit 1 when the step time is significantly more than PCT %% slower")
+                        help="exit 1 when the headline (step time, or time per sample/token) is significantly "
+                             "more than PCT %% slower")
     parser.add_argument("--fail-if-more-memory", type=float, default=None, metavar="PCT",
                         help="exit 1 when the peak memory grew by more than PCT %%")
+    parser.add_argument("--fail-if-inconclusive", action="store_true",
+                        help="exit 3 when the headline verdict is inconclusive (default: exit 0 with a warning)")
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
@@ -69,10 +88,21 @@ def options_from_args(args: argparse.Namespace) -> CompareOptions:
 
 
 def load_comparison(args: argparse.Namespace) -> Comparison:
-    """Load both sides named on the command line and compare them."""
+    """Load both sides named on the command line (two runs or traces, or two ``--group``) and
+    compare them. Raises UsageError unless exactly one of the two forms is given."""
     options = options_from_args(args)
-    baseline = load_side(args.baseline, args.root)
-    candidate = load_side(args.candidate, args.root)
+    groups = getattr(args, "group", None) or []
+    named = [r for r in (args.baseline, args.candidate) if r is not None]
+    if groups:
+        if len(groups) != 2 or named:
+            raise UsageError(f"--group given {len(groups)} time(s){' with runs' if named else ''}: expected exactly "
+                             "two groups (--group BASELINE --group CANDIDATE) and no BASELINE CANDIDATE")
+        baseline, candidate = (load_group_side(g, args.root) for g in groups)
+    else:
+        if len(named) != 2:
+            raise UsageError("expected BASELINE and CANDIDATE (runs or traces), or --group A --group B")
+        baseline = load_side(args.baseline, args.root)
+        candidate = load_side(args.candidate, args.root)
     return diff_sides(baseline, candidate, options)
 
 
@@ -99,20 +129,24 @@ def evaluate_gates(cmp: Comparison, fail_if_slower: float | None,
                    fail_if_more_memory: float | None) -> tuple[list[str], list[dict[str, str]]]:
     """(failures, skipped) of the requested CI gates.
 
-    A gate that cannot be evaluated (no step times, no confidence interval, no memory data on
-    either side) does not fail; it is listed in ``skipped`` as ``{"gate": flag, "reason": ...}``
-    so that a CI log says the check did not happen rather than passing silently."""
+    ``--fail-if-slower`` judges the headline: it fails only on a headline verdict ``slower``
+    beyond the allowance. A gate that cannot be evaluated (no step times, an inconclusive
+    headline, no memory data on either side) does not fail; it is listed in ``skipped`` as
+    ``{"gate": flag, "reason": ...}`` so that a CI log says the check did not happen rather
+    than passing silently."""
     failures: list[str] = []
     skipped: list[dict[str, str]] = []
-    est = cmp.step_time
+    h = cmp.headline
     if fail_if_slower is not None:
-        if est is None or not math.isfinite(est.ratio):
+        if h.ratio is None or not math.isfinite(h.ratio):
             skipped.append({"gate": "--fail-if-slower", "reason": "no step times on one side"})
-        elif not est.has_interval:
-            skipped.append({"gate": "--fail-if-slower", "reason": no_interval_reason(est)})
-        elif str(cmp.step_verdict) == "slower" and est.ratio > 1.0 + fail_if_slower / 100.0:
-            failures.append(f"step time is {100 * (est.ratio - 1):.1f}% slower (95% CI of the ratio "
-                            f"{est.lo:.3f}-{est.hi:.3f}); the gate allows {fail_if_slower:g}%")
+        elif h.verdict == "inconclusive":
+            skipped.append({"gate": "--fail-if-slower", "reason": f"{h.quantity_words} inconclusive: "
+                                                                  f"{_inconclusive_reason(cmp)}"})
+        elif h.verdict == "slower" and h.ratio > 1.0 + fail_if_slower / 100.0:
+            ci = f" (95% CI of the ratio {h.ci95[0]:.3f}-{h.ci95[1]:.3f})" if h.ci95 else ""
+            failures.append(f"{h.quantity_words} is {100 * (h.ratio - 1):.1f}% slower{ci}; the gate allows "
+                            f"{fail_if_slower:g}%")
     ratio = cmp.memory_ratio
     if fail_if_more_memory is not None:
         if ratio is None:
@@ -128,6 +162,27 @@ def evaluate_gates(cmp: Comparison, fail_if_slower: float | None,
     return failures, skipped
 
 
+def _inconclusive_reason(cmp: Comparison) -> str:
+    """The reason that made the headline inconclusive (the contention, too few steps, no interval)."""
+    h = cmp.headline
+    if cmp.contention.inconclusive:
+        return cmp.contention.reason
+    for r in h.reasons:
+        if r.startswith(("too few steps", "no confidence interval", "no steady-state")):
+            return r
+    return h.reasons[-1] if h.reasons else "no reason recorded"
+
+
+def exit_code(cmp: Comparison, failures: list[str], fail_if_inconclusive: bool) -> int:
+    """The documented exit code (module docstring): 1 on a failed gate, 3 for an inconclusive
+    headline with ``--fail-if-inconclusive``, else 0."""
+    if failures:
+        return EXIT_GATE_FAILED
+    if cmp.headline.verdict == "inconclusive" and fail_if_inconclusive:
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     for flag in ("fail_if_slower", "fail_if_more_memory"):
         value = getattr(args, flag)
@@ -140,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         doc = comparison_to_json(cmp)
         doc["advice"] = advice.to_json() if advice is not None else None
         doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
+                        "fail_if_inconclusive": bool(getattr(args, "fail_if_inconclusive", False)),
                         "failures": failures, "skipped": skipped}
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     else:
@@ -155,4 +211,6 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"GATE FAILED: {f}\n")
     for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen
         sys.stderr.write(f"gate not evaluated: {g['gate']}: {g['reason']}\n")
-    return 1 if failures else 0
+    if cmp.headline.verdict == "inconclusive":
+        sys.stderr.write(f"warning: verdict inconclusive: {_inconclusive_reason(cmp)}\n")
+    return exit_code(cmp, failures, getattr(args, "fail_if_inconclusive", False))

@@ -1,5 +1,8 @@
 """`torchscope report BASELINE CANDIDATE [-o out.html|out.md]`: share a comparison (CLI layer).
 
+``--group A --group B`` instead of the two sides compares groups of replicate runs, as
+``torchscope diff`` does (docs/compare.md, "Groups"); the report opens with the headline.
+
 ``.html`` gives one self-contained page (interactive plotly figures, plotly.js inlined, no
 network needed); ``.md`` (or no ``-o``: stdout) gives Markdown for a pull-request comment.
 """

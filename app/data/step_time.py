@@ -16,8 +16,10 @@ time"):
 * ``profiled``: steps inside profiler windows — any rank's line says ``"profiled": true`` (the
   agent marks the profiler's warm-up and active iterations), or the caller passes them in
   ``profiled_steps`` (Compare adds the steps it finds in the traces) — unless every step is;
-* ``evaluation``: steps at which an evaluation metric was logged (a ``val_*``, ``eval_*``,
-  ``valid_*``, ``validation_*`` or ``test_*`` value, any rank), unless only those would remain;
+* ``evaluation``: steps the agent marked ``"evaluation": true`` (the step held a forward of the
+  model in eval() mode, or forwards with no backward before the next optimizer step) and steps
+  at which an evaluation metric was logged (a ``val_*``, ``eval_*``, ``valid_*``,
+  ``validation_*`` or ``test_*`` value), any rank, unless only those would remain;
 * the value is the median of the remaining (kept) steps.
 
 Input is the records of ``metrics.jsonl`` as read (dicts; no pandas), so the catalog can call it
@@ -36,6 +38,7 @@ __all__ = [
     "AUTO_WARMUP_MAX",
     "MIN_KEPT",
     "EVAL_PREFIXES",
+    "EVALUATION_KEY",
     "DropReason",
     "StepTime",
     "auto_warmup",
@@ -46,6 +49,8 @@ AUTO_WARMUP_MAX = 5
 MIN_KEPT = 3
 # The keys that mark an evaluation step (as app.analysis.step_window and sample_models/record.py).
 EVAL_PREFIXES = ("val_", "eval_", "valid_", "validation_", "test_")
+# The agent's per-step mark of a step that held an evaluation (written only when true).
+EVALUATION_KEY = "evaluation"
 
 
 class DropReason:
@@ -138,7 +143,7 @@ def _num(value: Any) -> float | None:
 
 
 def _flag(value: Any) -> bool:
-    """True for a ``profiled`` value that marks a profiled step (true, or a non-zero number)."""
+    """True for a ``profiled`` or ``evaluation`` value that marks the step (true, or a non-zero number)."""
     if isinstance(value, bool):
         return value
     f = _num(value)
@@ -186,7 +191,8 @@ def steady_step_time(
             found = eval_keys.get(keys)
             if found is None:
                 found = eval_keys[keys] = tuple(k for k in keys if _is_eval_key(k))
-            if found and any(_num(r[k]) is not None for k in found):
+            if (found and any(_num(r[k]) is not None for k in found)) or \
+                    (EVALUATION_KEY in r and _flag(r[EVALUATION_KEY])):
                 evaluated.add(step)
         t = _num(r.get("step_time_s"))
         if t is None or t <= 0:

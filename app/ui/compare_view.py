@@ -165,8 +165,8 @@ def _pct(ratio: float | None) -> str | None:
 
 
 def _colour(verdict: object, inverse: bool) -> str:
-    # Colour a delta only when the verdict says it is real; "same" stays grey whatever its sign.
-    if str(verdict) in ("same", "n/a", ""):
+    # Colour a delta only when the verdict says it is real; "same" and "inconclusive" stay grey whatever its sign.
+    if str(verdict) in ("same", "n/a", "", "inconclusive"):
         return "off"
     return "inverse" if inverse else "normal"
 

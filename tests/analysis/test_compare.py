@@ -441,7 +441,11 @@ def test_different_batch_sizes_point_to_throughput(tmp_path: Path, noisy) -> Non
     cmp = diff_sides(side(a), side(b))
     assert cmp.step_verdict == "slower" and cmp.throughput_verdict == "faster"
     assert any("samples per step differ (32 vs 64)" in n for n in cmp.notes)
-    assert "throughput (samples/s) 1.3" in headline(cmp) and "faster" in headline(cmp)
+    # the headline judges time per sample (tests/analysis/test_compare_headline.py has more)
+    assert headline(cmp).startswith("bs64 is 1.3") and "faster than bs32 by time per sample" in headline(cmp)
+    from app.analysis.report import step_time_sentence
+
+    assert "throughput (samples/s) 1.3" in step_time_sentence(cmp)
 
 
 def test_memory_sources_prefer_gpu_and_count_worker_rss(tmp_path: Path) -> None:
@@ -474,14 +478,15 @@ def test_one_step_per_side_gets_no_faster_slower_verdict() -> None:
     assert cmp.step_time.ratio == pytest.approx(2.0) and not cmp.step_time.has_interval
     assert cmp.step_verdict == "same" and cmp.throughput_verdict == "same"
     assert any("1 step per side: no confidence interval" in n for n in cmp.notes)
-    row = cmp.verdicts.iloc[0]
+    row = cmp.verdicts.set_index("quantity").loc["step time (median)"]
     assert "no confidence interval" in row["note"]
+    assert cmp.headline.verdict == "inconclusive" and cmp.headline.ci95 is None
     doc = comparison_to_json(cmp, memory_categories=_no_categories())
     assert doc["step_time"]["verdict"] == "same" and doc["step_time"]["ci95"] == [None, None]
     from app.cli.diff_cmd import evaluate_gates
 
     failures, skipped = evaluate_gates(cmp, 5.0, None)
-    assert failures == [] and skipped[0]["reason"] == "1 step per side: no confidence interval"
+    assert failures == [] and "no confidence interval (1 and 1 steps)" in skipped[0]["reason"]
 
 
 def _no_categories():
@@ -546,24 +551,30 @@ def _loaded_run(make_run_fixture, name: str, step_time_s: float, system_pct: flo
     return run
 
 
-def test_machine_load_caution_when_one_run_had_the_machine_busier(make_run) -> None:
+def test_machine_load_difference_makes_the_verdict_inconclusive(make_run) -> None:
     from app.analysis.report import format_report_markdown, format_verdict_text
 
     busy = _loaded_run(make_run, "busy", 0.09, 100.0, 40.0)  # others used 2 - 0.4 = 1.6 CPUs
     idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)  # others used 0.1 CPU
     cmp = diff_sides(side(busy), side(idle))
-    assert cmp.step_verdict == "faster"
+    # older runs: no per-step contention, the system samples decide (compare_contention)
+    assert cmp.contention.inconclusive and cmp.contention.source == "system samples"
+    assert cmp.headline.verdict == "inconclusive" and cmp.step_verdict == "inconclusive"
+    assert diff_sides(side(idle), side(busy)).headline.verdict == "inconclusive"  # both ways
     a, b = cmp.machine_load
     assert a.other_cpus == pytest.approx(1.6) and b.other_cpus == pytest.approx(0.1) and a.cpus == 2
-    assert "busier during busy" in cmp.load_warning and "1.6 vs 0.1 of 2 CPUs" in cmp.load_warning
-    assert "re-run both" in cmp.load_warning
-    assert "caution: the machine was busier during busy" in format_verdict_text(cmp, memory_categories=_no_categories())
+    assert "busier during busy" in cmp.load_warning and "1.6 of 2 CPUs during busy" in cmp.load_warning
+    assert "re-run both" in cmp.load_warning and cmp.headline.reasons[0] == cmp.load_warning
+    text = format_verdict_text(cmp, memory_categories=_no_categories())
+    assert text.count("busier during busy") == 1  # said once: in the headline's reasons
     assert "busier during busy" in format_report_markdown(cmp, memory_categories=_no_categories())
     doc = comparison_to_json(cmp, memory_categories=_no_categories())
     assert doc["machine_load"]["warning"] == cmp.load_warning and doc["machine_load"]["baseline"]["cpus"] == 2
-    # The same load on both sides, machine not saturated: no caution.
+    assert doc["headline"]["verdict"] == doc["step_time"]["verdict"] == "inconclusive"
+    # The same load on both sides, machine not saturated: no caution, a verdict.
     calm = _loaded_run(make_run, "calm", 0.09, 55.0, 100.0)
-    assert diff_sides(side(calm), side(idle)).load_warning == ""
+    calm_cmp = diff_sides(side(calm), side(idle))
+    assert calm_cmp.load_warning == "" and calm_cmp.headline.verdict == "faster"
 
 
 def test_machine_load_caution_on_a_saturated_machine_only_with_a_verdict(make_run) -> None:
@@ -583,7 +594,7 @@ def test_display_tables_have_units_and_no_raw_values(tmp_path: Path) -> None:
     cats = {"cpu_exec": 800.0, "dataloader": 200.0}
     cmp = diff_sides(side(base, fake_analysis(cats, {})), side(cand, fake_analysis({"cpu_exec": 700.0}, {})))
     table, hidden = verdict_display_table(cmp)
-    row = table.iloc[0]
+    row = table.iloc[1]  # the first row is the headline
     assert row["baseline"] == "100.00 ms" and row["candidate"] == "70.00 ms" and row["change"] == "-30.0 %"
     assert not table.isin(["None", "nan", "none (none)"]).any().any()
     assert "peak memory" not in set(table["quantity"])  # neither side has memory data

@@ -196,3 +196,23 @@ def test_sample_runs_equal_compare(sample_store: Path) -> None:
         tp, unit = cs.kept_throughput(table)
         assert unit == "samples_per_s" and st.samples_per_s == pytest.approx(float(np.median(tp)), rel=1e-12)
         _assert_same_everywhere(path)
+
+
+def test_steps_marked_evaluation_by_the_agent_are_dropped() -> None:
+    # a functional-loss evaluation (no val_* metric): only the agent's mark says so
+    recs = _steps([0.2] * 30)
+    recs[12]["evaluation"] = True
+    recs[12]["step_time_s"] = 2.0
+    recs[20]["evaluation"] = False  # written only when true; false is no mark
+    st = steady_step_time(recs)
+    assert st.dropped.get(12) == DropReason.EVALUATION and 20 not in st.dropped and st.value_s == 0.2
+
+
+def test_evaluation_mark_agrees_with_compare(tmp_path: Path) -> None:
+    from tests.compare_helpers import write_steps_run
+
+    run = write_steps_run(tmp_path, "r", [0.1] * 12 + [1.5] + [0.1] * 17, evaluation=(12,))
+    table, _ = cs.compute_step_times(load_side(run))
+    assert table.set_index("step").loc[12, "reason"] == DropReason.EVALUATION
+    lines = rf.read_jsonl(run / layout.METRICS).records
+    assert steady_step_time(lines).dropped.get(12) == DropReason.EVALUATION

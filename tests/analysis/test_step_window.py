@@ -44,3 +44,11 @@ def test_bare_trace_outliers_need_three_steps() -> None:
     w = typical_steps(_steps({1: 100.0, 2: 500.0, 3: 110.0}))
     assert w.excluded == (2,) and "median" in w.note and w.count == 2
     assert typical_steps(_steps({1: 100.0, 2: 190.0, 3: 110.0})).excluded == ()  # under 2x the median
+
+
+def test_agent_evaluation_mark_counts_as_an_evaluation_step() -> None:
+    m = pd.DataFrame({"step": [8, 9, 10], "loss": [1.0, 1.2, 1.0], "evaluation": [None, True, None]})
+    assert evaluation_steps(m) == {9}
+    w = typical_steps(_steps({8: 500.0, 9: 2300.0, 10: 600.0}), m)
+    assert w.excluded == (9,) and "operator and the kernel deltas" in w.note
+    assert evaluation_steps(pd.DataFrame({"step": [1, 2], "evaluation": [False, 0]})) == set()

@@ -111,6 +111,8 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     if "faster" not in texts(at.success):  # the timing claim last: the tabs above hold under any load
         from tests.compare_helpers import skip_if_overloaded
 
+        if "too few steps to judge" in texts(at.warning) + texts(at.markdown) + texts(at.info):  # a 12-step recording
+            return
         skip_if_overloaded("not faster", shown)
         assert "faster" in texts(at.success)
 
@@ -180,7 +182,7 @@ def test_machine_load_caution_is_shown_under_the_verdict(monkeypatch, make_run) 
     idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)
     at = open_compare(monkeypatch, busy.parent, f"{busy.name},{idle.name}")
     assert_clean(at)
-    # The step times say faster; a headline that checks contention calls it inconclusive (amber).
-    assert "faster" in texts(at.success) or "inconclusive" in texts(at.warning)
+    # the load differs between the runs: the headline is inconclusive (amber, not a green "faster")
+    assert "inconclusive" in texts(at.warning) and "faster" not in texts(at.success)
     assert "the machine was busier during busy" in texts(at.warning)
     assert "re\\-run both" in texts(at.warning)  # Markdown-escaped text

@@ -194,11 +194,13 @@ def test_one_step_per_side_is_same_and_the_gate_says_it_was_not_evaluated(shared
     st = doc["step_time"]
     assert st["ci95"] == [None, None] and st["ratio"] > 1.05 and st["verdict"] == "same"
     assert doc["gates"]["failures"] == []
-    assert doc["gates"]["skipped"] == [{"gate": "--fail-if-slower", "reason": "1 step per side: no confidence interval"}]
+    assert doc["gates"]["skipped"] == [{"gate": "--fail-if-slower", "reason": "step time inconclusive: no confidence "
+                                                                        "interval (1 and 1 steps): step time is not judged"}]
+    assert doc["headline"]["verdict"] == "inconclusive" and doc["headline"]["ci95"] is None
     assert any("1 step per side: no confidence interval" in n for n in doc["notes"])
     assert main(["diff", str(a), str(b), "--fail-if-slower", "5", "--no-advice"]) == 0
     out, err = capsys.readouterr()
-    assert "gate not evaluated: --fail-if-slower: 1 step per side: no confidence interval" in err
+    assert "gate not evaluated: --fail-if-slower: step time inconclusive: no confidence interval" in err
     assert "step time not judged" in out and "slower" not in out.split("\n\n")[1]
 
 
@@ -235,3 +237,84 @@ def test_gpu_pair_text_tables_keep_kernels_and_shapes_distinct(shared_data: Path
     ops = out.split("operator changes")[1].split("\n\n")[0].splitlines()[3:]
     assert len({line.split("  ")[0] for line in ops}) == len(ops)
     assert any("[" in line.split("  ")[0] for line in ops)  # the input shapes are printed
+
+
+# --- headline, inconclusive, groups (issue 10) ---------------------------------------------------
+
+
+def _steps(mean: float, seed: int, n: int = 60) -> np.ndarray:
+    return mean * np.random.default_rng(seed).lognormal(0.0, 0.04, n)
+
+
+@pytest.fixture()
+def contended(tmp_path: Path) -> Path:
+    from tests.compare_helpers import write_steps_run
+
+    hog = np.full(60, 0.01)
+    hog[15:50] = 0.5
+    slow = _steps(0.1, 1)
+    slow[15:50] *= 1.8
+    write_steps_run(tmp_path, "quiet", _steps(0.1, 2), contention=0.01)
+    write_steps_run(tmp_path, "hogged", slow, contention=list(hog))
+    write_steps_run(tmp_path, "bs16", _steps(0.1, 3), samples=16)
+    write_steps_run(tmp_path, "bs64", _steps(0.1 * 4 / 1.2, 4), samples=64)
+    return tmp_path
+
+
+def test_json_headline_contract(contended: Path, capsys) -> None:
+    rc, doc = _json(capsys, "bs16", "bs64", "--root", str(contended), "--fail-if-slower", "5", "--no-advice")
+    assert rc == 0 and doc["gates"]["failures"] == []  # 3.3x slower steps, 1.2x faster per sample
+    h = doc["headline"]
+    assert set(h) == {"quantity", "baseline", "candidate", "ratio", "ci95", "verdict", "method", "replicates",
+                      "reasons"}
+    assert h["quantity"] == "time_per_sample" and h["verdict"] == "faster" and h["ci95"][1] < 1.0
+    assert h["replicates"] == {"baseline": 1, "candidate": 1} and isinstance(h["reasons"], list)
+    assert doc["step_time"]["verdict"] == "slower"
+    rc, back = _json(capsys, "bs64", "bs16", "--root", str(contended), "--fail-if-slower", "5", "--no-advice")
+    assert rc == 1 and back["headline"]["verdict"] == "slower"
+    assert "time per sample is" in back["gates"]["failures"][0]
+
+
+def test_inconclusive_exits_0_with_a_warning_or_3_when_asked(contended: Path, capsys) -> None:
+    for pair in (("quiet", "hogged"), ("hogged", "quiet")):  # symmetric
+        rc, doc = _json(capsys, *pair, "--root", str(contended), "--fail-if-slower", "0", "--no-advice")
+        assert rc == 0 and doc["headline"]["verdict"] == "inconclusive" and doc["step_time"]["verdict"] == "inconclusive"
+        assert doc["gates"]["skipped"][0]["gate"] == "--fail-if-slower"
+        rc = main(["diff", *pair, "--root", str(contended), "--no-advice"])
+        err = capsys.readouterr().err
+        assert rc == 0 and "warning: verdict inconclusive: the machine was busier during hogged" in err
+        rc = main(["diff", *pair, "--root", str(contended), "--no-advice", "--fail-if-inconclusive"])
+        capsys.readouterr()
+        assert rc == 3
+    rc = main(["diff", "bs16", "bs64", "--root", str(contended), "--no-advice", "--fail-if-inconclusive"])
+    assert rc == 0
+
+
+def test_group_diff_uses_replicates(tmp_path: Path, capsys) -> None:
+    from tests.compare_helpers import write_steps_run
+
+    for i in range(3):
+        write_steps_run(tmp_path, f"a{i}", _steps(0.100 * (1 + 0.01 * (i - 1)), 10 + i, n=40), group="base")
+        write_steps_run(tmp_path, f"b{i}", _steps(0.080 * (1 + 0.01 * (i - 1)), 20 + i, n=40), group="opt")
+    rc, doc = _json(capsys, "--group", "base", "--group", "opt", "--root", str(tmp_path), "--no-advice")
+    assert rc == 0 and doc["headline"]["replicates"] == {"baseline": 3, "candidate": 3}
+    assert doc["headline"]["verdict"] == "faster"
+    assert any("run-to-run variance" in r for r in doc["headline"]["reasons"])
+    assert doc["baseline"]["label"] == "base"
+    assert main(["diff", "--group", "base", "--root", str(tmp_path)]) == 2
+    assert "exactly two groups" in capsys.readouterr().err
+    assert main(["diff", "--group", "base", "--group", "nope", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--group nope" in err and "base" in err and "opt" in err
+    out_md = tmp_path / "cmp.md"
+    assert main(["report", "--group", "base", "--group", "opt", "--root", str(tmp_path), "-o", str(out_md),
+                 "--no-advice"]) == 0
+    assert "faster than base by step time" in out_md.read_text()
+
+
+def test_text_output_starts_with_the_headline(contended: Path, capsys) -> None:
+    assert main(["diff", "bs16", "bs64", "--root", str(contended), "--no-advice"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("headline: bs64 is 1.") and "faster than bs16 by time per sample" in lines[0]
+    assert "95 % CI" in lines[0] and "1 vs 1 runs" in lines[0]
+    assert lines[1].startswith("  - judged time per sample")
