@@ -174,13 +174,17 @@ def _colour(verdict: object, inverse: bool) -> str:
 def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
+    # An inconclusive headline greys the speed tiles too: no green or red the headline does not back.
+    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == "inconclusive"
+    step_colour = "off" if doubt else _colour(cmp.step_verdict, True)
     cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
-                   _pct(est.ratio if est else None), delta_color=_colour(cmp.step_verdict, True),
+                   _pct(est.ratio if est else None), delta_color=step_colour,
                    help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
                         f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
     unit = cmp.throughput_unit.replace("_per_", "/")
     cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
-                   delta_color=_colour(cmp.throughput_verdict, False), help=f"Verdict: {cmp.throughput_verdict}.")
+                   delta_color="off" if doubt else _colour(cmp.throughput_verdict, False),
+                   help=f"Verdict: {cmp.throughput_verdict}.")
     mem_a, mem_b = cmp.peak_memory
     cols[2].metric(f"Peak memory ({mem_a.quantity})" if mem_a.bytes is not None else "Peak memory",
                    format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio),

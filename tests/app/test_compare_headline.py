@@ -103,6 +103,8 @@ def test_contract_headline_drives_the_page_and_inconclusive_is_amber(monkeypatch
     assert "Time per sample: optimized vs baseline: inconclusive" in warned
     tiles = {m.label: m.value for m in at.metric}
     assert tiles["Judged by"] == "time per sample" and tiles["Verdict"] == "inconclusive"
+    step_tile = next(m for m in at.metric if m.label == "Step time (median, steady state)")
+    assert step_tile.proto.color == 2  # GRAY: no green "faster" under an inconclusive headline
     assert tiles["Replicates"] == "3 vs 3 runs"
     assert "Method: hierarchical bootstrap" in texts(at.caption)
     assert "contention differs" in texts(at.markdown)
