@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.data.final_value import FinalValue, final_value
+from app.data.step_time import steady_step_time
 from profiler_agent.launcher import LaunchRequest, launch
 from profiler_agent.options import AgentOptions
 from profiler_agent.options import ProfileSchedule
@@ -81,40 +83,53 @@ def record_sample(sample: Sample, root: Path, *, steps: int, extra: list[str], m
     return launch(sample_request(sample, root, steps=steps, extra=extra, memory_timeline=memory_timeline))
 
 
-def read_median_step_time(run_dir: Path, schedule: ProfileSchedule = ProfileSchedule()) -> float | None:
-    """Median ``step_time_s`` of a run, leaving out step 0, the steps inside profiler windows and
-    the iterations that ran an evaluation (those holding a ``val_loss`` line)."""
-    first = 1 + schedule.wait
-    window = range(first, first + schedule.warmup + schedule.active + 1)  # +1: the trace export
+@dataclass(frozen=True)
+class RunSummary:
+    """What the recorder prints about a run: the headline step time (app.data.step_time: median of
+    the steady-state steps) and the final loss (app.data.final_value: median of the last window),
+    the same numbers as ``torchscope ls``, the Run page and Compare."""
+
+    step_time_s: float | None
+    final_loss: FinalValue | None
+
+
+def summarise_recorded_run(run_dir: Path) -> RunSummary:
+    """The headline step time and final loss of a recorded run, by the rules every view uses."""
     records = read_jsonl(run_dir / layout.METRICS).records
-    evaluated = {r.get("step") for r in records if "val_loss" in r and "step_time_s" not in r}
-    times = [r["step_time_s"] for r in records
-             if isinstance(r.get("step_time_s"), (int, float)) and r.get("step", 0) > 0
-             and r["step"] not in window and r["step"] not in evaluated]
-    if not times:
-        return None
-    times.sort()
-    mid = len(times) // 2
-    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return RunSummary(steady_step_time(records).value_s, final_value(records, "loss"))
+
+
+def read_median_step_time(run_dir: Path) -> float | None:
+    """The run's headline step time (seconds): the median of its steady-state steps (warm-up,
+    profiled and evaluation steps left out, app.data.step_time); None without step times."""
+    return summarise_recorded_run(run_dir).step_time_s
+
+
+def format_summary(name: str, summary: RunSummary) -> str:
+    """'baseline: step time 52.1 ms (median, steady state), final loss (median of last 4) 0.1586'."""
+    step = f"{summary.step_time_s * 1e3:.1f} ms" if summary.step_time_s is not None else "–"
+    loss = f", {summary.final_loss.label} {summary.final_loss.value:.4g}" if summary.final_loss is not None else ""
+    return f"{name}: step time {step} (median, steady state){loss}"
 
 
 def print_comparison(root: Path) -> None:
-    """Print the newest baseline's and optimized run's median step time and the speed-up."""
+    """Print the newest baseline's and optimized run's step time and final loss, and the speed-up."""
     try:
         runs = list_runs(root).runs
     except RunStoreNotFoundError:
         return
-    medians: dict[str, float] = {}
+    summaries: dict[str, RunSummary] = {}
     for run_dir, manifest in runs:  # newest first
-        if manifest.name in ("baseline", "optimized") and manifest.name not in medians:
-            median = read_median_step_time(run_dir)
-            if median is not None:
-                medians[manifest.name] = median
-    if len(medians) == 2:
-        base, opt = medians["baseline"], medians["optimized"]
-        print(f"median step time (without step 0, the profiler window and evaluations): "
-              f"baseline {base * 1e3:.1f} ms, optimized {opt * 1e3:.1f} ms "
-              f"({base / opt:.2f}x faster, {100 * (1 - opt / base):.0f}% less time per step)")
+        if manifest.name in ("baseline", "optimized") and manifest.name not in summaries:
+            summaries[manifest.name] = summarise_recorded_run(run_dir)
+    for name in ("baseline", "optimized"):
+        if name in summaries:
+            print(format_summary(name, summaries[name]))
+    base = summaries.get("baseline", RunSummary(None, None)).step_time_s
+    opt = summaries.get("optimized", RunSummary(None, None)).step_time_s
+    if base and opt:
+        print(f"optimized vs baseline: {base / opt:.2f}x faster, {100 * (1 - opt / base):.0f}% less time per step "
+              "(one run each: run-to-run noise is not covered; `torchscope diff baseline optimized` judges it)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """The Compare page: is the candidate faster, by how much, why, and at what cost (UI layer).
 
 Baseline and candidates come from the ``runs=<baseline>,<candidate>,...`` query parameter (the
-Runs page's Compare button) or the pickers. Verdicts on top, then one tab per question.
+Runs page's Compare button) or the pickers; each is a run or a replicate group (``group:NAME``).
+The headline on top (the quantity judged, ratio, interval, verdict, method, replicates, reasons,
+and the step sets each part uses), then the verdict table, then one tab per question.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import streamlit as st
 from app.analysis.compare_advice import findings_diff_rows
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run
-from app.ui.compare_cache import cached_comparison, cached_findings_diff
+from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
 from app.ui.compare_many import render_config_tab, render_curves_tab, render_sweep_tab
 from app.ui.compare_tabs import (
     render_advisor_tab,
@@ -39,6 +41,25 @@ def _store_runs(root):  # noqa: ANN001, ANN202 - the sweep's "every run" scope
     return out
 
 
+def _ref(selection, key: str, root) -> SideRef:  # noqa: ANN001 - a compare_view.Selection
+    """A picker key as a side: a run folder, or a group with its runs."""
+    name = selection.group_name(key)
+    if name is not None:
+        return ("group", name, str(root), tuple(str(p) for p in selection.groups[key]))
+    return ("run", str(selection.paths[key]))
+
+
+def _side_runs(sides) -> list:  # noqa: ANN001 - CompareSides; RunData out
+    """The runs of the sides, a group's every replicate, each once (Curves, Config and Sweep tabs)."""
+    out, seen = [], set()
+    for side in sides:
+        for run in (getattr(side, "replicates", ()) or ()) or (side.run,):
+            if run is not None and str(run.path) not in seen:
+                seen.add(str(run.path))
+                out.append(run)
+    return out
+
+
 def _body() -> None:
     root = store_root()
     st.title("Compare runs")
@@ -46,9 +67,9 @@ def _body() -> None:
     if selection is None:
         return
     options = render_options()
-    base_path = selection.paths[selection.baseline]
+    base = _ref(selection, selection.baseline, root)
     with st.spinner("Comparing…"):
-        comparisons = [cached_comparison(base_path, selection.paths[c], options) for c in selection.candidates]
+        comparisons = [cached_side_comparison(base, _ref(selection, c, root), options) for c in selection.candidates]
     render_verdicts(comparisons)
     detail = comparisons[0]
     if len(comparisons) > 1:
@@ -56,10 +77,10 @@ def _body() -> None:
         pick = st.selectbox("Candidate shown in detail", range(len(names)), format_func=lambda i: names[i],
                             key="compare_detail")
         detail = comparisons[pick]
-    runs = [detail.baseline.run] + [c.candidate.run for c in comparisons]
+    runs = _side_runs([detail.baseline] + [c.candidate for c in comparisons])
     advice, advice_error = None, ""
     try:
-        advice = cached_findings_diff(base_path, detail.candidate.path)
+        advice = cached_findings_diff(detail.baseline.path, detail.candidate.path)
     except TorchscopeError as e:
         advice_error = str(e)
     tabs = st.tabs(_TABS)

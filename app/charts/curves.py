@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from app.analysis.curves import XAxis
+from app.data.final_value import FinalValue
 
 __all__ = ["make_curve_figure", "make_rank_band_figure", "X_AXIS_TITLES"]
 
@@ -33,11 +34,14 @@ def make_curve_figure(
     show_raw: bool = True,
     log_y: bool = False,
     height: int = 320,
+    final: FinalValue | None = None,
 ) -> go.Figure:
     """Return a figure of ``curve`` (the table of ``compute_curve``) for the metric ``key``.
 
     Each rank gets one colour: the raw values as a faint line behind, the smoothed values as a
-    solid line. WebGL traces keep 1e5+ points responsive.
+    solid line. WebGL traces keep 1e5+ points responsive. ``final`` (app.data.final_value) adds
+    a dotted line at the run's final value, labelled as everywhere ("final loss (median of last 4)"):
+    the number the Runs page, the Overview and Compare show, which the smoothed curve's end is not.
     """
     fig = go.Figure()
     for i, (rank, group) in enumerate(curve.groupby("rank", sort=True)):
@@ -80,6 +84,9 @@ def make_curve_figure(
     )
     fig.update_xaxes(title_text=X_AXIS_TITLES[x_axis])
     fig.update_yaxes(title_text=key, type="log" if log_y else "linear")
+    if final is not None and (final.value > 0 or not log_y):
+        fig.add_hline(y=final.value, line_dash="dot", line_width=1, opacity=0.8,
+                      annotation_text=f"{final.label} {final.value:.4g}", annotation_position="bottom right")
     if len(curve) and not log_y:
         lo, hi = float(curve["value"].min()), float(curve["value"].max())
         if hi - lo <= 1e-9 * max(abs(hi), abs(lo)):  # a flat curve: show it flat, not its rounding noise

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 import plotly.graph_objects as go
+
+from app.data.step_time import StepTime, steady_step_time
 
 __all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
 
@@ -36,40 +40,56 @@ _LABELLED_MEDIANS = 4
 _REST = "loop_other_us"
 
 
-def make_step_time_figure(
-    metrics: pd.DataFrame, *, value: str = "step_time_s", skip_first: bool = True
-) -> go.Figure:
-    """Time of every step (ms) per rank, with each rank's median dashed and labelled.
+def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
+                    only: Sequence[int] | None) -> list[tuple[int, StepTime]]:
+    """Each rank's steady-state step time (app.data.step_time), from every line of the table:
+    evaluation lines carry no step time but still mark their step."""
+    # Every column: the marks steady_step_time reads (profiled, evaluation, val_* ...) are the
+    # run format's to define, and the Overview tile passes the whole table too.
+    frame = metrics if value == "step_time_s" else metrics.drop(columns=["step_time_s"], errors="ignore").rename(
+        columns={value: "step_time_s"})
+    records = frame.to_dict(orient="records")
+    ranks = sorted({int(r) for r in pd.to_numeric(metrics["rank"], errors="coerce").dropna()}) \
+        if "rank" in metrics.columns else [0]
+    if only is not None:
+        ranks = [r for r in ranks if r in set(only)]
+    out = [(r, steady_step_time(records, rank=r, from_trace=from_trace)) for r in ranks]
+    return [(r, h) for r, h in out if h.steps]
 
-    ``metrics`` needs columns ``step``, ``rank`` and ``value`` (seconds). With ``skip_first``
-    (steps from the metrics) the first step, which carries one-off costs, is left out of the
-    median, as in the headline numbers; profiled steps from traces pass False (every profiled
-    step counts: profiler windows start after warm-up).
+
+def make_step_time_figure(
+    metrics: pd.DataFrame, *, value: str = "step_time_s", from_trace: bool = False,
+    pooled: StepTime | None = None, ranks: Sequence[int] | None = None,
+) -> go.Figure:
+    """Time of every step (ms) per rank, with each rank's headline median dashed and labelled.
+
+    ``metrics`` needs columns ``step`` and ``value`` (seconds), optionally ``rank``, ``profiled``
+    and evaluation values (``val_*`` ...). The median line of a rank is app.data.step_time's
+    :func:`steady_step_time` of that rank (warm-up, profiled and evaluation steps left out; steps
+    from traces, ``from_trace``, all count), the same number as the Overview tile; its steps are
+    drawn filled, the dropped ones hollow with the reason in the hover. ``pooled`` (the headline
+    over every rank, slowest rank per step) adds its own line when several ranks are drawn.
+    ``ranks``: draw only these ranks (their medians still see every rank's evaluation marks).
     """
     fig = go.Figure()
-    groups = list(metrics.groupby("rank", sort=True))
-    for rank, part in groups:
-        y = pd.to_numeric(part[value], errors="coerce") * 1e3
+    groups = _rank_headlines(metrics, value, from_trace, ranks)
+    for rank, head in groups:
+        y = [t * 1e3 for t in head.times_s]
+        reasons = [head.dropped.get(s, "steady state") for s in head.steps]
         fig.add_trace(
             go.Scatter(
-                x=part["step"],
+                x=list(head.steps),
                 y=y,
                 mode="lines+markers",
                 name=f"rank {rank}",
-                marker={"size": 4},
-                hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>",
+                customdata=reasons,
+                marker={"size": 5, "symbol": ["circle-open" if s in head.dropped else "circle" for s in head.steps]},
+                hovertemplate="step %{x}<br>%{y:.2f} ms (%{customdata})<extra></extra>",
             )
         )
-        first_out = skip_first and part["step"].nunique() > 1
-        keep = (part["step"] != part["step"].min()) if first_out else pd.Series(True, index=part.index)
-        if "profiled" in part.columns:  # the agent's mark on steps the profiler slowed
-            profiled = part["profiled"].map(lambda v: v is True or v == 1).astype(bool)
-            if (keep & ~profiled).any():
-                keep &= ~profiled
-        steady = y[keep]
-        med = steady.median()
-        if pd.isna(med):
+        if head.value_s is None:
             continue
+        med = head.value_s * 1e3
         # An hline given an empty annotation draws plotly's placeholder "new text": label each
         # rank's median while they stay readable, otherwise draw the lines without labels.
         label: dict[str, str] = {}
@@ -78,13 +98,17 @@ def make_step_time_figure(
         elif len(groups) <= _LABELLED_MEDIANS:
             label = {"annotation_text": f"rank {rank} median {med:.2f} ms"}
         fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6, **label)
+    if pooled is not None and pooled.value_s is not None and len(groups) > 1:
+        fig.add_hline(y=pooled.value_s * 1e3, line_dash="dot", line_width=2, opacity=0.9,
+                      annotation_text=f"median, slowest rank per step {pooled.value_s * 1e3:.2f} ms",
+                      annotation_position="bottom right")
     xaxis: dict[str, object] = {}
-    steps = pd.to_numeric(metrics["step"], errors="coerce") if "step" in metrics else pd.Series(dtype=float)
-    if steps.notna().any() and steps.max() - steps.min() <= 10:
+    steps = [s for _, h in groups for s in h.steps]
+    if steps and max(steps) - min(steps) <= 10:
         # Steps are integers; plotly's automatic ticks would put them at 0.5 intervals.
         xaxis = {"tick0": 0, "dtick": 1, "tickformat": "d"}
     fig.update_layout(
-        xaxis_title="step",
+        xaxis_title="step (hollow: left out of the median)",
         yaxis_title="step time (ms)",
         # From 0: a 2 % jitter drawn from its own minimum looks like a 2× swing.
         yaxis={"rangemode": "tozero"},

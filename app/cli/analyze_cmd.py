@@ -6,6 +6,11 @@ picks one, and without it the command stops and lists them (workers of different
 analysed as one set).
 ``--json`` prints one document (``TraceAnalysis.to_json``; fields in docs/trace-engine.md);
 without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
+
+For a Torchscope run the document also has ``"run"``: the run's headline step time
+(app.data.step_time) and the final value of each logged metric (app.data.final_value), the
+same numbers as ``torchscope ls``, the Run page and Compare. A run without traces prints only
+that part (and says so on stderr) instead of failing.
 """
 from __future__ import annotations
 
@@ -168,11 +173,64 @@ def format_text(analysis: Any, top: int) -> str:
     return "\n".join(out)
 
 
+def run_summary(run_dir: Path, rank: int | None = None) -> dict[str, Any] | None:
+    """The ``"run"`` part of ``analyze --json`` for a Torchscope run folder (None for anything
+    else): ``id``, ``name``, ``step_time_s`` and ``step_time_steps`` (the headline step time and
+    how many steps it is the median of), ``final``: ``{key: {"value", "window", "count", "label"}}``
+    for every logged outcome (loss, val_loss, accuracy, ...)."""
+    from app.data.final_value import NOT_OUTCOMES, final_value
+    from app.data.step_time import steady_step_time
+    from profiler_agent import runformat as rf
+    from profiler_agent.runformat import layout
+
+    if not rf.is_run_dir(run_dir):
+        return None
+    manifest = rf.read_manifest(run_dir)
+    records = rf.read_jsonl(run_dir / layout.METRICS).records
+    headline = steady_step_time(records, rank=rank)
+    keys = dict.fromkeys(k for r in records for k in r if k not in NOT_OUTCOMES)
+    final = {}
+    for key in keys:
+        fv = final_value(records, str(key), rank=rank)
+        if fv is not None:
+            final[str(key)] = {"value": fv.value, "window": fv.window, "count": fv.count, "label": fv.label}
+    return {"id": manifest.id, "name": manifest.name, "step_time_s": headline.value_s,
+            "step_time_steps": headline.n_used if headline.value_s is not None else 0,
+            "step_time_dropped": headline.describe_dropped(), "final": final}
+
+
+def format_run_summary(summary: dict[str, Any]) -> str:
+    """The run part of the text output: headline step time and final values, labelled by rule."""
+    from app.data.runs import format_seconds
+
+    out = [f"run {summary['name']} ({summary['id']})"]
+    if summary["step_time_s"] is not None:
+        out.append(f"  step time (median, steady state): {format_seconds(summary['step_time_s'])} over "
+                   f"{summary['step_time_steps']} steps (dropped: {summary['step_time_dropped']})")
+    for fv in summary["final"].values():
+        out.append(f"  {fv['label']}: {fv['value']:.4g}")
+    return "\n".join(out)
+
+
+def _print_run_only(summary: dict[str, Any], as_json: bool, why: str) -> int:
+    print(f"note: {why}; showing the run's metrics only", file=sys.stderr)
+    if as_json:
+        json.dump({"run": summary}, sys.stdout, ensure_ascii=False, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(format_run_summary(summary))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from app.analysis.trace_summary import analyze_traces
     from app.data.trace import load_traces
+    from profiler_agent.runformat import layout
 
     path = _pick_run(_resolve(args.path, getattr(args, "root", None)), getattr(args, "run", None))
+    summary = run_summary(path, args.rank) if path.is_dir() else None
+    if summary is not None and not layout.list_trace_files(path):
+        return _print_run_only(summary, args.json, f"{path} has no profiler traces")
     bar = _Bar()
     try:
         traces = load_traces(path, progress=bar, use_cache=not args.no_cache)
@@ -187,8 +245,12 @@ def run(args: argparse.Namespace) -> int:
     # a second `analyze` of an unchanged trace reads no event.
     analysis = analyze_traces(traces, use_cache=not args.no_cache)
     if args.json:
-        json.dump(analysis.to_json(), sys.stdout, ensure_ascii=False)
+        doc = analysis.to_json()
+        if summary is not None:
+            doc["run"] = summary
+        json.dump(doc, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
-        print(format_text(analysis, args.top))
+        text = format_text(analysis, args.top)
+        print(format_run_summary(summary) + "\n\n" + text if summary is not None else text)
     return 0

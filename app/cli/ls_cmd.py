@@ -2,7 +2,9 @@
 
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
 has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md): ``step_time_s``
-is the headline step time (app.data.step_time), ``mean_step_time_s`` the mean of the same steps. Runs are
+is the headline step time (app.data.step_time), ``mean_step_time_s`` the mean of the same steps,
+``final_loss`` the final value of the loss (app.data.final_value), ``group`` the run's replicate group
+or null. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
 read-only mirror ``torchscope ui`` uses, so both list the same runs in the same order.
 """
@@ -21,6 +23,12 @@ from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
 
+# Under the table whenever a final loss is shown: which number it is (docs/app.md, "Final values").
+FINAL_LOSS_NOTE = (
+    "FINAL LOSS: median of the last 10 % of rank 0's loss values (1 to 20 values), the same number as "
+    "the Run page and `torchscope diff`"
+)
+
 # Under the table whenever a step time is shown: which number it is (docs/app.md, "Step time").
 STEP_TIME_NOTE = (
     "STEP TIME: median of the steady-state steps (slowest rank per step; warm-up, profiled and "
@@ -34,11 +42,13 @@ _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("STARTED", "started_at"),
     ("DURATION", "duration_s"),
     ("STEPS", "steps"),
-    ("LOSS", "final_loss"),
+    ("FINAL LOSS", "final_loss"),
     ("STEP TIME", "step_time_s"),
     ("PEAK MEM", "peak_memory_bytes"),
     ("ID", "id"),
 )
+# Shown after NAME only when some run belongs to a replicate group.
+_GROUP_COLUMN = ("GROUP", "group")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,9 +92,12 @@ def _cell(key: str, value: Any, source: str = "") -> str:
 
 
 def format_table(records: list[dict[str, Any]]) -> str:
-    """The runs as an aligned text table, one line per run."""
-    rows = [[h for h, _ in _TEXT_COLUMNS]]
-    rows += [[_cell(k, r.get(k), str(r.get("steps_source") or "")) for _, k in _TEXT_COLUMNS] for r in records]
+    """The runs as an aligned text table, one line per run (a GROUP column when a run has a group)."""
+    columns = list(_TEXT_COLUMNS)
+    if any(r.get("group") for r in records):
+        columns.insert(1, _GROUP_COLUMN)
+    rows = [[h for h, _ in columns]]
+    rows += [[_cell(k, r.get(k), str(r.get("steps_source") or "")) for _, k in columns] for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
@@ -101,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if records:
         sources = list(store.table["steps_source"])
         print(format_table([{**r, "steps_source": src} for r, src in zip(records, sources)]))
+        if any(r.get("final_loss") is not None for r in records):
+            print(FINAL_LOSS_NOTE, file=sys.stderr)
         if any(r.get("step_time_s") is not None for r in records):
             print(STEP_TIME_NOTE, file=sys.stderr)
         for source, note in _NOTES.items():

@@ -78,6 +78,7 @@ STORE_COLUMNS = [
     "peak_memory_bytes",
     "device",
     "tags",
+    "group",  # replicate group (`torchscope run --group NAME`); None for a run without one
     "git_commit",
     "path",
 ]

@@ -16,11 +16,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from app.data.final_value import final_value
 from app.data.step_time import steady_step_time
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
-__all__ = ["STEPS_SOURCES", "load_run_row", "row_from_records", "peak_memory_from_records", "search_text"]
+__all__ = ["STEPS_SOURCES", "load_run_row", "row_from_records", "peak_memory_from_records", "search_text",
+           "run_group"]
 
 # Where a row's steps and step time come from (column ``steps_source``): the run's metrics.jsonl;
 # the profiled steps of its traces, read from the trace analysis cache (app.analysis.cached_steps);
@@ -68,9 +70,21 @@ def peak_memory_from_records(
     return None, ""
 
 
+def run_group(m: rf.Manifest) -> str | None:
+    """The run's replicate group (``torchscope run --group NAME``), or None: a typed manifest
+    field when the run format has one, else the ``group`` key kept in ``Manifest.extra``."""
+    group = getattr(m, "group", None)
+    if group is None:
+        group = m.extra.get("group") if isinstance(m.extra, Mapping) else None
+    if group is None or isinstance(group, bool):
+        return None
+    text = str(group).strip()
+    return text or None
+
+
 def search_text(m: rf.Manifest) -> str:
     """Lower-case text the catalog filter searches: name, id, tags, notes, config ``key=value``."""
-    parts = [m.name, m.id, *m.tags, m.notes, *(f"{k}={v}" for k, v in m.config.items())]
+    parts = [m.name, m.id, *m.tags, m.notes, run_group(m) or "", *(f"{k}={v}" for k, v in m.config.items())]
     return " ".join(str(p) for p in parts).lower()
 
 
@@ -83,12 +97,13 @@ def _step_stats(metrics: list[Mapping[str, Any]]) -> dict[str, Any]:
     # the last optimizer step when the job evaluates at its end.
     trained = [r for r in rank0 if any(k in r for k in ("loss", "step_time_s", "lr"))] or rank0
     steps = int(max(_num(r["step"]) for r in trained)) + 1 if trained else None  # type: ignore[type-var]
-    losses = [v for v in (_num(r.get("loss")) for r in rank0) if v is not None]
+    # The final loss: median of the last window of rank 0's values (app.data.final_value).
+    final = final_value(metrics, "loss")
     # The headline step time: the steady-state median (app.data.step_time), every rank.
     headline = steady_step_time(metrics)
     return {
         "steps": steps,
-        "final_loss": losses[-1] if losses else None,
+        "final_loss": final.value if final is not None else None,
         "step_time_s": headline.value_s,
         "mean_step_time_s": headline.mean_s,
         "step_time_steps": headline.n_used if headline.value_s is not None else None,
@@ -125,6 +140,7 @@ def row_from_records(
         # such traces often hold GPU kernels.
         "device": ", ".join(str(d.get("name", d.get("type", "?"))) for d in m.devices),
         "tags": ", ".join(m.tags),
+        "group": run_group(m),
         "git_commit": str(m.git.get("commit") or "")[:10],
         "path": str(path),
         "notes": m.notes,

@@ -15,7 +15,11 @@ from app.charts.compare import (
     make_param_scatter_figure,
 )
 from app.data.runs import RunData
+from app.data.store_rows import run_group
 from app.ui.layout import RUN_PAGE
+
+# The curves tab's grouping by replicate group (torchscope run --group NAME) rather than a config key.
+_REPLICATES = "(replicate group)"
 
 __all__ = ["render_curves_tab", "render_config_tab", "render_sweep_tab", "unique_labels"]
 
@@ -38,10 +42,17 @@ def render_curves_tab(runs: Sequence[RunData]) -> None:
     key = c1.selectbox("Metric", keys, index=keys.index("loss") if "loss" in keys else 0, key="compare_curve_key")
     smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
     config_keys = sorted({k for r in runs for k in r.manifest.config})
-    group = c3.selectbox("Group runs by config key", ["(none)", *config_keys], key="compare_group_by",
-                         help="Runs with the same value (e.g. seeds of one config) become one mean ± std band.")
+    replicate = [run_group(r.manifest) for r in runs]
+    by_replicates = [_REPLICATES] if any(replicate) else []
+    group = c3.selectbox("Group runs by config key", ["(none)", *by_replicates, *config_keys], key="compare_group_by",
+                         help="Runs with the same value (e.g. seeds of one config, or the runs of one replicate "
+                              "group) become one mean ± std band.")
     metrics = {lab: r.metrics for lab, r in zip(labels, runs, strict=True)}
-    if group == "(none)":
+    if group == _REPLICATES:
+        groups = {lab: f"group {g}" if g else lab for lab, g in zip(labels, replicate, strict=True)}
+        bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
+        st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
+    elif group == "(none)":
         log_y = st.checkbox("Log scale", key="compare_log_y")
         curves = {lab: compute_curve(m, key, smoothing=smoothing) for lab, m in metrics.items() if key in m.columns}
         st.plotly_chart(make_curve_overlay_figure(curves, key, log_y=log_y), width="stretch",
@@ -87,4 +98,10 @@ def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] 
             run_id = str(points[0].get("customdata"))
             if st.button(f"Open run {run_id}", key="compare_open_run"):
                 st.switch_page(RUN_PAGE, query_params={"run": run_id})
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "final_loss": st.column_config.NumberColumn(
+            "final loss (median of last 10 %)", format="%.4g",
+            help="median of the last 10 % (1-20) of rank 0's loss values, as everywhere (docs/app.md, "
+                 "\"Final values\")"),
+        "median_step_time_s": st.column_config.NumberColumn(
+            "step time (median, steady state) (s)", format="%.4f")})

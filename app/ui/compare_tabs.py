@@ -88,6 +88,11 @@ def render_time_tab(cmp: Comparison) -> None:
     b, c = _labels(cmp)
     st.plotly_chart(make_step_time_figure({b: cmp.step_times[0], c: cmp.step_times[1]}), width="stretch",
                     key="compare_steps_fig")
+    st.caption("Step set of the headline: the steady-state steps (filled; warm-up, profiled and evaluation steps "
+               "hollow and left out). The dashed lines are each side's median, the numbers the headline compares.")
+    note = getattr(cmp, "sign_note", "")
+    if note:
+        st.info(note, icon="ℹ️")
     if len(cmp.breakdown) == 0:
         st.info("The per-step breakdown needs profiler traces on both sides.")
         return
@@ -104,9 +109,10 @@ def render_time_tab(cmp: Comparison) -> None:
                                     format="%+.1f", help="the category's change as a share of the baseline's "
                                     "mean profiled step")})
     a, b = cmp.breakdown_steps
-    st.caption(f"Means over {a} (baseline) and {b} (candidate) profiled steps, from the traces: not the median "
-               "step time of the verdict, which comes from all steady-state steps. 'unattributed'/'rest' is "
-               "what the categories do not cover. Steps that ran an evaluation are left out (see the notes).")
+    st.caption(f"Step set of the waterfall and the operator and kernel deltas: the typical profiled steps, {a} "
+               f"(baseline) and {b} (candidate), from the traces; means over them, not the median step time of the "
+               "headline, which comes from the steady-state steps. Steps that ran an evaluation are left out (see "
+               "the notes). 'unattributed'/'rest' is what the categories do not cover.")
 
 
 def _filtered(table: pd.DataFrame, key: str) -> pd.DataFrame:

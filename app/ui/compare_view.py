@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -17,24 +17,48 @@ from app.analysis.report import (
     format_report_html,
     format_report_markdown,
     format_value,
-    headline,
     verdict_display_table,
 )
+from app.data.final_value import final_label
+from app.ui.compare_headline import render_headline
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
 
-__all__ = ["Selection", "render_selection", "render_options", "render_verdicts", "render_exports"]
+__all__ = ["GROUP_PREFIX", "Selection", "store_groups", "render_selection", "render_options", "render_verdicts",
+           "render_exports"]
+
+
+# Picker keys of replicate groups (runs recorded with `torchscope run --group NAME`): "group:NAME",
+# also accepted in the URL (runs=group:baseline,group:optimized).
+GROUP_PREFIX = "group:"
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The runs to compare: ``paths`` maps run id → folder; ``labels`` id → display label."""
+    """The sides to compare: ``paths`` maps run id → folder; ``labels`` key → display label;
+    ``groups`` maps a group key ("group:NAME") → the folders of its runs, newest first."""
 
     baseline: str
     candidates: tuple[str, ...]
     paths: dict[str, Path]
     labels: dict[str, str]
+    groups: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+
+    def group_name(self, key: str) -> str | None:
+        """The group a picker key names, or None for a run."""
+        return key[len(GROUP_PREFIX):] if key in self.groups else None
+
+
+def store_groups(table: pd.DataFrame) -> dict[str, tuple[Path, ...]]:
+    """Group key → run folders (newest first, as the store table is sorted) of every run with a group."""
+    if "group" not in table.columns:
+        return {}
+    out: dict[str, list[Path]] = {}
+    for group, path in zip(table["group"], table["path"]):
+        if isinstance(group, str) and group:
+            out.setdefault(GROUP_PREFIX + group, []).append(Path(path))
+    return {k: tuple(v) for k, v in sorted(out.items())}
 
 
 def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], root: Path) -> None:
@@ -45,6 +69,12 @@ def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], r
     st.session_state["compare_url_seen"] = wanted
     chosen = []
     for ref in [r.strip() for r in wanted.split(",") if r.strip()]:
+        if ref.startswith(GROUP_PREFIX):
+            if ref in ids:
+                chosen.append(ref)
+            else:
+                st.warning(f"Group `{ref[len(GROUP_PREFIX):]}` from the URL: no run of the store has this group.")
+            continue
         if ref in ids:
             chosen.append(ref)
             continue
@@ -70,9 +100,13 @@ def render_selection(root: Path) -> Selection | None:
     except rf.RunStoreNotFoundError:
         st.info(f"No run store at `{root}` yet. " + record_hint(root))
         return None
-    ids = list(table["id"])
+    groups = store_groups(table)
+    # Groups first: a group of replicates is the side to prefer when the store has one.
+    ids = [*groups, *table["id"]]
     paths = {i: Path(p) for i, p in zip(table["id"], table["path"])}
     labels = {i: f"{n} · {i}" for i, n in zip(table["id"], table["name"])}
+    labels.update({k: f"group {k[len(GROUP_PREFIX):]} · {len(v)} run{'s' if len(v) != 1 else ''}"
+                   for k, v in groups.items()})
     _apply_url(ids, paths, labels, root)
     for key, (path, label) in st.session_state.get("compare_extra", {}).items():
         if key not in ids:
@@ -82,12 +116,16 @@ def render_selection(root: Path) -> Selection | None:
         st.info(f"The run store `{root}` has no runs yet. " + record_hint(root))
         return None
     if st.session_state.get("compare_baseline") not in ids:
-        st.session_state["compare_baseline"] = ids[min(1, len(ids) - 1)]  # newest first: the older one
+        runs = ids[len(groups):] or ids
+        st.session_state["compare_baseline"] = runs[min(1, len(runs) - 1)]  # newest first: the older one
     st.session_state["compare_candidates"] = [c for c in st.session_state.get("compare_candidates", []) if c in ids]
     left, right = st.columns([1, 2])
-    base = left.selectbox("Baseline", ids, key="compare_baseline", format_func=lambda i: labels.get(i, i))
+    group_help = (" A group (runs recorded with `torchscope run --group NAME`) is judged on all its runs: the "
+                  "interval then covers run-to-run noise.") if groups else ""
+    base = left.selectbox("Baseline", ids, key="compare_baseline", format_func=lambda i: labels.get(i, i),
+                          help="A run or a group of runs." + group_help if groups else None)
     cands = right.multiselect("Candidates", ids, key="compare_candidates", format_func=lambda i: labels.get(i, i),
-                              help="One or more runs to judge against the baseline.")
+                              help="One or more runs (or groups) to judge against the baseline." + group_help)
     url = ",".join([base, *cands])
     if st.query_params.get("runs") != url:
         st.query_params["runs"] = url
@@ -96,7 +134,7 @@ def render_selection(root: Path) -> Selection | None:
         st.info("Pick one or more candidates to compare with the baseline (or select runs on the Runs page "
                 "and press Compare).")
         return None
-    return Selection(baseline=base, candidates=tuple(cands), paths=paths, labels=labels)
+    return Selection(baseline=base, candidates=tuple(cands), paths=paths, labels=labels, groups=groups)
 
 
 def render_options() -> CompareOptions:
@@ -127,8 +165,8 @@ def _pct(ratio: float | None) -> str | None:
 
 
 def _colour(verdict: object, inverse: bool) -> str:
-    # Colour a delta only when the verdict says it is real; "same" stays grey whatever its sign.
-    if str(verdict) in ("same", "n/a", ""):
+    # Colour a delta only when the verdict says it is real; "same" and "inconclusive" stay grey whatever its sign.
+    if str(verdict) in ("same", "n/a", "", "inconclusive"):
         return "off"
     return "inverse" if inverse else "normal"
 
@@ -136,13 +174,17 @@ def _colour(verdict: object, inverse: bool) -> str:
 def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
+    # An inconclusive headline greys the speed tiles too: no green or red the headline does not back.
+    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == "inconclusive"
+    step_colour = "off" if doubt else _colour(cmp.step_verdict, True)
     cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
-                   _pct(est.ratio if est else None), delta_color=_colour(cmp.step_verdict, True),
+                   _pct(est.ratio if est else None), delta_color=step_colour,
                    help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
                         f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
     unit = cmp.throughput_unit.replace("_per_", "/")
     cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
-                   delta_color=_colour(cmp.throughput_verdict, False), help=f"Verdict: {cmp.throughput_verdict}.")
+                   delta_color="off" if doubt else _colour(cmp.throughput_verdict, False),
+                   help=f"Verdict: {cmp.throughput_verdict}.")
     mem_a, mem_b = cmp.peak_memory
     cols[2].metric(f"Peak memory ({mem_a.quantity})" if mem_a.bytes is not None else "Peak memory",
                    format_value(mem_b.bytes, "bytes"), _pct(cmp.memory_ratio),
@@ -153,17 +195,26 @@ def _metric_row(cmp: Comparison) -> None:
     loss = cmp.metrics[cmp.metrics["metric"] == "loss"] if len(cmp.metrics) else cmp.metrics
     if len(loss):
         r = loss.iloc[0]
-        cols[3].metric("Final loss", format_value(r["candidate_final"]), _pct(r["ratio"]),
+        wa, _, wb = str(r["window"]).partition("/")
+        cols[3].metric(final_label("loss", _int(wb)).capitalize(), format_value(r["candidate_final"]), _pct(r["ratio"]),
                        delta_color=_colour(r["verdict"], True),
-                       help=f"Verdict: {r['verdict']}; median of the last {r['window']} values.")
+                       help=f"Verdict: {r['verdict']}. The final value (app.data.final_value, the same number as the "
+                            f"Run page and `torchscope ls`): median of the last {wb or '?'} values of the candidate, "
+                            f"{wa or '?'} of the baseline ({format_value(r['baseline_final'])}).")
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def render_verdicts(comparisons: list[Comparison]) -> None:
     """Headline and verdict table of each candidate; metric tiles too when there are at most two."""
     for cmp in comparisons:
-        text = _plain(headline(cmp))
-        box = {"faster": st.success, "slower": st.error}.get(str(cmp.headline.verdict), st.info)  # judge the headline
-        box(text)
+        # Many candidates: one line each, the details in the verdict table below.
+        render_headline(cmp, compact=len(comparisons) > 2)
         if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:
@@ -185,8 +236,10 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     for h in hidden:
         st.caption(_plain(h))
     for cmp in comparisons:
+        shown = getattr(cmp, "sign_note", "")  # already under the headline
         for note in cmp.notes:
-            st.caption(_plain(f"{cmp.candidate.label}: {note}"))
+            if note != shown:
+                st.caption(_plain(f"{cmp.candidate.label}: {note}"))
 
 
 def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:

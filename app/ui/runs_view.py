@@ -36,7 +36,17 @@ _COLUMN_CONFIG = {
     "started_at": st.column_config.DatetimeColumn("Started (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "duration_s": st.column_config.NumberColumn("Duration (s)", format="%.1f"),
     "steps": st.column_config.NumberColumn("Steps", format="%d"),
-    "final_loss": st.column_config.NumberColumn("Final loss", format="%.4g"),
+    "group": st.column_config.TextColumn(
+        "Group", help="replicate group (`torchscope run --group NAME`): runs of one configuration, compared "
+        "together on the Compare page (pick `group NAME` as a side)"
+    ),
+    "final_loss": st.column_config.NumberColumn(
+        "Final loss (median of last 10 %)",
+        format="%.4g",
+        help="the median of the last 10 % of rank 0's loss values (1 to 20 values), so one noisy batch does not "
+        "decide; the same number as the Run page, `torchscope ls`, `torchscope analyze` and Compare. docs/app.md, "
+        "\"Final values\"",
+    ),
     "step_time_ms": st.column_config.NumberColumn(
         "Step time (median, steady state) (ms)",
         format="%.2f",
@@ -78,7 +88,11 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     """The store table with display units (ms, MiB) and status markers, in display column order."""
     df = pd.DataFrame(index=table.index)
     df["status"] = [runs_data.STATUS_MARKERS.get(s, "") + s for s in table["status"]]
-    for col in ("name", "tags", "started_at", "duration_s", "steps", "final_loss"):
+    df["name"] = table["name"]
+    # The group column only when a run has one: most stores have none, and an empty column is noise.
+    if "group" in table.columns and table["group"].notna().any() and (table["group"].astype(str) != "").any():
+        df["group"] = table["group"]
+    for col in ("tags", "started_at", "duration_s", "steps", "final_loss"):
         df[col] = table[col]
     df["step_time_ms"] = pd.to_numeric(table["step_time_s"], errors="coerce") * 1e3
     source = table["steps_source"] if "steps_source" in table.columns else pd.Series("", index=table.index)

@@ -32,7 +32,8 @@ def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixtu
     assert at.multiselect(key="compare_candidates").value == [runs["optimized"].name]
     assert "faster" in texts(at.success)  # 30 ms vs 50 ms steps
     labels = {m.label for m in at.metric}
-    assert {"Step time (median, steady state)", "Final loss"} <= labels
+    assert {"Step time (median, steady state)", "Final loss (median of last 2)"} <= labels  # 20 loss values
+    assert {"Judged by", "Ratio (candidate / baseline)", "Verdict", "Replicates"} <= labels
     assert "Peak memory (host RSS)" in labels  # hand-made runs: RSS samples only
     verdicts = at.dataframe[0].value.set_index("quantity")  # formatted with units, not raw numbers
     step = verdicts.loc["step time (median)"]
@@ -69,13 +70,13 @@ def test_same_run_is_no_difference(monkeypatch, fixture_store) -> None:
     name = runs["baseline"].name
     at = open_compare(monkeypatch, root, f"{name},{name}")
     assert_clean(at)
-    assert "no significant difference" in texts(at.info)
+    assert "same, no difference beyond the practical threshold" in texts(at.info)
 
 
 def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     at = open_compare(monkeypatch, sample_store, "baseline,optimized")
     assert_clean(at)
-    shown = texts(at.success) + texts(at.info) + texts(at.error)
+    shown = texts(at.success) + texts(at.info) + texts(at.error) + texts(at.warning)
     assert "optimized" in shown and "baseline" in shown  # the headline names both runs
     time_tab = _tab(at, "Where the time went")
     assert len(time_tab.get("plotly_chart")) >= 2  # step times and the waterfall
@@ -110,7 +111,7 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     if "faster" not in texts(at.success):  # the timing claim last: the tabs above hold under any load
         from tests.compare_helpers import skip_if_overloaded
 
-        if "too few steps to judge" in texts(at.info):  # a 12-step test recording: the headline says so
+        if "too few steps to judge" in texts(at.warning) + texts(at.markdown) + texts(at.info):  # a 12-step recording
             return
         skip_if_overloaded("not faster", shown)
         assert "faster" in texts(at.success)
@@ -181,7 +182,7 @@ def test_machine_load_caution_is_shown_under_the_verdict(monkeypatch, make_run) 
     idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)
     at = open_compare(monkeypatch, busy.parent, f"{busy.name},{idle.name}")
     assert_clean(at)
-    # the load differs between the runs: the headline is inconclusive (not a green "faster")
-    assert "inconclusive" in texts(at.info) and "faster" not in texts(at.success)
+    # the load differs between the runs: the headline is inconclusive (amber, not a green "faster")
+    assert "inconclusive" in texts(at.warning) and "faster" not in texts(at.success)
     assert "the machine was busier during busy" in texts(at.warning)
     assert "re\\-run both" in texts(at.warning)  # Markdown-escaped text

@@ -87,8 +87,16 @@ def test_median_step_time_leaves_out_window_and_evaluations(tmp_path: Path) -> N
     with JsonlWriter(tmp_path / layout.METRICS) as w:
         for step in range(20):
             slow = step == 0 or 6 <= step <= 11 or step == 15
-            w.write({"step": step, "step_time_s": 9.0 if slow else 0.1 + step / 1000})
+            line = {"step": step, "step_time_s": 9.0 if slow else 0.1 + step / 1000, "loss": 1.0 / (1 + step)}
+            if 6 <= step <= 11:
+                line["profiled"] = True  # as the agent marks its profiler window
+            w.write(line)
             if step == 15:
                 w.write({"step": step, "val_loss": 2.0})  # the evaluation ran during iteration 15
-    # Kept: steps 1-5, 12-14, 16-19 (12 values); the middle two are steps 12 and 13.
-    assert record.read_median_step_time(tmp_path) == pytest.approx(0.1125)
+    # The headline rule (app.data.step_time): warm-up steps 0-1, the profiled window and the
+    # evaluation step are dropped. Kept: steps 2-5, 12-14, 16-19 (11 values); the middle one is step 13.
+    assert record.read_median_step_time(tmp_path) == pytest.approx(0.113)
+    summary = record.summarise_recorded_run(tmp_path)
+    # final loss: the median of the last 2 of 20 values (app.data.final_value)
+    assert summary.final_loss is not None and summary.final_loss.value == pytest.approx((1 / 19 + 1 / 20) / 2)
+    assert "final loss (median of last 2)" in record.format_summary("baseline", summary)

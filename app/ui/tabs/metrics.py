@@ -5,6 +5,7 @@ import streamlit as st
 
 from app.analysis.curves import XAxis, list_curve_keys
 from app.charts.curves import make_curve_figure, make_rank_band_figure
+from app.data.final_value import final_of_table
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 
@@ -107,8 +108,10 @@ def render(ctx: RunContext) -> None:
         if curve.empty:
             st.info(f"No finite values of `{key}` for the chosen ranks.")
             continue
+        # One rank drawn: its final value as a dotted line (the number the Overview and Compare show).
+        final = final_of_table(metrics, key, rank=ranks[0]) if len(ranks) == 1 else None
         fig = make_curve_figure(curve, curve_label(key), x_axis=x_axis,
-                                log_y=log_y and bool((curve["value"] > 0).all()))
+                                log_y=log_y and bool((curve["value"] > 0).all()), final=final)
         st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
     n = int(metrics.groupby("rank").size().max()) if "rank" in metrics else len(metrics)
     if n > _MAX_POINTS:

@@ -18,13 +18,15 @@ from app.analysis.run_summary import (
     trace_peaks_could_change,
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
+from app.data.final_value import FinalValue, final_of_table
 from app.data.runs import format_bytes, format_seconds
+from app.data.step_time import steady_step_time
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
 
-__all__ = ["TITLE", "STEP_TIME_LABEL", "render", "world_size_caption", "device_labels"]
+__all__ = ["TITLE", "STEP_TIME_LABEL", "render", "world_size_caption", "device_labels", "final_loss"]
 
 TITLE = "Overview"
 
@@ -54,6 +56,11 @@ def _peak_help(source: str) -> str:
         return "No memory data: no system samples and no memory events in the traces."
     return (f"{peak_description(source).capitalize()}. Torchscope's peak memory is, in this order: the GPU "
             "allocator's peak, the traces' tensor allocations, host RSS (docs/views.md).")
+
+
+def final_loss(metrics: pd.DataFrame, rank: int | None) -> FinalValue | None:
+    """The run's final loss by the one rule (app.data.final_value); None when no loss is logged."""
+    return final_of_table(metrics, "loss", rank=rank)
 
 
 # The one headline step time (docs/app.md, "Step time"): the same label on the Runs page.
@@ -107,9 +114,16 @@ def _render_headline(ctx: RunContext) -> None:
         cols[2].metric("Samples/s", "–")
     cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
                    format_bytes(peak), help=_peak_help(peak_source))
-    loss = compute_rank_rows(run.metrics, ctx.rank)
-    final = loss["loss"].dropna().iloc[-1] if "loss" in loss.columns and loss["loss"].notna().any() else None
-    cols[4].metric("Final loss", f"{final:.4g}" if final is not None else "–")
+    final = final_loss(run.metrics, ctx.rank)
+    if final is not None:
+        whose = "rank 0's" if final.rank == 0 and ctx.rank is None else (
+            f"rank {final.rank}'s" if final.rank is not None else "every rank's")
+        cols[4].metric(final.label.capitalize(), f"{final.value:.4g}",
+                       help=f"Median of the last {final.window} of {final.count} loss values ({whose}): the last "
+                       "10 % of them, 1 to 20 values, so one noisy batch does not decide. The same number as the "
+                       "Runs page, `torchscope ls`, `torchscope analyze` and Compare.")
+    else:
+        cols[4].metric("Final loss", "–")
     full, short = device_labels(run.manifest.devices)
     cols[5].metric(
         "Device",
@@ -170,14 +184,16 @@ def world_size_caption(world_size: int, ranks: tuple[int, ...], rank: int | None
 
 
 def _render_step_times(ctx: RunContext) -> None:
-    metrics = compute_rank_rows(ctx.run.metrics, ctx.rank)
+    # Every rank's lines: a rank's median counts any rank's evaluation marks, as the tile does.
+    metrics = ctx.run.metrics
     st.subheader("Time per step")
     from_traces = False
-    if "step_time_s" not in metrics.columns or metrics["step_time_s"].notna().sum() == 0:
+    shown = compute_rank_rows(metrics, ctx.rank)
+    if "step_time_s" not in shown.columns or shown["step_time_s"].notna().sum() == 0:
         steps = _trace_steps(ctx)
         if steps is not None and not steps.empty:
             st.caption("From the profiled steps of the traces (this run logged no step times).")
-            metrics = compute_rank_rows(compute_trace_step_times(steps), ctx.rank)
+            metrics = compute_trace_step_times(steps)
             from_traces = True
         else:
             st.info(
@@ -185,11 +201,18 @@ def _render_step_times(ctx: RunContext) -> None:
                 "steps; with the API, call `run.step()` once per iteration."
             )
             return
+    # The dashed line is the tile's number: the same steady-state steps (app.data.step_time). The
+    # pooled line (slowest rank per step) is drawn when several ranks are shown.
+    several = ctx.rank is None and "rank" in metrics.columns and metrics["rank"].nunique() > 1
+    pooled = steady_step_time(metrics.to_dict(orient="records"), from_trace=from_traces) if several else None
     st.plotly_chart(
-        make_step_time_figure(metrics.dropna(subset=["step_time_s"]), skip_first=not from_traces),
+        make_step_time_figure(metrics, from_trace=from_traces, pooled=pooled,
+                              ranks=None if ctx.rank is None else [ctx.rank]),
         width="stretch",
         key=ctx.key("overview_step_time"),
     )
+    st.caption("Dashed: the median of the steady-state steps, the number in the tile above; hollow points are "
+               "the steps it leaves out (warm-up, profiled, evaluation).")
 
 
 def _render_breakdown(ctx: RunContext) -> None:
