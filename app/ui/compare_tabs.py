@@ -33,6 +33,9 @@ _TIME_HEADERS = {
     "device_delta_us": ("Δ device", "candidate − baseline device time per step; negative = faster"),
     "baseline_us": ("Baseline", "kernel time per profiled step in the baseline"),
     "candidate_us": ("Candidate", "kernel time per profiled step in the candidate"),
+    "baseline_spread_us": ("± baseline", "step-to-step spread (standard deviation over the profiled steps) "
+                                         "of this row's time per step in the baseline"),
+    "candidate_spread_us": ("± candidate", "step-to-step spread of this row's time per step in the candidate"),
 }
 _KERNEL_DELTA = ("Δ time", "candidate − baseline kernel time per step; negative = faster")
 _TEXT_HEADERS = {
@@ -44,7 +47,8 @@ _CALLS_HEADERS = {"baseline_calls": "Baseline calls/step", "candidate_calls": "C
 # Shown left to right: what matters for "what changed" first (the deltas), calls and change last.
 _ORDER = ("name", "module", "input_shapes", "delta_us", "baseline_self_us", "candidate_self_us", "baseline_us",
           "candidate_us", "device_delta_us", "baseline_device_self_us", "candidate_device_self_us",
-          "baseline_total_us", "candidate_total_us", "baseline_calls", "candidate_calls", "change")
+          "baseline_spread_us", "candidate_spread_us", "baseline_total_us", "candidate_total_us",
+          "baseline_calls", "candidate_calls", "change")
 
 
 def diff_table_display(table: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, dict[str, object], str]:

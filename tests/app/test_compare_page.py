@@ -36,7 +36,7 @@ def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixtu
     assert {"Judged by", "Ratio (candidate / baseline)", "Verdict", "Replicates"} <= labels
     assert "Peak memory (host RSS)" in labels  # hand-made runs: RSS samples only
     verdicts = at.dataframe[0].value.set_index("quantity")  # formatted with units, not raw numbers
-    step = verdicts.loc["step time (median)"]
+    step = verdicts.loc["step time (headline)"]  # a step-time headline is the step-time row
     assert step["baseline"].endswith(" ms") and step["candidate"].endswith(" ms") and step["change"].endswith("%")
     assert verdicts.loc["peak memory (host RSS)", "baseline"].endswith("MiB")
     assert verdicts.loc["peak memory (host RSS)", "95% CI"] == "—"  # a single value has no interval

@@ -49,4 +49,4 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     with page.expect_download() as info:
         page.get_by_role("button", name="Download Markdown (PR comment)").click()
     text = open(info.value.path(), encoding="utf-8").read()
-    assert text.startswith("### Torchscope: optimized vs baseline") and "step time (median)" in text
+    assert text.startswith("### Torchscope: optimized vs baseline") and "(headline)" in text
