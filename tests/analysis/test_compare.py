@@ -234,8 +234,9 @@ def test_sample_optimized_is_significantly_faster(sample_comparison) -> None:
     assert cmp.step_source == ("metrics", "metrics")
     skip_if_overloaded(str(cmp.step_verdict), f"ratio {cmp.step_time.ratio:.3f} [{cmp.step_time.lo:.3f}, "
                                                f"{cmp.step_time.hi:.3f}]", cmp.contention)
-    assert cmp.step_verdict == "faster"
-    assert cmp.step_time.hi < 1.0  # the CI excludes 1.0
+    from tests.compare_helpers import check_sample_speedup
+
+    check_sample_speedup(str(cmp.step_verdict), cmp.step_time.ratio, cmp.step_time.lo, cmp.step_time.hi)
 
 
 def test_sample_breakdown_leaves_out_the_profiled_evaluation_step(sample_comparison) -> None:
