@@ -17,27 +17,10 @@ from typing import Any
 
 from .argcapture import install_argparse_capture
 from .frameworks import install_framework_capture
+from .import_hooks import AfterExecLoader
 from .options import RUN_DIR_ENV
 
 __all__ = ["install", "TorchImportWatcher"]
-
-
-class _ActivatingLoader(importlib.abc.Loader):
-    """Runs torch's own loader, then activates the agent; torch keeps its original loader."""
-
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        # Hand the real loader back first so importlib.resources and friends see torch's own.
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
-        module.__loader__ = self._inner
-        self._inner.exec_module(module)
-        _activate()
 
 
 class TorchImportWatcher(importlib.abc.MetaPathFinder):
@@ -52,7 +35,7 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec("torch")
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _ActivatingLoader(spec.loader)
+        spec.loader = AfterExecLoader(spec.loader, lambda _torch: _activate())
         return spec
 
 

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from .import_hooks import AfterExecLoader
+
 __all__ = ["CALLBACK_MODULE", "COMPILE_KEY", "COMPILE_S_KEY", "MANIFEST_KEY", "CompileWatch", "watch_compilation"]
 
 CALLBACK_MODULE = "torch._dynamo.callback"
@@ -118,30 +120,15 @@ def watch_compilation(watch: CompileWatch) -> None:
             sys.meta_path.insert(0, _CallbackImportWatcher(watch))
 
 
-class _RegisteringLoader(importlib.abc.Loader):
-    """Runs the callback module's own loader, then registers the watch; the module keeps its loader."""
-
-    def __init__(self, inner: importlib.abc.Loader, watch: CompileWatch) -> None:
-        self._inner = inner
-        self._watch = watch
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
-        module.__loader__ = self._inner
-        self._inner.exec_module(module)
-        with contextlib.suppress(Exception):  # the job's import must succeed whatever happens here
-            self._watch.register(module)
-
-
 class _CallbackImportWatcher(importlib.abc.MetaPathFinder):
     """A meta path finder that only ever answers for dynamo's callback module, and only once."""
 
     def __init__(self, watch: CompileWatch) -> None:
         self._watch = watch
+
+    def _register_quietly(self, module: ModuleType) -> None:
+        with contextlib.suppress(Exception):  # the job's import must succeed whatever happens here
+            self._watch.register(module)
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -152,7 +139,7 @@ class _CallbackImportWatcher(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _RegisteringLoader(spec.loader, self._watch)
+        spec.loader = AfterExecLoader(spec.loader, self._register_quietly)
         return spec
 
 

@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from .import_hooks import AfterExecLoader
+
 __all__ = [
     "install_framework_capture",
     "FrameworkWatcher",
@@ -357,24 +359,6 @@ def _report(where: str, exc: BaseException) -> None:
               file=sys.stderr)
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the module's own loader, then patches the module; the module keeps its own loader."""
-
-    def __init__(self, inner: importlib.abc.Loader, name: str) -> None:
-        self._inner = inner
-        self._name = name
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
-        module.__loader__ = self._inner
-        self._inner.exec_module(module)
-        _apply(self._name, module)
-
-
 class FrameworkWatcher(importlib.abc.MetaPathFinder):
     """A meta path finder that answers only for the trainer modules, each once, asking the other finders."""
 
@@ -392,7 +376,7 @@ class FrameworkWatcher(importlib.abc.MetaPathFinder):
                 return None
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader, fullname)
+                    spec.loader = AfterExecLoader(spec.loader, functools.partial(_apply, fullname))
                 return spec
         return None
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from .import_hooks import AfterExecLoader
 from .runformat.metric_keys import TB_STEP_KEY, tensorboard_key
 
 __all__ = ["WRITER_MODULE", "watch_tensorboard", "patch_summary_writer"]
@@ -132,22 +133,9 @@ def _global_step(step: Any) -> Any:
     return None
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the writer module's own loader, then patches its SummaryWriter; the module keeps its loader."""
-
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
-        module.__loader__ = self._inner
-        self._inner.exec_module(module)
-        with contextlib.suppress(Exception):  # the job's import must succeed whatever happens here
-            patch_summary_writer(module)
+def _patch_quietly(module: ModuleType) -> None:
+    with contextlib.suppress(Exception):  # the job's import must succeed whatever happens here
+        patch_summary_writer(module)
 
 
 class _WriterImportWatcher(importlib.abc.MetaPathFinder):
@@ -162,5 +150,5 @@ class _WriterImportWatcher(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _PatchingLoader(spec.loader)
+        spec.loader = AfterExecLoader(spec.loader, _patch_quietly)
         return spec

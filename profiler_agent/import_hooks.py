@@ -1,0 +1,35 @@
+"""Run a callback right after a module's own loader has executed it (agent layer, stdlib only).
+
+The agent patches torch, torch's tensorboard writer, dynamo's callback module and the trainer
+modules of Lightning and transformers as they are imported, without importing any of them
+itself. Each has a meta path finder of its own (which module, how it looks the spec up); all of
+them wrap the module's real loader in :class:`AfterExecLoader`.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+from collections.abc import Callable
+from types import ModuleType
+
+__all__ = ["AfterExecLoader"]
+
+
+class AfterExecLoader(importlib.abc.Loader):
+    """Runs the module's own loader, then ``after(module)``; the module keeps its own loader
+    (``__spec__.loader`` and ``__loader__`` are handed back first, so importlib.resources and
+    friends see the real one)."""
+
+    def __init__(self, inner: importlib.abc.Loader, after: Callable[[ModuleType], None]) -> None:
+        self._inner = inner
+        self._after = after
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._inner
+        module.__loader__ = self._inner
+        self._inner.exec_module(module)
+        self._after(module)
