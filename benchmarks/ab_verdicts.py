@@ -17,7 +17,7 @@ one thread) into a fresh temporary store; every verdict is what a user gets from
 - ``interleaved``: ``torchscope ab`` with 3 runs per side, candidate +15 % -> slower in >= 8 of 10.
 
 The A/A part also yields the run-to-run margin: the 95th percentile of |log(ratio)| over its
-pairs, to set against ``RUN_TO_RUN_MARGIN`` (app.analysis.stats). In single-run pairs the side
+pairs, to set against ``RUN_TO_RUN_MARGIN`` (app.analysis.stats.ratio). In single-run pairs the side
 that runs first alternates. Results go to benchmarks/results/ab_verdicts.json and a markdown
 table on stdout. Hogs and children run in their own process groups and are always killed.
 """
@@ -236,7 +236,7 @@ def margin(aa: dict[str, Any]) -> dict[str, Any]:
     """Run-to-run noise from the A/A pairs: the 95th percentile of |log ratio| (and what stats assumes)."""
     logs = [p["abs_log_ratio"] for p in aa["pairs"] if p["abs_log_ratio"] is not None]
     try:  # the stats stream's constant, through the comparison's own fallback
-        from app.analysis.compare_estimators import RUN_TO_RUN_MARGIN as provisional
+        from app.analysis.compare.estimators import RUN_TO_RUN_MARGIN as provisional
     except ImportError:
         provisional = None
     p95 = float(np.percentile(logs, 95)) if logs else None

@@ -5,7 +5,7 @@
 Bootstrap of the ratio of medians (2000 resamples, two samples of n steps each), peers in the same
 run:
 
-- ``torchscope``: ``app.analysis.stats.bootstrap_ratio_of_medians`` (each resample's median drawn
+- ``torchscope``: ``app.analysis.stats.ratio.bootstrap_ratio_of_medians`` (each resample's median drawn
   as a Beta-distributed order statistic: O(resamples), exact);
 - ``direct numpy``: the textbook vectorised bootstrap, a resamples x n index matrix and
   ``np.median(axis=1)`` per side (skipped above ``--direct-max`` steps: it needs 2000 x n x 16
@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.analysis.stats import bootstrap_ratio_of_medians  # noqa: E402
+from app.analysis.stats.ratio import bootstrap_ratio_of_medians  # noqa: E402
 
 RESAMPLES = 2000
 
@@ -90,8 +90,8 @@ def bench_diff(repeat: int) -> dict[str, object] | None:
     pair = ROOT.parent / "shared" / "data" / "traces" / "gpu_before_after"
     if not pair.is_dir():
         return None
-    from app.analysis.compare import diff_sides
-    from app.analysis.compare_inputs import load_side
+    from app.analysis.compare.comparison import diff_sides
+    from app.workspace.sides import load_side
 
     t_load, sides = _time(lambda: (load_side(pair / "control.json.gz"), load_side(pair / "test.json.gz")), 1)
     t_diff, cmp = _time(lambda: diff_sides(*sides), repeat)

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.analysis.curves import compute_curve, minmax_downsample_indices  # noqa: E402
+from app.analysis.curves.smoothing import compute_curve, minmax_downsample_indices  # noqa: E402
 
 
 def make_curve(n: int, spikes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -73,8 +73,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = ap.parse_args()
-    from app.analysis.modules import compute_module_table
-    from app.analysis.ops import compute_op_table
+    from app.analysis.trace.modules import compute_module_table
+    from app.analysis.trace.ops import compute_op_table
     from app.data.trace import load_trace
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ side, against 5, 10 and 25 % changes):
 - ``mbb-median``: moving-block bootstrap of the ratio of medians, blocks of ceil(n^(1/3)) steps;
 - ``yuen-log``: Welch t on 20 % trimmed means of the logs (Yuen), Welch-Satterthwaite df;
 - ``yuen-log-ess``: the same, each side's squared standard error and df scaled by its serial
-  correlation factor (``app.analysis.stats.estimate_ratio``, the method chosen);
+  correlation factor (``app.analysis.stats.ratio.estimate_ratio``, the method chosen);
 - ``hl-mw``: Hodges-Lehmann shift of the logs, Mann-Whitney interval, iid;
 - ``hl-mw-ess``: the same widened for serial correlation (``stats_rank.hodges_lehmann_ratio``).
 
@@ -44,9 +44,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.analysis import stats as S  # noqa: E402
-from app.analysis import stats_rank as R  # noqa: E402
-from app.analysis.stats_dist import mann_whitney_lower_count, t_quantile  # noqa: E402
+from app.analysis.stats import ratio as S  # noqa: E402
+from app.analysis.stats import rank as R  # noqa: E402
+from app.analysis.stats.dist import mann_whitney_lower_count, t_quantile  # noqa: E402
 
 SCENARIOS: dict[str, dict[str, float]] = {
     "clean": {"sigma": 0.05, "p_out": 0.0, "rho": 0.0, "drift": 0.0},

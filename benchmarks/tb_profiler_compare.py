@@ -43,7 +43,7 @@ def compare(path: Path) -> float:
     from torch_tb_profiler.profiler.data import RunProfileData
 
     sys.path.insert(0, str(ROOT))
-    from app.analysis.steps import compute_steps
+    from app.analysis.trace.steps import compute_steps
     from app.data.trace import load_trace
 
     prof = RunProfileData.parse("w", "span", str(path), tempfile.mkdtemp())
@@ -65,7 +65,7 @@ def compare_ops(path: Path) -> None:
     from torch_tb_profiler.profiler.data import RunProfileData
 
     sys.path.insert(0, str(ROOT))
-    from app.analysis.ops import compute_op_table
+    from app.analysis.trace.ops import compute_op_table
     from app.data.trace import load_trace
 
     prof = RunProfileData.parse("w", "span", str(path), tempfile.mkdtemp())

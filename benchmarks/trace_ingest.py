@@ -44,10 +44,10 @@ def _one(case: str, path: str, cache: str) -> dict:
     sys.path.insert(0, str(ROOT))
     os.environ["TORCHSCOPE_CACHE"] = cache
     if case.startswith("torchscope"):
-        from app.analysis.breakdown import compute_breakdown
-        from app.analysis.ops import compute_op_table
-        from app.analysis.steps import compute_steps
-        from app.analysis.trace_summary import analyze_traces
+        from app.analysis.trace.breakdown import compute_breakdown
+        from app.analysis.trace.ops import compute_op_table
+        from app.analysis.trace.steps import compute_steps
+        from app.analysis.trace.summary import analyze_traces
         from app.data.trace import load_trace, load_traces
     elif case.startswith("hta"):
         import logging

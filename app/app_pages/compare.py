@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.compare_advice import findings_diff_rows
+from app.analysis.compare.advice import findings_diff_rows
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run
 from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison

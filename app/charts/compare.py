@@ -1,6 +1,6 @@
 """Plotly figures of a comparison: step times, waterfall, op deltas, memory, curves, sweeps (charts layer).
 
-Tables in (from app.analysis.compare*), figures out; no Streamlit. ``figures_to_html`` turns
+Tables in (from app.analysis.compare.comparison*), figures out; no Streamlit. ``figures_to_html`` turns
 figures into fragments for the self-contained HTML report, with plotly.js inlined once.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.analysis.labels import unique_labels
-from app.analysis.report import distinct_short_names
+from app.analysis.compare.labels import unique_labels
+from app.presentation.report import distinct_short_names
 
 __all__ = [
     "make_step_time_figure",
@@ -192,7 +192,7 @@ def figures_to_html(figures: Sequence[tuple[str, go.Figure]]) -> list[tuple[str,
 def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
     """The figures of the exported report for a Comparison: step times, waterfalls, op and
     kernel deltas, and memory on a step axis when both sides have allocator events."""
-    from app.analysis.compare_memory import compute_step_aligned_memory
+    from app.analysis.compare.memory import compute_step_aligned_memory
 
     b, c = cmp.baseline.label, cmp.candidate.label
     c = c if c != b else f"{c} (candidate)"
@@ -213,7 +213,7 @@ def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
         figs.append(("Memory", make_memory_overlay_figure(timelines)))
     runs = {b: cmp.baseline.run, c: cmp.candidate.run}
     if all(r is not None and "loss" in r.metrics.columns for r in runs.values()):
-        from app.analysis.curves import compute_curve
+        from app.analysis.curves.smoothing import compute_curve
 
         curves = {label: compute_curve(r.metrics, "loss") for label, r in runs.items()}
         figs.append(("Loss", make_curve_overlay_figure(curves, "loss")))

@@ -1,6 +1,6 @@
 """Plotly figure of memory by category, baseline vs candidate (charts layer: table → figure).
 
-Input is the table of ``app.analysis.compare_memory_categories.diff_memory_categories``.
+Input is the table of ``app.analysis.compare.memory_categories.diff_memory_categories``.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.analysis.curves import XAxis
+from app.analysis.curves.smoothing import XAxis
 from app.data.final_value import FinalValue
 
 __all__ = ["make_curve_figure", "make_rank_band_figure", "X_AXIS_TITLES"]

@@ -9,8 +9,8 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.analysis.graph_diff import ROOT_PATH, module_parent
-from app.analysis.module_tree import ROOT_LABEL
+from app.analysis.model.graph_diff import ROOT_PATH, module_parent
+from app.analysis.model.tree import ROOT_LABEL
 
 __all__ = ["make_svg_figure", "make_module_icicle_figure", "make_module_diff_dot", "MODULE_DIFF_STYLES"]
 

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.analysis.labels import unique_labels
+from app.analysis.compare.labels import unique_labels
 
 __all__ = ["make_kernel_share_figure", "make_gpu_busy_figure", "OTHER_COLOR"]
 

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.analysis.timeline import Timeline
+from app.analysis.trace.timeline import Timeline
 
 __all__ = ["CATEGORY_LABELS", "make_timeline_figure", "lane_rows"]
 

@@ -130,7 +130,7 @@ def _short(name: str, n: int = 60) -> str:
 
 
 def format_text(analysis: Any, top: int) -> str:
-    from app.analysis.steps import DEVICE_CATEGORIES
+    from app.analysis.trace.steps import DEVICE_CATEGORIES
 
     out = []
     for t in analysis.traces:
@@ -223,7 +223,7 @@ def _print_run_only(summary: dict[str, Any], as_json: bool, why: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.analysis.trace_summary import analyze_traces
+    from app.analysis.trace.summary import analyze_traces
     from app.data.trace import load_traces
     from profiler_agent.runformat import layout
 

@@ -17,7 +17,7 @@ import math
 import sys
 from typing import Any
 
-from app.analysis import cached_steps
+from app.workspace import cached_steps
 from app.data import runs as runs_data
 from profiler_agent.runformat import layout
 

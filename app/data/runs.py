@@ -277,7 +277,7 @@ def load_store(
     """Summarise every run of a store, newest first.
 
     ``complete_row(row)`` may fill a row further in place (the CLI fills steps from the trace
-    analysis cache, app.analysis.cached_steps). With ``include_tb_runs`` the torch-tb-profiler
+    analysis cache, app.workspace.cached_steps). With ``include_tb_runs`` the torch-tb-profiler
     sub-folders of ``root`` are listed too, through their read-only mirror, as ``torchscope ui``
     lists them. Raises RunStoreNotFoundError when the store does not exist; an unreadable run
     becomes a problem message and the others are still listed.

@@ -50,7 +50,7 @@ __all__ = [
 
 AUTO_WARMUP_MAX = 5
 MIN_KEPT = 3
-# The keys that mark an evaluation step (as app.analysis.step_window and sample_models/record.py).
+# The keys that mark an evaluation step (as app.analysis.trace.step_window and sample_models/record.py).
 EVAL_PREFIXES = ("val_", "eval_", "valid_", "validation_", "test_")
 # The agent's per-step mark of a step that held an evaluation (written only when true).
 EVALUATION_KEY = "evaluation"

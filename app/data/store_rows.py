@@ -25,7 +25,7 @@ __all__ = ["STEPS_SOURCES", "load_run_row", "row_from_records", "peak_memory_fro
            "run_group"]
 
 # Where a row's steps and step time come from (column ``steps_source``): the run's metrics.jsonl;
-# the profiled steps of its traces, read from the trace analysis cache (app.analysis.cached_steps);
+# the profiled steps of its traces, read from the trace analysis cache (app.workspace.cached_steps);
 # or not known yet: the run has traces that were never analysed (opening the run fills it in).
 STEPS_SOURCES = ("metrics", "trace", "in trace")
 

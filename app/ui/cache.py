@@ -95,7 +95,7 @@ def cached_traces(path: str | os.PathLike[str]) -> list[Any]:
 
 @st.cache_resource(max_entries=64, ttl=900, show_spinner=False)
 def _analysis(path: str, sig: tuple[float, ...]) -> Any:
-    from app.analysis.trace_summary import analyze_traces
+    from app.analysis.trace.summary import analyze_traces
 
     return analyze_traces(cached_traces(path))
 

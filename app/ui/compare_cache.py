@@ -13,9 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from app.analysis.compare import CompareOptions, Comparison, diff_sides
-from app.analysis.compare_inputs import CompareSide, assemble_run_side
-from app.analysis.compare_tables import OpGrouping
+from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
+from app.workspace.sides import CompareSide, assemble_run_side
+from app.analysis.compare.tables import OpGrouping
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 
 __all__ = ["cached_side", "cached_group_side", "cached_comparison", "cached_side_comparison",
@@ -33,7 +33,7 @@ def cached_side(run_dir: str | os.PathLike[str]) -> CompareSide:
 
 
 def _group_side_uncached(name: str, root: str, members: tuple[str, ...]) -> CompareSide:
-    from app.analysis import compare_inputs
+    from app.workspace import sides as compare_inputs
 
     load_group_side = getattr(compare_inputs, "load_group_side", None)
     if load_group_side is not None:
@@ -117,7 +117,7 @@ def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: Compa
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> Any:
-    from app.analysis.compare_advice import diff_side_advice
+    from app.analysis.compare.advice import diff_side_advice
 
     return diff_side_advice(cached_side(base), cached_side(cand))
 

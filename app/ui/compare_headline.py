@@ -1,7 +1,7 @@
 """The Compare page's headline: the quantity judged, its ratio, interval, verdict, method, replicates,
 reasons, and the two step sets (UI layer).
 
-The comparison's ``headline`` (``app.analysis.compare.Headline``: quantity, baseline, candidate,
+The comparison's ``headline`` (``app.analysis.compare.comparison.Headline``: quantity, baseline, candidate,
 ratio, ci95, verdict, method, replicates, reasons), ``step_sets`` and ``sign_note`` are read with
 ``getattr`` fallbacks: a Comparison without them (older analysis code) is shown with the step-time
 verdict as its headline, one run per side, and the step sets described from its step tables.
@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from app.analysis.compare import Comparison
+from app.analysis.compare.comparison import Comparison
 
 __all__ = ["HeadlineView", "headline_view", "headline_sentence", "step_set_lines", "render_headline",
            "QUANTITY_LABELS"]
@@ -90,7 +90,7 @@ def headline_view(cmp: Comparison) -> HeadlineView:
 
 
 def _seconds(v: float | None, quantity: str) -> str:
-    from app.analysis.report import format_value
+    from app.presentation.report import format_value
 
     return format_value(v, "s") + _PER.get(quantity, "") if _finite(v) else "–"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare import Comparison
-from app.analysis.compare_memory import compute_step_aligned_memory, diff_largest_allocations
-from app.analysis.compare_memory_categories import MemoryCategoryComparison, compare_memory_categories
-from app.analysis.peak_memory import peak_description, peak_quantity
-from app.analysis.report import format_value
+from app.analysis.compare.comparison import Comparison
+from app.analysis.compare.memory import compute_step_aligned_memory, diff_largest_allocations
+from app.analysis.compare.memory_categories import MemoryCategoryComparison, compare_memory_categories
+from app.analysis.memory.peak import peak_description, peak_quantity
+from app.presentation.report import format_value
 from app.charts.compare import make_memory_overlay_figure
 from app.charts.compare_memory import make_memory_category_figure
 from app.charts.memory import byte_unit

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare import Comparison
-from app.analysis.compare_advice import findings_diff_rows
-from app.analysis.graph_diff import diff_backward_graphs, diff_module_trees
-from app.analysis.report import breakdown_display_table
+from app.analysis.compare.comparison import Comparison
+from app.analysis.compare.advice import findings_diff_rows
+from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
+from app.presentation.report import breakdown_display_table
 from app.charts.compare import (
     make_delta_bar_figure,
     make_step_time_figure,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare import CompareOptions, Comparison
-from app.analysis.compare_tables import OpGrouping
-from app.analysis.report import (
+from app.analysis.compare.comparison import CompareOptions, Comparison
+from app.analysis.compare.tables import OpGrouping
+from app.presentation.report import (
     format_ratio,
     format_report_html,
     format_report_markdown,

@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.analysis.curves import XAxis, compute_curve, compute_rank_band
-from app.analysis.timeline import compute_step_windows
+from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
+from app.analysis.trace.timeline import compute_step_windows
 from app.data import snapshot as snapshot_data
 from app.data.runs import load_module_tree
 from app.ui.cache import cached_run, cached_traces, run_signature
@@ -117,7 +117,7 @@ def cached_recorded_categories(path: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _memory_timeline(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFrame:
-    from app.analysis.memory import compute_memory_timeline
+    from app.analysis.memory.events import compute_memory_timeline
 
     return compute_memory_timeline(cached_traces(run_dir)[index])
 
@@ -129,7 +129,7 @@ def cached_memory_timeline(run_dir: str | os.PathLike[str], index: int) -> pd.Da
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _trace_allocations(run_dir: str, sig: tuple[float, ...], index: int, top: int) -> pd.DataFrame:
-    from app.analysis.snapshot import compute_trace_allocations
+    from app.analysis.memory.snapshot import compute_trace_allocations
 
     trace = cached_traces(run_dir)[index]
     return compute_trace_allocations(trace.memory, trace.events, top=top)

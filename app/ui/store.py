@@ -19,7 +19,7 @@ from typing import Any
 import streamlit as st
 
 from app.data import runs as runs_data
-from app.analysis import cached_steps
+from app.workspace import cached_steps
 from app.data import store_rows, tbprofiler
 from app.ui.cache import run_signature
 from profiler_agent import runformat as rf

@@ -39,8 +39,8 @@ def load_trace_analysis(ctx: RunContext) -> Any | None:
     if not ctx.run.trace_files:
         st.info(NO_TRACE_HINT)
         return None
-    if importlib.util.find_spec("app.analysis.trace_summary") is None:
-        st.info("This Torchscope has no trace analysis installed (app.analysis.trace_summary).")
+    if importlib.util.find_spec("app.analysis.trace.summary") is None:
+        st.info("This Torchscope has no trace analysis installed (app.analysis.trace.summary).")
         return None
     ingest_with_progress(ctx.run.trace_files)
     with st.spinner("Analysing the run's traces…"):
@@ -90,7 +90,7 @@ def rank_rows(df: pd.DataFrame | None, rank: int | None) -> pd.DataFrame:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _op_table(path: str, sig: tuple[float, ...], rank: int | None, group_by: str | None) -> pd.DataFrame:
-    from app.analysis.ops import compute_op_table
+    from app.analysis.trace.ops import compute_op_table
 
     traces = [t for t in cached_traces(path) if rank is None or t.rank == rank]
     return compute_op_table(traces, group_by=group_by)
@@ -107,7 +107,7 @@ def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataF
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _annotation_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.ops import compute_annotation_table
+    from app.analysis.trace.ops import compute_annotation_table
 
     return compute_annotation_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 
@@ -120,19 +120,19 @@ def cached_annotation_table(ctx: RunContext) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _module_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.modules import compute_module_table
+    from app.analysis.trace.modules import compute_module_table
 
     return compute_module_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 
 
 def cached_module_table(ctx: RunContext) -> pd.DataFrame:
-    """The module view (app/analysis/modules.py) of the chosen rank (all ranks summed when None)."""
+    """The module view (app/analysis/trace/modules.py) of the chosen rank (all ranks summed when None)."""
     return _module_table(str(ctx.run_dir), run_signature(ctx.run_dir), ctx.rank)
 
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _kernel_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.kernels import compute_kernel_table
+    from app.analysis.trace.kernels import compute_kernel_table
 
     return compute_kernel_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 

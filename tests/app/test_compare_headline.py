@@ -138,7 +138,7 @@ def test_groups_are_sides(monkeypatch, group_store) -> None:
 
 
 def test_group_side_uses_load_group_side_when_the_analysis_has_it(monkeypatch, group_store) -> None:
-    from app.analysis import compare_inputs
+    from app.workspace import sides as compare_inputs
 
     root, _ = group_store
     calls = []
@@ -177,7 +177,7 @@ def test_headline_view_falls_back_and_reads_contract_fields() -> None:
 def test_step_sets_of_the_compare_analysis_are_described() -> None:
     from app.ui.compare_headline import step_set_lines
 
-    class StepSet:  # the shape of app.analysis.compare.StepSet
+    class StepSet:  # the shape of app.analysis.compare.comparison.StepSet
         def __init__(self, name: str, description: str, baseline: int, candidate: int) -> None:
             self.name, self.description, self.baseline, self.candidate = name, description, baseline, candidate
 

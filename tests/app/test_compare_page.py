@@ -174,7 +174,7 @@ def test_memory_tab_one_side_without_timeline_and_neither(monkeypatch, make_run,
 
 
 def test_machine_load_caution_is_shown_under_the_verdict(monkeypatch, make_run) -> None:
-    from tests.analysis.test_compare import _loaded_run
+    from tests.analysis.compare.test_comparison import _loaded_run
 
     busy = _loaded_run(make_run, "busy", 0.09, 100.0, 40.0)
     idle = _loaded_run(make_run, "idle", 0.05, 55.0, 100.0)

@@ -101,8 +101,8 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     metrics_tab = next(t for t in at.tabs if t.label == "Metrics")  # the loss curve's final line (rank 0)
     assert f"final loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
 
-    from app.analysis.compare import CompareOptions, diff_sides
-    from app.analysis.compare_inputs import load_side
+    from app.analysis.compare.comparison import CompareOptions, diff_sides
+    from app.workspace.sides import load_side
 
     side = load_side(run_dir, with_traces=False)
     cmp = diff_sides(side, side, CompareOptions(resamples=199))

@@ -1,8 +1,8 @@
 """"Peak memory" names its quantity, and the Overview and the Compare page agree on real CPU runs."""
 from __future__ import annotations
 
-from app.analysis.compare_inputs import load_side
-from app.analysis.report import format_value
+from app.workspace.sides import load_side
+from app.presentation.report import format_value
 from app.data.runs import format_bytes
 from profiler_agent.runformat import list_runs
 from tests.app.helpers import assert_clean, open_app

@@ -12,7 +12,7 @@ from profiler_agent.runformat import layout
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from tests.app.helpers import assert_clean, open_app, texts
 
-HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace_summary") is not None
+HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace.summary") is not None
 needs_trace_engine = pytest.mark.skipif(not HAS_TRACE_ENGINE, reason="trace engine not installed")
 
 

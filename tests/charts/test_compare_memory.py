@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from app.analysis.compare_memory_categories import diff_memory_categories
+from app.analysis.compare.memory_categories import diff_memory_categories
 from app.charts.compare_memory import make_memory_category_figure
 
 A = pd.DataFrame({"category": ["total", "parameter", "activation"], "peak_bytes": [3 << 20, 1 << 20, 2 << 20],

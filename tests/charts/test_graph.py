@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from torch import nn
 
-from app.analysis.graph_diff import diff_module_trees
+from app.analysis.model.graph_diff import diff_module_trees
 from app.charts.graph import MODULE_DIFF_STYLES, make_module_diff_dot
 from profiler_agent.graph import describe_module_tree
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import ab_cmd, main
-from app.analysis.compare_inputs import group_of
+from app.workspace.sides import group_of
 from app.cli.ab_cmd import Side, interleaved_order
 from app.errors import UsageError
 from profiler_agent import runformat as rf

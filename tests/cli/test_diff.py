@@ -120,7 +120,7 @@ def test_sample_runs_faster_with_advisor_resolved(sample_store: Path, capsys) ->
     assert any("data" in r for r in resolved | shrunk), advice
     rc, no_advice = _json(capsys, "baseline", "optimized", "--root", str(sample_store), "--no-advice")
     assert no_advice["advice"] is None
-    from app.analysis.compare_contention import ContentionCheck
+    from app.analysis.compare.contention import ContentionCheck
 
     contention = ContentionCheck(**{k: v for k, v in doc["contention"].items() if k in ("inconclusive", "reason")})
     skip_if_overloaded(doc["step_time"]["verdict"], str(doc["step_time"]["ci95"]), contention)

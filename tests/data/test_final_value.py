@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.analysis import compare_steps as cs
+from app.analysis.compare import steps as cs
 from app.data.final_value import final_label, final_of_values, final_value, final_window_size
 
 
@@ -59,8 +59,8 @@ def test_rank0_step_order_and_bad_values() -> None:
 def test_compare_reports_the_same_final_value() -> None:
     """Compare's "final" column (median of compare_steps.final_window over rank 0) and the sweep table's
     final_loss are this number."""
-    from app.analysis.compare import CompareOptions, _compare_metrics
-    from app.analysis.compare_inputs import CompareSide, SideKind
+    from app.analysis.compare.comparison import CompareOptions, _compare_metrics
+    from app.workspace.sides import CompareSide, SideKind
     from app.data.runs import RunData, _records_to_frame
     from profiler_agent import runformat as rf
 
@@ -81,7 +81,7 @@ def test_compare_reports_the_same_final_value() -> None:
     assert math.isclose(table.loc["loss", "candidate_final"], fb.value, rel_tol=0, abs_tol=1e-15)
     assert table.loc["loss", "window"] == f"{fa.window}/{fb.window}"
 
-    from app.analysis.compare_runs import compute_sweep_table
+    from app.analysis.compare.many_runs import compute_sweep_table
 
     sweep, _ = compute_sweep_table([side(a, "a").run, side(b, "b").run])
     assert list(sweep["final_loss"]) == pytest.approx([fa.value, fb.value], abs=1e-15)

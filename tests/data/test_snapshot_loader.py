@@ -1,6 +1,6 @@
 """Tests of app.data.snapshot: the restricted snapshot unpickler and the raw memory timeline reader.
 
-(Not named test_snapshot.py: tests/analysis/test_snapshot.py has that basename and these test
+(Not named test_snapshot.py: tests/analysis/memory/test_snapshot.py has that basename and these test
 folders are not packages.)
 """
 from __future__ import annotations
@@ -147,7 +147,7 @@ def cpu_memory_exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
 
 
 def test_both_export_forms_of_a_real_profile_agree(cpu_memory_exports: tuple[Path, Path]) -> None:
-    from app.analysis.snapshot import compute_category_peak, compute_category_timeline
+    from app.analysis.memory.snapshot import compute_category_peak, compute_category_timeline
 
     raw, coalesced = (load_memory_timeline_raw(p) for p in cpu_memory_exports)
     assert len(raw) and len(coalesced)

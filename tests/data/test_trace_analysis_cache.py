@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.analysis import trace_summary
-from app.analysis.trace_summary import analyze_traces
+from app.analysis.trace import summary as trace_summary
+from app.analysis.trace.summary import analyze_traces
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
 from app.data.trace import load_trace, load_traces

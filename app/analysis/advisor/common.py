@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from app.analysis.step_window import evaluation_steps as _logged_evaluation_steps
-from app.analysis.step_window import typical_steps
+from app.analysis.trace.step_window import evaluation_steps as _logged_evaluation_steps
+from app.analysis.trace.step_window import typical_steps
 
 from .model import MissingEvidence, RunEvidence, Severity, Weight
 
@@ -177,7 +177,7 @@ def events_of(ev: RunEvidence) -> Iterable[tuple[int, pd.DataFrame]]:
 def evaluation_step_numbers(ev: RunEvidence) -> set[int]:
     """Steps of the run that held an evaluation: the agent's ``"evaluation": true`` on a metrics line
     (any rank), or an evaluation metric logged at that step (``val_*``, ``eval_*``…, as
-    app.analysis.step_window). Empty for a bare trace."""
+    app.analysis.trace.step_window). Empty for a bare trace."""
     m = ev.metrics
     if not ev.has_run or m is None or len(m) == 0 or "step" not in m.columns:
         return set()

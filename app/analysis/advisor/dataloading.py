@@ -75,7 +75,7 @@ def _from_metrics(ev: RunEvidence) -> _Measured:
 def _measure(ev: RunEvidence) -> _Measured:
     try:
         # Profiled steps that also ran an evaluation pass are not training steps: left out
-        # when others remain, as in the Compare breakdown (app.analysis.step_window).
+        # when others remain, as in the Compare breakdown (app.analysis.trace.step_window).
         steps = training_steps(ev, require_steps(ev, "dataloader_us"))
     except MissingEvidence:
         return _from_metrics(ev)

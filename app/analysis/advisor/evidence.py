@@ -15,7 +15,7 @@ __all__ = ["load_evidence", "evidence_from_run", "evidence_from_traces"]
 
 
 def _analyze(traces: list[Any]) -> Any:
-    from app.analysis.trace_summary import analyze_traces
+    from app.analysis.trace.summary import analyze_traces
 
     return analyze_traces(traces) if traces else None
 

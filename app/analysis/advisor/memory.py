@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from app.analysis.memory import compute_memory_timeline
+from app.analysis.memory.events import compute_memory_timeline
 
 from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for, trace_weight
 from .model import Finding, MissingEvidence, RunEvidence, Severity

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.analysis.module_tree import compute_graph_size, compute_module_table, svg_size_pt
+from app.analysis.model.tree import compute_graph_size, compute_module_table, svg_size_pt
 from app.charts.graph import make_module_icicle_figure, make_svg_figure
 from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.analysis.curves import minmax_downsample_indices
-from app.analysis.snapshot import (
+from app.analysis.curves.smoothing import minmax_downsample_indices
+from app.analysis.memory.snapshot import (
     compute_category_peak,
     compute_category_timeline,
     compute_largest_allocations,
@@ -18,7 +18,7 @@ from app.analysis.snapshot import (
     compute_snapshot_timeline,
     snapshot_devices,
 )
-from app.analysis.timeline import compute_ops_at
+from app.analysis.trace.timeline import compute_ops_at
 from app.charts.memory import make_category_figure, make_memory_timeline_figure
 from app.data.runs import format_bytes
 from app.errors import TorchscopeError

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.curves import XAxis, list_curve_keys
+from app.analysis.curves.smoothing import XAxis, list_curve_keys
 from app.charts.curves import make_curve_figure, make_rank_band_figure
 from app.data.final_value import final_of_table
 from app.ui.deep_cache import cached_curve, cached_rank_band

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.analysis.modules import has_module_ranges
-from app.analysis.run_summary import compute_annotations_view, compute_ops_view
+from app.analysis.trace.modules import has_module_ranges
+from app.analysis.run.summary import compute_annotations_view, compute_ops_view
 from app.charts.operators import make_top_modules_figure, make_top_ops_figure
 from app.ui.tabs import RunContext
 from app.ui.trace_view import (

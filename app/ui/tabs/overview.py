@@ -7,8 +7,8 @@ import importlib.util
 import pandas as pd
 import streamlit as st
 
-from app.analysis.peak_memory import peak_description, peak_quantity
-from app.analysis.run_summary import (
+from app.analysis.memory.peak import peak_description, peak_quantity
+from app.analysis.run.summary import (
     StepTimeStats,
     compute_peak_memory,
     compute_rank_rows,
@@ -33,7 +33,7 @@ TITLE = "Overview"
 
 def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
     """The profiled steps of the run's traces, only when the run has traces (no info message)."""
-    if not ctx.run.trace_files or importlib.util.find_spec("app.analysis.trace_summary") is None:
+    if not ctx.run.trace_files or importlib.util.find_spec("app.analysis.trace.summary") is None:
         return None
     return cached_trace_analysis(ctx.run_dir).steps
 

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.analysis.timeline import Timeline, combine_timelines, compute_timeline
+from app.analysis.trace.timeline import Timeline, combine_timelines, compute_timeline
 from app.charts.timeline import make_timeline_figure
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import cached_step_windows

@@ -245,7 +245,7 @@ def test_optimizer_not_resolved_when_its_share_grew():
 
 
 def test_compare_rows_list_the_worse_group():
-    from app.analysis.compare_advice import findings_diff_rows
+    from app.analysis.compare.advice import findings_diff_rows
 
     base = advise(_ev([1.5, 1.3, 1.15, 1.08, 1.05, 1.07, 1.13, 1.2, 1.28, 1.36]), rules=["overfitting"])
     cand = advise(_ev([1.95, 1.9, 1.85, 1.8, 1.75, 1.72, 1.7, 1.68, 1.66, 1.64]), rules=["overfitting"])

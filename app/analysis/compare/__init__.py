@@ -1,0 +1,1 @@
+"""app.analysis.compare.comparison: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""app.analysis.curves.smoothing: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""app.analysis.memory.events: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""app.analysis.model: see docs/architecture.md."""

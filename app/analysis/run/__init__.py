@@ -1,0 +1,1 @@
+"""app.analysis.run: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""app.analysis.stats.ratio: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""app.analysis.trace: see docs/architecture.md."""

@@ -1,0 +1,99 @@
+"""Distributed view: per-rank steps, communication kernels, overlap, slowest rank (analysis layer).
+
+- ``compute_communication_table``: per rank and collective kernel name (``nccl*``/``rccl*`` or
+  launched by a collective op), calls and time;
+- ``compute_overlap``: per (rank, step), as torch-tb-profiler's distributed view: ``computation_us``
+  (kernel time, union), ``communication_us`` (collective kernels, union), ``overlap_us`` (both at
+  once) and ``other_us`` = step − computation − communication + overlap;
+- ``compute_rank_skew``: per step number, the slowest and fastest rank and the spread.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from app.analysis.trace.breakdown import event_spans, communication_kernel_mask, covered_us, is_kernel, merge_intervals
+
+__all__ = ["compute_communication_table", "compute_overlap", "compute_rank_skew"]
+
+
+def _items(traces: Any) -> list[Any]:
+    return list(traces) if isinstance(traces, (list, tuple)) else [traces]
+
+
+def compute_communication_table(traces: Any) -> pd.DataFrame:
+    """``rank``, ``name``, ``calls``, ``total_us``, ``mean_us`` of collective kernels, longest first."""
+    frames = []
+    for t in _items(traces):
+        ev = t.events
+        sel = ev.loc[communication_kernel_mask(ev), ["name", "dur_us"]]
+        frames.append(sel.assign(rank=t.rank, name=sel["name"].astype(str)))
+    cols = ["rank", "name", "calls", "total_us", "mean_us"]
+    ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if ev.empty:
+        return pd.DataFrame(columns=cols)
+    g = ev.groupby(["rank", "name"], sort=False)["dur_us"].agg(calls="size", total_us="sum").reset_index()
+    g["mean_us"] = g["total_us"] / g["calls"]
+    return g[cols].sort_values("total_us", ascending=False, ignore_index=True)
+
+
+def compute_overlap(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (rank, step): computation, communication, their overlap, and the rest (µs)."""
+    from app.analysis.trace.steps import compute_steps
+
+    rows = []
+    for t in _items(traces):
+        st = compute_steps(t) if steps is None else steps[steps["rank"] == t.rank]
+        if st.empty:
+            continue
+        ev = t.events
+        comm = communication_kernel_mask(ev)
+        comp = is_kernel(ev) & ~comm
+        cs, ce = merge_intervals(*event_spans(ev, comp))
+        ms, me = merge_intervals(*event_spans(ev, comm))
+        both_s, both_e = _intersect(cs, ce, ms, me)
+        lo, hi = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)
+        comp_us, comm_us = covered_us(cs, ce, lo, hi), covered_us(ms, me, lo, hi)
+        over = covered_us(both_s, both_e, lo, hi)
+        for step, d, a, b, o in zip(st["step"], hi - lo, comp_us, comm_us, over):
+            rows.append({"rank": t.rank, "step": int(step), "duration_us": float(d), "computation_us": float(a),
+                         "communication_us": float(b), "overlap_us": float(o), "other_us": float(d - a - b + o)})
+    return pd.DataFrame(rows, columns=["rank", "step", "duration_us", "computation_us", "communication_us",
+                                       "overlap_us", "other_us"])
+
+
+def _intersect(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
+    """Intersection of two disjoint sorted interval lists (two-pointer merge)."""
+    import numpy as np
+
+    out_s, out_e = [], []
+    i = j = 0
+    while i < len(a_s) and j < len(b_s):
+        lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
+        if lo < hi:
+            out_s.append(lo)
+            out_e.append(hi)
+        if a_e[i] < b_e[j]:
+            i += 1
+        else:
+            j += 1
+    return np.asarray(out_s, float), np.asarray(out_e, float)
+
+
+def compute_rank_skew(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step number present on several ranks: slowest/fastest rank, their durations, spread."""
+    cols = ["step", "ranks", "slowest_rank", "slowest_us", "fastest_rank", "fastest_us", "spread_us"]
+    if steps.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for step, g in steps.groupby("step", sort=True):
+        if g["rank"].nunique() < 2:
+            continue
+        slow = g.loc[g["duration_us"].idxmax()]
+        fast = g.loc[g["duration_us"].idxmin()]
+        rows.append({"step": int(step), "ranks": int(g["rank"].nunique()), "slowest_rank": int(slow["rank"]),
+                     "slowest_us": float(slow["duration_us"]), "fastest_rank": int(fast["rank"]),
+                     "fastest_us": float(fast["duration_us"]),
+                     "spread_us": float(slow["duration_us"] - fast["duration_us"])})
+    return pd.DataFrame(rows, columns=cols)

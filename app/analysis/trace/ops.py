@@ -1,0 +1,314 @@
+"""Operator table: calls, self and total host time, device time per op (analysis layer, pure).
+
+Definitions (the same as ``torch.profiler``'s ``key_averages()``):
+
+- the host events of one thread form a tree by interval containment (sorted by start, longest
+  first); ``total_us`` is an event's duration, ``self_us`` its duration minus its direct
+  children's (runtime calls such as ``cudaLaunchKernel`` are children too, as in torch);
+- ``device_self_us`` is the time of the kernels, memcpys and memsets (linked by correlation id)
+  launched by the op's runtime calls: those carrying the op's External id, as torch and
+  torch-tb-profiler link them, else (older traces) those directly inside the op;
+- ``share`` is ``self_us`` over the summed duration of the trace's steps;
+- when the trace has ``ProfilerStep#N`` steps, host events are cut to the profiled window (first
+  step's start to last step's end): only the time inside counts and events wholly outside are
+  not rows. The profiler stops inside the last step's enclosing ranges (a training loop steps it
+  from ``optimizer.step``), so an uncut ``Optimizer.step#…`` range counted the profiler's stop
+  and trace export (781 ms on the baseline sample). ``key_averages()`` has no such cut; it agrees
+  on every event inside the steps;
+- ``module`` (``group_by="module"``) is the innermost ``nn.Module`` the op ran in, forward or
+  backward (app/analysis/trace/op_modules.py), "" outside every module.
+``ProfilerStep#N`` spans, ``nn.Module: …`` ranges and the other ``record_function`` ranges (cat
+``user_annotation``: ``## forward ##``, ``Optimizer.step#…``, ``enumerate(DataLoader)#…``,
+``DistributedDataParallel.forward``) are tree nodes (they are parents) but not rows of the table,
+whatever the grouping: their children's self times do not change. torch-tb-profiler's operator
+view leaves them out too (``tb_plugin/torch_tb_profiler/profiler/node.py``, ``is_operator_node``:
+only ``cpu_op`` nodes, minus ``Optimizer.…``, DataLoader ``__next__`` and ``DataParallel.forward``
+names, which older torch recorded as ``cpu_op`` and which are left out here too; ``op_agg.py``
+aggregates those nodes). A range's "self time" is only what its children do not cover, and a
+range whose work runs on another thread (``## backward ##`` on the main thread, autograd on its own) is
+waiting, which made the table's shares sum past 100% of the steps on GPU traces. Collectives
+recorded as annotations (``nccl:*``, ``gloo:*``, ``mpi:*``, ``ucc:*``: c10d's process groups
+name their profiler ranges so) stay rows: their time is the collective's launch.
+``compute_annotation_table`` gives the ranges, with the same columns.
+
+``torch.profiler``'s ``key_averages()`` lists user annotations as rows; this table equals it
+without them (its entries with ``is_user_annotation``, and ``ProfilerStep#N``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.analysis.trace.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name_mask, cat_in,
+                                    is_device_activity, is_runtime)
+from app.analysis.trace.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modules
+
+__all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "COMM_ANNOTATION_PREFIXES", "compute_op_table",
+           "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes", "op_tree",
+           "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us", "profiled_window"]
+
+OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
+HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
+GROUPINGS = (None, "shape", "module")
+# Names c10d's process groups give the profiler ranges of their collectives (ProcessGroupNCCL,
+# ProcessGroupGloo, ProcessGroupMPI, ProcessGroupUCC: "<backend>:<collective>"); a superset of
+# breakdown.COMM_OP_NAMES, tb-profiler's list, which misses e.g. nccl:_all_gather_base or nccl:send.
+COMM_ANNOTATION_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:")
+# tb-profiler's ExcludeOpName (node.py)
+_EXCLUDED_OP_NAMES = frozenset({"DataParallel.forward", "DistributedDataParallel.forward"})
+_GROUP_KEY = {"shape": "input_shapes", "module": "module"}
+
+
+def _codes(col: pd.Series) -> np.ndarray:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64)
+    return pd.factorize(col)[0].astype(np.int64)
+
+
+def op_tree(host: pd.DataFrame) -> np.ndarray:
+    """Parent row position (or -1) of each host event, per (pid, tid), by interval containment.
+
+    ``host`` must be sorted by (ts_us ascending, dur_us descending) as load_trace leaves it.
+    """
+    n = len(host)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    thread = _codes(host["pid"]) * (int(_codes(host["tid"]).max()) + 2) + _codes(host["tid"])
+    starts = host["ts_us"].to_numpy(float)
+    ends = starts + host["dur_us"].to_numpy(float)
+    order = np.argsort(thread, kind="stable")  # group threads, keep time order inside
+    bounds = np.flatnonzero(np.r_[True, thread[order][1:] != thread[order][:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rows = order[lo:hi]
+        local = _nested_parents(starts[rows], ends[rows])
+        if local is None:  # not properly nested (overlapping siblings): walk a stack instead
+            local = _stack_parents(starts[rows], ends[rows])
+        ok = local >= 0
+        parent[rows[ok]] = rows[local[ok]]
+    return parent
+
+
+def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
+    """Vectorised parents for properly nested intervals sorted by (start, -duration).
+
+    The depth of event i is the number of earlier events still open at its start; its parent is
+    the last earlier event one level up. Returns None when some child sticks out of its parent.
+    """
+    n = len(s)
+    pos = np.arange(n)
+    closed = np.searchsorted(np.sort(e), s, side="right")  # events with end <= s_i (any position)
+    # ... minus zero-length events at the same start placed at or after i (they sort last)
+    zero = (e == s).astype(np.int64)
+    group = np.r_[0, np.cumsum(s[1:] != s[:-1])]
+    last_in_group = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1][group]
+    cz = np.cumsum(zero)
+    closed_before = closed - (cz[last_in_group] - cz + zero)
+    depth = pos - closed_before
+    if (depth < 0).any():
+        return None
+    key = depth * (n + 1) + pos
+    sorted_idx = np.argsort(key, kind="stable")
+    sorted_key = key[sorted_idx]
+    want = (depth - 1) * (n + 1) + pos
+    j = np.searchsorted(sorted_key, want) - 1
+    cand = sorted_idx[np.clip(j, 0, None)]
+    has = (depth > 0) & (j >= 0) & (depth[cand] == depth - 1)
+    if (has != (depth > 0)).any():
+        return None
+    par = np.where(has, cand, -1)
+    p = par[has]
+    if (s[p] > s[has]).any() or (e[has] > e[p] + 1e-6).any():
+        return None
+    return par
+
+
+def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    par = np.full(len(s), -1, dtype=np.int64)
+    st, en = s.tolist(), e.tolist()
+    stack: list[int] = []
+    for k in range(len(st)):
+        while stack and en[stack[-1]] <= st[k]:
+            stack.pop()
+        if stack:
+            par[k] = stack[-1]
+        stack.append(k)
+    return par
+
+
+def compute_op_events(events: pd.DataFrame, *, modules: bool = True) -> pd.DataFrame:
+    """Host events with ``parent`` (row position), ``self_us`` and ``device_self_us`` columns, and
+    (``modules=True``) ``module``, ``module_path`` and ``phase`` (app/analysis/trace/op_modules.py)."""
+    return compute_op_events_with_scopes(events, modules=modules)[0]
+
+
+def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True,
+                                  window: tuple[float, float] | None = None
+                                  ) -> tuple[pd.DataFrame, ModuleScopes | None]:
+    """compute_op_events and the ModuleScopes it used (None with ``modules=False``).
+
+    With ``window`` (``profiled_window``: the span of the ProfilerStep#N steps) host events are
+    cut to it: ``dur_us`` and ``self_us`` count only the time inside, and the ``inside`` column
+    says which events overlap it at all. The profiler stops inside the last step's enclosing
+    ranges (the agent's step hook runs inside ``Optimizer.step#…``): without the cut such a range
+    counts the profiler's stop and export as its own time."""
+    cols = ["name", "cat", "ts_us", "dur_us", "pid", "tid", "correlation", "external_id", "input_shapes"]
+    mask = cat_in(events, HOST_CATS)
+    host = events.loc[mask, cols].reset_index(drop=True)
+    parent = op_tree(host)
+    dur = host["dur_us"].to_numpy(float)
+    if window is not None:
+        lo, hi = window
+        start = host["ts_us"].to_numpy(float)
+        end = start + dur
+        inside = ((start < hi) & (end > lo)) | ((dur == 0) & (start >= lo) & (start <= hi))
+        # a clipped child stays inside its clipped parent, so self = clipped − clipped children
+        dur = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+        host = host.assign(dur_us=dur, inside=inside)
+    has_parent = parent >= 0
+    child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(host))
+    self_us = np.clip(dur - child_sum, 0, None)
+    device = np.zeros(len(host))
+    dmask = is_device_activity(events) & events["correlation"].notna().to_numpy()
+    rt_mask = is_runtime(host) & host["correlation"].notna().to_numpy()
+    if dmask.any() and rt_mask.any():
+        dev_by_corr = pd.Series(events["dur_us"].to_numpy(float)[dmask]).groupby(
+            events["correlation"].to_numpy(dtype=np.int64, na_value=-1)[dmask]).sum()
+        rt_pos = np.nonzero(rt_mask)[0]
+        rt_corr = host["correlation"].to_numpy(dtype=np.int64, na_value=-1)[rt_mask]
+        rt_dev = dev_by_corr.reindex(rt_corr).fillna(0.0).to_numpy(float)
+        owner = _launching_ops(host, rt_pos, parent)
+        ok = owner >= 0
+        device += np.bincount(owner[ok], weights=rt_dev[ok], minlength=len(host))
+    host = host.assign(parent=parent, self_us=self_us, device_self_us=device)
+    if not modules:
+        return host, None
+    scopes = attribute_modules(events, np.flatnonzero(mask))
+    return host.assign(module=scopes.module, module_path=scopes.module_path, phase=scopes.phase), scopes
+
+
+def _range_name(n: str) -> bool:
+    """torch-tb-profiler's ``is_operator_node`` name exclusions (ranges older torch recorded as ``cpu_op``)."""
+    return (n.startswith("Optimizer.") or n in _EXCLUDED_OP_NAMES
+            or (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__")))
+
+
+def is_user_annotation(ev: pd.DataFrame) -> np.ndarray:
+    """Events that are ``record_function`` ranges (cat ``user_annotation``/``gpu_user_annotation``,
+    or named as tb-profiler's ``is_operator_node`` excludes: ``Optimizer.…``, DataLoader
+    ``__next__``, ``(Distributed)DataParallel.forward``) other than collectives (names starting
+    with COMM_ANNOTATION_PREFIXES)."""
+    ranges = cat_in(ev, ANNOTATION_CATS) | name_mask(ev, _range_name)
+    return ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES))
+
+
+def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
+    return name_mask(ev, lambda n: n.startswith(("ProfilerStep#", MODULE_PREFIX)))
+
+
+def is_op_row(ev: pd.DataFrame) -> np.ndarray:
+    """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges,
+    not user annotations (collectives excepted: see the module docstring)."""
+    return ~(_step_or_module(ev) | is_user_annotation(ev))
+
+
+def is_annotation_row(ev: pd.DataFrame) -> np.ndarray:
+    """Host events that are rows of the annotation table: user annotations other than
+    ``ProfilerStep#N`` spans and module ranges."""
+    return is_user_annotation(ev) & ~_step_or_module(ev)
+
+
+def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """The op each runtime call belongs to: the host op with the call's External id when that op's
+    span contains the call (how torch and tb-profiler link them; it also reaches past user
+    annotations nested inside the op), else the innermost enclosing event (older traces, whose
+    runtime External ids are correlation ids)."""
+    ext = host["external_id"].to_numpy(dtype=np.int64, na_value=-1)
+    starts = host["ts_us"].to_numpy(float)
+    ends = starts + host["dur_us"].to_numpy(float)
+    is_op = ~is_runtime(host) & (ext >= 0)
+    by_ext = pd.Series(np.nonzero(is_op)[0], index=ext[is_op])
+    by_ext = by_ext[~by_ext.index.duplicated()]
+    cand = by_ext.reindex(ext[rt_pos]).to_numpy(dtype=float, na_value=np.nan)
+    found = ~np.isnan(cand)
+    c = np.where(found, cand, 0).astype(np.int64)
+    t = starts[rt_pos]
+    found &= (starts[c] <= t) & (t <= ends[c])
+    return np.where(found, c, parent[rt_pos])
+
+
+def step_total_us(trace: Any) -> float:
+    """Summed duration (µs) of the trace's steps (0 without steps)."""
+    return _steps_and_window(trace)[0]
+
+
+def profiled_window(trace: Any) -> tuple[float, float] | None:
+    """(first step's host start, last step's host end) when the trace has ``ProfilerStep#N``
+    steps, else None (optimizer-step or whole-trace steps are no profiling window)."""
+    return _steps_and_window(trace)[1]
+
+
+def _steps_and_window(trace: Any) -> tuple[float, tuple[float, float] | None]:
+    from app.analysis.trace.steps import find_steps
+
+    spans = find_steps(trace.events)
+    if not len(spans.start):
+        return 0.0, None
+    total = float(np.sum(spans.end - spans.start))
+    if spans.source != "profiler_step":
+        return total, None
+    return total, (float(np.min(spans.host_start)), float(np.max(spans.host_end)))
+
+
+def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
+    """Return one row per op name, or per (name, input_shapes) with ``group_by="shape"``, or per
+    (name, module) with ``group_by="module"`` (module "" for ops outside every module).
+
+    Columns OP_COLUMNS (+ ``input_shapes`` / ``module``), sorted by ``self_us`` descending;
+    several traces (ranks) are summed. User annotations are not rows (module docstring).
+    Raises ValueError for another ``group_by``.
+    """
+    if group_by not in GROUPINGS:
+        raise ValueError(f"group_by must be one of None, 'shape', 'module', got {group_by!r}")
+    return _aggregate(traces, is_op_row, group_by, steps_us)
+
+
+def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> pd.DataFrame:
+    """The ``record_function`` ranges the op table leaves out (is_annotation_row), one row per
+    name with the op table's columns: ``total_us`` is the ranges' wall time, ``self_us`` what their
+    children on the same thread do not cover, ``device_self_us`` the kernels launched directly
+    in them, ``share`` = ``self_us`` / steps (without steps: / the ranges' summed self time).
+    Sorted by ``self_us`` descending."""
+    return _aggregate(traces, is_annotation_row, None, steps_us)
+
+
+def _aggregate(traces: Any, rows: Any, group_by: str | None, steps_us: float | None) -> pd.DataFrame:
+    items = traces if isinstance(traces, (list, tuple)) else [traces]
+    frames, total_steps = [], 0.0
+    for t in items:
+        total, window = _steps_and_window(t)
+        ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
+        keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)
+        frames.append(ev[keep])
+        total_steps += total if steps_us is None else 0.0
+    if steps_us is not None:
+        total_steps = steps_us
+    extra = [_GROUP_KEY[group_by]] if group_by else []
+    keys, cols = ["name"] + extra, OP_COLUMNS + extra
+    if not frames or not sum(len(f) for f in frames):
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", *extra) else float)
+                             for c in cols})
+    ev = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Group on the categorical codes (cheap); only the grouped rows are turned into plain strings.
+    g = ev.groupby(keys, sort=False, observed=True).agg(
+        calls=("dur_us", "size"), self_us=("self_us", "sum"), total_us=("dur_us", "sum"),
+        device_self_us=("device_self_us", "sum"), category=("cat", "first")).reset_index()
+    for k in keys + ["category"]:
+        g[k] = g[k].astype(str)
+    g["mean_us"] = g["total_us"] / g["calls"]
+    denom = total_steps if total_steps > 0 else float(g["self_us"].sum()) or 1.0
+    g["share"] = g["self_us"] / denom
+    g["calls"] = g["calls"].astype(int)
+    return g[cols].sort_values(["self_us", "name"], ascending=[False, True], ignore_index=True)

@@ -1,0 +1,1 @@
+"""app.presentation: see docs/architecture.md."""

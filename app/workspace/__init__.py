@@ -1,0 +1,1 @@
+"""app.workspace: see docs/architecture.md."""
