@@ -28,7 +28,13 @@ samples: setup
 demo: samples
 	$(BIN)/torchscope ui --root $(RUNS) --port $(PORT)
 
-test: setup
+# Lint and types first, so that CI fails on them before the long test run (mypy keeps a cache in
+# .mypy_cache: a warm run takes seconds).
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup check
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 # Benchmarks against peers (HTA, orjson, torch-tb-profiler, tsdownsample), installed here only.
@@ -47,4 +53,4 @@ bench: setup
 	$(BIN)/python -m benchmarks.page_render --root $(RUNS) --runs 1000
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-output
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-output
