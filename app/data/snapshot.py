@@ -90,11 +90,11 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
             AttributeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
         raise CorruptFileError(f"{p}: not a readable snapshot pickle ({type(e).__name__}: {e})") from None
-    _check_shape(p, data)
-    return data
+    return _check_shape(p, data)
 
 
-def _check_shape(path: Path, data: Any) -> None:
+def _check_shape(path: Path, data: Any) -> dict[str, Any]:
+    """Return ``data`` (unpickled: of any type) once it has the shape of an allocator snapshot."""
     if not isinstance(data, dict):
         raise CorruptFileError(f"{path}: expected a snapshot dict with 'segments', got {type(data).__name__}")
     if not isinstance(data.get("segments"), list):
@@ -102,6 +102,7 @@ def _check_shape(path: Path, data: Any) -> None:
     traces = data.get("device_traces", [])
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise CorruptFileError(f"{path}: field 'device_traces' must be a list of lists of trace entries")
+    return data
 
 
 def _decode_json(raw: bytes, path: Path | str) -> Any:

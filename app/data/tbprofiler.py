@@ -102,7 +102,7 @@ class TraceMeta:
 def _read_head(path: Path) -> bytes:
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:  # type: ignore[operator]
+        with opener(path, "rb") as f:
             return f.read(_HEAD_BYTES)
     except (OSError, EOFError, zlib.error):
         return b""
@@ -173,7 +173,8 @@ def read_trace_meta(path: str | os.PathLike[str]) -> TraceMeta:
         meta = json.loads(prefix + "}") if prefix.lstrip().startswith("{") else {}
     except json.JSONDecodeError:
         return TraceMeta()
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    raw_dist = meta.get("distributedInfo")
+    dist: dict[str, Any] = raw_dist if isinstance(raw_dist, dict) else {}
     devices = tuple(
         {
             "type": "cuda",

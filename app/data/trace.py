@@ -75,7 +75,7 @@ class TraceTables:
                 df = self._tables[name]
                 if df is None:
                     df = self._tables[name] = self._loader(name)
-        return df  # type: ignore[return-value]
+        return df
 
     @property
     def events(self) -> pd.DataFrame:

@@ -6,6 +6,7 @@ and kernel names millions of times.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -127,13 +128,13 @@ def _text(raws: Any, squeeze: bool) -> pa.Array:
     return pa.DictionaryArray.from_arrays(indices, pa.array(list(memo), pa.string()))
 
 
-def _first(a: tuple[Any, ...], b: tuple[Any, ...], empty: Any = None) -> Any:
+def _first(a: Sequence[Any], b: Sequence[Any], empty: Any = None) -> Any:
     if b.count(empty) == len(b):
         return a
     return [x if x is not empty else y for x, y in zip(a, b)]
 
 
-def _ints(values: tuple[Any, ...]) -> Any:
+def _ints(values: Sequence[Any]) -> Any:
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):

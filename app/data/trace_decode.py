@@ -70,7 +70,6 @@ UNTYPED = msgspec.json.Decoder()
 class Undecodable(Exception):
     """The bytes are not a JSON array of events (a cut in the wrong place, or corruption)."""
 
-    pass
 
 
 class NotEvents(Undecodable):

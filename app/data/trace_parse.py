@@ -25,8 +25,15 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from app.data.trace_columns import (COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA, MEMORY_SCHEMA, THREAD_SCHEMA,
-                                    columns_from_events, counters_table)
+from app.data.trace_columns import (
+    COUNTER_SCHEMA,
+    EVENT_SCHEMA,
+    FLOW_SCHEMA,
+    MEMORY_SCHEMA,
+    THREAD_SCHEMA,
+    columns_from_events,
+    counters_table,
+)
 from app.data.trace_decode import KINETO_FIELDS, UNTYPED, NotEvents, Undecodable, counters_from, decode_array
 from app.errors import TraceError
 

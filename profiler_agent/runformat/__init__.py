@@ -28,7 +28,15 @@ from .reader import (
     read_jsonl,
     read_manifest,
 )
-from .schema import SCHEMA_VERSION, Artifact, ArtifactKind, Manifest, RunStatus, manifest_from_dict, manifest_to_dict
+from .schema import (
+    SCHEMA_VERSION,
+    Artifact,
+    ArtifactKind,
+    Manifest,
+    RunStatus,
+    manifest_from_dict,
+    manifest_to_dict,
+)
 from .writer import (
     JsonlWriter,
     add_artifact,

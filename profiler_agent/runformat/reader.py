@@ -92,8 +92,7 @@ class JsonlRead:
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
     """Yield (line number, raw line) of a file, 1-based, without the newline."""
     with open(path, "rb") as f:
-        for i, line in enumerate(f, start=1):
-            yield i, line
+        yield from enumerate(f, start=1)
 
 
 def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True) -> JsonlRead:

@@ -166,8 +166,11 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     for a in d.get("artifacts") or ():
         if not isinstance(a, Mapping) or "path" not in a:
             continue  # tolerant: skip malformed artifact entries rather than refuse the run
+        raw_kind = a.get("kind")
+        if not isinstance(raw_kind, str):
+            continue
         try:
-            kind = ArtifactKind(a.get("kind"))
+            kind = ArtifactKind(raw_kind)
         except ValueError:
             continue
         artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=a.get("rank"), bytes=a.get("bytes")))

@@ -110,7 +110,7 @@ def test_archive_and_delete(make_run):
 
 
 def test_run_ranks_and_formatting(fixture_store):
-    root, runs = fixture_store
+    _root, runs = fixture_store
     assert runs_data.run_ranks(runs_data.load_run(runs["ddp"])) == [0, 1]
     assert runs_data.run_ranks(runs_data.load_run(runs["baseline"])) == [0]
     assert runs_data.format_bytes(1536) == "1.5 KiB"

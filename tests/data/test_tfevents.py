@@ -104,7 +104,7 @@ def test_unreadable_event_files(tmp_path: Path, content: bytes, reason: str) -> 
 
 def test_empty_folder_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
-    with pytest.raises(UsageError, match="no trace files found .*; and no TensorBoard event files"):
+    with pytest.raises(UsageError, match=r"no trace files found .*; and no TensorBoard event files"):
         plan_log_import(tmp_path / "logs")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -34,7 +35,7 @@ def _shared_files() -> list[Path]:
 @needs_shared
 @pytest.mark.parametrize("path", _shared_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shared_trace_ingests_without_warnings(path: Path) -> None:
-    raw = orjson.loads(gzip.open(path).read())
+    raw = orjson.loads(gzip.decompress(path.read_bytes()))
     t = load_trace(path)
     assert t.warnings == []
     assert t.n_events == len(raw["traceEvents"])
@@ -76,7 +77,7 @@ def test_cache_is_used_and_rebuilt_when_the_file_changes(tmp_path: Path, _cache:
     assert second.from_cache
     assert second.events.equals(first.events) and second.memory.equals(first.memory)
     assert second.meta == first.meta and second.n_events == first.n_events
-    doc = json.loads(gzip.open(f).read())
+    doc = json.loads(gzip.decompress(f.read_bytes()))
     doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) // 2]
     f.write_bytes(gzip.compress(json.dumps(doc).encode()))
     os.utime(f, (1, 1))
@@ -126,7 +127,7 @@ def test_progress_reaches_total(tmp_path: Path) -> None:
     seen: list[tuple[int, int]] = []
     load_trace(TINY, progress=lambda d, t: seen.append((d, t)), use_cache=False)
     assert seen and seen[-1][0] == seen[-1][1] == TINY.stat().st_size
-    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
 
 
 def test_flows_counters_and_thread_names_are_kept(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def test_corrupt_manifests_name_the_file_and_problem(tmp_path: Path, content: by
 
 
 def test_effective_status_crashed_only_when_stale_and_dead(tmp_path: Path) -> None:
-    run_dir, m = rf.create_run(tmp_path, "live")
+    _run_dir, m = rf.create_run(tmp_path, "live")
     now = time.time()
     assert rf.effective_status(m, now=now) is rf.RunStatus.RUNNING
     stale = now + rf.HEARTBEAT_STALE_S + 1
