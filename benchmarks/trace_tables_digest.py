@@ -18,11 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from app.data.trace import load_trace  # noqa: E402
-
-TABLES = ("events", "memory", "flows", "counters", "threads")
+from app.data.trace import load_trace
+from app.data.trace_columns import TABLES
 
 
 def frame_digest(df: pd.DataFrame) -> str:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.data import trace_cache
+from app.data.trace_columns import TABLES
 from app.data.trace_files import find_trace_run_folders, scan_trace_folder
 from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
@@ -36,9 +37,6 @@ Progress = Callable[[int, int], None]
 # Names like "rank-34.Jul_15...", "rank_3", "rank3", "host.rank7", "sampled_rank-1.json.gz".
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
-
-
-_TABLES = ("events", "memory", "flows", "counters", "threads")
 
 
 class TraceTables:
@@ -98,7 +96,7 @@ class TraceTables:
         return self._table("threads")
 
     def __getstate__(self) -> dict[str, Any]:  # pickling (e.g. a cache) takes every table along
-        for name in _TABLES:
+        for name in TABLES:
             self._table(name)
         state = dict(self.__dict__)
         state["_loader"] = None

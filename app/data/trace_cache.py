@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from app.data.trace_columns import TABLES
 from profiler_agent.runformat import layout
 
 __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "CachedTrace", "cache_entry_dir", "read_cached",
@@ -27,7 +28,6 @@ __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "CachedTrace", "cac
 # Bump when the parser, the kept fields or the table schemas change.
 CACHE_VERSION = 7  # 7: bad input read element by element (entries made by 6 may hold fewer events)
 CACHE_ENV = "TORCHSCOPE_CACHE"
-TABLES = ("events", "memory", "flows", "counters", "threads")
 SUFFIX = ".arrow"  # Arrow IPC file format (Feather v2), lz4-compressed buffers
 _META = "meta.json"
 _SUB = "traces"

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 
 from app.data.trace_decode import EMPTY_RAW
 
-__all__ = ["EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA", "THREAD_SCHEMA",
-           "columns_from_events", "empty_table"]
+__all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
+           "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -37,6 +37,12 @@ FLOW_SCHEMA = pa.schema([
 ])
 COUNTER_SCHEMA = pa.schema([("name", _DICT), ("ts_us", pa.float64()), ("pid", _DICT), ("value", pa.float64())])
 THREAD_SCHEMA = pa.schema([("pid", _DICT), ("tid", _DICT), ("kind", _DICT), ("name", pa.string())])
+# The tables of one trace, by name: the parser's output, the cache's files, TraceTables' attributes.
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "counters": COUNTER_SCHEMA,
+    "threads": THREAD_SCHEMA,
+}
+TABLES = tuple(TABLE_SCHEMAS)
 
 # Columns are taken from the structs a group at a time: one C-level getter call per event gives a
 # tuple of the group's fields and Arrow converts the tuples as one struct array (measured ≈ 30 %

@@ -75,7 +75,7 @@ class Undecodable(Exception):
 class NotEvents(Undecodable):
     """The bytes are a JSON array, but some of its elements are not objects (e.g. ``5``, ``null``).
 
-    The parser then reads that piece element by element (``trace_parse._scan``), which skips those
+    The parser then reads that piece element by element (``trace_scan.scan``), which skips those
     elements and says at which byte each was."""
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from app.data import trace, trace_cache, trace_parse
+from app.data import trace, trace_cache, trace_envelope, trace_parse
 from app.data.trace import load_trace, system_memory_pool
 from app.errors import TraceError
 
@@ -123,7 +123,7 @@ def test_cut_writes_the_closing_bracket_in_place_and_puts_the_byte_back() -> Non
 def test_tail_check_without_copy_agrees_with_the_full_check(tail: bytes, is_object: bool) -> None:
     buf = bytearray(b'[{"ph": "X"}]' + tail)
     pos = len(buf) - len(tail)
-    assert trace_parse._tail_meta_at(buf, pos, is_object) == trace_parse._tail_meta(tail, is_object)
+    assert trace_envelope.tail_meta_at(buf, pos, is_object) == trace_envelope.tail_meta(tail, is_object)
 
 
 def test_a_damaged_cache_file_is_read_again_from_the_trace(tmp_path: Path) -> None:
