@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from app.data import store_rows, tbprofiler
+from app.data.trace_files import rank_from_name
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -378,14 +378,10 @@ def run_ranks(run: RunData) -> list[int]:
             ranks.add(artifact.rank)
     for path in run.trace_files:
         match = layout.TRACE_FILE_RE.match(path.name)
-        found = _RANK_IN_NAME.search(match.group("worker")) if match else None
-        if found:
-            ranks.add(int(found.group(1)))
+        found = rank_from_name(match.group("worker")) if match else None
+        if found is not None:
+            ranks.add(found)
     return sorted(ranks)
-
-
-# Worker names like "rank0", "rank-3", "host_1234.rank_7" (the agent's and torchrun users' habit).
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def format_bytes(n: float | int | None) -> str:

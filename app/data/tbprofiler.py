@@ -8,26 +8,22 @@ read-only mirror that ``torchscope ui --root <tb log folder>`` builds under the 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
-import re
 import shutil
 import time
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.data import trace_files
 from app.data.trace_files import Skipped
+from app.data.trace_head import read_trace_meta, read_trace_start
 from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
 __all__ = [
-    "TraceMeta",
     "ImportGroup",
     "ImportPlan",
     "Skipped",
@@ -36,8 +32,6 @@ __all__ = [
     "explain_store_problems",
     "plan_import",
     "import_plan",
-    "read_trace_meta",
-    "read_trace_start",
     "import_traces",
     "mirror_cache_dir",
     "mirror_tb_folder",
@@ -47,14 +41,6 @@ IMPORTED_TAG = "imported"
 # Bumped when an import derives a manifest differently, so that mirrors are rebuilt (2: started
 # from the trace's own clock instead of the file's mtime).
 _IMPORT_VERSION = 2
-# Bytes of (decompressed) text read to find the metadata Kineto writes before "traceEvents".
-_HEAD_BYTES = 1 << 18
-# Bytes of the end of a trace searched for the fields Kineto writes after "traceEvents".
-_TAIL_BYTES = 1 << 12
-_BASE_TIME_RE = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
-_TS_RE = re.compile(rb'"ts"\s*:\s*(\d+(?:\.\d*)?)')
-# Event timestamps read as epoch µs are believed between these dates (2015-01-01 .. 2100-01-01).
-_EPOCH_S_RANGE = (1_420_070_400.0, 4_102_444_800.0)
 
 
 def is_trace_file(path: Path) -> bool:
@@ -88,113 +74,6 @@ def explain_store_problems(problems: list[str], tb_runs: list[Path]) -> list[str
     return out
 
 
-@dataclass(frozen=True)
-class TraceMeta:
-    """What a trace says about where it was recorded (from the fields before ``traceEvents``)."""
-
-    rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    devices: tuple[dict[str, Any], ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _read_head(path: Path) -> bytes:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            return f.read(_HEAD_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return b""
-
-
-def _open_text_head(path: Path) -> str:
-    return _read_head(path).decode("utf-8", errors="replace")
-
-
-def _read_tail(path: Path) -> bytes:
-    """The last ``_TAIL_BYTES`` of the trace's text. A plain file is read from its end; a gzip
-    stream cannot be entered at its end, so it is decompressed in chunks keeping only the last
-    ones (constant memory, ~0.1 s per 30 MB of JSON)."""
-    try:
-        if not path.name.endswith(".gz"):
-            with open(path, "rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - _TAIL_BYTES))
-                return f.read()
-        tail = b""
-        with gzip.open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                tail = (tail + chunk)[-_TAIL_BYTES:]
-        return tail
-    except (OSError, EOFError, zlib.error):
-        return b""
-
-
-def read_trace_start(path: str | os.PathLike[str]) -> float | None:
-    """Return when the trace's profiling started, in epoch seconds, or None when the trace does
-    not say (the caller then falls back to the file's modification time).
-
-    Kineto (torch ≥ 2.3) writes ``ts`` in µs *relative to* ``baseTimeNanoseconds``, a top-level
-    field it writes after ``traceEvents``, at the end of the file; that base is the wall clock
-    floored to a 3-month boundary, so on its own it can be three months early. The start is
-    therefore base + the earliest ``ts`` found in the head of the file. Older traces have no base
-    and write ``ts`` as epoch µs: the earliest ``ts`` is used when it reads as a date between 2015
-    and 2100. Only the first 256 KiB of events are looked at, so the start is that of the
-    earliest event there (Kineto writes host events in time order, first).
-    """
-    p = Path(path)
-    head = _read_head(p)
-    cut = head.find(b'"traceEvents"')
-    if cut < 0:
-        return None
-    stamps = [float(m.group(1)) for m in _TS_RE.finditer(head, cut)]
-    stamps = [t for t in stamps if t > 0]
-    if not stamps:
-        return None
-    first_us = min(stamps)
-    base = _BASE_TIME_RE.search(head[:cut]) or _BASE_TIME_RE.search(_read_tail(p))
-    # A writer that sets a base but still writes epoch µs: the second reading is the plausible one.
-    candidates = ([int(base.group(1)) / 1e9 + first_us / 1e6] if base else []) + [first_us / 1e6]
-    return next((s for s in candidates if _EPOCH_S_RANGE[0] <= s <= _EPOCH_S_RANGE[1]), None)
-
-
-def read_trace_meta(path: str | os.PathLike[str]) -> TraceMeta:
-    """Read rank, world size and devices from the head of a trace, without parsing its events.
-
-    Returns an empty TraceMeta when the head cannot be parsed (the trace engine will still
-    report the trace's own problems when it is opened).
-    """
-    head = _open_text_head(Path(path))
-    cut = head.find('"traceEvents"')
-    if cut < 0:
-        return TraceMeta()
-    prefix = head[:cut].rstrip().rstrip(",")
-    try:
-        meta = json.loads(prefix + "}") if prefix.lstrip().startswith("{") else {}
-    except json.JSONDecodeError:
-        return TraceMeta()
-    raw_dist = meta.get("distributedInfo")
-    dist: dict[str, Any] = raw_dist if isinstance(raw_dist, dict) else {}
-    devices = tuple(
-        {
-            "type": "cuda",
-            "index": d.get("id"),
-            "name": d.get("name"),
-            "total_memory_bytes": d.get("totalGlobalMem"),
-        }
-        for d in meta.get("deviceProperties") or ()
-        if isinstance(d, dict)
-    )
-    rank = dist.get("rank")
-    ws = dist.get("world_size")
-    return TraceMeta(
-        rank=rank if isinstance(rank, int) else None,
-        world_size=ws if isinstance(ws, int) else None,
-        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
-        devices=devices,
-    )
-
-
 def _started(path: Path) -> float:
     """When the trace says its profiling started, else the file's modification time."""
     start = read_trace_start(path)
@@ -204,15 +83,16 @@ def _started(path: Path) -> float:
 def _target_name(src: Path, used: set[str], start_ns: int) -> str:
     """The name tensorboard_trace_handler would give the trace (``<worker>.<time_ns>``, time_ns
     = when the trace started), or its own name when it already has that form."""
-    if layout.TRACE_FILE_RE.match(src.name):
-        name = src.name
+    gz = src.name.endswith(".gz")
+    named = layout.TRACE_FILE_RE.match(src.name)
+    if named:
+        name, worker = src.name, named.group("worker")
     else:
         worker = src.name.removesuffix(".gz").removesuffix(".json").replace(".", "_") or "trace"
-        name = layout.trace_file_name(worker, start_ns, gzip=src.name.endswith(".gz"))
-    base, n = name, 1
+        name = layout.trace_file_name(worker, start_ns, gzip=gz)
+    n = 1
     while name in used:
-        worker = layout.TRACE_FILE_RE.match(base).group("worker")  # type: ignore[union-attr]
-        name = layout.trace_file_name(f"{worker}-{n}", time.time_ns(), gzip=base.endswith(".gz"))
+        name = layout.trace_file_name(f"{worker}-{n}", time.time_ns(), gzip=gz)
         n += 1
     used.add(name)
     return name
@@ -229,6 +109,27 @@ def _copy(src: Path, target: Path) -> None:
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+def _place_traces(run_dir: Path, files: list[Path], ranks: list[int | None], starts: list[float], *,
+                  link: bool) -> list[rf.Artifact]:
+    """Copy (or symlink) the trace files into the run's traces folder; return their artifacts."""
+    traces = run_dir / layout.TRACES_DIR
+    traces.mkdir()
+    used: set[str] = set()
+    artifacts = []
+    for src, rank, start in zip(files, ranks, starts):
+        target = traces / _target_name(src, used, round(start * 1e6) * 1000)  # float s: µs are exact
+        if link:
+            try:
+                target.symlink_to(src.resolve())
+            except OSError:
+                _copy(src, target)
+        else:
+            _copy(src, target)
+        artifacts.append(rf.Artifact(kind=rf.ArtifactKind.TRACE, path=f"{layout.TRACES_DIR}/{target.name}",
+                                     rank=rank, bytes=src.stat().st_size))
+    return artifacts
+
+
 def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: bool) -> Path:
     metas = [read_trace_meta(f) for f in files]
     devices: tuple[dict[str, Any], ...] = next((m.devices for m in metas if m.devices), ())
@@ -243,27 +144,7 @@ def _make_run(root: Path, name: str, source: Path, files: list[Path], *, link: b
         extra={"imported_from": str(source.resolve()), "source_signature": _signature(files),
                "import_version": _IMPORT_VERSION},
     )
-    traces = run_dir / layout.TRACES_DIR
-    traces.mkdir()
-    used: set[str] = set()
-    artifacts = []
-    for src, meta, start in zip(files, metas, starts):
-        target = traces / _target_name(src, used, round(start * 1e6) * 1000)  # float s: µs are exact
-        if link:
-            try:
-                target.symlink_to(src.resolve())
-            except OSError:
-                _copy(src, target)
-        else:
-            _copy(src, target)
-        artifacts.append(
-            rf.Artifact(
-                kind=rf.ArtifactKind.TRACE,
-                path=f"{layout.TRACES_DIR}/{target.name}",
-                rank=meta.rank,
-                bytes=src.stat().st_size,
-            )
-        )
+    artifacts = _place_traces(run_dir, files, [m.rank for m in metas], starts, link=link)
     rf.update_manifest(
         run_dir,
         status=rf.RunStatus.FINISHED,

@@ -10,7 +10,6 @@ See docs/architecture.md "Trace tables" for the columns.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,19 +22,16 @@ import pyarrow.compute as pc
 
 from app.data import trace_cache
 from app.data.trace_columns import TABLES
-from app.data.trace_files import find_trace_run_folders, scan_trace_folder
+from app.data.trace_files import find_trace_run_folders, rank_from_name, scan_trace_folder
 from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
 __all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
-           "Progress", "load_memory_timeline_raw"]
+           "trace_rank", "Progress", "load_memory_timeline_raw"]
 
 Progress = Callable[[int, int], None]
-
-# Names like "rank-34.Jul_15...", "rank_3", "rank3", "host.rank7", "sampled_rank-1.json.gz".
-_RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -111,12 +107,6 @@ class TraceTables:
         return f"TraceTables(path={str(self.path)!r}, rank={self.rank}, n_events={self.n_events})"
 
 
-def rank_from_name(name: str) -> int | None:
-    """Return the rank written in a file name (``rank-3``, ``rank_3``, ``rank3``), else None."""
-    m = _RANK_RE.search(name)
-    return int(m.group(1)) if m else None
-
-
 def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
     """``distributedInfo.rank``, else the rank in the file name, else None (no rank information)."""
     info = meta.get("distributedInfo")
@@ -127,9 +117,14 @@ def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
     return rank_from_name(path.name)
 
 
-def _rank(path: Path, meta: dict[str, Any]) -> int:
+def trace_rank(path: Path, meta: dict[str, Any]) -> int:
+    """The rank of the trace at ``path`` with fields ``meta``: ``distributedInfo.rank``, else the rank in
+    its name, else 0 (see ``load_traces`` for the warning when that makes ranks collide)."""
     found = _known_rank(path, meta)
     return found if found is not None else 0
+
+
+_rank = trace_rank  # the old private name, still imported by app/workspace/cached_steps.py
 
 
 def _warn_unranked(traces: list[TraceTables]) -> None:
@@ -221,7 +216,7 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
         if progress is not None:
             size = p.stat().st_size
             progress(size, size)
-        return TraceTables(path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
+        return TraceTables(path=p, rank=trace_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
                            n_events=cached.n_events, from_cache=True, cache_entry=entry,
                            loader=_cached_loader(p, entry))
     with system_memory_pool():
@@ -235,7 +230,7 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
                                                          cached.n_events)
         t = cached.tables  # _to_pandas pops each table, so its Arrow buffers go as it is converted
         return TraceTables(
-            path=p, rank=_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
+            path=p, rank=trace_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
             events=_to_pandas(t, "events"), memory=_to_pandas(t, "memory"), flows=_to_pandas(t, "flows"),
             counters=_to_pandas(t, "counters"), threads=_to_pandas(t, "threads"), n_events=cached.n_events,
             from_cache=False, cache_entry=entry if written else None,

@@ -32,6 +32,7 @@ from profiler_agent.runformat import layout
 from profiler_agent.runformat.reader import is_run_dir
 
 __all__ = [
+    "rank_from_name",
     "TRACE_SUFFIXES",
     "SNIFF_BYTES",
     "FULL_CHECK_BYTES",
@@ -45,6 +46,18 @@ __all__ = [
     "describe_traceless_folder",
     "describe_non_run_folder",
 ]
+
+# Names like "rank-34.Jul_15...", "rank_3", "rank3", "host.rank7", "host_1234_rank7", "sampled_rank-1.json.gz":
+# the habit of torchrun users and of the agent (runformat.layout.worker_name); "rank" must not follow a
+# letter ("crank3" is no rank).
+_RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(name: str) -> int | None:
+    """Return the rank written in a file or worker name (``rank-3``, ``rank_3``, ``rank3``), else None."""
+    m = _RANK_RE.search(name)
+    return int(m.group(1)) if m else None
+
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Decompressed bytes looked at to recognise a trace: Kineto's header (devices, distributed info)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from app.data import runs as runs_data
-from app.data import tbprofiler
+from app.data import tbprofiler, trace_head
 from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -217,7 +217,7 @@ def test_import_rejects_what_is_not_a_trace(tmp_path, make_run):
 def test_read_trace_meta_of_garbage_is_empty(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"deviceProperties": [oops], "traceEvents": []}')
-    assert tbprofiler.read_trace_meta(bad) == tbprofiler.TraceMeta()
+    assert trace_head.read_trace_meta(bad) == trace_head.TraceMeta()
     assert isinstance(pd.DataFrame(), pd.DataFrame)
 
 

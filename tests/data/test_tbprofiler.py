@@ -1,4 +1,4 @@
-"""Tests of app.data.tbprofiler.read_trace_start: when an imported trace's profiling started."""
+"""Tests of app.data.trace_head.read_trace_start: when an imported trace's profiling started."""
 from __future__ import annotations
 
 import gzip
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.data.tbprofiler import import_traces, read_trace_start
+from app.data.tbprofiler import import_traces
+from app.data.trace_head import read_trace_start
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
