@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from app.data import trace_cache
 from app.data.trace_columns import TABLES
+from app.data.trace_envelope import TraceFields
 from app.data.trace_files import find_trace_run_folders, rank_from_name, scan_trace_folder
 from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
@@ -44,7 +45,7 @@ class TraceTables:
     is the cache folder the tables came from or were written to (None without a cache).
     """
 
-    def __init__(self, path: Path, rank: int, meta: dict[str, Any], warnings: list[str],
+    def __init__(self, path: Path, rank: int, meta: TraceFields, warnings: list[str],
                  events: pd.DataFrame | None = None, memory: pd.DataFrame | None = None,
                  flows: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
                  threads: pd.DataFrame | None = None, n_events: int = 0, from_cache: bool = False, *,
@@ -107,7 +108,7 @@ class TraceTables:
         return f"TraceTables(path={str(self.path)!r}, rank={self.rank}, n_events={self.n_events})"
 
 
-def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
+def _known_rank(path: Path, meta: TraceFields) -> int | None:
     """``distributedInfo.rank``, else the rank in the file name, else None (no rank information)."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict):
@@ -117,7 +118,7 @@ def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
     return rank_from_name(path.name)
 
 
-def trace_rank(path: Path, meta: dict[str, Any]) -> int:
+def trace_rank(path: Path, meta: TraceFields) -> int:
     """The rank of the trace at ``path`` with fields ``meta``: ``distributedInfo.rank``, else the rank in
     its name, else 0 (see ``load_traces`` for the warning when that makes ranks collide)."""
     found = _known_rank(path, meta)

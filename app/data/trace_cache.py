@@ -15,11 +15,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
 from app.data.trace_columns import TABLES
+from app.data.trace_envelope import TraceFields
 from profiler_agent.runformat import layout
 
 __all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "CachedTrace", "cache_entry_dir", "read_cached",
@@ -40,7 +40,7 @@ _COMPRESSION = "lz4"
 @dataclass(frozen=True)
 class CachedTrace:
     tables: dict[str, pa.Table]
-    meta: dict[str, Any]
+    meta: TraceFields
     warnings: list[str]
     n_events: int
 
@@ -133,7 +133,7 @@ def _write(table: pa.Table, path: Path) -> None:
         w.write_table(table)
 
 
-def write_cached(entry: Path, tables: dict[str, pa.Table], meta: dict[str, Any], warnings: list[str],
+def write_cached(entry: Path, tables: dict[str, pa.Table], meta: TraceFields, warnings: list[str],
                  n_events: int) -> bool:
     """Write an entry atomically and remove older entries of the same file; return False (and
     leave nothing behind) if the folder is not writable."""

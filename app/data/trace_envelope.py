@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -16,8 +16,12 @@ from app.data.trace_decode import UNTYPED
 from app.data.trace_scan import NOT_SPACE
 from app.errors import TraceError
 
-__all__ = ["MEMORY_TIMELINE", "find_start", "meta_from", "tail_meta", "tail_meta_at", "no_events_message"]
+__all__ = ["TraceFields", "MEMORY_TIMELINE", "find_start", "meta_from", "tail_meta", "tail_meta_at", "no_events_message"]
 
+# A trace's own top-level fields (``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``, ...):
+# Any, because they hold whatever JSON the profiler that wrote the trace put there; readers check each
+# field they use (``isinstance``) before trusting it.
+TraceFields: TypeAlias = dict[str, Any]
 MEMORY_TIMELINE = ("is a memory timeline (export_memory_timeline), not a trace: open it in the Memory tab "
                    "of a run, or record with torchscope run --memory-timeline")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -45,7 +49,7 @@ def find_start(buf: bytes) -> tuple[int, bool] | None:
     return (m.end(), True) if m else None
 
 
-def meta_from(header: bytes) -> dict[str, Any]:
+def meta_from(header: bytes) -> TraceFields:
     """Decode the object's fields before ``traceEvents`` (``{ "a": 1, `` → ``{"a": 1}``).
 
     The values are whatever JSON the writer put there (hence Any); {} when they do not decode.
@@ -58,7 +62,7 @@ def meta_from(header: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
+def tail_meta(tail: bytes, is_object: bool) -> TraceFields | None:
     """Validate what follows the events array; return its fields, or None if it is not a valid end."""
     t = tail.strip()
     if not is_object:
@@ -74,7 +78,7 @@ def tail_meta(tail: bytes, is_object: bool) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def tail_meta_at(buf: bytearray, pos: int, is_object: bool) -> dict[str, Any] | None:
+def tail_meta_at(buf: bytearray, pos: int, is_object: bool) -> TraceFields | None:
     """``tail_meta(buf[pos:])``, without copying the tail when its first bytes already rule it out
     (a candidate deep inside the events, e.g. an empty shape list, is followed by ``, [`` or ``]``)."""
     first = NOT_SPACE.search(buf, pos)

@@ -28,7 +28,14 @@ import pyarrow as pa
 
 from app.data.trace_columns import COUNTER_SCHEMA, TABLE_SCHEMAS, TABLES, columns_from_events, counters_table
 from app.data.trace_decode import KINETO_FIELDS, UNTYPED, NotEvents, Undecodable, counters_from, decode_array
-from app.data.trace_envelope import find_start, meta_from, no_events_message, tail_meta, tail_meta_at
+from app.data.trace_envelope import (
+    TraceFields,
+    find_start,
+    meta_from,
+    no_events_message,
+    tail_meta,
+    tail_meta_at,
+)
 from app.data.trace_pieces import Progress, close_pieces, line_col, read_pieces
 from app.data.trace_scan import NOT_SPACE, Scan, ScanEnd, err_at, err_text, scan
 from app.errors import TraceError
@@ -57,7 +64,7 @@ _PIECE_TABLES = tuple(name for name in TABLES if name != "counters")
 class ParsedTrace:
     """What one pass over a trace file gives: metadata, warnings and Arrow tables by kind."""
 
-    meta: dict[str, Any] = field(default_factory=dict)  # the trace's own JSON fields, as written
+    meta: TraceFields = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     events: pa.Table | None = None
     memory: pa.Table | None = None
@@ -158,7 +165,7 @@ def _add_scanned(sink: _Sink, buf: bytearray, sc: Scan, base: int, warnings: lis
 
 
 def _finish(buf: bytearray, is_object: bool, warnings: list[str],
-            path: Path) -> tuple[list[Any], dict[str, Any], int] | None:
+            path: Path) -> tuple[list[Any], TraceFields, int] | None:
     """At end of input: the events array must close, followed by the object's last fields.
 
     Returns (events, trailing fields, end of the events in ``buf``), or None. The array's end is

@@ -169,6 +169,9 @@ class StoreListing:
     root: Path
     runs: list[tuple[Path, Manifest]]
     problems: list[str] = field(default_factory=list)
+    # The sub-folders without a manifest (each also has its message in ``problems``), so that a
+    # reader can say more about them without parsing that message.
+    not_runs: list[Path] = field(default_factory=list)
 
 
 def list_runs(root: str | os.PathLike[str] | None = None) -> StoreListing:
@@ -185,16 +188,18 @@ def list_runs(root: str | os.PathLike[str] | None = None) -> StoreListing:
         raise RunStoreNotFoundError(f"{root}: is a file, expected a run store folder")
     runs: list[tuple[Path, Manifest]] = []
     problems: list[str] = []
+    not_runs: list[Path] = []
     for child in sorted(root.iterdir(), reverse=True):
         if not child.is_dir() or child.name.startswith("."):
             continue
         try:
             runs.append((child, read_manifest(child)))
         except NotARunError:
+            not_runs.append(child)
             problems.append(f"{child}: not a run folder (no {layout.MANIFEST}); skipped")
         except RunFormatError as e:
             problems.append(str(e))
-    return StoreListing(root=root, runs=runs, problems=problems)
+    return StoreListing(root=root, runs=runs, problems=problems, not_runs=not_runs)
 
 
 def find_run(ref: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,13 +128,8 @@ def _expect(d: Mapping[str, Any], key: str, types: type | tuple[type, ...], sour
     return value
 
 
-def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> Manifest:
-    """Build a Manifest from parsed JSON, migrating older schema versions.
-
-    Raises SchemaVersionError for a newer schema, CorruptFileError for wrong field types.
-    """
-    if not isinstance(raw, Mapping):
-        raise CorruptFileError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+def _migrated(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The fields of ``raw`` (parsed JSON: values of any type) in the current schema version."""
     version = raw.get("schema_version", 0)
     if not isinstance(version, int) or isinstance(version, bool):
         raise CorruptFileError(f"{source}: field 'schema_version' should be an integer, got {version!r}")
@@ -147,6 +142,34 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     while version < SCHEMA_VERSION:
         d = _MIGRATIONS[version](d)
         version = d["schema_version"]
+    return d
+
+
+def _artifacts(entries: Iterable[Any]) -> tuple[Artifact, ...]:
+    """The well-formed entries of a manifest's ``artifacts`` list; the others are skipped."""
+    artifacts = []
+    for a in entries:
+        if not isinstance(a, Mapping) or "path" not in a:
+            continue  # tolerant: skip malformed artifact entries rather than refuse the run
+        raw_kind = a.get("kind")
+        if not isinstance(raw_kind, str):
+            continue
+        try:
+            kind = ArtifactKind(raw_kind)
+        except ValueError:
+            continue
+        artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=a.get("rank"), bytes=a.get("bytes")))
+    return tuple(artifacts)
+
+
+def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> Manifest:
+    """Build a Manifest from parsed JSON, migrating older schema versions.
+
+    Raises SchemaVersionError for a newer schema, CorruptFileError for wrong field types.
+    """
+    if not isinstance(raw, Mapping):
+        raise CorruptFileError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    d = _migrated(raw, source)
     for key in ("id", "name"):
         if not isinstance(d.get(key), str) or not d[key]:
             raise CorruptFileError(f"{source}: field {key!r} should be a non-empty string")
@@ -162,25 +185,13 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
         _expect(d, key, dict, source)
     for key in ("command", "devices", "tags", "artifacts"):
         _expect(d, key, list, source)
-    artifacts = []
-    for a in d.get("artifacts") or ():
-        if not isinstance(a, Mapping) or "path" not in a:
-            continue  # tolerant: skip malformed artifact entries rather than refuse the run
-        raw_kind = a.get("kind")
-        if not isinstance(raw_kind, str):
-            continue
-        try:
-            kind = ArtifactKind(raw_kind)
-        except ValueError:
-            continue
-        artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=a.get("rank"), bytes=a.get("bytes")))
     known = {k: d[k] for k in _FIELDS if k in d}
     known.update(
         status=status,
         command=tuple(str(c) for c in d.get("command") or ()),
         devices=tuple(d.get("devices") or ()),
         tags=tuple(str(t) for t in d.get("tags") or ()),
-        artifacts=tuple(artifacts),
+        artifacts=_artifacts(d.get("artifacts") or ()),
         git=dict(d.get("git") or {}),
         versions=dict(d.get("versions") or {}),
         config=dict(d.get("config") or {}),

@@ -120,6 +120,7 @@ def test_list_and_find_runs(tmp_path: Path) -> None:
     listing = rf.list_runs(tmp_path)
     assert {p for p, _ in listing.runs} == {a, b}
     assert any("junk" in p for p in listing.problems)
+    assert listing.not_runs == [tmp_path / "junk"]
     assert rf.find_run("alpha", tmp_path) == a and rf.find_run(b.name, tmp_path) == b
     with pytest.raises(rf.RunNotFoundError, match="no run"):
         rf.find_run("gamma", tmp_path)
