@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.data.trace_decode import EMPTY_RAW
+from app.data.trace_decode import EMPTY_RAW, Event
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
            "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table"]
@@ -154,7 +154,7 @@ def _parse_int(v: Any) -> int | None:
         return None
 
 
-def _complete_events(xs: list[Any]) -> pa.Table:
+def _complete_events(xs: list[Event]) -> pa.Table:
     if not xs:
         return empty_table(EVENT_SCHEMA)
     try:  # pid and tid are ints for host threads and devices: take them with the other fields
@@ -176,7 +176,7 @@ def _complete_events(xs: list[Any]) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=EVENT_SCHEMA)
 
 
-def _memory_events(ms: list[Any]) -> pa.Table:
+def _memory_events(ms: list[Event]) -> pa.Table:
     if not ms:
         return empty_table(MEMORY_SCHEMA)
     dtype, did, addr, nbytes, alloc, reserved = zip(*(_MEM(e.args) for e in ms))
@@ -200,7 +200,7 @@ def _id_text(ids: list[Any]) -> pa.Array:
         return pa.array(["" if v is None else str(v) for v in ids], pa.string())
 
 
-def _flow_events(fs: list[Any]) -> pa.Table:
+def _flow_events(fs: list[Event]) -> pa.Table:
     if not fs:
         return empty_table(FLOW_SCHEMA)
     cat, ph, ts = pa.array(list(map(_FLOW, fs)), _FLOW_TYPE).flatten()
@@ -210,7 +210,7 @@ def _flow_events(fs: list[Any]) -> pa.Table:
     ], schema=FLOW_SCHEMA)
 
 
-def _thread_events(ms: list[Any]) -> pa.Table:
+def _thread_events(ms: list[Event]) -> pa.Table:
     rows = [(e.pid, e.tid, "process" if e.name == "process_name" else "thread", e.args.name)
             for e in ms if e.name in ("process_name", "thread_name") and e.args.name is not None]
     if not rows:
@@ -220,13 +220,13 @@ def _thread_events(ms: list[Any]) -> pa.Table:
                                 schema=THREAD_SCHEMA)
 
 
-def columns_from_events(evs: list[Any]) -> tuple[dict[str, pa.Table], bool]:
+def columns_from_events(evs: list[Event]) -> tuple[dict[str, pa.Table], bool]:
     """Split decoded events by phase; return one Arrow table per kind (events, memory, ...) and
     whether there were counter (``C``) events, which are read separately (``counters_from``)."""
-    xs: list[Any] = []
-    ms: list[Any] = []
-    fs: list[Any] = []
-    meta: list[Any] = []
+    xs: list[Event] = []
+    ms: list[Event] = []
+    fs: list[Event] = []
+    meta: list[Event] = []
     has_counters = False
     for e in evs:
         ph = e.ph

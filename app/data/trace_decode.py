@@ -1,6 +1,6 @@
 """Decoding Kineto trace events with msgspec: the typed structs and the lenient fallback (data layer).
 
-``_Event``/``_Args`` name the only fields the engine keeps (``KINETO_FIELDS``, versioned with the
+``Event``/``_Args`` name the only fields the engine keeps (``KINETO_FIELDS``, versioned with the
 cache); msgspec skips every other key while decoding, without building objects for them. A piece
 whose fields have unexpected types (e.g. ROCm's string ``stream``) is decoded untyped and coerced
 field by field instead, with one warning.
@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["KINETO_FIELDS", "EMPTY_RAW", "Undecodable", "NotEvents", "Decoded", "decode_array", "counters_from",
+__all__ = ["Event", "KINETO_FIELDS", "EMPTY_RAW", "Undecodable", "NotEvents", "Decoded", "decode_array", "counters_from",
            "UNTYPED"]
 
 
@@ -46,7 +46,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
+class Event(msgspec.Struct, gc=False):
+    """One trace event, with only the fields the engine keeps (every other key is skipped)."""
+
     ph: str = ""
     cat: str | None = None
     name: str | None = None
@@ -59,11 +61,11 @@ class _Event(msgspec.Struct, gc=False):
 
 
 # The Kineto fields read, versioned with the cache (docs/trace-engine.md lists them).
-KINETO_FIELDS = tuple(_Event.__struct_fields__) + tuple(
+KINETO_FIELDS = tuple(Event.__struct_fields__) + tuple(
     getattr(f, "encode_name", f) for f in msgspec.structs.fields(_Args)
 )
 
-_TYPED = msgspec.json.Decoder(list[_Event])
+_TYPED = msgspec.json.Decoder(list[Event])
 UNTYPED = msgspec.json.Decoder()
 
 
@@ -79,13 +81,13 @@ class NotEvents(Undecodable):
     elements and says at which byte each was."""
 
 
-class Decoded(list):  # type: ignore[type-arg]
+class Decoded(list[Event]):
     """Decoded events; ``bad_ts`` counts the events dropped because their ``ts`` is not a number."""
 
     bad_ts = 0
 
 
-def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Any]:
+def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Event]:
     """Decode a JSON array of events: typed fast path, untyped fallback for odd field types."""
     try:
         return _TYPED.decode(data)
@@ -136,8 +138,8 @@ def _raw(v: Any) -> msgspec.Raw:
     return EMPTY_RAW if v is None else msgspec.Raw(msgspec.json.encode(v))
 
 
-def _lenient(d: dict[str, Any]) -> _Event | None:
-    """Build an _Event from a dict whose fields may have unexpected types (coerce or drop); None
+def _lenient(d: dict[str, Any]) -> Event | None:
+    """Build an Event from a dict whose fields may have unexpected types (coerce or drop); None
     when its ``ts`` is there but is not a number (``"abc"``, a list): such an event is skipped."""
     ts = d.get("ts")
     ts_num = _num(ts, float)
@@ -160,7 +162,7 @@ def _lenient(d: dict[str, Any]) -> _Event | None:
             name=g("name") if isinstance(g("name"), str) else None, sort_index=_num(g("sort_index"), int),
         )
     pid, tid, eid = d.get("pid"), d.get("tid"), d.get("id")
-    return _Event(
+    return Event(
         ph=str(d.get("ph") or ""), cat=_str(d.get("cat")), name=_str(d.get("name")),
         pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
         tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,

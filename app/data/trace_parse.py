@@ -27,7 +27,15 @@ import msgspec
 import pyarrow as pa
 
 from app.data.trace_columns import COUNTER_SCHEMA, TABLE_SCHEMAS, TABLES, columns_from_events, counters_table
-from app.data.trace_decode import KINETO_FIELDS, UNTYPED, NotEvents, Undecodable, counters_from, decode_array
+from app.data.trace_decode import (
+    KINETO_FIELDS,
+    UNTYPED,
+    Event,
+    NotEvents,
+    Undecodable,
+    counters_from,
+    decode_array,
+)
 from app.data.trace_envelope import (
     TraceFields,
     find_start,
@@ -92,8 +100,8 @@ class _Sink:
         self.bad_ts = 0  # events skipped because their ts is not a number
         self.not_objects: list[int] = []  # absolute byte of each element of traceEvents that is not an object
 
-    def add(self, evs: list[Any], buf: bytearray, end: int) -> None:
-        """Add the decoded events ``evs`` (msgspec structs of several kinds) of ``buf[:end]``."""
+    def add(self, evs: list[Event], buf: bytearray, end: int) -> None:
+        """Add the decoded events ``evs`` of ``buf[:end]``."""
         self.n_events += len(evs)
         self.bad_ts += getattr(evs, "bad_ts", 0)
         tables, has_counters = columns_from_events(evs)
@@ -124,7 +132,7 @@ def _closed(buf: bytearray, end: int) -> Iterator[memoryview | bytes]:
         buf[end] = saved
 
 
-def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Any] | None:
+def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Event] | None:
     """The events of ``buf[:end] + "]"``, or None when that is not a JSON array (a wrong cut).
     NotEvents (a non-object element) propagates: the piece is then read element by element."""
     with _closed(buf, end) as data:
@@ -136,7 +144,7 @@ def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Any]
             return None
 
 
-def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Any]]:
+def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Event]]:
     """Decode the longest whole-event prefix ending at one of the last boundary candidates."""
     window = max(1, len(buf) - _CUT_WINDOW)
     cands = [m.start() + 1 for m in _BOUNDARY.finditer(buf, window)]
@@ -165,7 +173,7 @@ def _add_scanned(sink: _Sink, buf: bytearray, sc: Scan, base: int, warnings: lis
 
 
 def _finish(buf: bytearray, is_object: bool, warnings: list[str],
-            path: Path) -> tuple[list[Any], TraceFields, int] | None:
+            path: Path) -> tuple[list[Event], TraceFields, int] | None:
     """At end of input: the events array must close, followed by the object's last fields.
 
     Returns (events, trailing fields, end of the events in ``buf``), or None. The array's end is
