@@ -23,17 +23,15 @@ import pyarrow.compute as pc
 from app.data import trace_cache
 from app.data.trace_columns import TABLES
 from app.data.trace_envelope import TraceFields
-from app.data.trace_files import find_trace_run_folders, rank_from_name, scan_trace_folder
+from app.data.trace_files import TRACE_SUFFIXES, find_trace_run_folders, rank_from_name, scan_trace_folder
 from app.data.trace_memory import load_memory_timeline_raw
 from app.data.trace_parse import parse_trace_file
+from app.data.trace_pieces import Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
 __all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
            "trace_rank", "Progress", "load_memory_timeline_raw"]
-
-Progress = Callable[[int, int], None]
-_TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 class TraceTables:
@@ -295,7 +293,7 @@ def _cached_loader(p: Path, entry: Path) -> Callable[[str], pd.DataFrame]:
 
 
 def _is_trace_name(name: str) -> bool:
-    return not name.startswith(".") and name.endswith(_TRACE_SUFFIXES)
+    return not name.startswith(".") and name.endswith(TRACE_SUFFIXES)
 
 
 def list_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
