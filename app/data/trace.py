@@ -30,8 +30,8 @@ from app.data.trace_pieces import Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
-           "trace_rank", "Progress", "load_memory_timeline_raw"]
+__all__ = ["TraceTables", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
+           "Progress", "load_memory_timeline_raw"]
 
 
 class TraceTables:
@@ -116,14 +116,13 @@ def _known_rank(path: Path, meta: TraceFields) -> int | None:
     return rank_from_name(path.name)
 
 
-def trace_rank(path: Path, meta: TraceFields) -> int:
-    """The rank of the trace at ``path`` with fields ``meta``: ``distributedInfo.rank``, else the rank in
-    its name, else 0 (see ``load_traces`` for the warning when that makes ranks collide)."""
+def trace_rank(path: Path, meta: dict[str, Any]) -> int:
+    """The rank load_traces gives the trace ``path`` whose metadata is ``meta`` (0 when unknown)."""
     found = _known_rank(path, meta)
     return found if found is not None else 0
 
 
-_rank = trace_rank  # the old private name, still imported by app/workspace/cached_steps.py
+_rank = trace_rank
 
 
 def _warn_unranked(traces: list[TraceTables]) -> None:
