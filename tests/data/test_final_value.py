@@ -60,8 +60,8 @@ def test_compare_reports_the_same_final_value() -> None:
     """Compare's "final" column (median of compare_steps.final_window over rank 0) and the sweep table's
     final_loss are this number."""
     from app.analysis.compare.comparison import CompareOptions, _compare_metrics
-    from app.data.runs import RunData, _records_to_frame
     from app.workspace.sides import CompareSide, SideKind
+    from app.data.runs import RunData, _records_to_frame
     from profiler_agent import runformat as rf
 
     def side(records: list[dict], label: str) -> CompareSide:

@@ -6,11 +6,10 @@ import json
 import os
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from app.data import runs as runs_data
-from app.data import tbprofiler, trace_head
+from app.data import tbprofiler
 from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -212,13 +211,6 @@ def test_import_rejects_what_is_not_a_trace(tmp_path, make_run):
         tbprofiler.import_traces(tmp_path / "empty", tmp_path / "s")
     with pytest.raises(UsageError, match="already a Torchscope run"):
         tbprofiler.import_traces(make_run("x"), tmp_path / "s")
-
-
-def test_read_trace_meta_of_garbage_is_empty(tmp_path):
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"deviceProperties": [oops], "traceEvents": []}')
-    assert trace_head.read_trace_meta(bad) == trace_head.TraceMeta()
-    assert isinstance(pd.DataFrame(), pd.DataFrame)
 
 
 def test_steps_count_training_steps_not_a_final_evaluation_line(make_run):

@@ -1,4 +1,4 @@
-"""Tests of app.data.trace_head.read_trace_start: when an imported trace's profiling started."""
+"""Tests of app.data.trace_head: when an imported trace's profiling started, and its metadata."""
 from __future__ import annotations
 
 import gzip
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.data.tbprofiler import import_traces
-from app.data.trace_head import read_trace_start
+from app.data.trace_head import TraceMeta, read_trace_meta, read_trace_start
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -99,3 +99,9 @@ def test_mirror_redoes_runs_of_an_older_import(tmp_path: Path) -> None:
     mirror_tb_folder(tmp_path / "tb", tmp_path / "cache")
     ((again, manifest),) = rf.list_runs(store).runs
     assert again != run and manifest.started_at == pytest.approx(BASE_NS / 1e9 + 0.001)
+
+
+def test_read_trace_meta_of_garbage_is_empty(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"deviceProperties": [oops], "traceEvents": []}')
+    assert read_trace_meta(bad) == TraceMeta()
