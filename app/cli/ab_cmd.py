@@ -31,7 +31,7 @@ import numpy as np
 
 from app.analysis.compare.comparison import Comparison, diff_sides
 from app.workspace.sides import group_of, load_group_side
-from app.analysis.compare.json_doc import comparison_to_json
+from app.presentation.compare_json import comparison_to_json
 from app.presentation.report import format_verdict_text
 from app.cli import diff_cmd
 from app.errors import TorchscopeError, UsageError

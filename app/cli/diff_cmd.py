@@ -25,7 +25,7 @@ from typing import Any
 
 from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
 from app.workspace.sides import load_group_side, load_side
-from app.analysis.compare.json_doc import comparison_to_json
+from app.presentation.compare_json import comparison_to_json
 from app.analysis.compare.tables import OpGrouping
 from app.presentation.report import format_verdict_text
 from app.errors import TorchscopeError, UsageError

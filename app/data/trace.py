@@ -28,7 +28,7 @@ from app.data.trace_parse import parse_trace_file
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
+__all__ = ["TraceTables", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
 
 Progress = Callable[[int, int], None]
@@ -129,9 +129,13 @@ def _known_rank(path: Path, meta: dict[str, Any]) -> int | None:
     return rank_from_name(path.name)
 
 
-def _rank(path: Path, meta: dict[str, Any]) -> int:
+def trace_rank(path: Path, meta: dict[str, Any]) -> int:
+    """The rank load_traces gives the trace ``path`` whose metadata is ``meta`` (0 when unknown)."""
     found = _known_rank(path, meta)
     return found if found is not None else 0
+
+
+_rank = trace_rank
 
 
 def _warn_unranked(traces: list[TraceTables]) -> None:

@@ -9,11 +9,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.analysis.memory.events import compute_memory_timeline
+from app.analysis.memory.snapshot import compute_trace_allocations
 from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.trace.timeline import compute_step_windows
 from app.data import snapshot as snapshot_data
 from app.data.runs import load_module_tree
-from app.ui.cache import cached_run, cached_traces, run_signature
+from app.ui.cache import cached_run, cached_traces
+from app.workspace.signatures import file_signature, run_signature
+from profiler_agent.runformat import layout
 
 __all__ = [
     "file_signature",
@@ -28,15 +32,6 @@ __all__ = [
     "cached_trace_allocations",
     "cached_module_tree",
 ]
-
-
-def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:
-    """(mtime, size) of a file, or (0, -1) when it is missing: part of a cache key."""
-    try:
-        st_ = Path(path).stat()
-    except OSError:
-        return (0.0, -1)
-    return (st_.st_mtime, st_.st_size)
 
 
 # Curves are recomputed only when the run's files or the curve's own settings change, not on
@@ -117,8 +112,6 @@ def cached_recorded_categories(path: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _memory_timeline(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFrame:
-    from app.analysis.memory.events import compute_memory_timeline
-
     return compute_memory_timeline(cached_traces(run_dir)[index])
 
 
@@ -129,8 +122,6 @@ def cached_memory_timeline(run_dir: str | os.PathLike[str], index: int) -> pd.Da
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _trace_allocations(run_dir: str, sig: tuple[float, ...], index: int, top: int) -> pd.DataFrame:
-    from app.analysis.memory.snapshot import compute_trace_allocations
-
     trace = cached_traces(run_dir)[index]
     return compute_trace_allocations(trace.memory, trace.events, top=top)
 
@@ -147,6 +138,4 @@ def _module_tree(run_dir: str, sig: tuple[float, int]) -> dict[str, Any] | None:
 
 def cached_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The run's parsed module tree (graph/modules.json), or None."""
-    from profiler_agent.runformat import layout
-
     return _module_tree(str(run_dir), file_signature(Path(run_dir) / layout.MODULE_TREE))

@@ -14,7 +14,7 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
-from app.workspace.sides import CompareSide
+from app.analysis.compare.side import CompareSide
 from app.analysis.memory.peak import (
     common_peak,
     peak_description,
