@@ -8,7 +8,7 @@ import sys
 from datetime import datetime, timezone
 
 from app.data.log_import import import_log_plan, plan_log_import
-from profiler_agent.runformat import layout
+from profiler_agent.runformat import layout, read_manifest
 
 HELP = "import a trace file, a folder of traces, a torch-tb-profiler or a TensorBoard log folder as runs"
 
@@ -38,8 +38,6 @@ def _when(started_at: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiler_agent.runformat import read_manifest
-
     root = layout.resolve_root(args.root)
     plan = plan_log_import(args.path, args.name)
     created = import_log_plan(plan, root)

@@ -9,35 +9,21 @@ from __future__ import annotations
 # without underscore on purpose so that they are part of the cache key.
 
 import os
-import time
-from typing import Any
 
 import streamlit as st
 
 from app.analysis.trace.summary import TraceAnalysis
 from app.data import runs as runs_data
 from app.data.trace import TraceTables
-from app.workspace.signatures import run_signature, store_signature
+from app.workspace.signatures import run_signature
 from app.workspace.traces import analyze_trace_set, load_trace_set
 
 __all__ = [
     "run_signature",
-    "cached_store",
     "cached_run",
     "cached_traces",
     "cached_trace_analysis",
 ]
-
-
-@st.cache_data(max_entries=8, ttl=600, show_spinner=False)
-def _store(root: str, sig: tuple[Any, ...], bucket: int) -> runs_data.StoreTable:
-    return runs_data.load_store(root)
-
-
-def cached_store(root: str | os.PathLike[str], *, refresh_s: float = 5.0) -> runs_data.StoreTable:
-    """The store table, recomputed when the store changes or every ``refresh_s`` seconds
-    (running runs' heartbeats and metrics move without changing the store folder)."""
-    return _store(str(root), store_signature(root), int(time.time() // max(refresh_s, 1.0)))
 
 
 @st.cache_data(max_entries=32, ttl=600, show_spinner=False)

@@ -109,7 +109,8 @@ def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: Compa
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> FindingsDiff:
-    return diff_side_advice(cached_side(base), cached_side(cand))
+    diff: FindingsDiff = diff_side_advice(cached_side(base), cached_side(cand))  # analysis types it Any today
+    return diff
 
 
 def cached_findings_diff(baseline: Path, candidate: Path) -> FindingsDiff:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 from app.data import trace_cache
 # The same rank and file listing load_traces uses: the analysis key must be built identically.
 from app.data.trace import list_trace_paths, trace_rank
@@ -40,7 +40,7 @@ _STEPS_TABLE = "steps.arrow"
 @dataclass(frozen=True)
 class TraceSteps:
     """The profiled steps of the lowest rank: how many, and their mean duration in seconds;
-    ``step_time_s``: the headline step time of the traces' steps (app.data.step_time: median
+    ``step_time_s``: the headline step time of the traces' steps (app.analysis.run.step_time: median
     over steps of the slowest rank's duration, as Compare computes it for bare traces)."""
 
     rank: int

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.data.final_value import NOT_OUTCOMES, final_value
-from app.data.step_time import steady_step_time
+from app.analysis.run.final_value import NOT_OUTCOMES, final_value
+from app.analysis.run.step_time import steady_step_time
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from profiler_agent.runformat import layout
 
-__all__ = ["run_signature", "store_signature", "file_signature"]
+__all__ = ["run_signature", "file_signature"]
 
 
 def _mtime(path: Path) -> float:
@@ -27,15 +27,6 @@ def run_signature(run_dir: str | os.PathLike[str]) -> tuple[float, ...]:
         float(len(traces)),
         max((_mtime(t) for t in traces), default=0.0),
     )
-
-
-def store_signature(root: str | os.PathLike[str]) -> tuple[float, int]:
-    """(mtime of the store folder, number of entries): changes when a run is added or removed."""
-    p = Path(root)
-    try:
-        return (_mtime(p), sum(1 for _ in p.iterdir()))
-    except OSError:
-        return (0.0, 0)
 
 
 def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:

@@ -129,9 +129,9 @@ def diff_memory_categories(baseline: pd.DataFrame | None, candidate: pd.DataFram
         return pd.DataFrame(columns=CATEGORY_DIFF_COLUMNS)
     cats = sorted({c for t in present.values() for c in t["category"]}, key=lambda c: _ORDER.get(c, len(_ORDER)))
     out = pd.DataFrame({"category": cats})
-    for name, table in sides.items():
+    for name in sides:
         if name in present:
-            t = table.set_index("category").reindex(cats).fillna(0)
+            t = present[name].set_index("category").reindex(cats).fillna(0)
             out[f"{name}_bytes"] = pd.array(t["at_peak_bytes"].to_numpy(np.int64), dtype="Int64")
             out[f"{name}_peak_bytes"] = pd.array(t["peak_bytes"].to_numpy(np.int64), dtype="Int64")
         else:

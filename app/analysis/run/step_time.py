@@ -1,7 +1,7 @@
-"""The one headline step time of a run: the median of its steady-state steps (data layer, pure).
+"""The one headline step time of a run: the median of its steady-state steps (analysis layer, pure).
 
-It lives in app/data because the run catalog (app/data/store_rows.py) needs it and data never
-imports analysis (DESIGN.md, the one dependency rule); the analysis modules import it from here.
+A rule over a run's metric records (no pandas): the run catalog (app.workspace.catalog_rows),
+the comparison and the Run page all call it.
 
 Every place that shows a single step-time number (the Runs page, ``torchscope ls``, the Run
 page's Overview, Compare and ``torchscope diff``) uses :func:`steady_step_time`, so they agree.
