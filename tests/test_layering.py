@@ -253,3 +253,23 @@ def test_no_import_cycles_among_app_modules():
 def test_the_cycle_check_sees_cycles():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [sorted(c) for c in strongly_connected(graph) if len(c) > 1] == [["a", "b", "c"]]
+
+
+_UI_CACHES = ("cache.py", "compare_cache.py", "deep_cache.py", "store.py")
+
+
+@pytest.mark.parametrize("name", _UI_CACHES)
+def test_ui_caches_wrap_the_workspace(name: str):
+    """app/ui's cache modules wrap workspace functions: from app.data they take types only, never
+    a loader or a module (the workspace is the one way in)."""
+    path = PROJECT_ROOT / "app" / "ui" / name
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    data_dir = PROJECT_ROOT / "app" / "data"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app.data"):
+            for a in node.names:
+                is_module = node.module == "app.data" and (data_dir / f"{a.name}.py").is_file()
+                assert not is_module and not a.name.startswith(_LOADER_PREFIXES), (
+                    f"app/ui/{name}: from {node.module} import {a.name} (go through app.workspace)")
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("app.data") for a in node.names), f"app/ui/{name} imports app.data"

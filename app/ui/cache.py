@@ -13,7 +13,7 @@ import os
 import streamlit as st
 
 from app.analysis.trace.summary import TraceAnalysis
-from app.data import runs as runs_data
+from app.workspace import artifacts
 from app.data.trace import TraceTables
 from app.workspace.signatures import run_signature
 from app.workspace.traces import analyze_trace_set, load_trace_set
@@ -27,11 +27,11 @@ __all__ = [
 
 
 @st.cache_data(max_entries=32, ttl=600, show_spinner=False)
-def _run(path: str, sig: tuple[float, ...]) -> runs_data.RunData:
-    return runs_data.load_run(path)
+def _run(path: str, sig: tuple[float, ...]) -> artifacts.RunData:
+    return artifacts.load_run(path)
 
 
-def cached_run(run_dir: str | os.PathLike[str]) -> runs_data.RunData:
+def cached_run(run_dir: str | os.PathLike[str]) -> artifacts.RunData:
     """The run's data; re-read when any of its files changed."""
     return _run(str(run_dir), run_signature(run_dir))
 

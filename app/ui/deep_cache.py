@@ -13,8 +13,7 @@ from app.analysis.memory.events import compute_memory_timeline
 from app.analysis.memory.snapshot import compute_trace_allocations
 from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.trace.timeline import compute_step_windows
-from app.data import snapshot as snapshot_data
-from app.data.runs import load_module_tree
+from app.workspace import artifacts
 from app.ui.cache import cached_run, cached_traces
 from app.workspace.signatures import file_signature, run_signature
 from profiler_agent.runformat import layout
@@ -72,7 +71,7 @@ def cached_step_windows(run_dir: str | os.PathLike[str], index: int) -> pd.DataF
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)
 def _snapshot(path: str, sig: tuple[float, int]) -> dict[str, Any]:
-    return snapshot_data.load_snapshot(path)
+    return artifacts.load_snapshot(path)
 
 
 def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -82,7 +81,7 @@ def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner=False)
 def _memory_categories(path: str, sig: tuple[float, int]) -> pd.DataFrame:
-    return snapshot_data.load_memory_timeline_raw(path)
+    return artifacts.load_memory_timeline_raw(path)
 
 
 def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -92,7 +91,7 @@ def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner=False)
 def _uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
-    return snapshot_data.parse_memory_timeline_raw(data, name)
+    return artifacts.parse_memory_timeline_raw(data, name)
 
 
 def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
@@ -102,7 +101,7 @@ def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=8, ttl=900, show_spinner=False)
 def _recorded_categories(path: str, mtime: float) -> pd.DataFrame:
-    return snapshot_data.load_memory_timeline_raw(path)
+    return artifacts.load_memory_timeline_raw(path)
 
 
 def cached_recorded_categories(path: str) -> pd.DataFrame:
@@ -133,7 +132,7 @@ def cached_trace_allocations(run_dir: str | os.PathLike[str], index: int, *, top
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _module_tree(run_dir: str, sig: tuple[float, int]) -> dict[str, Any] | None:
-    return load_module_tree(run_dir)
+    return artifacts.load_module_tree(run_dir)
 
 
 def cached_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

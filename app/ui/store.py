@@ -18,10 +18,9 @@ from typing import Any
 
 import streamlit as st
 
-from app.data import runs as runs_data
-from app.data import tbprofiler
+from app.data.runs import StoreTable
 from app.workspace import cached_steps, catalog
-from app.workspace.signatures import run_signature
+from app.workspace.signatures import file_signature, run_signature
 from profiler_agent import runformat as rf
 
 __all__ = ["StoreView", "cached_store_view", "clear_store_caches", "resolve_store_root"]
@@ -31,7 +30,7 @@ __all__ = ["StoreView", "cached_store_view", "clear_store_caches", "resolve_stor
 class StoreView:
     """The runs to list: the store's own and, for a tb-profiler folder, its mirrored runs."""
 
-    store: runs_data.StoreTable
+    store: StoreTable
     mirror: Path | None  # read-only mirror store, when the root holds tb-profiler runs
 
 
@@ -92,14 +91,14 @@ def _cached_row(path: Path) -> catalog.CatalogRow:
 
 
 @st.cache_data(max_entries=4, ttl=30, show_spinner=False)
-def _mirror(root: str, sig: tuple[Any, ...]) -> str | None:
-    mirror = tbprofiler.mirror_tb_folder(root)
+def _mirror(root: str, sig: tuple[tuple[str, float], ...]) -> str | None:
+    mirror = catalog.mirror_tb_store(Path(root), [Path(s) for s, _ in sig])
     return str(mirror) if mirror else None
 
 
 def _cached_mirror(root: Path, tb_runs: list[Path]) -> Path | None:
     """The catalog's MirrorLoader, cached by the tb-profiler sub-folders' modification times."""
-    found = _mirror(str(root), tuple((str(s), s.stat().st_mtime_ns) for s in tb_runs))
+    found = _mirror(str(root), tuple((str(s), file_signature(s)[0]) for s in tb_runs))
     return Path(found) if found else None
 
 

@@ -27,7 +27,7 @@ from app.workspace.catalog_rows import load_run_row
 from profiler_agent import runformat as rf
 
 __all__ = ["CatalogRow", "RowLoader", "MirrorLoader", "load_catalog_row", "list_rows", "tb_runs_of",
-           "load_catalog"]
+           "mirror_tb_store", "load_catalog"]
 
 # (row, or None for a folder whose manifest cannot be read; problem messages of this run)
 CatalogRow = tuple[dict[str, Any] | None, list[str]]
@@ -68,12 +68,14 @@ def tb_runs_of(root: Path) -> list[Path]:
     return tbprofiler.find_tb_runs(root) if root.is_dir() else []
 
 
-def _mirror(root: Path, tb_runs: list[Path]) -> Path | None:
+def mirror_tb_store(root: Path, tb_runs: list[Path]) -> Path | None:
+    """The read-only mirror store of the tb-profiler sub-folders ``tb_runs`` of ``root`` (made or
+    refreshed), or None when none can be made (the default MirrorLoader)."""
     return tbprofiler.mirror_tb_folder(root)
 
 
 def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoader = load_catalog_row,
-                 mirror_of: MirrorLoader = _mirror) -> StoreTable:
+                 mirror_of: MirrorLoader = mirror_tb_store) -> StoreTable:
     """Every run of the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) and of its tb-profiler
     mirror, newest first, with the store's problems (see the module docstring).
 
