@@ -39,6 +39,7 @@ from .model import SEVERITY_ORDER, Advice, Finding, MissingEvidence, RunEvidence
 from .registry import Guard, Rule, get_rule, registered_rules, rule
 
 __all__ = [
+    "SEVERITY_ORDER",
     "Advice",
     "Finding",
     "FindingsDiff",
