@@ -211,15 +211,17 @@ def _io_calls(path: Path) -> list[str]:
     return found
 
 
-def test_analysis_touches_no_file():
-    """Analysis takes typed tables and returns typed results: no open(), no pathlib or os file
-    calls, no glob/shutil/tempfile, no loader of app.data or the run format (the workspace loads)."""
+@pytest.mark.parametrize("layer", ["analysis", "presentation", "charts"])
+def test_analysis_and_presentation_touch_no_file(layer: str):
+    """Analysis takes typed tables and returns typed results, presentation and charts turn results
+    into text and figures: no open(), no pathlib or os file calls, no glob/shutil/tempfile, no
+    loader of app.data or the run format (the workspace loads)."""
     offenders = {}
-    for path in sorted((PROJECT_ROOT / "app" / "analysis").rglob("*.py")):
+    for path in sorted((PROJECT_ROOT / "app" / layer).rglob("*.py")):
         calls = _io_calls(path)
         if calls:
             offenders[path.relative_to(PROJECT_ROOT).as_posix()] = calls
-    assert not offenders, f"file I/O in app/analysis: {offenders}"
+    assert not offenders, f"file I/O in app/{layer}: {offenders}"
 
 
 def test_the_io_check_sees_io(tmp_path: Path):
