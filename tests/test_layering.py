@@ -202,11 +202,10 @@ def _io_calls(path: Path) -> list[str]:
             found.append(f"{node.lineno}: open(")
         elif isinstance(f, ast.Attribute):
             owner = ast.unparse(f.value)
-            if f.attr in _PATH_IO:
-                found.append(f"{node.lineno}: {owner}.{f.attr}(")
-            elif owner in {"os", "os.path"} and f.attr in _OS_IO | {"exists", "isfile", "isdir", "getmtime"}:
-                found.append(f"{node.lineno}: {owner}.{f.attr}(")
-            elif owner.split(".")[0] in io_aliases and f.attr.startswith(_LOADER_PREFIXES):
+            path_io = f.attr in _PATH_IO
+            os_io = owner in {"os", "os.path"} and f.attr in _OS_IO | {"exists", "isfile", "isdir", "getmtime"}
+            loader = owner.split(".")[0] in io_aliases and f.attr.startswith(_LOADER_PREFIXES)
+            if path_io or os_io or loader:
                 found.append(f"{node.lineno}: {owner}.{f.attr}(")
     return found
 

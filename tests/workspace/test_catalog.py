@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.jso
 
 
 @pytest.fixture
-def mixed_store(make_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # noqa: ANN001
+def mixed_store(make_run: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs, a broken run, a folder that is not a run, and a tb-profiler sub-folder (a mirrored run)."""
     monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
     make_run("first")
@@ -37,7 +38,9 @@ def _ls_json(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object
     return json.loads(capsys.readouterr().out)
 
 
-def test_cli_and_ui_list_the_same_runs_with_the_same_messages(mixed_store: Path, capsys) -> None:  # noqa: ANN001
+def test_cli_and_ui_list_the_same_runs_with_the_same_messages(
+    mixed_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     doc = _ls_json(mixed_store, capsys)
     clear_store_caches()
     view = cached_store_view(mixed_store, max_age_s=0)
@@ -52,7 +55,7 @@ def test_cli_and_ui_list_the_same_runs_with_the_same_messages(mixed_store: Path,
     assert "tb_run" not in problems  # listed as a run, not as a problem
 
 
-def test_catalog_is_what_both_call(mixed_store: Path, capsys) -> None:  # noqa: ANN001
+def test_catalog_is_what_both_call(mixed_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = load_catalog(mixed_store)
     assert store.mirror is not None
     assert _ls_json(mixed_store, capsys)["problems"] == store.problems

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.jso
 
 
 @pytest.fixture
-def store(make_run) -> Path:  # noqa: ANN001
+def store(make_run: Callable[..., Path]) -> Path:
     make_run("baseline")
     make_run("baseline-wide")
     return make_run("optimized").parent

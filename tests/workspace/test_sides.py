@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def _add_timeline(run_dir: Path, records: list[list[int]]) -> Path:
 
 
 @pytest.fixture
-def two_runs(make_run) -> tuple[Path, Path]:  # noqa: ANN001
+def two_runs(make_run: Callable[..., Path]) -> tuple[Path, Path]:
     base = make_run("base")
     cand = make_run("cand")
     _add_timeline(base, _TIMELINE)
@@ -43,7 +44,7 @@ def test_side_carries_the_category_peaks(two_runs: tuple[Path, Path]) -> None:
     assert b.category_peaks is None and b.category_peaks_error is None
 
 
-def test_the_json_document_reads_no_timeline_again(two_runs: tuple[Path, Path], monkeypatch) -> None:  # noqa: ANN001
+def test_the_json_document_reads_no_timeline_again(two_runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = (load_side(p) for p in two_runs)
 
     def refuse(*args: object, **kwargs: object) -> None:
