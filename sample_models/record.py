@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.data.final_value import FinalValue, final_value
-from app.data.step_time import steady_step_time
+from app.analysis.run.final_value import FinalValue, final_value
+from app.analysis.run.step_time import steady_step_time
 from profiler_agent.launcher import LaunchRequest, launch
 from profiler_agent.options import AgentOptions
 from profiler_agent.options import ProfileSchedule
@@ -85,8 +85,8 @@ def record_sample(sample: Sample, root: Path, *, steps: int, extra: list[str], m
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What the recorder prints about a run: the headline step time (app.data.step_time: median of
-    the steady-state steps) and the final loss (app.data.final_value: median of the last window),
+    """What the recorder prints about a run: the headline step time (app.analysis.run.step_time: median of
+    the steady-state steps) and the final loss (app.analysis.run.final_value: median of the last window),
     the same numbers as ``torchscope ls``, the Run page and Compare."""
 
     step_time_s: float | None
@@ -101,7 +101,7 @@ def summarise_recorded_run(run_dir: Path) -> RunSummary:
 
 def read_median_step_time(run_dir: Path) -> float | None:
     """The run's headline step time (seconds): the median of its steady-state steps (warm-up,
-    profiled and evaluation steps left out, app.data.step_time); None without step times."""
+    profiled and evaluation steps left out, app.analysis.run.step_time); None without step times."""
     return summarise_recorded_run(run_dir).step_time_s
 
 

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from app.analysis.curves.smoothing import XAxis
-from app.data.final_value import FinalValue
+from app.analysis.run.final_value import FinalValue
 
 __all__ = ["make_curve_figure", "make_rank_band_figure", "X_AXIS_TITLES"]
 
@@ -39,7 +39,7 @@ def make_curve_figure(
     """Return a figure of ``curve`` (the table of ``compute_curve``) for the metric ``key``.
 
     Each rank gets one colour: the raw values as a faint line behind, the smoothed values as a
-    solid line. WebGL traces keep 1e5+ points responsive. ``final`` (app.data.final_value) adds
+    solid line. WebGL traces keep 1e5+ points responsive. ``final`` (app.analysis.run.final_value) adds
     a dotted line at the run's final value, labelled as everywhere ("final loss (median of last 4)"):
     the number the Runs page, the Overview and Compare show, which the smoothed curve's end is not.
     """

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.data.step_time import StepTime, steady_step_time
+from app.analysis.run.step_time import StepTime, steady_step_time
 
 __all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
 
@@ -42,7 +42,7 @@ _REST = "loop_other_us"
 
 def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
                     only: Sequence[int] | None) -> list[tuple[int, StepTime]]:
-    """Each rank's steady-state step time (app.data.step_time), from every line of the table:
+    """Each rank's steady-state step time (app.analysis.run.step_time), from every line of the table:
     evaluation lines carry no step time but still mark their step."""
     # Every column: the marks steady_step_time reads (profiled, evaluation, val_* ...) are the
     # run format's to define, and the Overview tile passes the whole table too.
@@ -64,7 +64,7 @@ def make_step_time_figure(
     """Time of every step (ms) per rank, with each rank's headline median dashed and labelled.
 
     ``metrics`` needs columns ``step`` and ``value`` (seconds), optionally ``rank``, ``profiled``
-    and evaluation values (``val_*`` ...). The median line of a rank is app.data.step_time's
+    and evaluation values (``val_*`` ...). The median line of a rank is app.analysis.run.step_time's
     :func:`steady_step_time` of that rank (warm-up, profiled and evaluation steps left out; steps
     from traces, ``from_trace``, all count), the same number as the Overview tile; its steps are
     drawn filled, the dropped ones hollow with the reason in the hover. ``pooled`` (the headline

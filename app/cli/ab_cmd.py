@@ -27,16 +27,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from app.analysis.compare.comparison import Comparison, diff_sides
-from app.workspace.sides import group_of, load_group_side
-from app.analysis.compare.json_doc import comparison_to_json
-from app.presentation.report import format_verdict_text
 from app.cli import diff_cmd
 from app.errors import TorchscopeError, UsageError
-from profiler_agent import runformat as rf
-from profiler_agent.runformat import layout
+from app.presentation.compare_json import comparison_to_json
+from app.presentation.report import format_verdict_text
+from app.workspace.sides import group_of, load_group_side
+from app.workspace.store import progress_step_time, store_manifests
 
 HELP = "run a baseline and a candidate command alternately N times each, then judge the candidate from the replicates"
 
@@ -78,7 +75,7 @@ class RunOutcome:
     median_step_s: float | None
     output_tail: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "side": str(self.side), "exit_code": self.exit_code, "wall_s": self.wall_s,
                 "run": str(self.run_dir) if self.run_dir else None, "median_step_s": self.median_step_s}
 
@@ -172,18 +169,11 @@ def plan_from_args(args: argparse.Namespace, *, now: float | None = None) -> AbP
                   groups=groups, order=order, run_options=options, root=args.root)
 
 
-def _store_runs(root: str | None) -> dict[Path, rf.Manifest]:
-    try:
-        return dict(rf.list_runs(root).runs)
-    except rf.RunStoreNotFoundError:
-        return {}
-
-
 def _check_groups(plan: AbPlan, append: bool) -> None:
     """Refuse to mix replicates of an earlier A/B into this one unless --append."""
     if append:
         return
-    held = {side: [p for p, m in _store_runs(plan.root).items() if group_of(m) == group]
+    held = {side: [p for p, m in store_manifests(plan.root).items() if group_of(m) == group]
             for side, group in plan.groups.items()}
     busy = [f"{plan.groups[s]!r} ({len(p)} run(s))" for s, p in held.items() if p]
     if busy:
@@ -201,20 +191,11 @@ def _launcher() -> list[str]:
     return [sys.executable, *safe, "-m", "app"]
 
 
-def _median_step_s(run_dir: Path) -> float | None:
-    # For the progress line only (the verdict uses the comparison's own step sets): rank 0, no
-    # profiled or evaluation steps, the first step (one-off costs) left out.
-    times = [r["step_time_s"] for r in rf.read_jsonl(run_dir / layout.METRICS).records
-             if isinstance(r.get("step_time_s"), (int, float)) and r.get("rank", 0) == 0
-             and not r.get("profiled") and not r.get("evaluation")]
-    return float(np.median(times[1:] or times)) if times else None
-
-
 def _run_one(plan: AbPlan, index: int, side: Side, verbose: bool) -> RunOutcome:
     group = plan.groups[side]
     argv = [*_launcher(), "run", "--name", group, "--group", group, *(("--root", plan.root) if plan.root else ()),
             *plan.run_options, "--", *plan.command(side)]
-    before = set(_store_runs(plan.root))
+    before = set(store_manifests(plan.root))
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as log:
         # Verbose: the job's output goes to our stderr, never stdout, which may be carrying --json.
@@ -231,10 +212,10 @@ def _run_one(plan: AbPlan, index: int, side: Side, verbose: bool) -> RunOutcome:
         wall = time.perf_counter() - t0
         log.seek(0)
         tail = "\n".join(log.read().decode(errors="replace").splitlines()[-_TAIL_LINES:])
-    new = [p for p, m in _store_runs(plan.root).items() if p not in before and m.name == group]
+    new = [p for p, m in store_manifests(plan.root).items() if p not in before and m.name == group]
     run_dir = max(new) if new else None
     return RunOutcome(index=index, side=side, exit_code=code, wall_s=wall, run_dir=run_dir,
-                      median_step_s=_median_step_s(run_dir) if run_dir else None, output_tail=tail)
+                      median_step_s=progress_step_time(run_dir) if run_dir else None, output_tail=tail)
 
 
 def _progress(text: str) -> None:

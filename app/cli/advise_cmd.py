@@ -15,7 +15,8 @@ import json
 import sys
 import textwrap
 
-from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule, load_evidence
+from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule
+from app.workspace.evidence import load_evidence
 from app.errors import UsageError
 
 HELP = "find performance and training problems in a run, with evidence and the fix"

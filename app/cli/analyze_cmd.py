@@ -4,11 +4,11 @@ PATH is a run folder, a run id/name in the store, a trace file, a folder of trac
 torch-tb-profiler log folder (one sub-folder per run): with several runs there, ``--run NAME``
 picks one, and without it the command stops and lists them (workers of different runs are never
 analysed as one set).
-``--json`` prints one document (``TraceAnalysis.to_json``; fields in docs/trace-engine.md);
+``--json`` prints one document (app.presentation.analyze_json; fields in docs/trace-engine.md);
 without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
 
 For a Torchscope run the document also has ``"run"``: the run's headline step time
-(app.data.step_time) and the final value of each logged metric (app.data.final_value), the
+(app.workspace.run_summary) and the final value of each logged metric, the
 same numbers as ``torchscope ls``, the Run page and Compare. A run without traces prints only
 that part (and says so on stderr) instead of failing.
 """
@@ -18,12 +18,18 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from app.analysis.trace.steps import DEVICE_CATEGORIES
+from app.analysis.trace.summary import TraceAnalysis
+from app.data.runs import format_seconds
 from app.errors import UsageError
+from app.presentation.analyze_json import analysis_to_json
+from app.workspace import refs
+from app.workspace.run_summary import has_traces, load_run_summary
+from app.workspace.traces import analyze_trace_set, load_trace_set
 
 HELP = "analyse profiler traces: steps, time breakdown, top ops and kernels, memory peaks"
 
@@ -72,39 +78,6 @@ class _Bar:
             sys.stderr.flush()
 
 
-def _resolve(path: str, root: str | None) -> Path:
-    p = Path(path)
-    if p.exists():
-        return p
-    from profiler_agent.runformat import find_run
-    from profiler_agent.runformat.errors import TorchscopeError
-
-    try:
-        return find_run(path, root)
-    except TorchscopeError:
-        raise UsageError(f"{path}: no such file, folder or run") from None
-
-
-def _pick_run(path: Path, run: str | None) -> Path:
-    """The folder to analyse: with ``--run``, that sub-folder of a torch-tb-profiler log folder.
-    A log folder with several runs and no ``--run`` is an error that names them."""
-    from app.data.trace import trace_run_folders
-
-    runs = trace_run_folders(path)
-    names = [r.name for r in runs]
-    if run is not None:
-        if not runs:
-            raise UsageError(f"--run {run}: {path} is not a torch-tb-profiler log folder "
-                             "(no sub-folders holding trace files)")
-        if run not in names:
-            raise UsageError(f"--run {run}: {path} has no such run; its runs: {', '.join(names)}")
-        return path / run
-    if len(runs) > 1:
-        raise UsageError(f"{path} holds {len(runs)} torch-tb-profiler runs ({', '.join(names)}); "
-                         f"pick one with --run NAME or analyse its sub-folder, e.g. {path / names[0]}")
-    return path
-
-
 def _fmt_us(v: float) -> str:
     if v != v:
         return "–"
@@ -129,9 +102,7 @@ def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def format_text(analysis: Any, top: int) -> str:
-    from app.analysis.trace.steps import DEVICE_CATEGORIES
-
+def format_text(analysis: TraceAnalysis, top: int) -> str:
     out = []
     for t in analysis.traces:
         out.append(f"trace {t['path']}  rank {t['rank']}  {t['events']:,} events")
@@ -173,36 +144,8 @@ def format_text(analysis: Any, top: int) -> str:
     return "\n".join(out)
 
 
-def run_summary(run_dir: Path, rank: int | None = None) -> dict[str, Any] | None:
-    """The ``"run"`` part of ``analyze --json`` for a Torchscope run folder (None for anything
-    else): ``id``, ``name``, ``step_time_s`` and ``step_time_steps`` (the headline step time and
-    how many steps it is the median of), ``final``: ``{key: {"value", "window", "count", "label"}}``
-    for every logged outcome (loss, val_loss, accuracy, ...)."""
-    from app.data.final_value import NOT_OUTCOMES, final_value
-    from app.data.step_time import steady_step_time
-    from profiler_agent import runformat as rf
-    from profiler_agent.runformat import layout
-
-    if not rf.is_run_dir(run_dir):
-        return None
-    manifest = rf.read_manifest(run_dir)
-    records = rf.read_jsonl(run_dir / layout.METRICS).records
-    headline = steady_step_time(records, rank=rank)
-    keys = dict.fromkeys(k for r in records for k in r if k not in NOT_OUTCOMES)
-    final = {}
-    for key in keys:
-        fv = final_value(records, str(key), rank=rank)
-        if fv is not None:
-            final[str(key)] = {"value": fv.value, "window": fv.window, "count": fv.count, "label": fv.label}
-    return {"id": manifest.id, "name": manifest.name, "step_time_s": headline.value_s,
-            "step_time_steps": headline.n_used if headline.value_s is not None else 0,
-            "step_time_dropped": headline.describe_dropped(), "final": final}
-
-
 def format_run_summary(summary: dict[str, Any]) -> str:
     """The run part of the text output: headline step time and final values, labelled by rule."""
-    from app.data.runs import format_seconds
-
     out = [f"run {summary['name']} ({summary['id']})"]
     if summary["step_time_s"] is not None:
         out.append(f"  step time (median, steady state): {format_seconds(summary['step_time_s'])} over "
@@ -223,17 +166,13 @@ def _print_run_only(summary: dict[str, Any], as_json: bool, why: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.analysis.trace.summary import analyze_traces
-    from app.data.trace import load_traces
-    from profiler_agent.runformat import layout
-
-    path = _pick_run(_resolve(args.path, getattr(args, "root", None)), getattr(args, "run", None))
-    summary = run_summary(path, args.rank) if path.is_dir() else None
-    if summary is not None and not layout.list_trace_files(path):
+    path = refs.pick_tb_run(refs.resolve_path(args.path, getattr(args, "root", None)), getattr(args, "run", None))
+    summary = load_run_summary(path, args.rank) if path.is_dir() else None
+    if summary is not None and not has_traces(path):
         return _print_run_only(summary, args.json, f"{path} has no profiler traces")
     bar = _Bar()
     try:
-        traces = load_traces(path, progress=bar, use_cache=not args.no_cache)
+        traces = load_trace_set(path, progress=bar, use_cache=not args.no_cache)
     finally:
         bar.close()
     if args.rank is not None:
@@ -243,9 +182,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--rank {args.rank}: {path} has traces of ranks {ranks}")
     # Cached traces also cache their analysis next to them (steps, breakdown, op/kernel tables):
     # a second `analyze` of an unchanged trace reads no event.
-    analysis = analyze_traces(traces, use_cache=not args.no_cache)
+    analysis = analyze_trace_set(traces, use_cache=not args.no_cache)
     if args.json:
-        doc = analysis.to_json()
+        doc = analysis_to_json(analysis)
         if summary is not None:
             doc["run"] = summary
         json.dump(doc, sys.stdout, ensure_ascii=False)

@@ -23,12 +23,13 @@ import math
 import sys
 from typing import Any
 
+from app.analysis.compare.advice import diff_side_advice
 from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
-from app.workspace.sides import load_group_side, load_side
-from app.analysis.compare.json_doc import comparison_to_json
 from app.analysis.compare.tables import OpGrouping
-from app.presentation.report import format_verdict_text
 from app.errors import TorchscopeError, UsageError
+from app.presentation.compare_json import comparison_to_json
+from app.presentation.report import format_verdict_text
+from app.workspace.sides import load_group_side, load_side
 
 HELP = ("compare a candidate run or trace (or group of runs) with a baseline: headline verdict with confidence, "
         "breakdown and op deltas")
@@ -111,8 +112,6 @@ def advice_diff(cmp: Comparison, args: argparse.Namespace) -> Any | None:
     the advisor cannot run (the reason becomes a note of the comparison)."""
     if getattr(args, "no_advice", False):
         return None
-    from app.analysis.compare.advice import diff_side_advice
-
     try:
         return diff_side_advice(cmp.baseline, cmp.candidate)
     except TorchscopeError as e:

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from app.data.log_import import import_log_plan, plan_log_import
+from app.workspace.imports import import_into_store
 from profiler_agent.runformat import layout
 
 HELP = "import a trace file, a folder of traces, a torch-tb-profiler or a TensorBoard log folder as runs"
@@ -38,23 +38,19 @@ def _when(started_at: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiler_agent.runformat import read_manifest
-
-    root = layout.resolve_root(args.root)
-    plan = plan_log_import(args.path, args.name)
-    created = import_log_plan(plan, root)
-    manifests = [read_manifest(p) for p in created]
+    result = import_into_store(args.path, args.name, args.root)
+    root = result.root
     # What was left out goes to stderr in both modes, so that it is seen and --json stays parseable.
-    for s in plan.skipped:
+    for s in result.skipped:
         print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     if args.json:
         rows = [{"id": p.name, "name": m.name, "path": str(p), "started_at": m.started_at}
-                for p, m in zip(created, manifests)]
-        skipped = [{"path": str(s.path), "reason": s.reason} for s in plan.skipped]
+                for p, m in result.created]
+        skipped = [{"path": str(s.path), "reason": s.reason} for s in result.skipped]
         print(json.dumps({"runs": rows, "skipped": skipped}, indent=2))
     else:
-        for p, m in zip(created, manifests):
+        for p, m in result.created:
             print(f"imported {p} ({_when(m.started_at)})")
-        left = f"; {len(plan.skipped)} file(s) or folder(s) skipped, reasons on stderr" if plan.skipped else ""
-        print(f"{len(created)} run(s) imported into {root}{left}; browse them with: torchscope ui --root {root}")
+        left = f"; {len(result.skipped)} file(s) or folder(s) skipped, reasons on stderr" if result.skipped else ""
+        print(f"{len(result.created)} run(s) imported into {root}{left}; browse them with: torchscope ui --root {root}")
     return 0

@@ -2,11 +2,12 @@
 
 ``--json`` prints one document ``{"root": str, "runs": [...], "problems": [...]}``; each run
 has exactly the keys of ``app.data.runs.STORE_COLUMNS`` (documented in docs/app.md): ``step_time_s``
-is the headline step time (app.data.step_time), ``mean_step_time_s`` the mean of the same steps,
-``final_loss`` the final value of the loss (app.data.final_value), ``group`` the run's replicate group
+is the headline step time (app.analysis.run.step_time), ``mean_step_time_s`` the mean of the same steps,
+``final_loss`` the final value of the loss (app.analysis.run.final_value), ``group`` the run's replicate group
 or null. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
-read-only mirror ``torchscope ui`` uses, so both list the same runs in the same order.
+read-only mirror ``torchscope ui`` uses: both list the store through app.workspace.catalog, so
+they show the same runs in the same order with the same problem messages.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import sys
 from typing import Any
 
-from app.workspace import cached_steps
+from app.workspace import cached_steps, catalog
 from app.data import runs as runs_data
 from profiler_agent.runformat import layout
 
@@ -103,9 +104,7 @@ def format_table(records: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = runs_data.load_store(
-        args.root, complete_row=cached_steps.fill_steps_from_traces, include_tb_runs=True
-    )
+    store = catalog.load_catalog(args.root)
     records = runs_data.store_records(store)
     if args.json:
         doc = {"root": str(store.root), "runs": records, "problems": store.problems}

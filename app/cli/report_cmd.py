@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     diff = advice_diff(cmp, args)
     advice = findings_diff_rows(diff) if diff is not None else []
     if fmt == "html":
+        # plotly is imported only for an HTML report: a Markdown report (CI) pays no plotly import.
         from app.charts.compare import figures_to_html, make_report_figures
 
         text = format_report_html(cmp, figures_to_html(make_report_figures(cmp)), top=max(args.top, 30),

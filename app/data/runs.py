@@ -7,14 +7,13 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from app.data import store_rows, tbprofiler
+from app.data import store_rows
 from app.data.trace_files import rank_from_name
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -26,7 +25,6 @@ __all__ = [
     "load_run",
     "load_metrics",
     "load_system",
-    "load_store",
     "load_module_tree",
     "read_text_artifact",
     "store_records",
@@ -35,14 +33,12 @@ __all__ = [
     "format_seconds",
     "system_peak_memory",
     "EXTRA_COLUMNS",
-    "summarise_run",
     "store_from_rows",
     "archive_run",
     "delete_run",
     "ARCHIVE_DIR",
     "STATUS_MARKERS",
     "filter_store",
-    "drop_mirrored_problems",
 ]
 
 # Shown before a status wherever runs are listed, so running and crashed runs stand out.
@@ -61,7 +57,7 @@ EXTRA_COLUMNS = ["notes", "world_size", "search_text", "steps_source"]
 ARCHIVE_DIR = ".archive"
 
 # One row per run in the store table (Runs page, `torchscope ls --json`). ``step_time_s`` is the
-# headline step time (steady-state median, app.data.step_time) over ``step_time_steps`` steps;
+# headline step time (steady-state median, app.analysis.run.step_time) over ``step_time_steps`` steps;
 # ``mean_step_time_s`` the mean of the same steps (kept for scripts written against it).
 STORE_COLUMNS = [
     "id",
@@ -207,13 +203,6 @@ def read_text_artifact(
         return f.read().decode("utf-8", errors="replace")
 
 
-def summarise_run(run: RunData) -> dict[str, Any]:
-    """One row of the store table (keys STORE_COLUMNS + EXTRA_COLUMNS) for a loaded ``run``."""
-    return store_rows.row_from_records(
-        run.path, run.manifest, run.status, _records(run.metrics), _records(run.system)
-    )
-
-
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return df.to_dict(orient="records") if len(df) else []
 
@@ -238,66 +227,10 @@ class StoreTable:
     mirror: Path | None = None
 
 
-RowHook = Callable[[dict[str, Any]], Any]
-
-
-def _load_rows(
-    root: str | os.PathLike[str] | None, now: float | None, complete_row: RowHook | None
-) -> tuple[Path, list[dict[str, Any]], list[str]]:
-    listing = rf.list_runs(root)
-    rows: list[dict[str, Any]] = []
-    problems = list(listing.problems)
-    for path, _ in listing.runs:
-        try:
-            row, run_problems = store_rows.load_run_row(path, now=now)
-        except rf.RunFormatError as e:  # changed between listing and reading
-            problems.append(str(e))
-            continue
-        if complete_row is not None:
-            complete_row(row)
-        rows.append(row)
-        problems.extend(run_problems)
-    return listing.root, rows, problems
-
-
-def drop_mirrored_problems(problems: list[str], tb_runs: list[Path]) -> list[str]:
-    """The store's problems less the "not a run folder" ones of tb-profiler sub-folders, which
-    are listed through the mirror instead."""
-    names = {Path(s).name for s in tb_runs}
-    return [p for p in problems if not any(f"/{n}:" in p for n in names)]
-
-
-def load_store(
-    root: str | os.PathLike[str] | None = None,
-    *,
-    now: float | None = None,
-    complete_row: RowHook | None = None,
-    include_tb_runs: bool = False,
-) -> StoreTable:
-    """Summarise every run of a store, newest first.
-
-    ``complete_row(row)`` may fill a row further in place (the CLI fills steps from the trace
-    analysis cache, app.workspace.cached_steps). With ``include_tb_runs`` the torch-tb-profiler
-    sub-folders of ``root`` are listed too, through their read-only mirror, as ``torchscope ui``
-    lists them. Raises RunStoreNotFoundError when the store does not exist; an unreadable run
-    becomes a problem message and the others are still listed.
-    """
-    found_root, rows, problems = _load_rows(root, now, complete_row)
-    mirror: Path | None = None
-    if include_tb_runs:
-        tb_runs = tbprofiler.find_tb_runs(found_root)
-        mirror = tbprofiler.mirror_tb_folder(found_root) if tb_runs else None
-        if mirror is not None:
-            _, more, more_problems = _load_rows(mirror, now, complete_row)
-            rows += more
-            problems = drop_mirrored_problems(problems, tb_runs) + more_problems
-    return store_from_rows(found_root, rows, problems, mirror=mirror)
-
-
 def store_from_rows(
     root: Path, rows: list[dict[str, Any]], problems: list[str], *, mirror: Path | None = None
 ) -> StoreTable:
-    """Assemble a StoreTable, newest first, from rows made by :func:`summarise_run`.
+    """Assemble a StoreTable, newest first, from catalog rows (app.workspace.catalog_rows).
 
     Runs are ordered by start time, not folder name: an imported trace's folder is named when it
     is imported but its run started when the trace was recorded. Runs without a start come last.

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison, no_interval_reason
-from app.analysis.compare.json_doc import compile_counts
+from app.presentation.compare_json import compile_counts
 from app.analysis.compare.memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,

@@ -13,18 +13,28 @@ from typing import Any
 
 import streamlit as st
 
+from app.analysis.advisor import FindingsDiff
+from app.analysis.compare.advice import diff_side_advice
 from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
-from app.workspace.sides import CompareSide, assemble_run_side
+from app.analysis.compare.side import CompareSide
 from app.analysis.compare.tables import OpGrouping
+from app.analysis.trace.summary import TraceAnalysis
+from app.data.trace import TraceTables
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
+from app.workspace.sides import assemble_run_side, load_group_side
 
 __all__ = ["cached_side", "cached_group_side", "cached_comparison", "cached_side_comparison",
            "cached_findings_diff", "options_key", "SideRef"]
 
 
+def _cached_side_traces(path: Path) -> tuple[tuple[TraceTables, ...], TraceAnalysis]:
+    """The workspace's TraceLoader for a run side, served from the Run page's caches."""
+    return tuple(cached_traces(path)), cached_trace_analysis(path)
+
+
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _side(path: str, sig: tuple[float, ...]) -> CompareSide:
-    return assemble_run_side(cached_run(path), lambda p: (tuple(cached_traces(p)), cached_trace_analysis(p)))
+    return assemble_run_side(cached_run(path), _cached_side_traces)
 
 
 def cached_side(run_dir: str | os.PathLike[str]) -> CompareSide:
@@ -32,29 +42,11 @@ def cached_side(run_dir: str | os.PathLike[str]) -> CompareSide:
     return _side(str(run_dir), run_signature(run_dir))
 
 
-def _group_side_uncached(name: str, root: str, members: tuple[str, ...]) -> CompareSide:
-    from app.workspace import sides as compare_inputs
-
-    load_group_side = getattr(compare_inputs, "load_group_side", None)
-    if load_group_side is not None:
-        side = load_group_side(name, root)
-        # "group fast", so a group never reads like a run of the same name in the headline and tables.
-        return side if side.label.startswith("group ") else dataclasses.replace(side, label=f"group {side.label}")
-    # Analysis code without groups: the newest run stands for the group, its replicates attached
-    # when the side can hold them, and the label says it is a group.
-    side = cached_side(members[0])
-    changes: dict[str, Any] = {"label": f"group {name}"}
-    if any(f.name == "replicates" for f in dataclasses.fields(side)):
-        changes["replicates"] = tuple(cached_run(p) for p in members)
-    else:
-        changes["problems"] = (*side.problems, f"group {name} has {len(members)} run(s); this version compares "
-                               f"its newest run only ({side.run.manifest.name if side.run else side.label})")
-    return dataclasses.replace(side, **changes)
-
-
 @st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
 def _group_side(name: str, root: str, members: tuple[str, ...], sig: tuple[Any, ...]) -> CompareSide:
-    return _group_side_uncached(name, root, members)
+    side = load_group_side(name, root)
+    # "group fast", so a group never reads like a run of the same name in the headline and tables.
+    return side if side.label.startswith("group ") else dataclasses.replace(side, label=f"group {side.label}")
 
 
 def cached_group_side(name: str, root: str | os.PathLike[str], members: Sequence[str | os.PathLike[str]]) -> CompareSide:
@@ -116,12 +108,11 @@ def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: Compa
 
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
-def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> Any:
-    from app.analysis.compare.advice import diff_side_advice
+def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> FindingsDiff:
+    diff: FindingsDiff = diff_side_advice(cached_side(base), cached_side(cand))  # analysis types it Any today
+    return diff
 
-    return diff_side_advice(cached_side(base), cached_side(cand))
 
-
-def cached_findings_diff(baseline: Path, candidate: Path) -> Any:
+def cached_findings_diff(baseline: Path, candidate: Path) -> FindingsDiff:
     """The advisor's resolved / remaining / new findings between two runs (a FindingsDiff)."""
     return _findings_diff(str(baseline), str(candidate), (run_signature(baseline), run_signature(candidate)))

@@ -10,7 +10,8 @@ import streamlit as st
 
 from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.memory import compute_step_aligned_memory, diff_largest_allocations
-from app.analysis.compare.memory_categories import MemoryCategoryComparison, compare_memory_categories
+from app.analysis.compare.memory_categories import MemoryCategoryComparison
+from app.workspace.memory import load_memory_categories
 from app.analysis.memory.peak import peak_description, peak_quantity
 from app.presentation.report import format_value
 from app.charts.compare import make_memory_overlay_figure
@@ -53,11 +54,11 @@ def _timelines_signature(run_dir: Path | None) -> tuple[tuple[str, float, int], 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _categories(base: str | None, cand: str | None, sig: tuple[object, ...]) -> MemoryCategoryComparison:
-    return compare_memory_categories(base, cand)
+    return load_memory_categories(base, cand)
 
 
 def cached_memory_categories(cmp: Comparison) -> MemoryCategoryComparison:
-    """Per-category memory of both runs (``compare_memory_categories``), cached by the timelines'
+    """Per-category memory of both runs (``load_memory_categories``), cached by the timelines'
     names, times and sizes."""
     dirs = [s.run.path if s.run is not None else None for s in (cmp.baseline, cmp.candidate)]
     sig = tuple(_timelines_signature(d) for d in dirs)

@@ -19,7 +19,7 @@ from app.presentation.report import (
     format_value,
     verdict_display_table,
 )
-from app.data.final_value import final_label
+from app.analysis.run.final_value import final_label
 from app.ui.compare_headline import render_headline
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
@@ -198,7 +198,7 @@ def _metric_row(cmp: Comparison) -> None:
         wa, _, wb = str(r["window"]).partition("/")
         cols[3].metric(final_label("loss", _int(wb)).capitalize(), format_value(r["candidate_final"]), _pct(r["ratio"]),
                        delta_color=_colour(r["verdict"], True),
-                       help=f"Verdict: {r['verdict']}. The final value (app.data.final_value, the same number as the "
+                       help=f"Verdict: {r['verdict']}. The final value (app.analysis.run.final_value, the same number as the "
                             f"Run page and `torchscope ls`): median of the last {wb or '?'} values of the candidate, "
                             f"{wa or '?'} of the baseline ({format_value(r['baseline_final'])}).")
 

@@ -9,11 +9,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.analysis.memory.events import compute_memory_timeline
+from app.analysis.memory.snapshot import compute_trace_allocations
 from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.trace.timeline import compute_step_windows
-from app.data import snapshot as snapshot_data
-from app.data.runs import load_module_tree
-from app.ui.cache import cached_run, cached_traces, run_signature
+from app.workspace import artifacts
+from app.ui.cache import cached_run, cached_traces
+from app.workspace.signatures import file_signature, run_signature
+from profiler_agent.runformat import layout
 
 __all__ = [
     "file_signature",
@@ -28,15 +31,6 @@ __all__ = [
     "cached_trace_allocations",
     "cached_module_tree",
 ]
-
-
-def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:
-    """(mtime, size) of a file, or (0, -1) when it is missing: part of a cache key."""
-    try:
-        st_ = Path(path).stat()
-    except OSError:
-        return (0.0, -1)
-    return (st_.st_mtime, st_.st_size)
 
 
 # Curves are recomputed only when the run's files or the curve's own settings change, not on
@@ -77,7 +71,7 @@ def cached_step_windows(run_dir: str | os.PathLike[str], index: int) -> pd.DataF
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)
 def _snapshot(path: str, sig: tuple[float, int]) -> dict[str, Any]:
-    return snapshot_data.load_snapshot(path)
+    return artifacts.load_snapshot(path)
 
 
 def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -87,7 +81,7 @@ def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner=False)
 def _memory_categories(path: str, sig: tuple[float, int]) -> pd.DataFrame:
-    return snapshot_data.load_memory_timeline_raw(path)
+    return artifacts.load_memory_timeline_raw(path)
 
 
 def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -97,7 +91,7 @@ def cached_memory_categories(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner=False)
 def _uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
-    return snapshot_data.parse_memory_timeline_raw(data, name)
+    return artifacts.parse_memory_timeline_raw(data, name)
 
 
 def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
@@ -107,7 +101,7 @@ def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=8, ttl=900, show_spinner=False)
 def _recorded_categories(path: str, mtime: float) -> pd.DataFrame:
-    return snapshot_data.load_memory_timeline_raw(path)
+    return artifacts.load_memory_timeline_raw(path)
 
 
 def cached_recorded_categories(path: str) -> pd.DataFrame:
@@ -117,8 +111,6 @@ def cached_recorded_categories(path: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _memory_timeline(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFrame:
-    from app.analysis.memory.events import compute_memory_timeline
-
     return compute_memory_timeline(cached_traces(run_dir)[index])
 
 
@@ -129,8 +121,6 @@ def cached_memory_timeline(run_dir: str | os.PathLike[str], index: int) -> pd.Da
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _trace_allocations(run_dir: str, sig: tuple[float, ...], index: int, top: int) -> pd.DataFrame:
-    from app.analysis.memory.snapshot import compute_trace_allocations
-
     trace = cached_traces(run_dir)[index]
     return compute_trace_allocations(trace.memory, trace.events, top=top)
 
@@ -142,11 +132,9 @@ def cached_trace_allocations(run_dir: str | os.PathLike[str], index: int, *, top
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _module_tree(run_dir: str, sig: tuple[float, int]) -> dict[str, Any] | None:
-    return load_module_tree(run_dir)
+    return artifacts.load_module_tree(run_dir)
 
 
 def cached_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The run's parsed module tree (graph/modules.json), or None."""
-    from profiler_agent.runformat import layout
-
     return _module_tree(str(run_dir), file_signature(Path(run_dir) / layout.MODULE_TREE))

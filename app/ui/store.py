@@ -1,9 +1,9 @@
-"""The run store as the Runs page sees it, cached per run (UI layer: st.cache_data wrappers).
+"""The run store as the Runs page sees it: app.workspace.catalog with bounded caches (UI layer).
 
-Each run's summary row is cached under its files' modification times, so a store of 1,000 runs
-re-reads only the runs that changed since the last rerun (manifests are listed each time; that
-is one small JSON file per run). A torch-tb-profiler log folder given as the store is mirrored
-into a read-only store of symlinked runs (see app.data.tbprofiler.mirror_tb_folder).
+The catalog (rows, the tb-profiler mirror, the problem messages) is the workspace's, the same as
+``torchscope ls``. Here each run's row is cached under its files' modification times, so a store
+of 1,000 runs re-reads only the runs that changed since the last rerun (manifests are listed each
+time; that is one small JSON file per run), and the mirror under its sub-folders' times.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Any
 
 import streamlit as st
 
-from app.data import runs as runs_data
-from app.workspace import cached_steps
-from app.data import store_rows, tbprofiler
-from app.ui.cache import run_signature
+from app.data.runs import StoreTable
+from app.workspace import cached_steps, catalog
+from app.workspace.signatures import file_signature, run_signature
 from profiler_agent import runformat as rf
 
 __all__ = ["StoreView", "cached_store_view", "clear_store_caches", "resolve_store_root"]
@@ -31,7 +30,7 @@ __all__ = ["StoreView", "cached_store_view", "clear_store_caches", "resolve_stor
 class StoreView:
     """The runs to list: the store's own and, for a tb-profiler folder, its mirrored runs."""
 
-    store: runs_data.StoreTable
+    store: StoreTable
     mirror: Path | None  # read-only mirror store, when the root holds tb-profiler runs
 
 
@@ -64,18 +63,14 @@ class _RowCache:
         if hit is not None:
             row, problems, checked = hit
             stale = row is not None and row.get("steps_source") == cached_steps.STEPS_IN_TRACE
-            if not stale or now - checked < IN_TRACE_RECHECK_S:
+            if row is None or not stale or now - checked < IN_TRACE_RECHECK_S:
                 return row, problems
-            row = dict(row)
-            cached_steps.fill_steps_from_traces(row)
-            value = (row, problems, now)
+            refreshed = dict(row)
+            cached_steps.fill_steps_from_traces(refreshed)
+            value: tuple[dict[str, Any] | None, list[str], float] = (refreshed, problems, now)
         else:
-            try:
-                row, problems = store_rows.load_run_row(path)
-                cached_steps.fill_steps_from_traces(row)
-                value = (row, problems, now)
-            except rf.RunFormatError as e:
-                value = (None, [str(e)], now)
+            loaded, problems = catalog.load_catalog_row(Path(path))
+            value = (loaded, problems, now)
         with self._lock:
             self._data[key] = value
             while len(self._data) > self._max:
@@ -90,31 +85,21 @@ class _RowCache:
 _ROWS = _RowCache()
 
 
-def _summary(path: str, sig: tuple[float, ...]) -> tuple[dict[str, Any] | None, list[str]]:
-    return _ROWS.get(path, sig)
+def _cached_row(path: Path) -> catalog.CatalogRow:
+    """The catalog's RowLoader, served from the bounded row cache."""
+    return _ROWS.get(str(path), run_signature(path))
 
 
 @st.cache_data(max_entries=4, ttl=30, show_spinner=False)
-def _mirror(root: str, sig: tuple[Any, ...]) -> str | None:
-    mirror = tbprofiler.mirror_tb_folder(root)
+def _mirror(root: str, sig: tuple[tuple[str, float], ...]) -> str | None:
+    mirror = catalog.mirror_tb_store(Path(root), [Path(s) for s, _ in sig])
     return str(mirror) if mirror else None
 
 
-def _tb_signature(root: Path) -> tuple[Any, ...]:
-    subs = tbprofiler.find_tb_runs(root)
-    return tuple((str(s), s.stat().st_mtime_ns) for s in subs)
-
-
-def _rows(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    listing = rf.list_runs(root)
-    rows: list[dict[str, Any]] = []
-    problems = list(listing.problems)
-    for path, _ in listing.runs:
-        row, msgs = _summary(str(path), run_signature(path))
-        problems.extend(msgs)
-        if row is not None:
-            rows.append(row)
-    return rows, problems
+def _cached_mirror(root: Path, tb_runs: list[Path]) -> Path | None:
+    """The catalog's MirrorLoader, cached by the tb-profiler sub-folders' modification times."""
+    found = _mirror(str(root), tuple((str(s), file_signature(s)[0]) for s in tb_runs))
+    return Path(found) if found else None
 
 
 # Store views younger than this are reused as they are: every widget click reruns a page, and
@@ -144,24 +129,8 @@ def cached_store_view(root: str | os.PathLike[str], *, max_age_s: float = VIEW_M
 
 
 def _compute_store_view(root: Path) -> StoreView:
-    rows, problems = _rows(root)
-    mirror: Path | None = None
-    sig: tuple[Any, ...] = ()
-    if root.is_dir():
-        sig = _tb_signature(root)
-        if sig:
-            found = _mirror(str(root), sig)
-            mirror = Path(found) if found else None
-    # The tb sub-folders are listed through the mirror, not as "not a run folder" problems; the
-    # other folders that are not runs say why (no trace files, or files that are not traces).
-    tb_runs = [Path(s) for s, _ in sig] if mirror is not None else []
-    problems = tbprofiler.explain_store_problems(problems, tb_runs)
-    if mirror is not None:
-        more, more_problems = _rows(mirror)
-        rows += more
-        problems += more_problems
-    store = runs_data.store_from_rows(root, rows, problems, mirror=mirror)
-    return StoreView(store=store, mirror=mirror)
+    store = catalog.load_catalog(root, load_row=_cached_row, mirror_of=_cached_mirror)
+    return StoreView(store=store, mirror=store.mirror)
 
 
 def clear_store_caches() -> None:

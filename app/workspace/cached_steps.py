@@ -1,11 +1,11 @@
-"""A run's profiled steps read from the trace engine's analysis cache, never from a trace (analysis layer).
+"""A run's profiled steps read from the trace engine's analysis cache, never from a trace (workspace layer).
 
 The runs catalog (Runs page, ``torchscope ls``) lists 1,000 runs in seconds, so it must not parse a
 trace. A run without metrics.jsonl (an imported trace or tb-profiler folder) still has steps: those
 the profiler recorded. When the run's traces were analysed once (its Run page was opened, or
-``torchscope analyze`` ran on it), ``analyze_traces`` left a ``steps`` table in the analysis cache
+``torchscope analyze`` ran on it), ``app.workspace.traces.analyze_trace_set`` left a ``steps`` table in the analysis cache
 (app/data/trace_analysis_cache); this module finds that table with a few ``stat`` calls and small
-JSON reads, exactly as ``analyze_traces`` would, and returns None when it is not there.
+JSON reads, exactly as ``analyze_trace_set`` would, and returns None when it is not there.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.data.step_time import steady_step_time
-from app.analysis.trace.summary import analysis_version
-from app.data import trace_analysis_cache as tac
+from app.analysis.run.step_time import steady_step_time
 from app.data import trace_cache
 # The same rank and file listing load_traces uses: the analysis key must be built identically.
-from app.data.trace import _rank, list_trace_paths
+from app.data.trace import list_trace_paths, trace_rank
 from app.errors import UsageError
+from app.workspace.traces import analysis_folder
 
 __all__ = ["TraceSteps", "read_cached_trace_steps", "fill_steps_from_traces", "STEPS_FROM_METRICS",
            "STEPS_FROM_TRACE", "STEPS_IN_TRACE"]
@@ -41,7 +40,7 @@ _STEPS_TABLE = "steps.arrow"
 @dataclass(frozen=True)
 class TraceSteps:
     """The profiled steps of the lowest rank: how many, and their mean duration in seconds;
-    ``step_time_s``: the headline step time of the traces' steps (app.data.step_time: median
+    ``step_time_s``: the headline step time of the traces' steps (app.analysis.run.step_time: median
     over steps of the slowest rank's duration, as Compare computes it for bare traces)."""
 
     rank: int
@@ -68,11 +67,11 @@ def read_cached_trace_steps(run_dir: str | os.PathLike[str]) -> TraceSteps | Non
         cached = trace_cache.read_cached_meta(entry)
         if cached is None:
             return None
-        keyed.append((_rank(p, cached.meta), p.name, entry))
+        keyed.append((trace_rank(p, cached.meta), p.name, entry))
     if not keyed:
         return None
     keyed.sort(key=lambda k: (k[0], k[1]))  # load_traces' order, which the analysis key follows
-    folder = tac.analysis_dir([e for _, _, e in keyed], [r for r, _, _ in keyed], analysis_version())
+    folder = analysis_folder([e for _, _, e in keyed], [r for r, _, _ in keyed])
     try:
         with pa.memory_map(str(folder / _STEPS_TABLE), "r") as f:
             steps = pa.ipc.open_file(f).read_all().select(["rank", "step", "duration_us"]).to_pylist()

@@ -1,88 +1,53 @@
-"""One side of a comparison: a run or bare traces, loaded once (analysis layer, reads via app.data).
+"""One side of a comparison, resolved and loaded once: a run, a replicate group or bare traces (workspace layer).
 
 A side is what ``torchscope diff`` accepts as BASELINE or CANDIDATE: a run (folder, id or
-unique name prefix, resolved with ``find_run``), a trace file, a folder of traces, or a
-torch-tb-profiler log folder holding exactly one run; which files are traces is decided by
-content (app.data.trace_files). A log folder of several runs or a run store is refused, as
-``torchscope analyze`` refuses it: a side is one run, never several pooled together. The page
-builds sides from its cached loaders instead.
+unique name prefix), a trace file, a folder of traces, or a torch-tb-profiler log folder holding
+exactly one run (app.workspace.refs resolves it). A log folder of several runs or a run store is
+refused, as ``torchscope analyze`` refuses it: a side is one run, never several pooled together.
+The result is the analysis layer's typed input, app.analysis.compare.side.CompareSide.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import os
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.data import trace_files
+from app.analysis.compare.side import CompareSide, SideKind
+from app.analysis.trace.summary import TraceAnalysis
 from app.data.runs import RunData, load_module_tree, load_run
+from app.data.trace import TraceTables
 from app.errors import TraceError, UsageError
+from app.workspace import refs
+from app.workspace.memory import try_load_category_peaks
+from app.workspace.traces import analyze_trace_set, load_and_analyze, load_trace_files
 from profiler_agent import runformat as rf
 
-__all__ = ["SideKind", "CompareSide", "load_side", "load_group_side", "group_of", "side_from_run", "assemble_run_side",
-           "analyze_side_traces"]
+__all__ = ["SideKind", "CompareSide", "TraceLoader", "load_side", "load_group_side", "group_of", "side_from_run",
+           "assemble_run_side", "analyze_side_traces"]
+
+# (run folder) -> (its traces, their analysis): the direct loader, or a front end's cached one.
+TraceLoader = Callable[[Path], tuple[tuple[TraceTables, ...], TraceAnalysis]]
 
 
-class SideKind(StrEnum):
-    RUN = "run"
-    TRACES = "traces"
-
-
-@dataclass(frozen=True)
-class CompareSide:
-    """Everything a comparison reads about one side.
-
-    ``analysis`` is a ``TraceAnalysis`` (steps, ops, kernels, memory) or None when the side has
-    no traces; ``traces`` are its ``TraceTables`` (for shape grouping and memory timelines).
-    ``problems`` are messages about data that could not be used (shown, never fatal).
-    ``replicates`` are the runs of a group side (``load_group_side``; ``run`` is the first of
-    them, whose traces and tree the breakdown and the op tables use), empty for a single run.
-    """
-
-    label: str
-    path: Path
-    kind: SideKind
-    run: RunData | None = None
-    analysis: Any | None = None
-    traces: tuple[Any, ...] = ()
-    module_tree: dict[str, Any] | None = None
-    problems: tuple[str, ...] = field(default_factory=tuple)
-    replicates: tuple[RunData, ...] = ()
-
-    @property
-    def runs(self) -> tuple[RunData, ...]:
-        """The runs of this side: the replicates of a group, else the one run (none for bare traces)."""
-        return self.replicates or ((self.run,) if self.run is not None else ())
-
-    @property
-    def id(self) -> str:
-        return self.run.manifest.id if self.run is not None else str(self.path)
-
-
-def analyze_side_traces(path: str | os.PathLike[str]) -> tuple[tuple[Any, ...], Any]:
+def analyze_side_traces(path: str | os.PathLike[str]) -> tuple[tuple[TraceTables, ...], TraceAnalysis]:
     """Load and analyse the traces under ``path``; return (traces, TraceAnalysis).
 
     Raises TraceError when a trace cannot be read and AnalysisError when it cannot be analysed.
     """
-    from app.analysis.trace.summary import analyze_traces
-    from app.data.trace import load_traces
-
-    traces = tuple(load_traces(path))
-    return traces, analyze_traces(list(traces))
+    return load_and_analyze(path)
 
 
 def side_from_run(
     run: RunData,
     *,
-    traces: tuple[Any, ...] = (),
-    analysis: Any | None = None,
+    traces: tuple[TraceTables, ...] = (),
+    analysis: TraceAnalysis | None = None,
     module_tree: dict[str, Any] | None = None,
     problems: tuple[str, ...] = (),
 ) -> CompareSide:
-    """Wrap already-loaded data of a run as a side (used by the page's cached loaders)."""
+    """Wrap already-loaded data of a run as a side, with the category peaks of its memory timelines."""
+    peaks, peaks_error = try_load_category_peaks(run.path)
     return CompareSide(
         label=run.manifest.name or run.manifest.id,
         path=run.path,
@@ -92,17 +57,18 @@ def side_from_run(
         traces=traces,
         module_tree=module_tree,
         problems=tuple(problems),
+        category_peaks=peaks,
+        category_peaks_error=peaks_error,
     )
 
 
-def assemble_run_side(
-    run: RunData, load_traces: Callable[[Path], tuple[tuple[Any, ...], Any]] | None
-) -> CompareSide:
-    """A run as a side: its traces and analysis from ``load_traces(path)`` (None: metrics only)
-    and its module tree. Unreadable traces or trees become problems; the metrics still allow a
-    step-time verdict. The CLI passes direct loaders, the page its cached ones."""
+def assemble_run_side(run: RunData, load_traces: TraceLoader | None) -> CompareSide:
+    """A run as a side: its traces and analysis from ``load_traces(path)`` (None: metrics only),
+    its module tree and memory category peaks. Unreadable traces or trees become problems; the
+    metrics still allow a step-time verdict. The CLI passes the direct loader
+    (:func:`analyze_side_traces`), the page its cached one (a named function of app.ui)."""
     problems: list[str] = list(run.problems)
-    traces: tuple[Any, ...] = ()
+    traces: tuple[TraceTables, ...] = ()
     analysis = None
     if load_traces is not None and run.trace_files:
         try:
@@ -121,40 +87,10 @@ def _load_run_side(path: Path, with_traces: bool) -> CompareSide:
     return assemble_run_side(load_run(path), analyze_side_traces if with_traces else None)
 
 
-def _side_trace_files(path: Path) -> list[Path]:
-    """The trace files that make ``path`` (an existing file or folder, not a run) one side.
-
-    Raises UsageError when the folder holds several runs (tb-profiler sub-folders or Torchscope
-    runs) or no trace at all, naming what it found.
-    """
-    if path.is_file():
-        return [path]  # the trace engine says what is wrong with a file that is not a trace
-    scan = trace_files.scan_trace_folder(path)
-    if scan.traces:
-        return list(scan.traces)
-    subs = trace_files.find_trace_run_folders(path)
-    if len(subs) > 1:
-        names = [s.name for s in subs]
-        raise UsageError(f"{path} holds {len(subs)} torch-tb-profiler runs ({', '.join(names)}); a side of a "
-                         f"comparison is one run: pass one sub-folder, e.g. {path / names[0]}")
-    if subs:
-        return list(trace_files.scan_trace_folder(subs[0]).traces)
-    runs = sorted(c.name for c in path.iterdir() if rf.is_run_dir(c))
-    if runs:
-        shown = ", ".join(runs[:5]) + (", …" if len(runs) > 5 else "")
-        raise UsageError(f"{path} is a run store of {len(runs)} runs ({shown}); a side of a comparison is "
-                         f"one run: pass its folder, id or name (with --root {path})")
-    why = "".join(f"; {s.path.name}: {s.reason}" for s in scan.skipped[:3])
-    raise UsageError(f"{path}: no run and no trace files found there{why}")
-
-
-def _load_trace_files(files: list[Path]) -> tuple[tuple[Any, ...], Any]:
+def _load_trace_files(files: list[Path]) -> tuple[tuple[TraceTables, ...], TraceAnalysis]:
     """Load and analyse ``files`` together (one run's ranks or workers), like analyze_side_traces."""
-    from app.analysis.trace.summary import analyze_traces
-    from app.data.trace import load_traces
-
-    traces = tuple(sorted((t for f in files for t in load_traces(f)), key=lambda t: (t.rank, t.path.name)))
-    return traces, analyze_traces(list(traces))
+    traces = tuple(load_trace_files(files))
+    return traces, analyze_trace_set(traces)
 
 
 def load_side(
@@ -166,14 +102,13 @@ def load_side(
     Raises RunNotFoundError when ``ref`` is neither a path nor a run of the store, TraceError
     when bare traces cannot be read, UsageError when a folder holds no trace or several runs.
     """
-    path = Path(ref)
-    if rf.is_run_dir(path):
-        return _load_run_side(path, with_traces)
-    if path.exists():
-        traces, analysis = _load_trace_files(_side_trace_files(path))
-        name = path.name.split(".")[0] if path.is_file() else path.name
-        return CompareSide(label=name or str(path), path=path, kind=SideKind.TRACES, analysis=analysis, traces=traces)
-    return _load_run_side(rf.find_run(str(ref), root), with_traces)
+    found = refs.resolve_ref(ref, root)
+    if found.kind is refs.RefKind.RUN:
+        return _load_run_side(found.path, with_traces)
+    path = found.path
+    traces, analysis = _load_trace_files(refs.side_trace_files(path))
+    name = path.name.split(".")[0] if found.kind is refs.RefKind.FILE else path.name
+    return CompareSide(label=name or str(path), path=path, kind=SideKind.TRACES, analysis=analysis, traces=traces)
 
 
 def group_of(manifest: rf.Manifest) -> str | None:
@@ -202,4 +137,5 @@ def load_group_side(group: str, root: str | os.PathLike[str] | None = None, *,
     first = assemble_run_side(runs[0], analyze_side_traces if with_traces else None)
     problems = list(first.problems) + [f"{r.manifest.name or r.manifest.id}: {p}" for r in runs[1:] for p in r.problems]
     return CompareSide(label=group, path=first.path, kind=SideKind.RUN, run=runs[0], analysis=first.analysis,
-                       traces=first.traces, module_tree=first.module_tree, problems=tuple(problems), replicates=runs)
+                       traces=first.traces, module_tree=first.module_tree, problems=tuple(problems), replicates=runs,
+                       category_peaks=first.category_peaks, category_peaks_error=first.category_peaks_error)

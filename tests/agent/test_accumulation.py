@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from app.analysis.advisor import advise, load_evidence
+from app.analysis.advisor import advise
+from app.workspace.evidence import load_evidence
 from profiler_agent.accumulation import loss_divisor, step_loss
 from profiler_agent.activation import start_session, stop_session
 from profiler_agent.hooks import tokens_of

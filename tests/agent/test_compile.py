@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.data.step_time import DropReason, steady_step_time
+from app.analysis.run.step_time import DropReason, steady_step_time
 from profiler_agent.compilation import COMPILE_KEY, COMPILE_S_KEY, CompileWatch
 from profiler_agent.runformat import layout, read_jsonl, read_manifest
 from tests.agent.helpers import PROJECT_ROOT, env, only_run, torchscope

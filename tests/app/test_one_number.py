@@ -1,6 +1,6 @@
 """One number for one quantity: the recorder's summary, `torchscope ls` (table and --json),
 `torchscope analyze --json`, the Run page's Overview (tiles and the step-time chart's median line) and
-Compare show the same final loss (app.data.final_value) and step time (app.data.step_time), on a
+Compare show the same final loss (app.analysis.run.final_value) and step time (app.analysis.run.step_time), on a
 two-rank run with a noisy loss where the last value, the mean and the old chart rule all differ."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.cli import main
-from app.data.final_value import final_value
+from app.analysis.run.final_value import final_value
 from app.data.runs import format_seconds
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf

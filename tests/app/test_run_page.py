@@ -62,7 +62,7 @@ def test_overview_headline_numbers(monkeypatch, fixture_store):
     metrics = {m.label: m.value for m in tab.metric}
     assert metrics[STEP_TIME_LABEL].endswith("ms") and metrics[STEP_TIME_LABEL].startswith("5")
     assert metrics["Peak memory (host RSS)"] == "290.0 MiB"  # the label names the quantity
-    assert metrics["Final loss (median of last 2)"] == f"{(2 / 19 + 2 / 20) / 2:.4g}"  # app.data.final_value
+    assert metrics["Final loss (median of last 2)"] == f"{(2 / 19 + 2 / 20) / 2:.4g}"  # app.analysis.run.final_value
     assert metrics["Samples/s"] != "–"
     assert "No profiler trace" in texts(tab.info)  # hand-made run: no traces, says how to get one
 

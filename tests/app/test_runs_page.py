@@ -244,7 +244,7 @@ def test_runs_grid_is_as_tall_as_its_runs(monkeypatch, make_run):
 
 
 def test_imported_run_steps_in_trace_until_analysed(monkeypatch, shared_data, tmp_path):
-    from app.analysis.trace.summary import analyze_traces
+    from app.workspace.traces import analyze_trace_set as analyze_traces
     from app.data.tbprofiler import import_traces
     from app.data.trace import load_traces
     from app.ui.store import clear_store_caches

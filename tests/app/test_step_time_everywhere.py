@@ -1,12 +1,12 @@
 """One headline step time: the Runs page, `torchscope ls` (table and --json) and the Run page's
-Overview show the same number (app.data.step_time), on a run where the old definitions
+Overview show the same number (app.analysis.run.step_time), on a run where the old definitions
 (mean of all steps, median without the warm-up rule) would each give another one."""
 
 from __future__ import annotations
 
 import json
 
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 from app.cli import main
 from app.data.runs import format_seconds
 from app.ui.store import clear_store_caches

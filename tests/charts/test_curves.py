@@ -1,10 +1,10 @@
-"""Metric curve figures: the final-value line (app.data.final_value) and its label."""
+"""Metric curve figures: the final-value line (app.analysis.run.final_value) and its label."""
 from __future__ import annotations
 
 import pandas as pd
 
 from app.charts.curves import make_curve_figure
-from app.data.final_value import final_value
+from app.analysis.run.final_value import final_value
 
 
 def _curve(n: int) -> pd.DataFrame:

@@ -1,11 +1,11 @@
-"""Step-time chart: median lines (the headline rule of app.data.step_time), their labels and integer step ticks."""
+"""Step-time chart: median lines (the headline rule of app.analysis.run.step_time), their labels and integer step ticks."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from app.charts.steps import make_step_time_figure
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 
 
 def _metrics(ranks: int, steps: list[int]) -> pd.DataFrame:

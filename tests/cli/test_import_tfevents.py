@@ -42,7 +42,7 @@ def test_traces_and_scalars_of_one_folder_make_one_run(shared_data, tmp_path, ca
     assert {rf.ArtifactKind.TRACE, rf.ArtifactKind.METRICS} <= kinds
     assert manifest.started_at is not None and manifest.started_at <= 1_721_065_960  # the trace's (2024)
     # Its scalars have no step times: the catalog still takes its steps from the traces.
-    from app.data.store_rows import load_run_row
+    from app.workspace.catalog_rows import load_run_row
 
     assert load_run_row(both)[0]["steps_source"] == "in trace"
     assert load_run_row(runs["plain"])[0]["steps_source"] == "metrics"

@@ -10,6 +10,7 @@ import pytest
 
 from app.data import runs as runs_data
 from app.data import tbprofiler
+from app.workspace.catalog import load_catalog
 from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -21,7 +22,7 @@ def _by_name(store: runs_data.StoreTable) -> dict[str, dict]:
 
 def test_store_table_summarises_every_run(fixture_store):
     root, runs = fixture_store
-    store = runs_data.load_store(root)
+    store = load_catalog(root)
     assert list(store.table.columns[: len(runs_data.STORE_COLUMNS)]) == runs_data.STORE_COLUMNS
     rows = _by_name(store)
     assert set(rows) == set(runs)
@@ -30,7 +31,7 @@ def test_store_table_summarises_every_run(fixture_store):
     assert rows["live"]["status"] == "running"
     assert rows["failed"]["status"] == "failed"
     assert rows["baseline"]["steps"] == 20
-    assert rows["baseline"]["final_loss"] == pytest.approx((2.0 / 19 + 2.0 / 20) / 2)  # median of the last 2 (app.data.final_value)
+    assert rows["baseline"]["final_loss"] == pytest.approx((2.0 / 19 + 2.0 / 20) / 2)  # median of the last 2 (app.analysis.run.final_value)
     # steady-state median: 0.05 * jitter in [1.0, 1.08]; the 3x first step (warm-up) does not move it
     assert 0.05 <= rows["baseline"]["step_time_s"] <= 0.055
     assert 0.05 <= rows["baseline"]["mean_step_time_s"] <= 0.055  # mean of the same steps
@@ -45,7 +46,7 @@ def test_store_table_summarises_every_run(fixture_store):
 
 
 def test_store_records_are_json_ready(fixture_store):
-    records = runs_data.store_records(runs_data.load_store(fixture_store[0]))
+    records = runs_data.store_records(load_catalog(fixture_store[0]))
     text = json.dumps(records, allow_nan=False)  # no NaN, no Timestamp
     assert set(records[0]) == set(runs_data.STORE_COLUMNS)
     base = next(r for r in records if r["name"] == "baseline")
@@ -65,7 +66,7 @@ def test_bad_runs_are_problems_and_others_still_listed(make_run, tmp_path):
     garbage = make_run("garbage")
     with open(garbage / layout.METRICS, "ab") as f:
         f.write(b'\x00\xffnot json\n{"step": 99, "loss": "oops"}\n[1, 2]\n')
-    store = runs_data.load_store(root)
+    store = load_catalog(root)
     names = set(store.table["name"])
     assert names == {"good", "garbage"}
     text = "\n".join(store.problems)
@@ -78,17 +79,17 @@ def test_bad_runs_are_problems_and_others_still_listed(make_run, tmp_path):
 
 def test_missing_store_raises_clear_error(tmp_path):
     with pytest.raises(rf.RunStoreNotFoundError, match="run store not found"):
-        runs_data.load_store(tmp_path / "nope")
+        load_catalog(tmp_path / "nope")
 
 
 def test_empty_store_has_no_rows(tmp_path):
-    store = runs_data.load_store(tmp_path)
+    store = load_catalog(tmp_path)
     assert store.table.empty and store.problems == []
     assert runs_data.store_records(store) == []
 
 
 def test_filter_store_matches_name_tags_config_and_status(fixture_store):
-    table = runs_data.load_store(fixture_store[0]).table
+    table = load_catalog(fixture_store[0]).table
     assert set(runs_data.filter_store(table, "adam")["name"]) == {"optimized"}
     assert set(runs_data.filter_store(table, "AMP")["name"]) == {"optimized"}
     assert set(runs_data.filter_store(table, "lr=0.01 base")["name"]) == {"baseline"}
@@ -103,7 +104,7 @@ def test_archive_and_delete(make_run):
     assert moved.parent == root / runs_data.ARCHIVE_DIR and (moved / layout.MANIFEST).is_file()
     runs_data.delete_run(b)
     assert not b.exists()
-    assert runs_data.load_store(root).table.empty  # .archive is not listed
+    assert load_catalog(root).table.empty  # .archive is not listed
     with pytest.raises(rf.NotARunError):
         runs_data.delete_run(root / runs_data.ARCHIVE_DIR)
 
@@ -137,7 +138,7 @@ def test_import_folder_of_ranks_is_one_run(shared_data, tmp_path):
     assert len(layout.list_trace_files(run_dir)) == 2
     assert runs_data.run_ranks(runs_data.load_run(run_dir)) == [0, 1]
     # the traces carry no deviceProperties (but GPU kernels): the device is unknown, not "cpu"
-    (row,) = runs_data.store_records(runs_data.load_store(tmp_path))
+    (row,) = runs_data.store_records(load_catalog(tmp_path))
     assert row["device"] == ""
 
 
@@ -218,5 +219,5 @@ def test_steps_count_training_steps_not_a_final_evaluation_line(make_run):
     # The agent logs an evaluation that ran after the last optimizer step at the next step number.
     with open(run_dir / layout.METRICS, "a", encoding="utf-8") as f:
         f.write(json.dumps({"step": 12, "time": 1.0, "rank": 0, "val_loss": 0.5}) + "\n")
-    [row] = runs_data.load_store(run_dir.parent).table.to_dict(orient="records")
+    [row] = load_catalog(run_dir.parent).table.to_dict(orient="records")
     assert row["steps"] == 12

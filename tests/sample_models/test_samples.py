@@ -93,10 +93,10 @@ def test_median_step_time_leaves_out_window_and_evaluations(tmp_path: Path) -> N
             w.write(line)
             if step == 15:
                 w.write({"step": step, "val_loss": 2.0})  # the evaluation ran during iteration 15
-    # The headline rule (app.data.step_time): warm-up steps 0-1, the profiled window and the
+    # The headline rule (app.analysis.run.step_time): warm-up steps 0-1, the profiled window and the
     # evaluation step are dropped. Kept: steps 2-5, 12-14, 16-19 (11 values); the middle one is step 13.
     assert record.read_median_step_time(tmp_path) == pytest.approx(0.113)
     summary = record.summarise_recorded_run(tmp_path)
-    # final loss: the median of the last 2 of 20 values (app.data.final_value)
+    # final loss: the median of the last 2 of 20 values (app.analysis.run.final_value)
     assert summary.final_loss is not None and summary.final_loss.value == pytest.approx((1 / 19 + 1 / 20) / 2)
     assert "final loss (median of last 2)" in record.format_summary("baseline", summary)

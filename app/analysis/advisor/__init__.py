@@ -3,10 +3,12 @@
 Public surface::
 
     advise(evidence) -> Advice                 # run every registered rule
-    advise_path(ref, root=None) -> Advice      # load a run / trace path, then advise
     diff_findings(baseline, candidate, checked=None) -> FindingsDiff   # resolved / remaining / new / worse
     diff_advice(baseline, candidate) -> FindingsDiff   # the same, with the rules' guarded measures
     describe_weight(finding.weight) -> str     # "from 3 profiled steps in 1 window, 7.5–35 ms per step; …"
+
+Loading a run or trace path and advising on it is the workspace's (app.workspace.evidence:
+``load_evidence``, ``advise_path``).
 
 Rules live one family per module (dataloading, precision, transfers, launch, utilization, memory,
 evaluation, optimizer, gradients, training, distributed, threads) and register themselves with
@@ -15,7 +17,6 @@ evaluation, optimizer, gradients, training, distributed, threads) and register t
 from __future__ import annotations
 
 import math
-import os
 
 from . import (  # noqa: F401 - importing a family module registers its rules
     dataloading,
@@ -33,11 +34,12 @@ from . import (  # noqa: F401 - importing a family module registers its rules
 )
 from .common import describe_weight
 from .diff import FindingsDiff, RemainingFinding, WorseFinding, diff_advice, diff_findings
-from .evidence import evidence_from_run, evidence_from_traces, load_evidence
+from .evidence import evidence_from_run, evidence_from_traces
 from .model import SEVERITY_ORDER, Advice, Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import Guard, Rule, get_rule, registered_rules, rule
 
 __all__ = [
+    "SEVERITY_ORDER",
     "Advice",
     "Finding",
     "FindingsDiff",
@@ -50,14 +52,12 @@ __all__ = [
     "Weight",
     "WorseFinding",
     "advise",
-    "advise_path",
     "diff_advice",
     "describe_weight",
     "diff_findings",
     "evidence_from_run",
     "evidence_from_traces",
     "get_rule",
-    "load_evidence",
     "order_findings",
     "registered_rules",
     "rule",
@@ -114,8 +114,3 @@ def _measures(rules: list[Rule], evidence: RunEvidence, errors: dict[str, str]) 
         if v is not None and math.isfinite(float(v)):
             measures[r.id] = float(v)
     return measures
-
-
-def advise_path(ref: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Advice:
-    """Load ``ref`` (run folder, run id/name, trace file or folder of traces) and advise on it."""
-    return advise(load_evidence(ref, root=root))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.workspace.sides import CompareSide
+from app.analysis.compare.side import CompareSide
 
 __all__ = ["side_advice", "diff_side_advice", "findings_diff_rows"]
 

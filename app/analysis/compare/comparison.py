@@ -21,7 +21,7 @@ from app.analysis.compare import steps as cs
 from app.analysis.compare.contention import ContentionCheck, check_contention
 from app.analysis.compare.estimators import estimate_ratio
 from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict, compute_headline
-from app.workspace.sides import CompareSide
+from app.analysis.compare.side import CompareSide
 from app.analysis.compare.step_sets import StepSet
 from app.analysis.compare.step_sets import sign_note as _sign_note
 from app.analysis.compare.step_sets import step_sets as _step_sets

@@ -15,7 +15,7 @@ from app.analysis.curves.smoothing import debiased_ema
 from app.analysis.compare.labels import unique_labels
 from app.analysis.memory.peak import pick_peak, system_peak_sources
 from app.data.runs import RunData
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 from profiler_agent.runformat import Manifest
 
 __all__ = [
@@ -89,7 +89,7 @@ def _number(metrics: pd.DataFrame, key: str) -> np.ndarray:
 
 def _outcomes(run: RunData) -> dict[str, Any]:
     m = _rank0(run.metrics)
-    # The headline step time of the catalog, the Overview and the verdicts (app.data.step_time:
+    # The headline step time of the catalog, the Overview and the verdicts (app.analysis.run.step_time:
     # steady-state median, warm-up, profiled and evaluation steps dropped, slowest rank per step).
     headline = steady_step_time(run.metrics.to_dict("records")) if "step_time_s" in run.metrics.columns else None
     loss = _number(m, "loss")

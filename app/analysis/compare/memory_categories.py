@@ -1,5 +1,6 @@
 """Memory by category of two sides (parameters, gradients, optimizer state, activations, ...),
-baseline vs candidate, from torch.profiler's memory timelines (analysis layer; reads via app.data).
+baseline vs candidate, from torch.profiler's memory timelines (analysis layer; the workspace reads
+the timelines: app.workspace.memory).
 
 The agent records ``export_memory_timeline`` raw records per profiler window and rank when run
 with ``--memory-timeline`` (``memory/<worker>.<time_ns>.memory_timeline.raw.json.gz``). For one
@@ -18,18 +19,14 @@ peak is the highest. A side without timelines is *missing* (null), never zero.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from app.data.snapshot import MEMORY_CATEGORIES, load_memory_timeline_raw
-from profiler_agent.runformat import layout
-from profiler_agent.runformat.errors import CorruptFileError
+from app.data.snapshot import MEMORY_CATEGORIES
 
 __all__ = [
     "TOTAL",
@@ -39,9 +36,8 @@ __all__ = [
     "MemoryCategoryComparison",
     "compute_category_peaks",
     "combine_category_peaks",
-    "load_category_peaks",
     "diff_memory_categories",
-    "compare_memory_categories",
+    "compare_category_peaks",
     "compare_side_memory_categories",
     "memory_category_records",
 ]
@@ -114,42 +110,6 @@ class CategoryPeaks:
     preexisting_bytes: int = 0
 
 
-def _rank_of(path: Path) -> int:
-    m = layout.MEMORY_TIMELINE_RE.match(path.name)
-    rank = layout.rank_from_worker(m.group("worker")) if m else None
-    return rank if rank is not None else 0
-
-
-def load_category_peaks(run_dir: str | os.PathLike[str]) -> CategoryPeaks | None:
-    """The category peaks of a run's memory timelines (lowest rank, every window), or None when
-    the run has none. Unreadable files are skipped and named in ``problems``.
-
-    Raises CorruptFileError when the run has timelines but none of them can be read.
-    """
-    files = layout.list_memory_timeline_files(run_dir)
-    if not files:
-        return None
-    rank = min(_rank_of(p) for p in files)
-    tables: list[tuple[Path, pd.DataFrame]] = []
-    problems: list[str] = []
-    preexisting: dict[Path, int] = {}
-    for p in (p for p in files if _rank_of(p) == rank):
-        try:
-            raw = load_memory_timeline_raw(p)
-        except CorruptFileError as e:
-            problems.append(str(e))
-            continue
-        tables.append((p, compute_category_peaks(raw)))
-        preexisting[p] = int(raw.loc[raw["ts_ns"] < 0, "bytes"].sum())
-    if not tables:
-        raise CorruptFileError("; ".join(problems))
-    usable = [(p, t) for p, t in tables if len(t)]
-    top = max(usable, key=lambda pt: int(pt[1]["peak_bytes"].iloc[0]))[0] if usable else None
-    return CategoryPeaks(table=combine_category_peaks([t for _, t in tables]),
-                         files=tuple(p.name for p, _ in tables), rank=rank, peak_file=top.name if top else "",
-                         problems=tuple(problems), preexisting_bytes=preexisting.get(top, 0) if top else 0)
-
-
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
     out = num.astype("Float64") / den.astype("Float64").where(den > 0)
     return out.astype("Float64")
@@ -169,9 +129,9 @@ def diff_memory_categories(baseline: pd.DataFrame | None, candidate: pd.DataFram
         return pd.DataFrame(columns=CATEGORY_DIFF_COLUMNS)
     cats = sorted({c for t in present.values() for c in t["category"]}, key=lambda c: _ORDER.get(c, len(_ORDER)))
     out = pd.DataFrame({"category": cats})
-    for name, table in sides.items():
+    for name in sides:
         if name in present:
-            t = table.set_index("category").reindex(cats).fillna(0)
+            t = present[name].set_index("category").reindex(cats).fillna(0)
             out[f"{name}_bytes"] = pd.array(t["at_peak_bytes"].to_numpy(np.int64), dtype="Int64")
             out[f"{name}_peak_bytes"] = pd.array(t["peak_bytes"].to_numpy(np.int64), dtype="Int64")
         else:
@@ -203,34 +163,41 @@ class MemoryCategoryComparison:
 _HOW = "record with `torchscope run --memory-timeline ...`"
 
 
-def compare_memory_categories(baseline_dir: str | os.PathLike[str] | None,
-                              candidate_dir: str | os.PathLike[str] | None) -> MemoryCategoryComparison:
-    """Category peaks of two run folders (None: a side that is not a run, e.g. bare traces) and
-    their diff. Never raises for missing or unreadable files: they become notes."""
-    peaks: dict[str, CategoryPeaks | None] = {}
+def compare_category_peaks(baseline: CategoryPeaks | None, candidate: CategoryPeaks | None,
+                           errors: Mapping[str, str] | None = None) -> MemoryCategoryComparison:
+    """The diff of two sides' category peaks (None: no timelines, or unreadable ones whose error
+    is ``errors[role]``, role "baseline" or "candidate"). Missing or unreadable data become notes."""
+    errors = errors or {}
+    peaks: dict[str, CategoryPeaks | None] = {"baseline": baseline, "candidate": candidate}
     notes: list[str] = []
-    for role, run_dir in (("baseline", baseline_dir), ("candidate", candidate_dir)):
-        try:
-            peaks[role] = load_category_peaks(run_dir) if run_dir is not None else None
-        except CorruptFileError as e:
-            peaks[role] = None
-            notes.append(f"memory categories: {role} timelines not used: {e}")
+    for role, found in peaks.items():
+        if role in errors:
+            notes.append(f"memory categories: {role} timelines not used: {errors[role]}")
             continue
-        if peaks[role] is not None:
-            notes += [f"memory categories: {role}: skipped {p}" for p in peaks[role].problems]
+        if found is not None:
+            notes += [f"memory categories: {role}: skipped {p}" for p in found.problems]
     missing = [r for r, p in peaks.items() if p is None]
     if len(missing) == 1:
         notes.append(f"memory categories: the {missing[0]} has no memory timeline ({_HOW}); its columns are empty")
     table = diff_memory_categories(*(p.table if p is not None else None for p in peaks.values()))
-    return MemoryCategoryComparison(baseline=peaks["baseline"], candidate=peaks["candidate"], table=table,
-                                    notes=tuple(notes))
+    return MemoryCategoryComparison(baseline=baseline, candidate=candidate, table=table, notes=tuple(notes))
 
 
-def compare_side_memory_categories(baseline: Any, candidate: Any) -> MemoryCategoryComparison:
-    """:func:`compare_memory_categories` of two comparison sides (``CompareSide``; only runs have
-    memory timelines)."""
-    dirs = [side.run.path if getattr(side, "run", None) is not None else None for side in (baseline, candidate)]
-    return compare_memory_categories(*dirs)
+class _SideMemory(Protocol):
+    """What compare_side_memory_categories reads of a side (app.analysis.compare.side.CompareSide)."""
+
+    @property
+    def category_peaks(self) -> CategoryPeaks | None: ...
+
+    @property
+    def category_peaks_error(self) -> str | None: ...
+
+
+def compare_side_memory_categories(baseline: _SideMemory, candidate: _SideMemory) -> MemoryCategoryComparison:
+    """:func:`compare_category_peaks` of two comparison sides (the workspace loaded their peaks)."""
+    errors = {role: side.category_peaks_error for role, side in (("baseline", baseline), ("candidate", candidate))
+              if side.category_peaks_error is not None}
+    return compare_category_peaks(baseline.category_peaks, candidate.category_peaks, errors)
 
 
 def memory_category_records(table: pd.DataFrame) -> list[dict[str, Any]]:

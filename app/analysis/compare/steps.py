@@ -14,7 +14,7 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
-from app.workspace.sides import CompareSide
+from app.analysis.compare.side import CompareSide
 from app.analysis.memory.peak import (
     common_peak,
     peak_description,
@@ -24,8 +24,8 @@ from app.analysis.memory.peak import (
 )
 from app.analysis.stats.ratio import Direction
 from app.analysis.trace.step_window import evaluation_steps
-from app.data import step_time
-from app.data.step_time import COMPILE_KEY, DropReason
+from app.analysis.run import step_time
+from app.analysis.run.step_time import COMPILE_KEY, DropReason
 
 __all__ = [
     "StepSource",
@@ -47,7 +47,7 @@ _SUMMED = ("samples", "tokens")
 _SHARES = ("contention", "steal")
 # Auto warm-up for metrics: drop the first steps (one-off costs: allocator growth, cudnn
 # autotuning, lazy init, first DataLoader batch) but always keep at least step_time.MIN_KEPT steps. The
-# constants and the reasons are app.data.step_time's: the catalog, `ls` and the Overview compute
+# constants and the reasons are app.analysis.run.step_time's: the catalog, `ls` and the Overview compute
 # the same headline with steady_step_time (tests/analysis/run/test_step_time.py checks they agree).
 
 

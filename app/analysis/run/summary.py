@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from app.analysis.memory.peak import peak_sources, pick_peak
-from app.data.step_time import StepTime, steady_step_time
+from app.analysis.run.step_time import StepTime, steady_step_time
 
 __all__ = [
     "StepTimeStats",
@@ -26,7 +26,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StepTimeStats:
-    """Step time of a run (seconds) over its steady-state steps (app.data.step_time, the one
+    """Step time of a run (seconds) over its steady-state steps (app.analysis.run.step_time, the one
     definition shared with the Runs page, ``torchscope ls`` and Compare): ``median_s`` is the
     headline; mean, std and percentiles are secondary figures of the same steps."""
 

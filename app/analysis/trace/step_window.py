@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from app.data.step_time import EVAL_PREFIXES, EVALUATION_KEY
+from app.analysis.run.step_time import EVAL_PREFIXES, EVALUATION_KEY
 
 __all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_flags", "evaluation_steps", "typical_steps"]
 
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_STEPS = 3
-_EVAL_PREFIXES = EVAL_PREFIXES  # one list: app.data.step_time (the headline step time) uses it too
+_EVAL_PREFIXES = EVAL_PREFIXES  # one list: app.analysis.run.step_time (the headline step time) uses it too
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,13 @@
 """Everything ``torchscope analyze`` reports about a set of traces, in one object (analysis layer).
 
-``analyze_traces(traces)`` computes steps (both breakdowns), ops, kernels and memory peaks once;
-``TraceAnalysis.to_json()`` is the documented, stable CLI document::
-
-    {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
-     "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}},
-     "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}]}
+``analyze_traces(traces)`` computes steps (both breakdowns), ops, kernels and memory peaks once,
+from TraceTables only: it reads no file and no cache. Loading the traces and caching the tables
+is the workspace's (app.workspace.traces); the CLI document is app.presentation.analyze_json.
 """
 from __future__ import annotations
 
-import hashlib
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -25,33 +18,18 @@ from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.memory.events import compute_memory_peaks
 from app.analysis.trace.ops import compute_op_table
 from app.analysis.trace.steps import compute_steps
+from app.data.trace import TraceTables
 
-__all__ = ["TraceAnalysis", "analyze_traces", "JSON_STEP_KEYS", "ANALYSIS_VERSION", "analysis_version"]
+__all__ = ["TraceAnalysis", "analyze_traces", "compute_analysis_tables", "analysis_from_tables",
+           "ANALYSIS_TABLES", "ANALYSIS_VERSION", "ANALYSIS_MODULES"]
 
-# Bump when what analyze_traces computes changes. The cached tables (app/data/trace_analysis_cache)
-# are also keyed by a digest of the analysis modules' source, so an edit invalidates them anyway.
+# Bump when what analyze_traces computes changes. The workspace's cache of the tables
+# (app.workspace.traces) is also keyed by a digest of ANALYSIS_MODULES' source.
 ANALYSIS_VERSION = 1
-_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
-# The analysis modules whose code keys the cache (files relative to app/analysis).
-_SOURCES = ("trace/steps", "trace/breakdown", "trace/ops", "trace/kernels", "memory/events", "trace/distributed",
-            "trace/summary")
-
-JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_us", "memcpy_us", "memset_us",
-                  "communication_us", "runtime_us", "dataloader_us", "cpu_exec_us", "other_us", "forward_us",
-                  "backward_us", "optimizer_us"]
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float):
-        return None if math.isnan(v) or math.isinf(v) else round(v, 3)
-    if hasattr(v, "item"):  # numpy scalar
-        return _clean(v.item())
-    return v
-
-
-def _records(df: pd.DataFrame, cols: Sequence[str]) -> list[dict[str, Any]]:
-    cols = [c for c in cols if c in df.columns]
-    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
+# The analysis modules whose code the tables depend on (module names under app.analysis).
+ANALYSIS_MODULES = ("trace.steps", "trace.breakdown", "trace.ops", "trace.kernels", "memory.events",
+                    "trace.distributed", "trace.summary")
 
 
 @dataclass(frozen=True)
@@ -80,35 +58,10 @@ class TraceAnalysis:
                         "peak_reserved_bytes": int(r.peak_reserved_bytes)}
         return out
 
-    def to_json(self, *, max_ops: int | None = None, max_kernels: int | None = None) -> dict[str, Any]:
-        """The CLI document (see the module docstring); field names are stable."""
-        ops = self.ops if max_ops is None else self.ops.head(max_ops)
-        kernels = self.kernels if max_kernels is None else self.kernels.head(max_kernels)
-        return {
-            "traces": self.traces,
-            "steps": _records(self.steps, JSON_STEP_KEYS),
-            "ops": _records(ops, ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share"]),
-            "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
-            "memory": self.memory,
-            "ranks": _records(self.rank_skew, list(self.rank_skew.columns)),
-        }
 
-
-@lru_cache(maxsize=1)
-def _source_digest() -> str:
-    here = Path(__file__).resolve().parents[1]
-    h = hashlib.sha1()
-    for name in _SOURCES:
-        h.update((here / f"{name}.py").read_bytes())
-    return h.hexdigest()[:16]
-
-
-def analysis_version() -> str:
-    """What the cached analysis tables are keyed by: ANALYSIS_VERSION, the analysis code, pandas."""
-    return f"{ANALYSIS_VERSION}\0{_source_digest()}\0{pd.__version__}"
-
-
-def _compute(traces: list[Any]) -> dict[str, pd.DataFrame]:
+def compute_analysis_tables(traces: Sequence[TraceTables]) -> dict[str, pd.DataFrame]:
+    """The ANALYSIS_TABLES of ``traces``, computed from their events."""
+    traces = list(traces)
     steps = compute_steps(traces)
     step_total = float(steps["duration_us"].sum()) if len(steps) else None
     return {
@@ -122,27 +75,19 @@ def _compute(traces: list[Any]) -> dict[str, pd.DataFrame]:
     }
 
 
-def analyze_traces(traces: Sequence[Any], *, use_cache: bool = True) -> TraceAnalysis:
-    """Compute steps, breakdown, ops, kernels and memory peaks of TraceTables (one per rank).
+def analyze_traces(traces: Sequence[TraceTables]) -> TraceAnalysis:
+    """Compute steps, breakdown, ops, kernels and memory peaks of TraceTables (one per rank)."""
+    return analysis_from_tables(traces, compute_analysis_tables(traces))
 
-    When every trace comes from (or was written to) the trace cache, the tables are cached next to
-    it (app/data/trace_analysis_cache) and a later call reads them instead of any event.
-    """
-    from app.data import trace_analysis_cache as tac
 
-    traces = list(traces)
-    entries = [getattr(t, "cache_entry", None) for t in traces]
-    folder = None
-    if use_cache and traces and all(e is not None for e in entries):
-        folder = tac.analysis_dir(entries, [int(t.rank) for t in traces], analysis_version())
-    tables = tac.read_analysis(folder, _TABLES) if folder is not None else None
-    hit = tables is not None
-    if tables is None:
-        tables = _compute(traces)
-        if folder is not None:
-            tac.write_analysis(folder, tables)
+def analysis_from_tables(traces: Sequence[TraceTables], tables: Mapping[str, pd.DataFrame], *,
+                         from_cache: bool = False) -> TraceAnalysis:
+    """The TraceAnalysis of ``traces`` whose ANALYSIS_TABLES are ``tables`` (computed, or read back
+    from a cache by the workspace: ``from_cache``)."""
     return TraceAnalysis(
         traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events), "warnings": list(t.warnings)}
                 for t in traces],
-        **tables, from_cache=hit,
+        steps=tables["steps"], breakdown=tables["breakdown"], ops=tables["ops"], kernels=tables["kernels"],
+        memory_peaks=tables["memory_peaks"], rank_skew=tables["rank_skew"], overlap=tables["overlap"],
+        from_cache=from_cache,
     )

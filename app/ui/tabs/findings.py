@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight, evidence_from_run
+from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight
+from app.workspace.evidence import load_run_evidence
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
@@ -35,8 +36,8 @@ def _advice(path: str, sig: tuple[float, ...]) -> Advice:
         traces: list[Any] | None = list(cached_traces(path)) if run.trace_files else []
         analysis = cached_trace_analysis(path) if traces else None
     except TorchscopeError:
-        traces, analysis = None, None  # evidence_from_run retries, then advises without them
-    return advise(evidence_from_run(run, traces=traces, analysis=analysis))
+        traces, analysis = None, None  # load_run_evidence retries, then advises without them
+    return advise(load_run_evidence(run, traces=traces, analysis=analysis))
 
 
 def cached_advice(run_dir: str | Path) -> Advice:

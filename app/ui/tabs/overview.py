@@ -18,9 +18,9 @@ from app.analysis.run.summary import (
     trace_peaks_could_change,
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
-from app.data.final_value import FinalValue, final_of_table
+from app.analysis.run.final_value import FinalValue, final_of_table
 from app.data.runs import format_bytes, format_seconds
-from app.data.step_time import steady_step_time
+from app.analysis.run.step_time import steady_step_time
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
@@ -59,7 +59,7 @@ def _peak_help(source: str) -> str:
 
 
 def final_loss(metrics: pd.DataFrame, rank: int | None) -> FinalValue | None:
-    """The run's final loss by the one rule (app.data.final_value); None when no loss is logged."""
+    """The run's final loss by the one rule (app.analysis.run.final_value); None when no loss is logged."""
     return final_of_table(metrics, "loss", rank=rank)
 
 
@@ -201,7 +201,7 @@ def _render_step_times(ctx: RunContext) -> None:
                 "steps; with the API, call `run.step()` once per iteration."
             )
             return
-    # The dashed line is the tile's number: the same steady-state steps (app.data.step_time). The
+    # The dashed line is the tile's number: the same steady-state steps (app.analysis.run.step_time). The
     # pooled line (slowest rank per step) is drawn when several ranks are shown.
     several = ctx.rank is None and "rank" in metrics.columns and metrics["rank"].nunique() > 1
     pooled = steady_step_time(metrics.to_dict(orient="records"), from_trace=from_traces) if several else None

@@ -15,6 +15,8 @@ def test_no_ui_or_torch_imports_in_a_fresh_interpreter():
 
 
 def test_public_surface():
-    for name in ("advise", "advise_path", "diff_findings", "diff_advice", "FindingsDiff", "Finding", "Severity",
-                 "RunEvidence", "load_evidence", "evidence_from_run", "rule", "registered_rules"):
+    for name in ("advise", "diff_findings", "diff_advice", "FindingsDiff", "Finding", "Severity",
+                 "RunEvidence", "evidence_from_run", "rule", "registered_rules"):
         assert name in advisor.__all__ and hasattr(advisor, name)
+    # Loading a reference is the workspace's (app.workspace.evidence), not the analysis layer's.
+    assert "load_evidence" not in advisor.__all__ and "advise_path" not in advisor.__all__

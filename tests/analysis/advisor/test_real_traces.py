@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.analysis.advisor import advise, load_evidence
+from app.analysis.advisor import advise
+from app.workspace.evidence import load_evidence
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.analysis.advisor import advise_path, diff_advice
+from app.analysis.advisor import diff_advice
+from app.workspace.evidence import advise_path
 from profiler_agent.runformat import list_runs
 
 

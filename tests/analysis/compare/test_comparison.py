@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.analysis.compare.comparison import CompareOptions, diff_sides
 from app.workspace.sides import CompareSide, SideKind, load_side
-from app.analysis.compare.json_doc import comparison_to_json
+from app.presentation.compare_json import comparison_to_json
 from app.analysis.compare.steps import compute_step_times
 from app.data.runs import load_run
 from profiler_agent import runformat as rf

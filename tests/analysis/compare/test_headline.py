@@ -14,7 +14,7 @@ from app.analysis.compare import estimators as compare_estimators
 from app.analysis.compare.comparison import CompareOptions, diff_sides
 from app.analysis.compare.contention import CONTENTION_GAP
 from app.workspace.sides import CompareSide, SideKind, analyze_side_traces, load_group_side
-from app.analysis.compare.json_doc import comparison_to_json
+from app.presentation.compare_json import comparison_to_json
 from app.cli.diff_cmd import evaluate_gates
 from app.data.runs import load_run
 from app.errors import UsageError

@@ -10,13 +10,12 @@ import pytest
 from app.analysis.compare.memory_categories import (
     CATEGORY_DIFF_COLUMNS,
     combine_category_peaks,
-    compare_memory_categories,
     compare_side_memory_categories,
     compute_category_peaks,
     diff_memory_categories,
-    load_category_peaks,
     memory_category_records,
 )
+from app.workspace.memory import load_category_peaks, load_memory_categories
 from app.workspace.sides import load_side
 from app.analysis.memory.snapshot import compute_category_peak, compute_category_timeline
 from app.data.snapshot import load_memory_timeline_raw
@@ -139,10 +138,10 @@ def test_compare_sides_of_agent_runs(timelines, make_run) -> None:
     cmp = compare_side_memory_categories(load_side(base, with_traces=False), load_side(cand, with_traces=False))
     assert cmp.available and not cmp.notes
     assert _row(cmp.table, "parameter")["peak_delta_bytes"] == mlp_param_bytes(BIG) - mlp_param_bytes(SMALL)
-    only = compare_memory_categories(base, make_run("none"))
+    only = load_memory_categories(base, make_run("none"))
     assert only.candidate is None and only.table["candidate_bytes"].isna().all()
     assert any("--memory-timeline" in n for n in only.notes)
-    neither = compare_memory_categories(make_run("a"), None)
+    neither = load_memory_categories(make_run("a"), None)
     assert not neither.available and not neither.notes
 
 

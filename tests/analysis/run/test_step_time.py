@@ -1,4 +1,4 @@
-"""app.data.step_time: the one headline step time, and its equality with Compare's step table."""
+"""app.analysis.run.step_time: the one headline step time, and its equality with Compare's step table."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from app.workspace.sides import load_side
 from app.analysis.compare.many_runs import compute_sweep_table
 from app.analysis.run.summary import compute_step_time_stats
 from app.data import runs as runs_data
-from app.data.step_time import DropReason, auto_warmup, steady_step_time
-from app.data.store_rows import load_run_row
+from app.analysis.run.step_time import DropReason, auto_warmup, steady_step_time
+from app.workspace.catalog_rows import load_run_row
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 

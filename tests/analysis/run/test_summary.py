@@ -1,4 +1,4 @@
-"""Headline step-time numbers: the steady-state median of app.data.step_time (warm-up,
+"""Headline step-time numbers: the steady-state median of app.analysis.run.step_time (warm-up,
 profiled and evaluation steps left out), shared by the Overview and the catalog."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from app.analysis.run.summary import compute_step_time_stats, compute_trace_step_time_stats
-from app.data.store_rows import row_from_records
+from app.workspace.catalog_rows import row_from_records
 
 
 def _records() -> list[dict]:

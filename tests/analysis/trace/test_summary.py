@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.analysis.trace.summary import JSON_STEP_KEYS, analyze_traces
+from app.analysis.trace.summary import analyze_traces
+from app.presentation.analyze_json import JSON_STEP_KEYS, analysis_to_json
 from app.data.trace import load_traces
 
 TINY = Path(__file__).resolve().parents[2] / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache pe
 
 def test_to_json_document() -> None:
     a = analyze_traces(load_traces(TINY))
-    doc = json.loads(json.dumps(a.to_json()))
+    doc = json.loads(json.dumps(analysis_to_json(a)))
     assert set(doc) == {"traces", "steps", "ops", "kernels", "memory", "ranks"}
     assert doc["ranks"] == []  # one rank
     assert doc["traces"][0]["rank"] == 0 and doc["traces"][0]["events"] > 1000

@@ -1,4 +1,4 @@
-"""app.data.final_value: the one "final value" rule, and Compare agrees with it."""
+"""app.analysis.run.final_value: the one "final value" rule, and Compare agrees with it."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from app.analysis.compare import steps as cs
-from app.data.final_value import final_label, final_of_values, final_value, final_window_size
+from app.analysis.run.final_value import final_label, final_of_values, final_value, final_window_size
 
 
 def _noisy(n: int, ranks: int = 1, seed: int = 0) -> list[dict]:
@@ -94,7 +94,7 @@ def test_table_path_gives_the_records_number() -> None:
     records.reverse()
     records.append({"step": 60, "rank": 0, "val_loss": 0.5})
     frame = _records_to_frame(records, ["rank", "step"])
-    from app.data.final_value import final_of_table
+    from app.analysis.run.final_value import final_of_table
 
     for rank in (None, 0, 2):
         assert final_of_table(frame, "loss", rank=rank) == final_value(records, "loss", rank=rank)

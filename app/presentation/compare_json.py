@@ -1,7 +1,8 @@
-"""The ``torchscope diff --json`` document of a Comparison (analysis layer; fields in docs/compare.md).
+"""The ``torchscope diff --json`` document of a Comparison (presentation layer; fields in docs/compare.md).
 
 Field names are a contract: add fields, never rename or remove them without bumping ``schema``.
-Numbers that are not finite (no data) become ``null``.
+Numbers that are not finite (no data) become ``null``. Pure: takes a comparison (whose sides
+carry their memory category peaks, loaded by the workspace), returns a dict.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison
-from app.workspace.sides import CompareSide
+from app.analysis.compare.side import CompareSide
 from app.analysis.compare.memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
@@ -106,8 +107,8 @@ def _breakdown(df: pd.DataFrame, view: str) -> list[dict[str, Any]]:
 def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
                        memory_categories: MemoryCategoryComparison | None = None) -> dict[str, Any]:
     """The documented JSON document of a comparison; ``top`` bounds the ops/kernels lists.
-    ``memory_categories`` (per-category memory of both sides) is read from the runs' memory
-    timelines when not given."""
+    ``memory_categories`` (per-category memory of both sides) is computed from the sides'
+    category peaks when not given."""
     cats = memory_categories if memory_categories is not None \
         else compare_side_memory_categories(cmp.baseline, cmp.candidate)
     o = cmp.options

@@ -1,4 +1,4 @@
-"""Derived-table cache: a hit returns the computed tables exactly; a changed trace, another set of
+"""Derived-table cache (app.workspace.traces over app.data.trace_analysis_cache): a hit returns the computed tables exactly; a changed trace, another set of
 ranks or another analysis version never reads old tables; tables of a cached trace load lazily."""
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import pandas as pd
 import pytest
 
 from app.analysis.trace import summary as trace_summary
-from app.analysis.trace.summary import analyze_traces
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
 from app.data.trace import load_trace, load_traces
+from app.presentation.analyze_json import analysis_to_json
+from app.workspace import traces as ws_traces
+from app.workspace.traces import analyze_trace_set as analyze_traces
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / ".." / "shared" / "data" / "traces"
-TINY = HERE / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
+TINY = HERE.parent / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
 TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
 
 
@@ -33,13 +35,13 @@ def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(traces: object) -> None:
         raise AssertionError("computed although cached")
 
-    monkeypatch.setattr(trace_summary, "_compute", fail)
+    monkeypatch.setattr(ws_traces, "compute_analysis_tables", fail)
 
 
 def _same(a: trace_summary.TraceAnalysis, b: trace_summary.TraceAnalysis) -> None:
     for name in TABLES:
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
-    assert a.to_json() == b.to_json()
+    assert analysis_to_json(a) == analysis_to_json(b)
 
 
 def _analysis_dirs(cache: Path) -> list[Path]:
@@ -82,7 +84,7 @@ def test_changed_trace_is_recomputed(tmp_path: Path, _cache: Path) -> None:
 def test_analysis_version_change_is_recomputed(monkeypatch: pytest.MonkeyPatch, _cache: Path) -> None:
     first = analyze_traces(load_traces(TINY))
     old = _analysis_dirs(_cache)
-    monkeypatch.setattr(trace_summary, "ANALYSIS_VERSION", trace_summary.ANALYSIS_VERSION + 1)
+    monkeypatch.setattr(ws_traces, "ANALYSIS_VERSION", trace_summary.ANALYSIS_VERSION + 1)
     bumped = analyze_traces(load_traces(TINY))
     assert not bumped.from_cache
     _same(first, bumped)
@@ -93,7 +95,7 @@ def test_analysis_version_change_is_recomputed(monkeypatch: pytest.MonkeyPatch, 
 
 def test_analysis_code_change_is_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
     analyze_traces(load_traces(TINY))
-    monkeypatch.setattr(trace_summary, "_source_digest", lambda: "edited")
+    monkeypatch.setattr(ws_traces, "_source_digest", lambda: "edited")
     assert not analyze_traces(load_traces(TINY)).from_cache
 
 
@@ -112,6 +114,7 @@ def test_each_set_of_ranks_has_its_own_entry(tmp_path: Path, monkeypatch: pytest
     shutil.copytree(SHARED / "two_ranks", folder)
     both = analyze_traces(load_traces(folder))
     one = analyze_traces([t for t in load_traces(folder) if t.rank == 1])
+    assert not trace_summary.analyze_traces(load_traces(folder)).from_cache  # the pure analysis never caches
     assert not both.from_cache and not one.from_cache
     assert set(both.steps["rank"]) == {0, 1} and set(one.steps["rank"]) == {1}
     assert len(both.rank_skew) and one.rank_skew.empty
@@ -151,3 +154,10 @@ def test_lazy_trace_pickles_with_its_tables() -> None:
     assert back.rank == cached.rank and back.n_events == cached.n_events
     for name in ("events", "memory", "flows", "counters", "threads"):
         assert getattr(back, name).equals(getattr(cached, name)), name
+
+
+def test_pure_analysis_writes_no_cache(_cache: Path) -> None:
+    """app.analysis.trace.summary.analyze_traces computes only: the workspace owns the cache."""
+    a = trace_summary.analyze_traces(load_traces(TINY))
+    assert not a.from_cache and not _analysis_dirs(_cache)
+    _same(a, analyze_traces(load_traces(TINY)))

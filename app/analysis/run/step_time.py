@@ -1,7 +1,7 @@
-"""The one headline step time of a run: the median of its steady-state steps (data layer, pure).
+"""The one headline step time of a run: the median of its steady-state steps (analysis layer, pure).
 
-It lives in app/data because the run catalog (app/data/store_rows.py) needs it and data never
-imports analysis (DESIGN.md, the one dependency rule); the analysis modules import it from here.
+A rule over a run's metric records (no pandas): the run catalog (app.workspace.catalog_rows),
+the comparison and the Run page all call it.
 
 Every place that shows a single step-time number (the Runs page, ``torchscope ls``, the Run
 page's Overview, Compare and ``torchscope diff``) uses :func:`steady_step_time`, so they agree.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -160,6 +160,76 @@ def _is_eval_key(key: Any) -> bool:
     return str(key).lower().startswith(EVAL_PREFIXES)
 
 
+@dataclass
+class _Scan:
+    """What one pass over the records found: per step the slowest time and the samples, and the
+    steps marked profiled, compiling or evaluating."""
+
+    times: dict[Any, float] = field(default_factory=dict)
+    samples: dict[Any, float] = field(default_factory=dict)
+    flagged: set[Any] = field(default_factory=set)
+    compiled: set[Any] = field(default_factory=set)
+    evaluated: set[Any] = field(default_factory=set)
+
+
+def _scan(records: Iterable[Mapping[str, Any]], *, from_trace: bool, rank: int | None) -> _Scan:
+    out = _Scan()
+    # The catalog calls this on every run of a store: the evaluation keys of a line are looked
+    # up once per distinct set of keys (the agent writes few), not once per line.
+    eval_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for r in records:
+        step = _num(r.get("step"))
+        if step is None:
+            continue
+        if step.is_integer():  # step numbers come back as ints (3, not 3.0), like the file's
+            step = int(step)
+        # Evaluation and profiler windows are the job's, not one rank's: any rank's line counts.
+        if not from_trace:
+            keys = tuple(r)
+            found = eval_keys.get(keys)
+            if found is None:
+                found = eval_keys[keys] = tuple(k for k in keys if _is_eval_key(k))
+            if (found and any(_num(r[k]) is not None for k in found)) or \
+                    (EVALUATION_KEY in r and _flag(r[EVALUATION_KEY])):
+                out.evaluated.add(step)
+        t = _num(r.get("step_time_s"))
+        if t is None or t <= 0:
+            continue
+        if "profiled" in r and _flag(r["profiled"]):
+            out.flagged.add(step)
+        if COMPILE_KEY in r and _flag(r[COMPILE_KEY]):
+            out.compiled.add(step)
+        if rank is not None:
+            own = _num(r.get("rank"))
+            if (int(own) if own is not None else 0) != rank:
+                continue
+        prev = out.times.get(step)
+        if prev is None or t > prev:
+            out.times[step] = t
+        if "samples" in r:
+            n = _num(r["samples"])
+            if n is not None:
+                out.samples[step] = out.samples.get(step, 0.0) + n
+    return out
+
+
+def _window_reasons(order: list[Any], marked: set[Any], compiled: set[Any], evaluated: set[Any]) -> dict[Any, str]:
+    """Profiled, compiling and evaluation steps to drop, each kind only while unmarked steps remain."""
+    reasons: dict[Any, str] = {}
+    if not order:
+        return reasons
+    profiled = [s for s in order if s in marked]
+    if len(profiled) < len(order):  # when every step was profiled, nothing unprofiled is left
+        reasons.update(dict.fromkeys(profiled, DropReason.PROFILED))
+    compiles = [s for s in order if s in compiled and s not in reasons]
+    if compiles and len(compiles) + len(reasons) < len(order):
+        reasons.update(dict.fromkeys(compiles, DropReason.COMPILE))
+    evals = [s for s in order if s in evaluated and s not in reasons]
+    if evals and len(evals) + len(reasons) < len(order):
+        reasons.update(dict.fromkeys(evals, DropReason.EVALUATION))
+    return reasons
+
+
 def steady_step_time(
     records: Iterable[Mapping[str, Any]],
     *,
@@ -178,60 +248,11 @@ def steady_step_time(
     times (None: every rank, the slowest per step; evaluation and profiled marks of any rank
     still count); a line without ``rank`` is rank 0.
     """
-    times: dict[Any, float] = {}
-    samples: dict[Any, float] = {}
-    flagged: set[Any] = set()
-    compiled: set[Any] = set()
-    evaluated: set[Any] = set()
-    # The catalog calls this on every run of a store: the evaluation keys of a line are looked
-    # up once per distinct set of keys (the agent writes few), not once per line.
-    eval_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
-    for r in records:
-        step = _num(r.get("step"))
-        if step is None:
-            continue
-        if step.is_integer():  # step numbers come back as ints (3, not 3.0), like the file's
-            step = int(step)
-        # Evaluation and profiler windows are the job's, not one rank's: any rank's line counts.
-        if not from_trace:
-            keys = tuple(r)
-            found = eval_keys.get(keys)
-            if found is None:
-                found = eval_keys[keys] = tuple(k for k in keys if _is_eval_key(k))
-            if (found and any(_num(r[k]) is not None for k in found)) or \
-                    (EVALUATION_KEY in r and _flag(r[EVALUATION_KEY])):
-                evaluated.add(step)
-        t = _num(r.get("step_time_s"))
-        if t is None or t <= 0:
-            continue
-        if "profiled" in r and _flag(r["profiled"]):
-            flagged.add(step)
-        if COMPILE_KEY in r and _flag(r[COMPILE_KEY]):
-            compiled.add(step)
-        if rank is not None:
-            own = _num(r.get("rank"))
-            if (int(own) if own is not None else 0) != rank:
-                continue
-        prev = times.get(step)
-        if prev is None or t > prev:
-            times[step] = t
-        if "samples" in r:
-            n = _num(r["samples"])
-            if n is not None:
-                samples[step] = samples.get(step, 0.0) + n
+    scan = _scan(records, from_trace=from_trace, rank=rank)
+    times, samples = scan.times, scan.samples
     order = sorted(times)
-    reasons: dict[float, str] = {}
-    if not from_trace and order:
-        marked = flagged | set(profiled_steps)
-        profiled = [s for s in order if s in marked]
-        if len(profiled) < len(order):  # when every step was profiled, nothing unprofiled is left
-            reasons.update(dict.fromkeys(profiled, DropReason.PROFILED))
-        compiles = [s for s in order if s in compiled and s not in reasons]
-        if compiles and len(compiles) + len(reasons) < len(order):
-            reasons.update(dict.fromkeys(compiles, DropReason.COMPILE))
-        evals = [s for s in order if s in evaluated and s not in reasons]
-        if evals and len(evals) + len(reasons) < len(order):
-            reasons.update(dict.fromkeys(evals, DropReason.EVALUATION))
+    reasons = {} if from_trace else _window_reasons(order, scan.flagged | set(profiled_steps), scan.compiled,
+                                                     scan.evaluated)
     k = auto_warmup(len(order), from_trace=from_trace) if warmup_steps is None else max(0, int(warmup_steps))
     for s in order[:k]:
         reasons[s] = DropReason.WARMUP

@@ -1,10 +1,9 @@
-"""The one "final value" of a logged metric: the median of its last window (data layer, pure).
+"""The one "final value" of a logged metric: the median of its last window (analysis layer, pure).
 
 Every place that shows a run's final loss (or final accuracy, final val_loss ...) uses
 :func:`final_value`: the sample recorder's summary, ``torchscope ls`` and the Runs page,
 ``torchscope analyze``, the Run page's Overview, Compare and its reports. It is next to
-app.data.step_time (the one rule for step time) because the run catalog needs it and data never
-imports analysis.
+app.analysis.run.step_time, the one rule for step time.
 
 The rule (docs/app.md, "Final values"):
 
@@ -42,7 +41,7 @@ __all__ = ["FINAL_WINDOW_FRACTION", "FINAL_WINDOW_MAX", "NOT_OUTCOMES", "FinalVa
 FINAL_WINDOW_FRACTION = 0.10
 FINAL_WINDOW_MAX = 20
 # Logged keys that are coordinates or per-step settings and measurements, not outcomes: they get no
-# "final value" (a step time has its own rule, app.data.step_time; Compare's metric table skips
+# "final value" (a step time has its own rule, app.analysis.run.step_time; Compare's metric table skips
 # the same coordinates).
 NOT_OUTCOMES = frozenset({"step", "time", "rank", "step_time_s", "samples", "tokens", "profiled", "lr",
                           "learning_rate", "epoch", "evaluation", "cpu_time_s", "contention", "steal"})

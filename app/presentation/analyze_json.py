@@ -1,0 +1,55 @@
+"""The ``torchscope analyze --json`` document of a TraceAnalysis (presentation layer; fields in docs/trace-engine.md).
+
+::
+
+    {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
+     "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}},
+     "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}]}
+
+Field names are stable. Pure: takes an analysis, returns a dict.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from app.analysis.trace.summary import TraceAnalysis
+
+__all__ = ["analysis_to_json", "JSON_STEP_KEYS"]
+
+JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_us", "memcpy_us", "memset_us",
+                  "communication_us", "runtime_us", "dataloader_us", "cpu_exec_us", "other_us", "forward_us",
+                  "backward_us", "optimizer_us"]
+
+
+def _clean(v: Any) -> Any:
+    # TODO(merge): app.presentation.jsonable.to_jsonable once stream "present" lands it (3-digit rounding kept here).
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 3)
+    if hasattr(v, "item"):  # numpy scalar
+        return _clean(v.item())
+    return v
+
+
+def _records(df: pd.DataFrame, cols: Sequence[str]) -> list[dict[str, Any]]:
+    cols = [c for c in cols if c in df.columns]
+    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+
+
+def analysis_to_json(analysis: TraceAnalysis, *, max_ops: int | None = None,
+                     max_kernels: int | None = None) -> dict[str, Any]:
+    """The CLI document of ``analysis`` (see the module docstring); ``max_ops``/``max_kernels``
+    bound the op and kernel lists."""
+    ops = analysis.ops if max_ops is None else analysis.ops.head(max_ops)
+    kernels = analysis.kernels if max_kernels is None else analysis.kernels.head(max_kernels)
+    return {
+        "traces": analysis.traces,
+        "steps": _records(analysis.steps, JSON_STEP_KEYS),
+        "ops": _records(ops, ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share"]),
+        "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
+        "memory": analysis.memory,
+        "ranks": _records(analysis.rank_skew, list(analysis.rank_skew.columns)),
+    }

@@ -1,0 +1,93 @@
+"""The run catalog: every run of a store as one row, and why the other folders were skipped (workspace layer).
+
+``torchscope ls`` and the Runs page (app/ui/store.py) both list a store through :func:`load_catalog`,
+so they show the same runs, in the same order, with the same problem messages:
+
+- one row per run (app.workspace.catalog_rows), its steps filled from the trace analysis cache
+  when the run has no metrics (app.workspace.cached_steps);
+- the torch-tb-profiler sub-folders of the store listed through their read-only mirror
+  (app.data.tbprofiler.mirror_tb_folder);
+- each "not a run folder" problem replaced by why the folder was skipped (no trace files, or files
+  that are not traces), and dropped for the tb-profiler sub-folders, which are listed as runs.
+
+The UI passes its cached row loader and mirror (bounded caches of app/ui/store.py); the CLI the
+direct ones below.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.data import tbprofiler
+from app.data.runs import StoreTable, store_from_rows
+from app.workspace import cached_steps
+from app.workspace.catalog_rows import load_run_row
+from profiler_agent import runformat as rf
+
+__all__ = ["CatalogRow", "RowLoader", "MirrorLoader", "load_catalog_row", "list_rows", "tb_runs_of",
+           "mirror_tb_store", "load_catalog"]
+
+# (row, or None for a folder whose manifest cannot be read; problem messages of this run)
+CatalogRow = tuple[dict[str, Any] | None, list[str]]
+RowLoader = Callable[[Path], CatalogRow]
+# (store root, its tb-profiler sub-folders) -> the mirror store, or None
+MirrorLoader = Callable[[Path, list[Path]], Path | None]
+
+
+def load_catalog_row(run_dir: Path, *, now: float | None = None) -> CatalogRow:
+    """The catalog row of one run with its steps filled from the trace analysis cache when they
+    are "in trace", and its problems; (None, [why]) when the manifest cannot be read."""
+    try:
+        row, problems = load_run_row(run_dir, now=now)
+    except rf.RunFormatError as e:  # changed between listing and reading
+        return None, [str(e)]
+    cached_steps.fill_steps_from_traces(row)
+    return row, problems
+
+
+def list_rows(root: str | os.PathLike[str] | None, load_row: RowLoader = load_catalog_row
+              ) -> tuple[Path, list[dict[str, Any]], list[str]]:
+    """(store root, rows, problems) of the runs directly under ``root``, in listing order.
+
+    Raises RunStoreNotFoundError when the store does not exist."""
+    listing = rf.list_runs(root)
+    rows: list[dict[str, Any]] = []
+    problems = list(listing.problems)
+    for path, _ in listing.runs:
+        row, msgs = load_row(path)
+        problems.extend(msgs)
+        if row is not None:
+            rows.append(row)
+    return listing.root, rows, problems
+
+
+def tb_runs_of(root: Path) -> list[Path]:
+    """The torch-tb-profiler sub-folders of the store ``root`` (listed through a mirror)."""
+    return tbprofiler.find_tb_runs(root) if root.is_dir() else []
+
+
+def mirror_tb_store(root: Path, tb_runs: list[Path]) -> Path | None:
+    """The read-only mirror store of the tb-profiler sub-folders ``tb_runs`` of ``root`` (made or
+    refreshed), or None when none can be made (the default MirrorLoader)."""
+    return tbprofiler.mirror_tb_folder(root)
+
+
+def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoader = load_catalog_row,
+                 mirror_of: MirrorLoader = mirror_tb_store) -> StoreTable:
+    """Every run of the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) and of its tb-profiler
+    mirror, newest first, with the store's problems (see the module docstring).
+
+    Raises RunStoreNotFoundError when the store does not exist; an unreadable run becomes a
+    problem message and the others are still listed.
+    """
+    found_root, rows, problems = list_rows(root, load_row)
+    tb_runs = tb_runs_of(found_root)
+    mirror = mirror_of(found_root, tb_runs) if tb_runs else None
+    problems = tbprofiler.explain_store_problems(problems, tb_runs if mirror is not None else [])
+    if mirror is not None:
+        _, more, more_problems = list_rows(mirror, load_row)
+        rows += more
+        problems += more_problems
+    return store_from_rows(found_root, rows, problems, mirror=mirror)
