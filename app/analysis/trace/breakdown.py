@@ -249,7 +249,7 @@ def loop_view(ev: pd.DataFrame, spans: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def compute_breakdown(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def compute_breakdown(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean time per step of each category, per rank and view.
 
     Returns columns ``rank``, ``view`` ("device" | "loop"), ``category``, ``time_us`` (mean per

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.data.trace import TraceSet, TraceTables
 from app.analysis.trace.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name_mask, cat_in,
                                     is_device_activity, is_runtime)
 from app.analysis.trace.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modules
@@ -239,18 +240,18 @@ def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -
     return np.where(found, c, parent[rt_pos])
 
 
-def step_total_us(trace: Any) -> float:
+def step_total_us(trace: TraceTables) -> float:
     """Summed duration (µs) of the trace's steps (0 without steps)."""
     return _steps_and_window(trace)[0]
 
 
-def profiled_window(trace: Any) -> tuple[float, float] | None:
+def profiled_window(trace: TraceTables) -> tuple[float, float] | None:
     """(first step's host start, last step's host end) when the trace has ``ProfilerStep#N``
     steps, else None (optimizer-step or whole-trace steps are no profiling window)."""
     return _steps_and_window(trace)[1]
 
 
-def _steps_and_window(trace: Any) -> tuple[float, tuple[float, float] | None]:
+def _steps_and_window(trace: TraceTables) -> tuple[float, tuple[float, float] | None]:
     from app.analysis.trace.steps import find_steps
 
     spans = find_steps(trace.events)
@@ -262,7 +263,7 @@ def _steps_and_window(trace: Any) -> tuple[float, tuple[float, float] | None]:
     return total, (float(np.min(spans.host_start)), float(np.max(spans.host_end)))
 
 
-def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
+def compute_op_table(traces: TraceSet, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
     """Return one row per op name, or per (name, input_shapes) with ``group_by="shape"``, or per
     (name, module) with ``group_by="module"`` (module "" for ops outside every module).
 
@@ -275,7 +276,7 @@ def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: floa
     return _aggregate(traces, is_op_row, group_by, steps_us)
 
 
-def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> pd.DataFrame:
+def compute_annotation_table(traces: TraceSet, *, steps_us: float | None = None) -> pd.DataFrame:
     """The ``record_function`` ranges the op table leaves out (is_annotation_row), one row per
     name with the op table's columns: ``total_us`` is the ranges' wall time, ``self_us`` what their
     children on the same thread do not cover, ``device_self_us`` the kernels launched directly
@@ -284,10 +285,9 @@ def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> p
     return _aggregate(traces, is_annotation_row, None, steps_us)
 
 
-def _aggregate(traces: Any, rows: Any, group_by: str | None, steps_us: float | None) -> pd.DataFrame:
-    items = traces if isinstance(traces, (list, tuple)) else [traces]
+def _aggregate(traces: TraceSet, rows: Any, group_by: str | None, steps_us: float | None) -> pd.DataFrame:
     frames, total_steps = [], 0.0
-    for t in items:
+    for t in traces:
         total, window = _steps_and_window(t)
         ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
         keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)

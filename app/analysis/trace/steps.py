@@ -17,12 +17,12 @@ view and training-loop view, see ``breakdown``); every row's categories sum to i
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from app.data.trace import TraceSet
 from app.analysis.trace import breakdown as cats
 from app.analysis.trace.breakdown import DEVICE_CATEGORIES, LOOP_CATEGORIES, device_view, loop_view
 
@@ -152,17 +152,16 @@ def find_steps(events: pd.DataFrame) -> StepSpans:
     return StepSpans(steps[:keep], hs[:keep], he[:keep], s[:keep], e[:keep], source)
 
 
-def compute_steps(traces: Iterable[object] | object, *, nccl_by_name: bool = True) -> pd.DataFrame:
-    """Return the step table (STEP_COLUMNS) of one TraceTables or of several (one per rank).
+def compute_steps(traces: TraceSet, *, nccl_by_name: bool = True) -> pd.DataFrame:
+    """Return the step table (STEP_COLUMNS) of the traces (one per rank).
 
     Each row's device-view categories (``kernel_us`` … ``other_us``) sum to ``duration_us``, and so
     do the training-loop columns (``forward_us``, ``backward_us``, ``optimizer_us``,
     ``loop_dataloader_us``, ``loop_other_us``). ``nccl_by_name=False`` applies torch-tb-profiler's
     exact Communication rule (collective kernels only when launched by an ``nccl:*`` op).
     """
-    items = traces if isinstance(traces, (list, tuple)) else [traces]
     frames = []
-    for t in items:
+    for t in traces:
         spans = find_steps(t.events)
         if len(spans.steps) == 0:
             continue
