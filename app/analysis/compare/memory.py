@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.analysis.curves.smoothing import minmax_downsample_indices
 from app.analysis.memory.events import compute_memory_timeline
 from app.analysis.memory.snapshot import compute_largest_allocations
 
@@ -44,8 +45,6 @@ def compute_step_aligned_memory(traces: Sequence[Any], steps: pd.DataFrame, *, m
     if len(tl) == 0 or len(own) == 0:
         return pd.DataFrame(columns=ALIGNED_COLUMNS)
     aligned = _align(tl, own)
-    from app.analysis.curves.smoothing import minmax_downsample_indices
-
     parts = []
     for _, g in aligned.groupby("device", sort=True):
         keep = minmax_downsample_indices(g["allocated_bytes"].to_numpy(float), max(4, max_points))

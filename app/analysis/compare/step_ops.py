@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import is_kernel
+from app.analysis.trace.categories import is_kernel
 from app.analysis.trace.ops import compute_op_events_with_scopes, is_op_row, profiled_window
-from app.analysis.trace.steps import find_steps
+from app.analysis.trace.step_spans import find_steps
 
 __all__ = ["STEP_KEYS", "compute_step_ops", "compute_step_kernels", "reduce_steps"]
 

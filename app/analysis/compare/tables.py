@@ -13,6 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.analysis.compare.step_ops import compute_step_kernels, compute_step_ops, reduce_steps
+from app.analysis.trace.categories import DEVICE_CATEGORIES
+from app.analysis.trace.ops import compute_op_table
+
 __all__ = [
     "DEVICE_CATEGORIES",
     "PHASE_CATEGORIES",
@@ -24,8 +28,6 @@ __all__ = [
     "diff_tables",
 ]
 
-# Columns of the step table that partition a step (torch-tb-profiler's Overview categories).
-DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 # The training-loop view; what the phases do not cover is reported as "rest".
 PHASE_CATEGORIES = ("forward", "backward", "optimizer")
 
@@ -137,8 +139,6 @@ def _op_table(analysis: Any, traces: Sequence[Any], grouping: OpGrouping) -> pd.
     if grouping is OpGrouping.NAME or not traces:
         ops = getattr(analysis, "ops", None)
         return ops if ops is not None else pd.DataFrame(columns=["name"])
-    from app.analysis.trace.ops import compute_op_table
-
     return compute_op_table(list(traces), group_by=grouping.value)
 
 
@@ -185,8 +185,6 @@ def diff_ops(
     whole profiled window is divided by its step count and the spread is NaN.
     """
     if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
-        from app.analysis.compare.step_ops import compute_step_ops, reduce_steps
-
         key = _GROUP_KEY.get(grouping)
         keys = ["name"] + ([key] if key else [])
         ta, tb = (reduce_steps(compute_step_ops(list(tr), key), kept, keys, _OP_VALUES, "self_us")
@@ -217,8 +215,6 @@ def diff_kernels(baseline: Any, candidate: Any, *, baseline_traces: Sequence[Any
     cols = ["name", "baseline_calls", "candidate_calls", "baseline_us", "candidate_us", "delta_us", "change",
             "baseline_spread_us", "candidate_spread_us"]
     if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
-        from app.analysis.compare.step_ops import compute_step_kernels, reduce_steps
-
         ka, kb = (reduce_steps(compute_step_kernels(list(tr)), kept, ["name"], _KERNEL_VALUES, "total_us")
                   for tr, kept in ((baseline_traces, baseline_kept), (candidate_traces, candidate_kept)))
         values, steps, per_step = (*_KERNEL_VALUES, "spread_us"), (1, 1), True

@@ -6,10 +6,10 @@ is those totals per device; the peak is their maximum, with the host ops running
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
+from app.analysis.trace.categories import is_host_op
 from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["TIMELINE_COLUMNS", "PEAK_COLUMNS", "device_label", "compute_memory_timeline", "compute_memory_peaks"]
@@ -55,8 +55,6 @@ def compute_memory_timeline(trace: TraceTables) -> pd.DataFrame:
 
 def _ops_at(trace: TraceTables, ts: float) -> str:
     """Host ops (outermost → innermost) running at ``ts`` on the thread with the deepest stack."""
-    from app.analysis.trace.breakdown import is_host_op
-
     ev = trace.events
     host = ev[is_host_op(ev)]
     live = host[(host["ts_us"] <= ts) & (host["ts_us"] + host["dur_us"] >= ts)]

@@ -13,8 +13,10 @@ from typing import Any
 
 import pandas as pd
 
+from app.analysis.trace.categories import communication_kernel_mask, is_kernel
+from app.analysis.trace.intervals import covered_us, event_spans, merge_intervals
+from app.analysis.trace.steps import compute_steps
 from app.data.trace import TraceSet
-from app.analysis.trace.breakdown import event_spans, communication_kernel_mask, covered_us, is_kernel, merge_intervals
 
 __all__ = ["compute_communication_table", "compute_overlap", "compute_rank_skew"]
 
@@ -37,8 +39,6 @@ def compute_communication_table(traces: TraceSet) -> pd.DataFrame:
 
 def compute_overlap(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (rank, step): computation, communication, their overlap, and the rest (µs)."""
-    from app.analysis.trace.steps import compute_steps
-
     rows = []
     for t in traces:
         st = compute_steps([t]) if steps is None else steps[steps["rank"] == t.rank]

@@ -10,13 +10,21 @@
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
+from app.analysis.trace.categories import (
+    MEMCPY_CATS,
+    MEMSET_CATS,
+    cat_in,
+    communication_kernel_mask,
+    is_kernel,
+    is_runtime,
+)
+from app.analysis.trace.intervals import covered_us, event_spans, merge_intervals
+from app.analysis.trace.step_spans import StepSource, find_steps
+from app.analysis.trace.steps import compute_steps
 from app.data.trace import TraceSet
-from app.analysis.trace.breakdown import (MEMCPY_CATS, MEMSET_CATS, event_spans, cat_in, communication_kernel_mask,
-                                    covered_us, is_kernel, is_runtime, merge_intervals)
 
 __all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "compute_device_utilization",
            "compute_temporal_breakdown"]
@@ -62,8 +70,6 @@ def compute_memcpy_table(traces: TraceSet) -> pd.DataFrame:
 
 def compute_device_utilization(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (rank, step, device): ``busy_us`` (kernels running), ``idle_us``, ``utilization`` (0..1)."""
-    from app.analysis.trace.steps import compute_steps
-
     rows = []
     for t in traces:
         st = compute_steps([t]) if steps is None else steps[steps["rank"] == t.rank]
@@ -100,14 +106,12 @@ def compute_temporal_breakdown(traces: TraceSet, *, drop_last_step: bool = True)
 
     HTA leaves out the device work launched in the last ProfilerStep (``drop_last_step``).
     """
-    from app.analysis.trace.steps import find_steps
-
     rows = []
     for t in traces:
         ev = t.events
         work = is_kernel(ev) | cat_in(ev, MEMCPY_CATS | MEMSET_CATS)
         spans = find_steps(ev)
-        if drop_last_step and spans.source == "profiler_step" and len(spans.steps) > 1:
+        if drop_last_step and spans.source == StepSource.PROFILER_STEP and len(spans.steps) > 1:
             work &= ~_launched_in(ev, float(spans.host_start[-1]), float(spans.host_end[-1]))
         if not work.any():
             continue

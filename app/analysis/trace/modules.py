@@ -22,14 +22,13 @@ Module ranges themselves are never counted: only the ops inside them are.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from app.data.trace import TraceSet
 from app.analysis.trace.op_modules import PATH_SEP
 from app.analysis.trace.ops import compute_op_events_with_scopes, is_op_row, profiled_window, step_total_us
+from app.data.trace import TraceSet
 
 __all__ = ["MODULE_COLUMNS", "compute_module_table", "has_module_ranges"]
 

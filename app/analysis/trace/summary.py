@@ -34,7 +34,8 @@ ANALYSIS_VERSION = 1
 _TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
 # The analysis modules whose code keys the cache (files relative to app/analysis).
 _SOURCES = ("trace/steps", "trace/breakdown", "trace/ops", "trace/kernels", "memory/events", "trace/distributed",
-            "trace/summary")
+            "trace/summary", "trace/categories", "trace/intervals", "trace/step_spans", "trace/step_views",
+            "trace/event_tree", "trace/op_modules")
 
 JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_us", "memcpy_us", "memset_us",
                   "communication_us", "runtime_us", "dataloader_us", "cpu_exec_us", "other_us", "forward_us",

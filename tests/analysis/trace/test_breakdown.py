@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.analysis.trace.breakdown import DEVICE_CATEGORIES, compute_breakdown, covered_us, merge_intervals
+from app.analysis.trace.breakdown import compute_breakdown
+from app.analysis.trace.categories import DEVICE_CATEGORIES
+from app.analysis.trace.intervals import covered_us, merge_intervals
 from app.analysis.trace.steps import compute_steps
 from app.data.trace import load_trace
 

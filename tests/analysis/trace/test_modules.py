@@ -227,7 +227,7 @@ def test_every_backward_op_of_a_gpu_trace_finds_the_forward_op_that_created_it()
     """On a real GPU trace (backward on the autograd thread), the forward op found for each
     autograd op by sequence number is the one its node is named after (AddmmBackward0 ← addmm)."""
     from app.analysis.trace import op_modules
-    from app.analysis.trace.breakdown import cat_in
+    from app.analysis.trace.categories import cat_in
     from app.analysis.trace.ops import HOST_CATS
 
     ev = load_trace(NCCL).events

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.analysis.trace.breakdown import DEVICE_CATEGORIES
+from app.analysis.trace.categories import DEVICE_CATEGORIES
 from app.analysis.trace.steps import STEP_COLUMNS, compute_steps
 from app.data.trace import load_trace
 
