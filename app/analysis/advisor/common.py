@@ -274,7 +274,7 @@ def weigh(severity: Severity, *, values: Sequence[float] | np.ndarray | None, hi
         repeat = (f", or {MIN_STEPS_FLOOR} in {MIN_WINDOWS_HIGH} profiler windows"
                   if basis == "profiled steps" else "")
         note = f"rests on {_count_phrase(steps, basis, windows)}; HIGH needs at least {MIN_STEPS_HIGH} {basis}{repeat}"
-    elif vals is not None and len(vals):
+    elif vals is not None and spread is not None:
         on_side = (vals >= high) if worse == "above" else (vals <= high)
         if on_side.mean() < STABLE_SHARE:
             side = "above" if worse == "above" else "below"

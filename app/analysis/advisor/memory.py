@@ -113,7 +113,10 @@ def _system_peaks(ev: RunEvidence) -> list[_Peak]:
     if sysdf is None or sysdf.empty or "gpu_max_allocated_bytes" not in sysdf.columns:
         return []
     df = sysdf.assign(**{c: sysdf[c] if c in sysdf.columns else 0 for c in ("rank", "gpu_index")})
-    num = lambda g, c: pd.to_numeric(g[c], errors="coerce").max() if c in g.columns else np.nan  # noqa: E731
+
+    def num(g: pd.DataFrame, c: str) -> float:
+        return float(pd.to_numeric(g[c], errors="coerce").max()) if c in g.columns else np.nan
+
     out = []
     for (rank, index), g in df.dropna(subset=["gpu_max_allocated_bytes"]).groupby(["rank", "gpu_index"]):
         peak, total, reserved = num(g, "gpu_max_allocated_bytes"), num(g, "gpu_total_bytes"), num(g, "gpu_reserved_bytes")

@@ -62,7 +62,9 @@ class Weight:
 
     def to_json(self) -> dict[str, Any]:
         """The ``weight`` object of a finding in `torchscope advise --json` (docs/advisor.md)."""
-        pair = lambda p: None if p is None else [json_number(p[0]), json_number(p[1])]  # noqa: E731
+        def pair(p: tuple[float, float] | None) -> list[float | None] | None:
+            return None if p is None else [json_number(p[0]), json_number(p[1])]
+
         return {"steps": int(self.steps), "windows": int(self.windows), "basis": self.basis,
                 "measure": self.measure, "spread": pair(self.spread), "step_ms": pair(self.step_ms),
                 "stable": self.stable, "note": self.note}

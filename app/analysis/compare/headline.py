@@ -32,6 +32,7 @@ import pandas as pd
 
 from app.analysis.compare import estimators as est_
 from app.analysis.compare.contention import ContentionCheck
+from app.analysis.compare.options import CompareOptions
 from app.analysis.stats.ratio import RatioEstimate
 
 __all__ = ["HeadlineQuantity", "HeadlineVerdict", "Headline", "compute_headline", "quantity_series",
@@ -128,7 +129,8 @@ def quantity_series(table: pd.DataFrame, quantity: HeadlineQuantity) -> np.ndarr
     if quantity in _DIVISOR:
         with np.errstate(divide="ignore", invalid="ignore"):
             t = t / pd.to_numeric(kept[_DIVISOR[quantity]], errors="coerce").to_numpy(float)
-    return t[np.isfinite(t) & (t > 0)]
+    out: np.ndarray = t[np.isfinite(t) & (t > 0)]
+    return out
 
 
 def _far(ratio: float, limit: float) -> bool:
@@ -151,7 +153,7 @@ class _Inputs:
     runs: tuple[list[np.ndarray], list[np.ndarray]]  # per side: one array per run
 
 
-def _estimate(inp: _Inputs, replicated: bool, o: Any) -> tuple[RatioEstimate, str]:
+def _estimate(inp: _Inputs, replicated: bool, o: CompareOptions) -> tuple[RatioEstimate, str]:
     a_runs, b_runs = inp.runs
     if replicated:
         est = est_.hierarchical_ratio(a_runs, b_runs, confidence=o.confidence, resamples=o.resamples, seed=o.seed)
@@ -165,7 +167,7 @@ def compute_headline(
     baseline_tables: Sequence[pd.DataFrame],
     candidate_tables: Sequence[pd.DataFrame],
     contention: ContentionCheck,
-    options: Any,
+    options: CompareOptions,
 ) -> Headline:
     """The headline of a comparison from each side's step tables (compare_steps.compute_step_times;
     one per run: several for a group of replicates), the contention check and CompareOptions."""

@@ -314,7 +314,7 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
 
 
 def _floats(col: pd.Series) -> np.ndarray:
-    return pd.to_numeric(col, errors="coerce").to_numpy(float, na_value=np.nan)
+    return np.asarray(pd.to_numeric(col, errors="coerce").to_numpy(float, na_value=np.nan), dtype=float)
 
 
 def _opt_int(value: Any) -> int | None:

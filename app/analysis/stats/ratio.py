@@ -159,7 +159,8 @@ def _bootstrap_medians(sample: np.ndarray, resamples: int, seed: int) -> np.ndar
         return x[lo]
     u_next = u_k + (1.0 - u_k) * rng.beta(1, n - k, size=resamples)
     hi = np.minimum((n * u_next).astype(np.int64), n - 1)
-    return 0.5 * (x[lo] + x[hi])
+    out: np.ndarray = 0.5 * (x[lo] + x[hi])
+    return out
 
 
 def _ratio(num: float, den: float) -> float:

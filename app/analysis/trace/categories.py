@@ -33,9 +33,9 @@ def cat_in(ev: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
     """Boolean mask: the event's ``cat`` (case-insensitive) is one of ``names``."""
     col = ev["cat"]
     if not isinstance(col.dtype, pd.CategoricalDtype):
-        return col.astype(str).str.lower().isin(set(names)).to_numpy()
+        return np.asarray(col.astype(str).str.lower().isin(set(names)).to_numpy(), dtype=bool)
     cats = np.asarray([str(c).lower() in names for c in col.cat.categories] + [False])
-    return cats[col.cat.codes.to_numpy()]  # code -1 (missing) indexes the trailing False
+    return np.asarray(cats[col.cat.codes.to_numpy()], dtype=bool)  # code -1 (missing) indexes the trailing False
 
 
 def name_mask(ev: pd.DataFrame, pred: Callable[[str], object]) -> np.ndarray:
@@ -44,7 +44,7 @@ def name_mask(ev: pd.DataFrame, pred: Callable[[str], object]) -> np.ndarray:
     if not isinstance(col.dtype, pd.CategoricalDtype):
         return np.fromiter((bool(pred(str(n))) for n in col), bool, len(col))
     hits = np.asarray([bool(pred(str(c))) for c in col.cat.categories] + [False])
-    return hits[col.cat.codes.to_numpy()]
+    return np.asarray(hits[col.cat.codes.to_numpy()], dtype=bool)
 
 
 def is_host_op(ev: pd.DataFrame) -> np.ndarray:
@@ -69,7 +69,7 @@ def _is_dataloader_name(n: str) -> bool:
 
 
 def dataloader_mask(ev: pd.DataFrame) -> np.ndarray:
-    return cat_in(ev, OP_CATS | ANNOTATION_CATS) & name_mask(ev, _is_dataloader_name)
+    return np.asarray(cat_in(ev, OP_CATS | ANNOTATION_CATS) & name_mask(ev, _is_dataloader_name), dtype=bool)
 
 
 def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndarray:
@@ -81,5 +81,5 @@ def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndar
     ext = set(ev.loc[comm_ops, "external_id"].dropna().astype(int))
     by_ext = ev["external_id"].isin(ext).to_numpy() if ext else np.zeros(len(ev), bool)
     if not by_name:
-        return kern & by_ext
-    return kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl")))
+        return np.asarray(kern & by_ext, dtype=bool)
+    return np.asarray(kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl"))), dtype=bool)

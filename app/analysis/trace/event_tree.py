@@ -14,8 +14,8 @@ __all__ = ["column_codes", "op_tree"]
 def column_codes(col: pd.Series) -> np.ndarray:
     """Integer codes of a column's values (its categorical codes when it is categorical)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy().astype(np.int64)
-    return pd.factorize(col)[0].astype(np.int64)
+        return np.asarray(col.cat.codes.to_numpy().astype(np.int64), dtype=np.int64)
+    return np.asarray(pd.factorize(col)[0].astype(np.int64), dtype=np.int64)
 
 
 def op_tree(host: pd.DataFrame) -> np.ndarray:

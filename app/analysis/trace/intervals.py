@@ -38,7 +38,7 @@ def covered_us(ms: np.ndarray, me: np.ndarray, lo: np.ndarray, hi: np.ndarray) -
     jj = np.maximum(j - 1, 0)
     total -= np.where(has, np.clip(lo - ms[ii], 0, None), 0.0)
     total -= np.where(has, np.clip(me[jj] - hi, 0, None), 0.0)
-    return np.clip(total, 0, None)
+    return np.asarray(np.clip(total, 0, None), dtype=float)
 
 
 def exclusive_us(layers: list[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:

@@ -96,7 +96,7 @@ def _launched_in(ev: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
     start = pd.Series(rt["ts_us"].to_numpy(float), index=rt["correlation"].to_numpy(dtype=np.int64))
     corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)
     launch = start.reindex(corr).to_numpy(float)
-    return (launch >= lo) & (launch < hi)
+    return np.asarray((launch >= lo) & (launch < hi), dtype=bool)
 
 
 def compute_temporal_breakdown(traces: TraceSet, *, drop_last_step: bool = True) -> pd.DataFrame:

@@ -149,7 +149,7 @@ def text_values(series: pd.Series) -> np.ndarray:
         cats = np.append(series.cat.categories.astype(object).to_numpy(), "")
         codes = series.cat.codes.to_numpy()
         return cats[np.where(codes >= 0, codes, len(cats) - 1)].astype(object)
-    return series.astype(object).where(series.notna(), "").astype(str).to_numpy(dtype=object)
+    return np.asarray(series.astype(object).where(series.notna(), "").astype(str).to_numpy(dtype=object), dtype=object)
 
 
 def _backward_threads(events: pd.DataFrame) -> set[tuple[str, str]]:
@@ -172,7 +172,7 @@ def _backward_threads(events: pd.DataFrame) -> set[tuple[str, str]]:
 def _ints(events: pd.DataFrame, col: str) -> np.ndarray:
     if col not in events.columns:
         return np.full(len(events), -1, dtype=np.int64)
-    return pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    return np.asarray(pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy(), dtype=np.int64)
 
 
 def compute_lane_labels(events: pd.DataFrame, threads: pd.DataFrame | None) -> LaneLabels:
@@ -198,7 +198,7 @@ def compute_lane_labels(events: pd.DataFrame, threads: pd.DataFrame | None) -> L
     backward = _backward_threads(events)
     unknown = list(dict.fromkeys((p, t) for p, t, *_ in uniques if p not in device_pids and _no_tid(t)))
     labels: list[str] = []
-    sort_keys: dict[str, tuple] = {}
+    sort_keys: dict[str, tuple[int | str, ...]] = {}
     for p, t, dev, d, s in uniques:
         if dev or p in device_pids:
             key, label = _device_label(p, t, int(d), int(s))

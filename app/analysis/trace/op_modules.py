@@ -58,7 +58,7 @@ def is_module_range(ev: pd.DataFrame) -> np.ndarray:
 
 def _thread_keys(events: pd.DataFrame) -> np.ndarray:
     pid, tid = column_codes(events["pid"]), column_codes(events["tid"])
-    return pid * (int(tid.max(initial=0)) + 2) + tid
+    return np.asarray(pid * (int(tid.max(initial=0)) + 2) + tid, dtype=np.int64)
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:

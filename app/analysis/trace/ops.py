@@ -134,7 +134,7 @@ def is_user_annotation(ev: pd.DataFrame) -> np.ndarray:
     ``__next__``, ``(Distributed)DataParallel.forward``) other than collectives (names starting
     with COMM_ANNOTATION_PREFIXES)."""
     ranges = cat_in(ev, ANNOTATION_CATS) | name_mask(ev, _range_name)
-    return ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES))
+    return np.asarray(ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES)), dtype=bool)
 
 
 def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
@@ -144,13 +144,13 @@ def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
 def is_op_row(ev: pd.DataFrame) -> np.ndarray:
     """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges,
     not user annotations (collectives excepted: see the module docstring)."""
-    return ~(_step_or_module(ev) | is_user_annotation(ev))
+    return np.asarray(~(_step_or_module(ev) | is_user_annotation(ev)), dtype=bool)
 
 
 def is_annotation_row(ev: pd.DataFrame) -> np.ndarray:
     """Host events that are rows of the annotation table: user annotations other than
     ``ProfilerStep#N`` spans and module ranges."""
-    return is_user_annotation(ev) & ~_step_or_module(ev)
+    return np.asarray(is_user_annotation(ev) & ~_step_or_module(ev), dtype=bool)
 
 
 def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -140,7 +140,7 @@ def _unmatched_device_ends(ev: pd.DataFrame, matched: pd.DataFrame) -> np.ndarra
     dev = is_device_activity(ev)
     corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)[dev]
     ends = (ev["ts_us"].to_numpy(float) + ev["dur_us"].to_numpy(float))[dev]
-    return ends[~np.isin(corr, matched["corr"].to_numpy(np.int64))]
+    return np.asarray(ends[~np.isin(corr, matched["corr"].to_numpy(np.int64))], dtype=float)
 
 
 def find_steps(events: pd.DataFrame) -> StepSpans:

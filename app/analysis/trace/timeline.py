@@ -196,7 +196,7 @@ def _name_matches(names: pd.Series, needle: str) -> np.ndarray:
         hit = np.array([needle in str(c).lower() for c in names.cat.categories] + [False])
         codes = names.cat.codes.to_numpy()
         return hit[np.where(codes >= 0, codes, len(hit) - 1)]
-    return names.astype(str).str.lower().str.contains(needle, regex=False).to_numpy()
+    return np.asarray(names.astype(str).str.lower().str.contains(needle, regex=False).to_numpy(), dtype=bool)
 
 
 def combine_timelines(timelines: list[Timeline]) -> Timeline:
