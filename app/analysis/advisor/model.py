@@ -15,6 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from app.analysis.trace.summary import TraceAnalysis
+from app.data.trace import TraceTables
+
 __all__ = ["Severity", "Finding", "Weight", "RunEvidence", "MissingEvidence", "Advice", "SEVERITY_ORDER"]
 
 
@@ -160,8 +163,8 @@ class RunEvidence:
     world_size: int = 1
     metrics: pd.DataFrame | None = None
     system: pd.DataFrame | None = None
-    traces: tuple[Any, ...] = ()
-    analysis: Any = None
+    traces: tuple[TraceTables, ...] = ()
+    analysis: TraceAnalysis | None = None
     module_tree: Mapping[str, Any] | None = None
     # The manifest's ``threads``: intra_op, inter_op, cpu_count, affinity_cpus (docs/run-format.md).
     threads: Mapping[str, Any] = field(default_factory=dict)
@@ -188,7 +191,7 @@ class RunEvidence:
         return any(_has_kernels(t) for t in self.traces)
 
 
-def _has_kernels(trace: Any) -> bool:
+def _has_kernels(trace: TraceTables) -> bool:
     ev = getattr(trace, "events", None)
     return ev is not None and len(ev) > 0 and bool((ev["cat"].astype(str) == "kernel").any())
 

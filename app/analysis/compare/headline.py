@@ -163,6 +163,18 @@ def _estimate(inp: _Inputs, replicated: bool, o: CompareOptions) -> tuple[RatioE
     return est, est_.estimate_method(est, getattr(est_.estimate_ratio, "method", "estimate_ratio"))
 
 
+def _limit(replicated: bool, counts: dict[str, int], steps: str, method: str, threshold: float) -> tuple[float, str]:
+    """The practical limit a change must exceed, and the reason saying which and why."""
+    if replicated:
+        return threshold, (f"{steps}; replicates: the interval includes run-to-run variance ({method}); "
+                           f"faster/slower needs a change beyond the {threshold:.0%} threshold")
+    limit = max(threshold, est_.RUN_TO_RUN_MARGIN)
+    one = "one run per side" if counts == {"baseline": 1, "candidate": 1} else "fewer than 2 runs on a side"
+    return limit, (f"{steps}, {one}: the interval covers step-to-step noise only, not run-to-run noise; "
+                   f"faster/slower also needs a change beyond the {limit:.0%} run-to-run margin "
+                   "(use groups of runs to judge smaller changes)")
+
+
 def compute_headline(
     baseline_tables: Sequence[pd.DataFrame],
     candidate_tables: Sequence[pd.DataFrame],
@@ -191,17 +203,8 @@ def compute_headline(
     na, nb = sum(len(r) for r in runs[0]), sum(len(r) for r in runs[1])
     words = QUANTITY_WORDS[quantity]
     steps = f"{na} and {nb} steady-state steps" + (f" in {len(runs[0])} and {len(runs[1])} runs" if replicated else "")
-    if replicated:
-        limit = options.threshold
-        reasons.append(f"{steps}; replicates: the interval includes run-to-run variance ({method}); "
-                       f"faster/slower needs a change beyond the {limit:.0%} threshold")
-    else:
-        limit = max(options.threshold, est_.RUN_TO_RUN_MARGIN)
-        one = "one run per side" if counts == {"baseline": 1, "candidate": 1} else \
-            "fewer than 2 runs on a side"
-        reasons.append(f"{steps}, {one}: the interval covers step-to-step noise only, not run-to-run noise; "
-                       f"faster/slower also needs a change beyond the {limit:.0%} run-to-run margin "
-                       "(use groups of runs to judge smaller changes)")
+    limit, why_limit = _limit(replicated, counts, steps, method, options.threshold)
+    reasons.append(why_limit)
     if contention.inconclusive:
         reasons.insert(0, contention.reason)
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)

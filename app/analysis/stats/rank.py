@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.analysis.stats.dist import mann_whitney_lower_count
 from app.analysis.stats.ratio import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -20,7 +21,6 @@ from app.analysis.stats.ratio import (
     _positive,
     _serial_variance_factor,
 )
-from app.analysis.stats.dist import mann_whitney_lower_count
 
 __all__ = ["METHOD_HODGES_LEHMANN", "hodges_lehmann_ratio"]
 

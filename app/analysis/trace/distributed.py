@@ -9,8 +9,7 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
+import numpy as np
 import pandas as pd
 
 from app.analysis.trace.categories import communication_kernel_mask, is_kernel
@@ -60,10 +59,8 @@ def compute_overlap(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.D
                                        "overlap_us", "other_us"])
 
 
-def _intersect(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
+def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two disjoint sorted interval lists (two-pointer merge)."""
-    import numpy as np
-
     out_s, out_e = [], []
     i = j = 0
     while i < len(a_s) and j < len(b_s):
