@@ -16,7 +16,7 @@ import pandas as pd
 
 from app.analysis.compare import steps as cs
 from app.analysis.compare.contention import ContentionCheck, check_contention
-from app.analysis.compare.headline import Headline, HeadlineVerdict, compute_headline
+from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict, compute_headline
 from app.analysis.compare.machine_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare.many_runs import diff_config
 from app.analysis.compare.metrics import compare_metrics
@@ -40,8 +40,8 @@ from app.workspace.sides import CompareSide
 __all__ = ["CompareOptions", "Comparison", "StepSet", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
 
 
-_EMPTY_HEADLINE = Headline(quantity="step_time", baseline=None, candidate=None, ratio=None, ci95=None,
-                           verdict=HeadlineVerdict.INCONCLUSIVE.value, method="", replicates={"baseline": 1, "candidate": 1})
+_EMPTY_HEADLINE = Headline(quantity=HeadlineQuantity.STEP_TIME, baseline=None, candidate=None, ratio=None, ci95=None,
+                           verdict=HeadlineVerdict.INCONCLUSIVE, method="", replicates={"baseline": 1, "candidate": 1})
 
 
 @dataclass(frozen=True)

@@ -65,12 +65,12 @@ class Headline:
     sample or per token (None without data); ``ratio`` candidate/baseline; ``ci95`` (lo, hi) or
     None; ``replicates`` run counts per side."""
 
-    quantity: str
+    quantity: HeadlineQuantity
     baseline: float | None
     candidate: float | None
     ratio: float | None
     ci95: tuple[float, float] | None
-    verdict: str
+    verdict: HeadlineVerdict
     method: str
     replicates: dict[str, int]
     reasons: list[str] = field(default_factory=list)
@@ -191,9 +191,9 @@ def compute_headline(
 
     def out(verdict: HeadlineVerdict, est: RatioEstimate | None = None, method: str = "") -> Headline:
         ci = (est.lo, est.hi) if est is not None and est.has_interval else None
-        return Headline(quantity=str(quantity), baseline=est.baseline if est else None,
+        return Headline(quantity=quantity, baseline=est.baseline if est else None,
                         candidate=est.candidate if est else None, ratio=est.ratio if est else None, ci95=ci,
-                        verdict=str(verdict), method=method, replicates=counts, reasons=reasons)
+                        verdict=verdict, method=method, replicates=counts, reasons=reasons)
 
     if not runs[0] or not runs[1]:
         reasons.append("no steady-state step times on one side: nothing to judge")

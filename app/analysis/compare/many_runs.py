@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -135,7 +135,7 @@ def compute_curve_bands(
     groups: Mapping[str, str],
     *,
     smoothing: float = 0.6,
-    spread: str = "std",
+    spread: Literal["std", "range"] = "std",
 ) -> pd.DataFrame:
     """Mean ± spread of a metric across the runs of each group (e.g. seeds of one config).
 

@@ -104,7 +104,7 @@ def follow_headline(section: StepSection, headline: Headline) -> StepSection:
     """One verdict for one comparison: the step-time and throughput verdicts are the headline's
     whenever they measure the judged quantity (or its inverse); a step time that is not the
     judged quantity (samples per step differ) is not judged on its own."""
-    verdict = HeadlineVerdict(headline.verdict)
+    verdict = headline.verdict
     if headline.quantity == HeadlineQuantity.STEP_TIME:
         return replace(section, verdict=verdict, tp_verdict=verdict)
     # time per sample / token: step times are not comparable, throughput is the judged quantity's inverse
