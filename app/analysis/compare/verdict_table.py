@@ -51,7 +51,7 @@ def _headline_row(h: Headline) -> _Row:
     lo, hi = h.ci95 if h.ci95 else (np.nan, np.nan)
     return {"quantity": f"{h.quantity_words} (headline)", "unit": "s", "baseline": h.baseline if h.baseline else np.nan,
             "candidate": h.candidate if h.candidate else np.nan, "ratio": h.ratio if h.ratio else np.nan,
-            "ci_lo": lo, "ci_hi": hi, "verdict": h.verdict, "note": h.method}
+            "ci_lo": lo, "ci_hi": hi, "verdict": str(h.verdict), "note": h.method}
 
 
 def _metric_note(window: str, baseline_run_spread: float, candidate_run_spread: float) -> str:
