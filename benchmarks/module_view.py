@@ -85,10 +85,10 @@ def main() -> None:
         trace = load_trace(big, cache_dir=Path(tmp) / "cache")
         trace = load_trace(big, cache_dir=Path(tmp) / "cache")  # warm: columns from the cache
         res = {"mb": args.mb, "events": n_events, "module_ranges_in_source": n_ranges,
-               "op_table_by_name_s": _best(lambda: compute_op_table(trace), args.repeat),
-               "op_table_by_module_s": _best(lambda: compute_op_table(trace, group_by="module"), args.repeat),
-               "module_table_s": _best(lambda: compute_module_table(trace), args.repeat),
-               "modules": int(len(compute_module_table(trace)))}
+               "op_table_by_name_s": _best(lambda: compute_op_table([trace]), args.repeat),
+               "op_table_by_module_s": _best(lambda: compute_op_table([trace], group_by="module"), args.repeat),
+               "module_table_s": _best(lambda: compute_module_table([trace]), args.repeat),
+               "modules": int(len(compute_module_table([trace])))}
     res["by_module_over_by_name"] = res["op_table_by_module_s"] / res["op_table_by_name_s"]
     print(json.dumps(res, indent=2))
     if args.out:

@@ -44,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.analysis.stats.bootstrap import bootstrap_medians  # noqa: E402
 from app.analysis.stats import ratio as S  # noqa: E402
 from app.analysis.stats import rank as R  # noqa: E402
 from app.analysis.stats.dist import mann_whitney_lower_count, t_quantile  # noqa: E402
@@ -109,7 +110,7 @@ def _jackknife_log_medians(x: np.ndarray) -> np.ndarray:
 
 def m_bca(a: np.ndarray, b: np.ndarray, r: int, seed: int) -> Interval:
     theta = math.log(np.median(b)) - math.log(np.median(a))
-    boot = np.sort(np.log(S._bootstrap_medians(b, r, seed)) - np.log(S._bootstrap_medians(a, r, seed)))
+    boot = np.sort(np.log(bootstrap_medians(b, r, seed)) - np.log(bootstrap_medians(a, r, seed)))
     below = (np.searchsorted(boot, theta, "left") + np.searchsorted(boot, theta, "right")) / 2.0
     z0 = Z.inv_cdf(min(max(below / r, 0.5 / r), 1 - 0.5 / r))
     num = den = 0.0
@@ -210,7 +211,7 @@ def h_bootstrap(a: list[np.ndarray], b: list[np.ndarray], r: int, seed: int) -> 
 
     def side(runs: list[np.ndarray]) -> np.ndarray:
         k = len(runs)
-        meds = np.log(np.stack([S._bootstrap_medians(x, r, seed + i) for i, x in enumerate(runs)]))
+        meds = np.log(np.stack([bootstrap_medians(x, r, seed + i) for i, x in enumerate(runs)]))
         pick = rng.integers(0, k, (r, k))
         return meds[pick, np.arange(r)[:, None]].mean(axis=1)
 

@@ -47,7 +47,7 @@ def compare(path: Path) -> float:
     from app.data.trace import load_trace
 
     prof = RunProfileData.parse("w", "span", str(path), tempfile.mkdtemp())
-    ours = compute_steps(load_trace(path, use_cache=False), nccl_by_name=False)
+    ours = compute_steps([load_trace(path, use_cache=False)], nccl_by_name=False)
     worst = 0.0
     print(f"{path.parent.name}/{path.name}: tb steps {prof.steps_names}, ours {list(ours['step'])}")
     for i, costs in enumerate(prof.steps_costs[: len(ours)]):
@@ -69,7 +69,7 @@ def compare_ops(path: Path) -> None:
     from app.data.trace import load_trace
 
     prof = RunProfileData.parse("w", "span", str(path), tempfile.mkdtemp())
-    ours = compute_op_table(load_trace(path, use_cache=False)).set_index("name")
+    ours = compute_op_table([load_trace(path, use_cache=False)]).set_index("name")
     calls = device = 0
     examples = []
     for op in prof.op_list_groupby_name:

@@ -76,9 +76,9 @@ def _one(case: str, path: str, cache: str) -> dict:
     elif case == "torchscope_warm_compute":
         tr = load_trace(path)
         assert tr.from_cache, "warm case needs the cold case to have run first"
-        steps = compute_steps(tr)
-        compute_breakdown(tr, steps)
-        compute_op_table(tr, steps_us=float(steps["duration_us"].sum()))
+        steps = compute_steps([tr])
+        compute_breakdown([tr], steps)
+        compute_op_table([tr], steps_us=float(steps["duration_us"].sum()))
         n = tr.n_events
     else:
         cfg = ParserConfig.get_default_cfg()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pandas as pd
 import pyarrow as pa
@@ -30,7 +30,7 @@ from app.data.trace_pieces import Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
+__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
 
 
@@ -104,6 +104,9 @@ class TraceTables:
 
     def __repr__(self) -> str:
         return f"TraceTables(path={str(self.path)!r}, rank={self.rank}, n_events={self.n_events})"
+
+
+TraceSet: TypeAlias = Sequence[TraceTables]  # one trace or many (one per rank): always a sequence in analysis
 
 
 def _known_rank(path: Path, meta: TraceFields) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -13,6 +13,9 @@ from app.analysis.trace.step_window import evaluation_steps as _logged_evaluatio
 from app.analysis.trace.step_window import typical_steps
 
 from .model import MissingEvidence, RunEvidence, Severity, Weight
+
+# Which side of the HIGH threshold is worse: "above" for a share of the step, "below" for a busy share.
+Worse: TypeAlias = Literal["above", "below"]
 
 __all__ = [
     "require_run",
@@ -251,7 +254,7 @@ def _count_phrase(n: int, basis: str, windows: int) -> str:
 
 
 def weigh(severity: Severity, *, values: Sequence[float] | np.ndarray | None, high: float, steps: int,
-          windows: int = 0, basis: str = "profiled steps", measure: str = "", worse: str = "above",
+          windows: int = 0, basis: str = "profiled steps", measure: str = "", worse: Worse = "above",
           step_us: Sequence[float] | np.ndarray | None = None) -> tuple[Severity, Weight]:
     """The one severity gate of the advisor: ``severity`` capped at MEDIUM unless the signal is stable,
     and the finding's Weight.
@@ -274,7 +277,7 @@ def weigh(severity: Severity, *, values: Sequence[float] | np.ndarray | None, hi
         repeat = (f", or {MIN_STEPS_FLOOR} in {MIN_WINDOWS_HIGH} profiler windows"
                   if basis == "profiled steps" else "")
         note = f"rests on {_count_phrase(steps, basis, windows)}; HIGH needs at least {MIN_STEPS_HIGH} {basis}{repeat}"
-    elif vals is not None and len(vals):
+    elif vals is not None and spread is not None:
         on_side = (vals >= high) if worse == "above" else (vals <= high)
         if on_side.mean() < STABLE_SHARE:
             side = "above" if worse == "above" else "below"
@@ -290,7 +293,7 @@ def weigh(severity: Severity, *, values: Sequence[float] | np.ndarray | None, hi
 
 
 def weigh_steps(ev: RunEvidence, steps: pd.DataFrame, severity: Severity, *, values: Sequence[float] | np.ndarray | None,
-                high: float, measure: str, worse: str = "above") -> tuple[Severity, Weight]:
+                high: float, measure: str, worse: Worse = "above") -> tuple[Severity, Weight]:
     """weigh() for a measure taken over rows of the trace's step table: counts the distinct steps,
     the windows (count_windows) and the step durations from ``steps``."""
     n = int(pd.to_numeric(steps["step"], errors="coerce").nunique()) if "step" in steps.columns else len(steps)

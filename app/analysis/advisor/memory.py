@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -79,6 +80,13 @@ def _activation_share(ev: RunEvidence, rank: int, device: str) -> float:
     return float(np.median(shares)) if shares else float("nan")
 
 
+class PeakSource(StrEnum):
+    """Where a device's memory peak was read: the trace's allocator events or the system samples."""
+
+    TRACE = "trace"
+    SYSTEM = "system"
+
+
 @dataclass(frozen=True)
 class _Peak:
     rank: int
@@ -87,7 +95,7 @@ class _Peak:
     reserved: float
     capacity: float
     ops_at_peak: str
-    source: str  # "trace" | "system"
+    source: PeakSource
 
     @property
     def share(self) -> float:
@@ -103,7 +111,7 @@ def _trace_peaks(ev: RunEvidence) -> list[_Peak]:
         cap = _capacity(ev, str(r.device))
         if cap:
             out.append(_Peak(int(r.rank), str(r.device), float(r.peak_allocated_bytes), float(r.peak_reserved_bytes),
-                             cap, str(getattr(r, "ops_at_peak", "") or ""), "trace"))
+                             cap, str(getattr(r, "ops_at_peak", "") or ""), PeakSource.TRACE))
     return out
 
 
@@ -113,14 +121,17 @@ def _system_peaks(ev: RunEvidence) -> list[_Peak]:
     if sysdf is None or sysdf.empty or "gpu_max_allocated_bytes" not in sysdf.columns:
         return []
     df = sysdf.assign(**{c: sysdf[c] if c in sysdf.columns else 0 for c in ("rank", "gpu_index")})
-    num = lambda g, c: pd.to_numeric(g[c], errors="coerce").max() if c in g.columns else np.nan  # noqa: E731
+
+    def num(g: pd.DataFrame, c: str) -> float:
+        return float(pd.to_numeric(g[c], errors="coerce").max()) if c in g.columns else np.nan
+
     out = []
     for (rank, index), g in df.dropna(subset=["gpu_max_allocated_bytes"]).groupby(["rank", "gpu_index"]):
         peak, total, reserved = num(g, "gpu_max_allocated_bytes"), num(g, "gpu_total_bytes"), num(g, "gpu_reserved_bytes")
         cap = float(total) if total == total and total > 0 else _capacity(ev, f"cuda:{int(index)}")
         if peak == peak and cap:
             out.append(_Peak(int(rank), f"cuda:{int(index)}", float(peak), float(reserved if reserved == reserved else peak),
-                             float(cap), "", "system"))
+                             float(cap), "", PeakSource.SYSTEM))
     return out
 
 
@@ -135,7 +146,7 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
                               "GPU samples) and the device's total memory")
     p = max(peaks, key=lambda x: x.share)
     share = p.share
-    act = _activation_share(ev, p.rank, p.device) if p.source == "trace" else float("nan")
+    act = _activation_share(ev, p.rank, p.device) if p.source is PeakSource.TRACE else float("nan")
     near = share >= MEM_CAPACITY_SHARE_MIN
     act_heavy = act == act and act >= ACTIVATION_SHARE_MIN and share >= ACTIVATION_PEAK_MIN
     if not (near or act_heavy):
@@ -149,7 +160,7 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
              f"Activations are {fmt_pct(act)} of the memory peak on {p.device}")
     return [Finding(
         rule="memory_near_capacity", family="memory",
-        weight=trace_weight(ev, ev.steps[ev.steps["rank"] == p.rank]) if p.source == "trace" and "rank" in ev.steps.columns else None,
+        weight=trace_weight(ev, ev.steps[ev.steps["rank"] == p.rank]) if p.source is PeakSource.TRACE and "rank" in ev.steps.columns else None,
         severity=severity_for(share, high=MEM_CAPACITY_HIGH, medium=MEM_CAPACITY_SHARE_MIN) if near else Severity.LOW,
         title=title,
         explanation=(
@@ -164,7 +175,7 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
         fix=_FIX,
         expected_gain="room for a larger batch (throughput) or a bigger model; avoids out-of-memory",
         gain_share=0.15 if near else 0.05, doc_url=DOCS["checkpoint"],
-        chart="Memory › timeline and peak" if p.source == "trace" else "System › GPU memory",
+        chart="Memory › timeline and peak" if p.source is PeakSource.TRACE else "System › GPU memory",
         rank=p.rank,
     )]
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from app.analysis.trace.summary import TraceAnalysis
+from app.data.trace import TraceTables
+
 __all__ = ["Severity", "Finding", "Weight", "RunEvidence", "MissingEvidence", "Advice", "SEVERITY_ORDER"]
 
 
@@ -62,7 +65,9 @@ class Weight:
 
     def to_json(self) -> dict[str, Any]:
         """The ``weight`` object of a finding in `torchscope advise --json` (docs/advisor.md)."""
-        pair = lambda p: None if p is None else [json_number(p[0]), json_number(p[1])]  # noqa: E731
+        def pair(p: tuple[float, float] | None) -> list[float | None] | None:
+            return None if p is None else [json_number(p[0]), json_number(p[1])]
+
         return {"steps": int(self.steps), "windows": int(self.windows), "basis": self.basis,
                 "measure": self.measure, "spread": pair(self.spread), "step_ms": pair(self.step_ms),
                 "stable": self.stable, "note": self.note}
@@ -158,8 +163,8 @@ class RunEvidence:
     world_size: int = 1
     metrics: pd.DataFrame | None = None
     system: pd.DataFrame | None = None
-    traces: tuple[Any, ...] = ()
-    analysis: Any = None
+    traces: tuple[TraceTables, ...] = ()
+    analysis: TraceAnalysis | None = None
     module_tree: Mapping[str, Any] | None = None
     # The manifest's ``threads``: intra_op, inter_op, cpu_count, affinity_cpus (docs/run-format.md).
     threads: Mapping[str, Any] = field(default_factory=dict)
@@ -186,7 +191,7 @@ class RunEvidence:
         return any(_has_kernels(t) for t in self.traces)
 
 
-def _has_kernels(trace: Any) -> bool:
+def _has_kernels(trace: TraceTables) -> bool:
     ev = getattr(trace, "events", None)
     return ev is not None and len(ev) > 0 and bool((ev["cat"].astype(str) == "kernel").any())
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from .model import Finding, RunEvidence
 
@@ -33,7 +34,7 @@ class Guard:
     MissingEvidence, read as None)."""
 
     key: str
-    better: str
+    better: Literal["lower", "higher"]
     label: str
     measure: Callable[[RunEvidence], float | None]
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -10,6 +12,9 @@ from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, seve
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import Guard, rule
 from .signals import by_cat, in_spans
+
+# One rank's measures: counts and times per step as floats, ``per_step`` the per-step shares.
+_Measures: TypeAlias = dict[str, float | np.ndarray]
 
 __all__ = ["sync_points", "host_device_copies", "blocked_share", "copy_share"]
 
@@ -82,7 +87,7 @@ def _weigh_rank(ev: RunEvidence, worst: pd.Series, severity: Severity, high: flo
     return weigh_steps(ev, rank_steps, severity, values=worst["per_step"], high=high, measure=measure)
 
 
-def _per_rank(ev: RunEvidence, measure) -> pd.DataFrame:  # noqa: ANN001 - a small local callback
+def _per_rank(ev: RunEvidence, measure: Callable[[RunEvidence, int, pd.DataFrame], _Measures]) -> pd.DataFrame:
     rows = []
     for rank, events in events_of(ev):
         if not (events["cat"].astype(str) == "kernel").any():
@@ -93,7 +98,7 @@ def _per_rank(ev: RunEvidence, measure) -> pd.DataFrame:  # noqa: ANN001 - a sma
     return pd.DataFrame(rows)
 
 
-def _sync_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str, float]:
+def _sync_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> _Measures:
     start, end = _spans(ev, rank, host=True)
     ts = events["ts_us"].to_numpy(float)
     inside = in_spans(ts, start, end)
@@ -155,7 +160,7 @@ def sync_points(ev: RunEvidence) -> list[Finding]:
     )]
 
 
-def _copy_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> dict[str, float]:
+def _copy_measure(ev: RunEvidence, rank: int, events: pd.DataFrame) -> _Measures:
     start, end = _spans(ev, rank, host=False)
     copies = by_cat(events, ("gpu_memcpy",))
     names = copies["name"].astype(str)

@@ -94,7 +94,8 @@ def _sampled_busy(ev: RunEvidence) -> np.ndarray:
     active = np.flatnonzero(util > 0)
     if len(active) < SYSTEM_MIN_SAMPLES:
         raise MissingEvidence(f"needs at least {SYSTEM_MIN_SAMPLES} GPU utilisation samples while the GPU worked")
-    return util[active[0]:active[-1] + 1] / 100
+    out: np.ndarray = util[active[0]:active[-1] + 1] / 100
+    return out
 
 
 def _trace_steps(ev: RunEvidence) -> pd.DataFrame:
@@ -178,7 +179,7 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
     if busy >= BUSY_SHARE_MIN:
         return []
     idle = {c: step_share(steps, c) for c in _IDLE_CAUSES if c in steps.columns}
-    cause = max(idle, key=idle.get) if idle else "other_us"
+    cause = max(idle, key=lambda c: idle[c]) if idle else "other_us"
     gaps_per_step, largest = _gaps(ev)
     step_us = float(steps["duration_us"].astype(float).mean())
     evidence = {"busy_share": busy, "idle_share": 1 - busy, "idle_ms_per_step": (1 - busy) * step_us / 1000,

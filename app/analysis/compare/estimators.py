@@ -7,7 +7,13 @@ count below which a verdict is not judged, and the single-run margin of practica
 """
 from __future__ import annotations
 
-from app.analysis.stats.ratio import MIN_STEPS, RUN_TO_RUN_MARGIN, RatioEstimate, estimate_ratio, hierarchical_ratio
+from app.analysis.stats.ratio import (
+    MIN_STEPS,
+    RUN_TO_RUN_MARGIN,
+    RatioEstimate,
+    estimate_ratio,
+    hierarchical_ratio,
+)
 
 __all__ = ["MIN_STEPS", "RUN_TO_RUN_MARGIN", "estimate_ratio", "hierarchical_ratio", "estimate_method"]
 

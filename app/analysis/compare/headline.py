@@ -32,6 +32,7 @@ import pandas as pd
 
 from app.analysis.compare import estimators as est_
 from app.analysis.compare.contention import ContentionCheck
+from app.analysis.compare.options import CompareOptions
 from app.analysis.stats.ratio import RatioEstimate
 
 __all__ = ["HeadlineQuantity", "HeadlineVerdict", "Headline", "compute_headline", "quantity_series",
@@ -64,12 +65,12 @@ class Headline:
     sample or per token (None without data); ``ratio`` candidate/baseline; ``ci95`` (lo, hi) or
     None; ``replicates`` run counts per side."""
 
-    quantity: str
+    quantity: HeadlineQuantity
     baseline: float | None
     candidate: float | None
     ratio: float | None
     ci95: tuple[float, float] | None
-    verdict: str
+    verdict: HeadlineVerdict
     method: str
     replicates: dict[str, int]
     reasons: list[str] = field(default_factory=list)
@@ -128,7 +129,8 @@ def quantity_series(table: pd.DataFrame, quantity: HeadlineQuantity) -> np.ndarr
     if quantity in _DIVISOR:
         with np.errstate(divide="ignore", invalid="ignore"):
             t = t / pd.to_numeric(kept[_DIVISOR[quantity]], errors="coerce").to_numpy(float)
-    return t[np.isfinite(t) & (t > 0)]
+    out: np.ndarray = t[np.isfinite(t) & (t > 0)]
+    return out
 
 
 def _far(ratio: float, limit: float) -> bool:
@@ -151,7 +153,7 @@ class _Inputs:
     runs: tuple[list[np.ndarray], list[np.ndarray]]  # per side: one array per run
 
 
-def _estimate(inp: _Inputs, replicated: bool, o: Any) -> tuple[RatioEstimate, str]:
+def _estimate(inp: _Inputs, replicated: bool, o: CompareOptions) -> tuple[RatioEstimate, str]:
     a_runs, b_runs = inp.runs
     if replicated:
         est = est_.hierarchical_ratio(a_runs, b_runs, confidence=o.confidence, resamples=o.resamples, seed=o.seed)
@@ -161,11 +163,23 @@ def _estimate(inp: _Inputs, replicated: bool, o: Any) -> tuple[RatioEstimate, st
     return est, est_.estimate_method(est, getattr(est_.estimate_ratio, "method", "estimate_ratio"))
 
 
+def _limit(replicated: bool, counts: dict[str, int], steps: str, method: str, threshold: float) -> tuple[float, str]:
+    """The practical limit a change must exceed, and the reason saying which and why."""
+    if replicated:
+        return threshold, (f"{steps}; replicates: the interval includes run-to-run variance ({method}); "
+                           f"faster/slower needs a change beyond the {threshold:.0%} threshold")
+    limit = max(threshold, est_.RUN_TO_RUN_MARGIN)
+    one = "one run per side" if counts == {"baseline": 1, "candidate": 1} else "fewer than 2 runs on a side"
+    return limit, (f"{steps}, {one}: the interval covers step-to-step noise only, not run-to-run noise; "
+                   f"faster/slower also needs a change beyond the {limit:.0%} run-to-run margin "
+                   "(use groups of runs to judge smaller changes)")
+
+
 def compute_headline(
     baseline_tables: Sequence[pd.DataFrame],
     candidate_tables: Sequence[pd.DataFrame],
     contention: ContentionCheck,
-    options: Any,
+    options: CompareOptions,
 ) -> Headline:
     """The headline of a comparison from each side's step tables (compare_steps.compute_step_times;
     one per run: several for a group of replicates), the contention check and CompareOptions."""
@@ -177,9 +191,9 @@ def compute_headline(
 
     def out(verdict: HeadlineVerdict, est: RatioEstimate | None = None, method: str = "") -> Headline:
         ci = (est.lo, est.hi) if est is not None and est.has_interval else None
-        return Headline(quantity=str(quantity), baseline=est.baseline if est else None,
+        return Headline(quantity=quantity, baseline=est.baseline if est else None,
                         candidate=est.candidate if est else None, ratio=est.ratio if est else None, ci95=ci,
-                        verdict=str(verdict), method=method, replicates=counts, reasons=reasons)
+                        verdict=verdict, method=method, replicates=counts, reasons=reasons)
 
     if not runs[0] or not runs[1]:
         reasons.append("no steady-state step times on one side: nothing to judge")
@@ -189,17 +203,8 @@ def compute_headline(
     na, nb = sum(len(r) for r in runs[0]), sum(len(r) for r in runs[1])
     words = QUANTITY_WORDS[quantity]
     steps = f"{na} and {nb} steady-state steps" + (f" in {len(runs[0])} and {len(runs[1])} runs" if replicated else "")
-    if replicated:
-        limit = options.threshold
-        reasons.append(f"{steps}; replicates: the interval includes run-to-run variance ({method}); "
-                       f"faster/slower needs a change beyond the {limit:.0%} threshold")
-    else:
-        limit = max(options.threshold, est_.RUN_TO_RUN_MARGIN)
-        one = "one run per side" if counts == {"baseline": 1, "candidate": 1} else \
-            "fewer than 2 runs on a side"
-        reasons.append(f"{steps}, {one}: the interval covers step-to-step noise only, not run-to-run noise; "
-                       f"faster/slower also needs a change beyond the {limit:.0%} run-to-run margin "
-                       "(use groups of runs to judge smaller changes)")
+    limit, why_limit = _limit(replicated, counts, steps, method, options.threshold)
+    reasons.append(why_limit)
     if contention.inconclusive:
         reasons.insert(0, contention.reason)
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler_agent.runformat import Manifest
+
 __all__ = ["SATURATED_PERCENT", "MachineLoad", "compute_machine_load", "load_warning"]
 
 SATURATED_PERCENT = 90.0
@@ -53,7 +55,7 @@ class MachineLoad:
                 "own_cpus": self.own_cpus, "other_cpus": self.other_cpus}
 
 
-def _cpu_count(manifest: Any) -> int | None:
+def _cpu_count(manifest: Manifest | None) -> int | None:
     for d in getattr(manifest, "devices", ()) or ():
         if isinstance(d, dict) and d.get("type") == "cpu":
             n = d.get("count")
@@ -66,7 +68,7 @@ def _num(df: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(0.0, index=df.index)
 
 
-def compute_machine_load(system: pd.DataFrame | None, manifest: Any = None) -> MachineLoad | None:
+def compute_machine_load(system: pd.DataFrame | None, manifest: Manifest | None = None) -> MachineLoad | None:
     """Medians of a run's system samples (``system.jsonl``), or None when it has fewer than 3
     samples with ``system_cpu_percent``. Samples of several ranks taken in the same second are
     one machine sample (their own CPU use is summed)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from app.analysis.curves.smoothing import debiased_ema
 from app.analysis.compare.labels import unique_labels
+from app.analysis.curves.smoothing import debiased_ema
 from app.analysis.memory.peak import pick_peak, system_peak_sources
 from app.data.runs import RunData
 from app.analysis.run.step_time import steady_step_time
@@ -84,7 +84,8 @@ def _number(metrics: pd.DataFrame, key: str) -> np.ndarray:
     if key not in metrics.columns:
         return np.array([])
     v = pd.to_numeric(metrics[key], errors="coerce").to_numpy(float, na_value=np.nan)
-    return v[np.isfinite(v)]
+    out: np.ndarray = v[np.isfinite(v)]
+    return out
 
 
 def _outcomes(run: RunData) -> dict[str, Any]:
@@ -134,7 +135,7 @@ def compute_curve_bands(
     groups: Mapping[str, str],
     *,
     smoothing: float = 0.6,
-    spread: str = "std",
+    spread: Literal["std", "range"] = "std",
 ) -> pd.DataFrame:
     """Mean ± spread of a metric across the runs of each group (e.g. seeds of one config).
 

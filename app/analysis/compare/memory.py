@@ -6,14 +6,15 @@ steps from the first profiled one. Events outside every step are dropped.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from app.analysis.curves.smoothing import minmax_downsample_indices
 from app.analysis.memory.events import compute_memory_timeline
 from app.analysis.memory.snapshot import compute_largest_allocations
+from app.data.trace import TraceSet
 
 __all__ = ["ALIGNED_COLUMNS", "compute_step_aligned_memory", "diff_largest_allocations"]
 
@@ -33,7 +34,7 @@ def _align(tl: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def compute_step_aligned_memory(traces: Sequence[Any], steps: pd.DataFrame, *, max_points: int = 4000) -> pd.DataFrame:
+def compute_step_aligned_memory(traces: TraceSet, steps: pd.DataFrame, *, max_points: int = 4000) -> pd.DataFrame:
     """Allocator levels of the traces on a step axis (columns ALIGNED_COLUMNS), rank 0 only
     (or the lowest rank), at most ``max_points`` rows per device (min/max kept per bucket)."""
     if not traces or steps is None or len(steps) == 0 or not {"start_us", "end_us"} <= set(steps.columns):
@@ -44,8 +45,6 @@ def compute_step_aligned_memory(traces: Sequence[Any], steps: pd.DataFrame, *, m
     if len(tl) == 0 or len(own) == 0:
         return pd.DataFrame(columns=ALIGNED_COLUMNS)
     aligned = _align(tl, own)
-    from app.analysis.curves.smoothing import minmax_downsample_indices
-
     parts = []
     for _, g in aligned.groupby("device", sort=True):
         keep = minmax_downsample_indices(g["allocated_bytes"].to_numpy(float), max(4, max_points))

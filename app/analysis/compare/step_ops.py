@@ -10,14 +10,14 @@ every step are not counted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import is_kernel
+from app.analysis.trace.categories import is_kernel
 from app.analysis.trace.ops import compute_op_events_with_scopes, is_op_row, profiled_window
-from app.analysis.trace.steps import find_steps
+from app.analysis.trace.step_spans import find_steps
+from app.data.trace import TraceSet
 
 __all__ = ["STEP_KEYS", "compute_step_ops", "compute_step_kernels", "reduce_steps"]
 
@@ -33,7 +33,7 @@ def _assign(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.where(ok, order[np.clip(pos, 0, None)], -1)
 
 
-def compute_step_ops(traces: Sequence[Any], key: str | None = None) -> pd.DataFrame:
+def compute_step_ops(traces: TraceSet, key: str | None = None) -> pd.DataFrame:
     """Per (rank, step, name[, key]): ``calls``, ``self_us``, ``total_us``, ``device_self_us``.
 
     ``key`` is ``input_shapes`` or ``module`` (the grouping of app.analysis.trace.ops), None for names
@@ -68,7 +68,7 @@ def compute_step_ops(traces: Sequence[Any], key: str | None = None) -> pd.DataFr
     return g[cols]
 
 
-def compute_step_kernels(traces: Sequence[Any]) -> pd.DataFrame:
+def compute_step_kernels(traces: TraceSet) -> pd.DataFrame:
     """Per (rank, step, name): ``calls``, ``total_us`` of the device kernels that start in the
     step's device span. Empty when no trace has steps."""
     frames = []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from app.analysis.compare.headline import Headline, HeadlineVerdict
+from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict
 
 __all__ = ["StepSet", "step_sets", "sign_note"]
 
@@ -66,7 +66,7 @@ def sign_note(breakdown: pd.DataFrame, headline: Headline, sets: dict[str, StepS
     why = [f"the waterfall's mean profiled step went {base / 1e3:,.2f} → {cand / 1e3:,.2f} ms "
            f"({'longer' if grew else 'shorter'}) while the headline says {headline.verdict} by "
            f"{headline.quantity_words}"]
-    if headline.quantity != "step_time":
+    if headline.quantity != HeadlineQuantity.STEP_TIME:
         why.append(f"the headline is per {headline.quantity.removeprefix('time_per_')}: a step that does more work "
                    "may take longer and still be faster per unit of work")
     why.append(f"the waterfall averages {d.baseline} and {d.candidate} profiled steps, recorded under the profiler "

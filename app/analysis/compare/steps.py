@@ -14,7 +14,6 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
-from app.analysis.compare.side import CompareSide
 from app.analysis.memory.peak import (
     common_peak,
     peak_description,
@@ -26,6 +25,7 @@ from app.analysis.stats.ratio import Direction
 from app.analysis.trace.step_window import evaluation_steps
 from app.analysis.run import step_time
 from app.analysis.run.step_time import COMPILE_KEY, DropReason
+from app.analysis.compare.side import CompareSide
 
 __all__ = [
     "StepSource",
@@ -107,8 +107,7 @@ def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _from_trace(side: CompareSide) -> pd.DataFrame:
-    steps = side.analysis.steps
+def _from_trace(steps: pd.DataFrame) -> pd.DataFrame:
     t = steps[["step", "duration_us"]].copy()
     t["step_time_s"] = pd.to_numeric(t["duration_us"], errors="coerce") / 1e6
     t = t[np.isfinite(t["step_time_s"].to_numpy(float, na_value=np.nan)) & (t["step_time_s"] > 0)]
@@ -124,8 +123,8 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
     metrics = side.run.metrics if side.run is not None else None
     if metrics is not None and "step_time_s" in metrics.columns and "step" in metrics.columns:
         table, source = _from_metrics(metrics), StepSource.METRICS
-    elif getattr(side.analysis, "steps", None) is not None and len(side.analysis.steps):
-        table, source = _from_trace(side), StepSource.TRACE
+    elif (trace_steps := getattr(side.analysis, "steps", None)) is not None and len(trace_steps):
+        table, source = _from_trace(trace_steps), StepSource.TRACE
     else:
         return pd.DataFrame(columns=STEP_TIME_COLUMNS), StepSource.NONE
     if len(table) == 0:
@@ -161,7 +160,7 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
 
 def kept_step_times(table: pd.DataFrame) -> np.ndarray:
     """The steady-state step times (seconds) of a compute_step_times table."""
-    return table.loc[table["kept"].astype(bool), "step_time_s"].to_numpy(float)
+    return np.asarray(table.loc[table["kept"].astype(bool), "step_time_s"].to_numpy(float), dtype=float)
 
 
 def kept_throughput(table: pd.DataFrame) -> tuple[np.ndarray, str]:

@@ -13,6 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.analysis.compare.step_ops import compute_step_kernels, compute_step_ops, reduce_steps
+from app.analysis.trace.categories import DEVICE_CATEGORIES
+from app.analysis.trace.ops import compute_op_table
+from app.analysis.trace.summary import TraceAnalysis
+from app.data.trace import TraceSet
+
 __all__ = [
     "DEVICE_CATEGORIES",
     "PHASE_CATEGORIES",
@@ -24,8 +30,6 @@ __all__ = [
     "diff_tables",
 ]
 
-# Columns of the step table that partition a step (torch-tb-profiler's Overview categories).
-DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 # The training-loop view; what the phases do not cover is reported as "rest".
 PHASE_CATEGORIES = ("forward", "backward", "optimizer")
 
@@ -43,22 +47,21 @@ class OpGrouping(StrEnum):
 _GROUP_KEY = {OpGrouping.SHAPE: "input_shapes", OpGrouping.MODULE: "module"}
 
 
-def profiled_step_count(analysis: Any) -> int:
+def profiled_step_count(analysis: TraceAnalysis | None) -> int:
     """Number of (rank, step) rows of the analysis' step table; 1 when no steps were marked
     (the whole trace then counts as one step)."""
     steps = getattr(analysis, "steps", None)
     return max(1, 0 if steps is None else len(steps))
 
 
-def _mean_steps(analysis: Any) -> pd.Series | None:
-    steps = getattr(analysis, "steps", None)
+def _mean_steps(steps: pd.DataFrame | None) -> pd.Series | None:
     if steps is None or len(steps) == 0:
         return None
     numeric = steps.drop(columns=[c for c in ("rank", "step") if c in steps.columns])
     return numeric.apply(pd.to_numeric, errors="coerce").mean()
 
 
-def diff_breakdown(baseline: Any, candidate: Any) -> pd.DataFrame:
+def diff_breakdown(baseline_steps: pd.DataFrame | None, candidate_steps: pd.DataFrame | None) -> pd.DataFrame:
     """Return the per-step mean of every category on both sides, with columns BREAKDOWN_COLUMNS.
 
     ``view`` is ``device`` (kernel, memcpy, ... other: they add up to the step) or ``phase``
@@ -66,7 +69,7 @@ def diff_breakdown(baseline: Any, candidate: Any) -> pd.DataFrame:
     duration, so ``delta_share`` (delta / baseline step) shows each category's part of the
     change. Empty when either side has no steps.
     """
-    a, b = _mean_steps(baseline), _mean_steps(candidate)
+    a, b = _mean_steps(baseline_steps), _mean_steps(candidate_steps)
     if a is None or b is None:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     rows: list[dict[str, Any]] = []
@@ -133,12 +136,10 @@ def diff_tables(
     return out.iloc[order].reset_index(drop=True)
 
 
-def _op_table(analysis: Any, traces: Sequence[Any], grouping: OpGrouping) -> pd.DataFrame:
+def _op_table(analysis: TraceAnalysis | None, traces: TraceSet, grouping: OpGrouping) -> pd.DataFrame:
     if grouping is OpGrouping.NAME or not traces:
         ops = getattr(analysis, "ops", None)
         return ops if ops is not None else pd.DataFrame(columns=["name"])
-    from app.analysis.trace.ops import compute_op_table
-
     return compute_op_table(list(traces), group_by=grouping.value)
 
 
@@ -146,7 +147,7 @@ _OP_VALUES = ("calls", "self_us", "total_us", "device_self_us")
 _KERNEL_VALUES = ("calls", "total_us")
 
 
-def _per_step_path(traces: tuple[Sequence[Any], Sequence[Any]], kept: tuple[Any, Any]) -> bool:
+def _per_step_path(traces: tuple[TraceSet, TraceSet], kept: tuple[pd.DataFrame | None, pd.DataFrame | None]) -> bool:
     """Whether both sides can be cut into profiled steps (their events and the kept steps given)."""
     return all(len(t) > 0 for t in traces) and all(k is not None and len(k) > 0 for k in kept)
 
@@ -161,12 +162,12 @@ def _with_spread(out: pd.DataFrame, per_step: bool) -> pd.DataFrame:
 
 
 def diff_ops(
-    baseline: Any,
-    candidate: Any,
+    baseline: TraceAnalysis | None,
+    candidate: TraceAnalysis | None,
     *,
     grouping: OpGrouping = OpGrouping.NAME,
-    baseline_traces: Sequence[Any] = (),
-    candidate_traces: Sequence[Any] = (),
+    baseline_traces: TraceSet = (),
+    candidate_traces: TraceSet = (),
     baseline_kept: pd.DataFrame | None = None,
     candidate_kept: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
@@ -185,8 +186,6 @@ def diff_ops(
     whole profiled window is divided by its step count and the spread is NaN.
     """
     if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
-        from app.analysis.compare.step_ops import compute_step_ops, reduce_steps
-
         key = _GROUP_KEY.get(grouping)
         keys = ["name"] + ([key] if key else [])
         ta, tb = (reduce_steps(compute_step_ops(list(tr), key), kept, keys, _OP_VALUES, "self_us")
@@ -206,8 +205,8 @@ def diff_ops(
     return _with_spread(out, per_step)
 
 
-def diff_kernels(baseline: Any, candidate: Any, *, baseline_traces: Sequence[Any] = (),
-                 candidate_traces: Sequence[Any] = (), baseline_kept: pd.DataFrame | None = None,
+def diff_kernels(baseline: TraceAnalysis | None, candidate: TraceAnalysis | None, *, baseline_traces: TraceSet = (),
+                 candidate_traces: TraceSet = (), baseline_kept: pd.DataFrame | None = None,
                  candidate_kept: pd.DataFrame | None = None) -> pd.DataFrame:
     """Device kernels of both sides matched by name, per profiled step: ``name``,
     ``baseline_calls``/``candidate_calls``, ``baseline_us``/``candidate_us``/``delta_us``,
@@ -217,11 +216,10 @@ def diff_kernels(baseline: Any, candidate: Any, *, baseline_traces: Sequence[Any
     cols = ["name", "baseline_calls", "candidate_calls", "baseline_us", "candidate_us", "delta_us", "change",
             "baseline_spread_us", "candidate_spread_us"]
     if _per_step_path((baseline_traces, candidate_traces), (baseline_kept, candidate_kept)):
-        from app.analysis.compare.step_ops import compute_step_kernels, reduce_steps
-
         ka, kb = (reduce_steps(compute_step_kernels(list(tr)), kept, ["name"], _KERNEL_VALUES, "total_us")
                   for tr, kept in ((baseline_traces, baseline_kept), (candidate_traces, candidate_kept)))
-        values, steps, per_step = (*_KERNEL_VALUES, "spread_us"), (1, 1), True
+        values: tuple[str, ...] = (*_KERNEL_VALUES, "spread_us")
+        steps, per_step = (1, 1), True
     else:
         ka = getattr(baseline, "kernels", None)
         kb = getattr(candidate, "kernels", None)

@@ -6,10 +6,11 @@ is those totals per device; the peak is their maximum, with the host ops running
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
+
+from app.analysis.trace.categories import is_host_op
+from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["TIMELINE_COLUMNS", "PEAK_COLUMNS", "device_label", "compute_memory_timeline", "compute_memory_peaks"]
 
@@ -28,7 +29,7 @@ def device_label(device_type: int | None, device_id: int | None) -> str:
     return f"{kind}:{int(device_id)}"
 
 
-def compute_memory_timeline(trace: Any) -> pd.DataFrame:
+def compute_memory_timeline(trace: TraceTables) -> pd.DataFrame:
     """One row per ``[memory]`` event: ``ts_us``, ``device``, ``allocated_bytes``, ``reserved_bytes``, ``bytes``."""
     mem = trace.memory
     if mem is None or mem.empty:
@@ -52,10 +53,8 @@ def compute_memory_timeline(trace: Any) -> pd.DataFrame:
     return out.sort_values("ts_us", kind="stable", ignore_index=True)
 
 
-def _ops_at(trace: Any, ts: float) -> str:
+def _ops_at(trace: TraceTables, ts: float) -> str:
     """Host ops (outermost → innermost) running at ``ts`` on the thread with the deepest stack."""
-    from app.analysis.trace.breakdown import is_host_op
-
     ev = trace.events
     host = ev[is_host_op(ev)]
     live = host[(host["ts_us"] <= ts) & (host["ts_us"] + host["dur_us"] >= ts)]
@@ -66,11 +65,10 @@ def _ops_at(trace: Any, ts: float) -> str:
     return " > ".join(n for n in names if not n.startswith("ProfilerStep#")) or " > ".join(names)
 
 
-def compute_memory_peaks(traces: Any) -> pd.DataFrame:
+def compute_memory_peaks(traces: TraceSet) -> pd.DataFrame:
     """Per (rank, device): peak allocated and reserved bytes, when, and the ops running then."""
-    items = traces if isinstance(traces, (list, tuple)) else [traces]
     rows = []
-    for t in items:
+    for t in traces:
         tl = compute_memory_timeline(t)
         for dev, g in tl.groupby("device", sort=True):
             alloc = g["allocated_bytes"]

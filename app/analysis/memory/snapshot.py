@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.curves.smoothing import minmax_downsample_indices
+from app.analysis.memory.events import device_label
+from app.analysis.trace.timeline import host_ops
 
 __all__ = [
     "SNAPSHOT_TIMELINE_COLUMNS",
@@ -268,9 +270,6 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
     such as ``aten::empty`` (``op``, with its ``input_shapes``), and the innermost enclosing ops
     outermost first (``op_stack``, at most 5).
     """
-    from app.analysis.memory.events import device_label
-    from app.analysis.trace.timeline import host_ops
-
     if memory.empty or "bytes" not in memory.columns:
         return pd.DataFrame(columns=TRACE_ALLOCATION_COLUMNS)
     size = pd.to_numeric(memory["bytes"], errors="coerce")
@@ -315,7 +314,7 @@ def compute_trace_allocations(memory: pd.DataFrame, events: pd.DataFrame, *, top
 
 
 def _floats(col: pd.Series) -> np.ndarray:
-    return pd.to_numeric(col, errors="coerce").to_numpy(float, na_value=np.nan)
+    return np.asarray(pd.to_numeric(col, errors="coerce").to_numpy(float, na_value=np.nan), dtype=float)
 
 
 def _opt_int(value: Any) -> int | None:

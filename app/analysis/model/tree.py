@@ -108,5 +108,7 @@ def svg_size_pt(svg: str) -> tuple[float, float] | None:
     m = _SVG_SIZE_RE.search(svg[:4000])
     if not m:
         return None
-    scale = lambda unit: 0.75 if unit == "px" else 1.0  # noqa: E731
+    def scale(unit: str) -> float:
+        return 0.75 if unit == "px" else 1.0
+
     return float(m.group(1)) * scale(m.group(2)), float(m.group(3)) * scale(m.group(4))

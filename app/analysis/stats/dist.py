@@ -123,7 +123,7 @@ def _u_null_cdf(m: int, n: int) -> np.ndarray:
         view = np.concatenate([poly, np.zeros(pad)]).reshape(-1, i)
         poly = np.cumsum(view, axis=0).ravel()[: poly.size]
     counts = np.clip(poly[:size], 0.0, None)
-    return np.cumsum(counts) / counts.sum()
+    return np.asarray(np.cumsum(counts) / counts.sum(), dtype=float)
 
 
 def mann_whitney_lower_count(m: int, n: int, alpha: float, variance_factor: float = 1.0) -> int:

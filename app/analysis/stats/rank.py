@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.analysis.stats.dist import mann_whitney_lower_count
 from app.analysis.stats.ratio import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -20,7 +21,6 @@ from app.analysis.stats.ratio import (
     _positive,
     _serial_variance_factor,
 )
-from app.analysis.stats.dist import mann_whitney_lower_count
 
 __all__ = ["METHOD_HODGES_LEHMANN", "hodges_lehmann_ratio"]
 
@@ -39,7 +39,8 @@ def _kth_differences(x: np.ndarray, y: np.ndarray, ks: np.ndarray) -> np.ndarray
     m, n = x.size, y.size
     if m * n <= _DIRECT_DIFFERENCES:
         d = (y[None, :] - x[:, None]).ravel()
-        return np.partition(d, ks - 1)[ks - 1]
+        out: np.ndarray = np.partition(d, ks - 1)[ks - 1]
+        return out
     return np.array([_kth_difference_large(x, y, int(k)) for k in ks])
 
 
@@ -78,9 +79,9 @@ def _kth_difference_large(x: np.ndarray, y: np.ndarray, k: int) -> float:
     if counts.sum() > limit:  # a tie mass: every difference in the bracket is the same value
         j = int(np.flatnonzero(counts)[0])
         return float(y[j] - x[s_hi[j]])
-    j = np.repeat(np.arange(n), counts)
-    offsets = np.arange(j.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    d = np.sort(y[j] - x[s_hi[j] + offsets])
+    cols = np.repeat(np.arange(n), counts)
+    offsets = np.arange(cols.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    d = np.sort(y[cols] - x[s_hi[cols] + offsets])
     return float(d[min(max(rest, 1), d.size) - 1])
 
 

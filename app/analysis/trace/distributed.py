@@ -9,23 +9,21 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
+import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import event_spans, communication_kernel_mask, covered_us, is_kernel, merge_intervals
+from app.analysis.trace.categories import communication_kernel_mask, is_kernel
+from app.analysis.trace.intervals import covered_us, event_spans, merge_intervals
+from app.analysis.trace.steps import compute_steps
+from app.data.trace import TraceSet
 
 __all__ = ["compute_communication_table", "compute_overlap", "compute_rank_skew"]
 
 
-def _items(traces: Any) -> list[Any]:
-    return list(traces) if isinstance(traces, (list, tuple)) else [traces]
-
-
-def compute_communication_table(traces: Any) -> pd.DataFrame:
+def compute_communication_table(traces: TraceSet) -> pd.DataFrame:
     """``rank``, ``name``, ``calls``, ``total_us``, ``mean_us`` of collective kernels, longest first."""
     frames = []
-    for t in _items(traces):
+    for t in traces:
         ev = t.events
         sel = ev.loc[communication_kernel_mask(ev), ["name", "dur_us"]]
         frames.append(sel.assign(rank=t.rank, name=sel["name"].astype(str)))
@@ -38,13 +36,11 @@ def compute_communication_table(traces: Any) -> pd.DataFrame:
     return g[cols].sort_values("total_us", ascending=False, ignore_index=True)
 
 
-def compute_overlap(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def compute_overlap(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (rank, step): computation, communication, their overlap, and the rest (µs)."""
-    from app.analysis.trace.steps import compute_steps
-
     rows = []
-    for t in _items(traces):
-        st = compute_steps(t) if steps is None else steps[steps["rank"] == t.rank]
+    for t in traces:
+        st = compute_steps([t]) if steps is None else steps[steps["rank"] == t.rank]
         if st.empty:
             continue
         ev = t.events
@@ -63,10 +59,8 @@ def compute_overlap(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFr
                                        "overlap_us", "other_us"])
 
 
-def _intersect(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
+def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two disjoint sorted interval lists (two-pointer merge)."""
-    import numpy as np
-
     out_s, out_e = [], []
     i = j = 0
     while i < len(a_s) and j < len(b_s):

@@ -10,13 +10,21 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import (MEMCPY_CATS, MEMSET_CATS, event_spans, cat_in, communication_kernel_mask,
-                                    covered_us, is_kernel, is_runtime, merge_intervals)
+from app.analysis.trace.categories import (
+    MEMCPY_CATS,
+    MEMSET_CATS,
+    cat_in,
+    communication_kernel_mask,
+    is_kernel,
+    is_runtime,
+)
+from app.analysis.trace.intervals import covered_us, event_spans, merge_intervals
+from app.analysis.trace.step_spans import StepSource, find_steps
+from app.analysis.trace.steps import compute_steps
+from app.data.trace import TraceSet
 
 __all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "compute_device_utilization",
            "compute_temporal_breakdown"]
@@ -24,13 +32,9 @@ __all__ = ["KERNEL_COLUMNS", "compute_kernel_table", "compute_memcpy_table", "co
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "min_us", "max_us", "share"]
 
 
-def _items(traces: Any) -> list[Any]:
-    return list(traces) if isinstance(traces, (list, tuple)) else [traces]
-
-
-def compute_kernel_table(traces: Any) -> pd.DataFrame:
+def compute_kernel_table(traces: TraceSet) -> pd.DataFrame:
     """One row per kernel name over all traces, sorted by ``total_us`` descending."""
-    frames = [t.events.loc[is_kernel(t.events), ["name", "dur_us"]] for t in _items(traces)]
+    frames = [t.events.loc[is_kernel(t.events), ["name", "dur_us"]] for t in traces]
     ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["name", "dur_us"])
     if ev.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "name" else float) for c in KERNEL_COLUMNS})
@@ -44,10 +48,10 @@ def compute_kernel_table(traces: Any) -> pd.DataFrame:
     return g[KERNEL_COLUMNS].sort_values(["total_us", "name"], ascending=[False, True], ignore_index=True)
 
 
-def compute_memcpy_table(traces: Any) -> pd.DataFrame:
+def compute_memcpy_table(traces: TraceSet) -> pd.DataFrame:
     """Per copy/set kind: ``name``, ``kind`` (memcpy|memset), ``calls``, ``total_us``, ``bytes``, ``gb_per_s``."""
     frames = []
-    for t in _items(traces):
+    for t in traces:
         ev = t.events
         for kind, cats in (("memcpy", MEMCPY_CATS), ("memset", MEMSET_CATS)):
             sel = ev.loc[cat_in(ev, cats), ["name", "dur_us", "bytes"]]
@@ -64,13 +68,11 @@ def compute_memcpy_table(traces: Any) -> pd.DataFrame:
     return g[cols].sort_values("total_us", ascending=False, ignore_index=True)
 
 
-def compute_device_utilization(traces: Any, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def compute_device_utilization(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (rank, step, device): ``busy_us`` (kernels running), ``idle_us``, ``utilization`` (0..1)."""
-    from app.analysis.trace.steps import compute_steps
-
     rows = []
-    for t in _items(traces):
-        st = compute_steps(t) if steps is None else steps[steps["rank"] == t.rank]
+    for t in traces:
+        st = compute_steps([t]) if steps is None else steps[steps["rank"] == t.rank]
         ev = t.events
         kern = is_kernel(ev)
         if st.empty or not kern.any():
@@ -94,24 +96,22 @@ def _launched_in(ev: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
     start = pd.Series(rt["ts_us"].to_numpy(float), index=rt["correlation"].to_numpy(dtype=np.int64))
     corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)
     launch = start.reindex(corr).to_numpy(float)
-    return (launch >= lo) & (launch < hi)
+    return np.asarray((launch >= lo) & (launch < hi), dtype=bool)
 
 
-def compute_temporal_breakdown(traces: Any, *, drop_last_step: bool = True) -> pd.DataFrame:
+def compute_temporal_breakdown(traces: TraceSet, *, drop_last_step: bool = True) -> pd.DataFrame:
     """Per rank, as HTA's ``get_temporal_breakdown``: ``span_us`` (first device event start to last
     end), ``compute_us`` (union of non-collective kernels), ``non_compute_us`` (collectives and
     memcpy/memset not under a compute kernel), ``idle_us`` (nothing running), and their shares.
 
     HTA leaves out the device work launched in the last ProfilerStep (``drop_last_step``).
     """
-    from app.analysis.trace.steps import find_steps
-
     rows = []
-    for t in _items(traces):
+    for t in traces:
         ev = t.events
         work = is_kernel(ev) | cat_in(ev, MEMCPY_CATS | MEMSET_CATS)
         spans = find_steps(ev)
-        if drop_last_step and spans.source == "profiler_step" and len(spans.steps) > 1:
+        if drop_last_step and spans.source == StepSource.PROFILER_STEP and len(spans.steps) > 1:
             work &= ~_launched_in(ev, float(spans.host_start[-1]), float(spans.host_end[-1]))
         if not work.any():
             continue

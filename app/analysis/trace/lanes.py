@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -37,7 +38,17 @@ _DEVICE_THREAD = re.compile(r"^(stream \d+|device \d+)\s*$", re.IGNORECASE)
 # Names a thread inherits from its process or the interpreter: they tell the threads apart by nothing.
 _PLAIN_NAME = re.compile(r"^(pt_main_thread|python[\d.]*|)$")
 _BACKWARD_OP = "autograd::engine::evaluate_function"
-_ROLE_ORDER = {"main": 0, "autograd": 1, "named": 2, "plain": 3, "unknown": 4}
+class ThreadRole(StrEnum):
+    """What a host thread does, in the order its lanes are drawn."""
+
+    MAIN = "main"
+    AUTOGRAD = "autograd"
+    NAMED = "named"
+    PLAIN = "plain"
+    UNKNOWN = "unknown"
+
+
+_ROLE_ORDER = {role: i for i, role in enumerate(ThreadRole)}
 
 
 @dataclass(frozen=True)
@@ -84,19 +95,19 @@ def _no_tid(tid: str) -> bool:
     return n is None or n < 0
 
 
-def _host_role(pid: str, tid: str, name: str | None, runs_backward: bool) -> tuple[str, str]:
+def _host_role(pid: str, tid: str, name: str | None, runs_backward: bool) -> tuple[ThreadRole, str]:
     """(role, label without process prefix) of one host thread."""
     tid_n = _as_int(tid)
     if tid_n is None or tid_n < 0:
-        return "unknown", "unknown thread"
+        return ThreadRole.UNKNOWN, "unknown thread"
     inner = _inner(name or "")
     if tid_n == _as_int(pid):
-        return "main", f"main thread (tid {tid_n})"
+        return ThreadRole.MAIN, f"main thread (tid {tid_n})"
     if inner.startswith("pt_autograd") or (runs_backward and _PLAIN_NAME.match(inner)):
-        return "autograd", f"autograd thread (tid {tid_n})"
+        return ThreadRole.AUTOGRAD, f"autograd thread (tid {tid_n})"
     if _PLAIN_NAME.match(inner):
-        return "plain", f"thread (tid {tid_n})"
-    return "named", f"{inner} (tid {tid_n})"
+        return ThreadRole.PLAIN, f"thread (tid {tid_n})"
+    return ThreadRole.NAMED, f"{inner} (tid {tid_n})"
 
 
 def _device_label(pid: str, tid: str, device: int, stream: int) -> tuple[tuple[int, int, str], str]:
@@ -149,7 +160,7 @@ def text_values(series: pd.Series) -> np.ndarray:
         cats = np.append(series.cat.categories.astype(object).to_numpy(), "")
         codes = series.cat.codes.to_numpy()
         return cats[np.where(codes >= 0, codes, len(cats) - 1)].astype(object)
-    return series.astype(object).where(series.notna(), "").astype(str).to_numpy(dtype=object)
+    return np.asarray(series.astype(object).where(series.notna(), "").astype(str).to_numpy(dtype=object), dtype=object)
 
 
 def _backward_threads(events: pd.DataFrame) -> set[tuple[str, str]]:
@@ -172,7 +183,7 @@ def _backward_threads(events: pd.DataFrame) -> set[tuple[str, str]]:
 def _ints(events: pd.DataFrame, col: str) -> np.ndarray:
     if col not in events.columns:
         return np.full(len(events), -1, dtype=np.int64)
-    return pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    return np.asarray(pd.to_numeric(events[col], errors="coerce").fillna(-1).astype(np.int64).to_numpy(), dtype=np.int64)
 
 
 def compute_lane_labels(events: pd.DataFrame, threads: pd.DataFrame | None) -> LaneLabels:
@@ -198,19 +209,19 @@ def compute_lane_labels(events: pd.DataFrame, threads: pd.DataFrame | None) -> L
     backward = _backward_threads(events)
     unknown = list(dict.fromkeys((p, t) for p, t, *_ in uniques if p not in device_pids and _no_tid(t)))
     labels: list[str] = []
-    sort_keys: dict[str, tuple] = {}
+    sort_keys: dict[str, tuple[int | str, ...]] = {}
     for p, t, dev, d, s in uniques:
         if dev or p in device_pids:
             key, label = _device_label(p, t, int(d), int(s))
             sort_keys.setdefault(label, (1, *key))
         else:
             role, label = _host_role(p, t, names.get((p, t)), (p, t) in backward)
-            if role == "unknown" and len(unknown) > 1:
+            if role is ThreadRole.UNKNOWN and len(unknown) > 1:
                 label = f"{label} {unknown.index((p, t)) + 1}"
             if len(host_pids) > 1:
                 pname = processes.get(p)
                 label = f"{pname} (pid {p}) · {label}" if pname else f"pid {p} · {label}"
-            rank = unknown.index((p, t)) if role == "unknown" else _as_int(t) or 0
+            rank = unknown.index((p, t)) if role is ThreadRole.UNKNOWN else _as_int(t) or 0
             sort_keys.setdefault(label, (0, host_pids.index(p), _ROLE_ORDER[role], rank, label))
         labels.append(label)
     per_event = pd.Series(np.asarray(labels, dtype=object)[codes], index=events.index, dtype=object)

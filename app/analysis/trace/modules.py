@@ -22,13 +22,13 @@ Module ranges themselves are never counted: only the ops inside them are.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from app.analysis.trace.op_modules import PATH_SEP
 from app.analysis.trace.ops import compute_op_events_with_scopes, is_op_row, profiled_window, step_total_us
+from app.data.trace import TraceSet
 
 __all__ = ["MODULE_COLUMNS", "compute_module_table", "has_module_ranges"]
 
@@ -46,7 +46,7 @@ def has_module_ranges(table: pd.DataFrame) -> bool:
     return "module" in table.columns and bool((table["module"].astype(str) != "").any())
 
 
-def _per_path(traces: list[Any]) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+def _per_path(traces: TraceSet) -> tuple[pd.DataFrame, pd.DataFrame, float]:
     """Self times per (module_path, phase), the module ranges, and the host self time of all ops."""
     sums, ranges, host_total = [], [], 0.0
     for t in traces:
@@ -87,16 +87,15 @@ def _tree(rng: pd.DataFrame, paths: list[str]) -> tuple[dict[str, str], dict[str
     return parent, depth
 
 
-def compute_module_table(traces: Any, *, steps_us: float | None = None) -> pd.DataFrame:
+def compute_module_table(traces: TraceSet, *, steps_us: float | None = None) -> pd.DataFrame:
     """One row per module label, columns MODULE_COLUMNS (see the module docstring), sorted by
     ``total_us`` then ``self_us`` descending. Several traces (ranks) are summed. Empty when the
     traces have no module ranges."""
-    items = list(traces) if isinstance(traces, (list, tuple)) else [traces]
-    per_path, rng, host_total = _per_path(items)
+    per_path, rng, host_total = _per_path(traces)
     if not len(per_path) and not len(rng):
         return _empty()
     if steps_us is None:
-        steps_us = sum(step_total_us(t) for t in items)
+        steps_us = sum(step_total_us(t) for t in traces)
     stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for path, phase, self_us, dev in per_path.itertuples(index=False, name=None):
         labels = path.split(PATH_SEP)

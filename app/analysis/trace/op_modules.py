@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import cat_in, name_mask
+from app.analysis.trace.categories import cat_in, name_mask
+from app.analysis.trace.event_tree import column_codes, op_tree
 
 __all__ = ["MODULE_PREFIX", "PATH_SEP", "PHASES", "ModuleScopes", "attribute_modules", "is_module_range"]
 
@@ -55,15 +56,9 @@ def is_module_range(ev: pd.DataFrame) -> np.ndarray:
     return name_mask(ev, lambda n: n.startswith(MODULE_PREFIX))
 
 
-def _codes(col: pd.Series) -> np.ndarray:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy().astype(np.int64)
-    return pd.factorize(col)[0].astype(np.int64)
-
-
 def _thread_keys(events: pd.DataFrame) -> np.ndarray:
-    pid, tid = _codes(events["pid"]), _codes(events["tid"])
-    return pid * (int(tid.max(initial=0)) + 2) + tid
+    pid, tid = column_codes(events["pid"]), column_codes(events["tid"])
+    return np.asarray(pid * (int(tid.max(initial=0)) + 2) + tid, dtype=np.int64)
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
@@ -83,8 +78,6 @@ def _names(events: pd.DataFrame, pos: np.ndarray) -> list[str]:
 
 def _scope_parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Innermost enclosing scope of each scope (same thread), scopes sorted by (start, -duration)."""
-    from app.analysis.trace.ops import op_tree  # ops imports this module
-
     frame = pd.DataFrame({"pid": np.zeros(len(thread), np.int64), "tid": thread, "ts_us": start,
                           "dur_us": end - start})
     return op_tree(frame)
@@ -160,7 +153,7 @@ def _backward_labels(events: pd.DataFrame, tkey: np.ndarray, fwd: np.ndarray, fw
     (positions ``fwd``, path codes ``fwd_path``) with its sequence number on its forward thread, or -1."""
     seq = events["sequence"].to_numpy(dtype=np.int64, na_value=-1)
     ftid = events["fwd_tid"].to_numpy(dtype=np.int64, na_value=0)
-    pid = _codes(events["pid"])
+    pid = column_codes(events["pid"])
     ts = events["ts_us"].to_numpy(float)
     out = np.full(len(roots), -1, dtype=np.int64)
     if not len(fwd) or not len(roots):

@@ -36,17 +36,27 @@ without them (its entries with ``is_user_annotation``, and ``ProfilerStep#N``).
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from app.analysis.trace.breakdown import (ANNOTATION_CATS, OP_CATS, RUNTIME_CATS, name_mask, cat_in,
-                                    is_device_activity, is_runtime)
+from app.analysis.trace.categories import (
+    ANNOTATION_CATS,
+    OP_CATS,
+    RUNTIME_CATS,
+    cat_in,
+    is_device_activity,
+    is_runtime,
+    name_mask,
+)
+from app.analysis.trace.event_tree import op_tree
 from app.analysis.trace.op_modules import MODULE_PREFIX, ModuleScopes, attribute_modules
+from app.analysis.trace.step_spans import StepSource, find_steps
+from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "COMM_ANNOTATION_PREFIXES", "compute_op_table",
-           "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes", "op_tree",
+           "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes",
            "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us", "profiled_window"]
 
 OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
@@ -54,88 +64,11 @@ HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"
 GROUPINGS = (None, "shape", "module")
 # Names c10d's process groups give the profiler ranges of their collectives (ProcessGroupNCCL,
 # ProcessGroupGloo, ProcessGroupMPI, ProcessGroupUCC: "<backend>:<collective>"); a superset of
-# breakdown.COMM_OP_NAMES, tb-profiler's list, which misses e.g. nccl:_all_gather_base or nccl:send.
+# categories.COMM_OP_NAMES, tb-profiler's list, which misses e.g. nccl:_all_gather_base or nccl:send.
 COMM_ANNOTATION_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:")
 # tb-profiler's ExcludeOpName (node.py)
 _EXCLUDED_OP_NAMES = frozenset({"DataParallel.forward", "DistributedDataParallel.forward"})
 _GROUP_KEY = {"shape": "input_shapes", "module": "module"}
-
-
-def _codes(col: pd.Series) -> np.ndarray:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy().astype(np.int64)
-    return pd.factorize(col)[0].astype(np.int64)
-
-
-def op_tree(host: pd.DataFrame) -> np.ndarray:
-    """Parent row position (or -1) of each host event, per (pid, tid), by interval containment.
-
-    ``host`` must be sorted by (ts_us ascending, dur_us descending) as load_trace leaves it.
-    """
-    n = len(host)
-    parent = np.full(n, -1, dtype=np.int64)
-    if n == 0:
-        return parent
-    thread = _codes(host["pid"]) * (int(_codes(host["tid"]).max()) + 2) + _codes(host["tid"])
-    starts = host["ts_us"].to_numpy(float)
-    ends = starts + host["dur_us"].to_numpy(float)
-    order = np.argsort(thread, kind="stable")  # group threads, keep time order inside
-    bounds = np.flatnonzero(np.r_[True, thread[order][1:] != thread[order][:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        rows = order[lo:hi]
-        local = _nested_parents(starts[rows], ends[rows])
-        if local is None:  # not properly nested (overlapping siblings): walk a stack instead
-            local = _stack_parents(starts[rows], ends[rows])
-        ok = local >= 0
-        parent[rows[ok]] = rows[local[ok]]
-    return parent
-
-
-def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
-    """Vectorised parents for properly nested intervals sorted by (start, -duration).
-
-    The depth of event i is the number of earlier events still open at its start; its parent is
-    the last earlier event one level up. Returns None when some child sticks out of its parent.
-    """
-    n = len(s)
-    pos = np.arange(n)
-    closed = np.searchsorted(np.sort(e), s, side="right")  # events with end <= s_i (any position)
-    # ... minus zero-length events at the same start placed at or after i (they sort last)
-    zero = (e == s).astype(np.int64)
-    group = np.r_[0, np.cumsum(s[1:] != s[:-1])]
-    last_in_group = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1][group]
-    cz = np.cumsum(zero)
-    closed_before = closed - (cz[last_in_group] - cz + zero)
-    depth = pos - closed_before
-    if (depth < 0).any():
-        return None
-    key = depth * (n + 1) + pos
-    sorted_idx = np.argsort(key, kind="stable")
-    sorted_key = key[sorted_idx]
-    want = (depth - 1) * (n + 1) + pos
-    j = np.searchsorted(sorted_key, want) - 1
-    cand = sorted_idx[np.clip(j, 0, None)]
-    has = (depth > 0) & (j >= 0) & (depth[cand] == depth - 1)
-    if (has != (depth > 0)).any():
-        return None
-    par = np.where(has, cand, -1)
-    p = par[has]
-    if (s[p] > s[has]).any() or (e[has] > e[p] + 1e-6).any():
-        return None
-    return par
-
-
-def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    par = np.full(len(s), -1, dtype=np.int64)
-    st, en = s.tolist(), e.tolist()
-    stack: list[int] = []
-    for k in range(len(st)):
-        while stack and en[stack[-1]] <= st[k]:
-            stack.pop()
-        if stack:
-            par[k] = stack[-1]
-        stack.append(k)
-    return par
 
 
 def compute_op_events(events: pd.DataFrame, *, modules: bool = True) -> pd.DataFrame:
@@ -201,7 +134,7 @@ def is_user_annotation(ev: pd.DataFrame) -> np.ndarray:
     ``__next__``, ``(Distributed)DataParallel.forward``) other than collectives (names starting
     with COMM_ANNOTATION_PREFIXES)."""
     ranges = cat_in(ev, ANNOTATION_CATS) | name_mask(ev, _range_name)
-    return ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES))
+    return np.asarray(ranges & ~name_mask(ev, lambda n: n.startswith(COMM_ANNOTATION_PREFIXES)), dtype=bool)
 
 
 def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
@@ -211,13 +144,13 @@ def _step_or_module(ev: pd.DataFrame) -> np.ndarray:
 def is_op_row(ev: pd.DataFrame) -> np.ndarray:
     """Host events that are rows of the op table: not ``ProfilerStep#N`` spans, not module ranges,
     not user annotations (collectives excepted: see the module docstring)."""
-    return ~(_step_or_module(ev) | is_user_annotation(ev))
+    return np.asarray(~(_step_or_module(ev) | is_user_annotation(ev)), dtype=bool)
 
 
 def is_annotation_row(ev: pd.DataFrame) -> np.ndarray:
     """Host events that are rows of the annotation table: user annotations other than
     ``ProfilerStep#N`` spans and module ranges."""
-    return is_user_annotation(ev) & ~_step_or_module(ev)
+    return np.asarray(is_user_annotation(ev) & ~_step_or_module(ev), dtype=bool)
 
 
 def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -239,30 +172,28 @@ def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -
     return np.where(found, c, parent[rt_pos])
 
 
-def step_total_us(trace: Any) -> float:
+def step_total_us(trace: TraceTables) -> float:
     """Summed duration (µs) of the trace's steps (0 without steps)."""
     return _steps_and_window(trace)[0]
 
 
-def profiled_window(trace: Any) -> tuple[float, float] | None:
+def profiled_window(trace: TraceTables) -> tuple[float, float] | None:
     """(first step's host start, last step's host end) when the trace has ``ProfilerStep#N``
     steps, else None (optimizer-step or whole-trace steps are no profiling window)."""
     return _steps_and_window(trace)[1]
 
 
-def _steps_and_window(trace: Any) -> tuple[float, tuple[float, float] | None]:
-    from app.analysis.trace.steps import find_steps
-
+def _steps_and_window(trace: TraceTables) -> tuple[float, tuple[float, float] | None]:
     spans = find_steps(trace.events)
     if not len(spans.start):
         return 0.0, None
     total = float(np.sum(spans.end - spans.start))
-    if spans.source != "profiler_step":
+    if spans.source != StepSource.PROFILER_STEP:
         return total, None
     return total, (float(np.min(spans.host_start)), float(np.max(spans.host_end)))
 
 
-def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
+def compute_op_table(traces: TraceSet, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
     """Return one row per op name, or per (name, input_shapes) with ``group_by="shape"``, or per
     (name, module) with ``group_by="module"`` (module "" for ops outside every module).
 
@@ -275,7 +206,7 @@ def compute_op_table(traces: Any, group_by: str | None = None, *, steps_us: floa
     return _aggregate(traces, is_op_row, group_by, steps_us)
 
 
-def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> pd.DataFrame:
+def compute_annotation_table(traces: TraceSet, *, steps_us: float | None = None) -> pd.DataFrame:
     """The ``record_function`` ranges the op table leaves out (is_annotation_row), one row per
     name with the op table's columns: ``total_us`` is the ranges' wall time, ``self_us`` what their
     children on the same thread do not cover, ``device_self_us`` the kernels launched directly
@@ -284,10 +215,9 @@ def compute_annotation_table(traces: Any, *, steps_us: float | None = None) -> p
     return _aggregate(traces, is_annotation_row, None, steps_us)
 
 
-def _aggregate(traces: Any, rows: Any, group_by: str | None, steps_us: float | None) -> pd.DataFrame:
-    items = traces if isinstance(traces, (list, tuple)) else [traces]
+def _aggregate(traces: TraceSet, rows: Callable[[pd.DataFrame], np.ndarray], group_by: str | None, steps_us: float | None) -> pd.DataFrame:
     frames, total_steps = [], 0.0
-    for t in items:
+    for t in traces:
         total, window = _steps_and_window(t)
         ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
         keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)

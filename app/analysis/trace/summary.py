@@ -29,7 +29,8 @@ ANALYSIS_VERSION = 1
 ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
 # The analysis modules whose code the tables depend on (module names under app.analysis).
 ANALYSIS_MODULES = ("trace.steps", "trace.breakdown", "trace.ops", "trace.kernels", "memory.events",
-                    "trace.distributed", "trace.summary")
+                    "trace.distributed", "trace.summary", "trace.categories", "trace.intervals", "trace.step_spans",
+                    "trace.step_views", "trace.event_tree", "trace.op_modules")
 
 
 @dataclass(frozen=True)

@@ -152,13 +152,34 @@ def compute_timeline(
         work &= _name_matches(events["name"], name_contains)
     inside = events[(events["ts_us"] < end_us) & (ends > start_us) & work]
     total = len(inside)
-    hidden_max = 0.0
-    if total > max_events:
-        order = np.argsort(-inside["dur_us"].to_numpy(np.float64), kind="stable")
-        hidden_max = float(inside["dur_us"].iloc[order[max_events:]].max())
-        inside = inside.iloc[np.sort(order[:max_events])]
+    inside, hidden_max = _longest(inside, max_events)
     lane_labels = compute_lane_labels(inside, threads)
-    lanes = lane_labels.per_event
+    frame = _laid_out(inside, lane_labels.per_event)
+    frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
+    if lane_prefix:
+        frame["lane"] = lane_prefix + frame["lane"]
+    return Timeline(
+        events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
+        lanes=[lane_prefix + lane for lane in lane_labels.order],
+        start_us=float(start_us),
+        end_us=float(end_us),
+        total_events=total,
+        hidden_events=total - len(frame),
+        hidden_max_dur_us=hidden_max,
+    )
+
+
+def _longest(inside: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
+    """The ``max_events`` longest events (in their order) and the longest duration left out (0 when none)."""
+    if len(inside) <= max_events:
+        return inside, 0.0
+    order = np.argsort(-inside["dur_us"].to_numpy(np.float64), kind="stable")
+    hidden_max = float(inside["dur_us"].iloc[order[max_events:]].max())
+    return inside.iloc[np.sort(order[:max_events])], hidden_max
+
+
+def _laid_out(inside: pd.DataFrame, lanes: pd.Series) -> pd.DataFrame:
+    """The events as plain columns, sorted by lane and time, with their nesting ``depth`` per lane."""
     frame = pd.DataFrame(
         {
             "lane": lanes.to_numpy(),
@@ -175,18 +196,7 @@ def compute_timeline(
         sub = frame.iloc[positions]
         depth[positions] = _depths(sub["ts_us"].to_numpy(), (sub["ts_us"] + sub["dur_us"]).to_numpy())
     frame["depth"] = depth
-    frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
-    if lane_prefix:
-        frame["lane"] = lane_prefix + frame["lane"]
-    return Timeline(
-        events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
-        lanes=[lane_prefix + lane for lane in lane_labels.order],
-        start_us=float(start_us),
-        end_us=float(end_us),
-        total_events=total,
-        hidden_events=total - len(frame),
-        hidden_max_dur_us=hidden_max,
-    )
+    return frame
 
 
 def _name_matches(names: pd.Series, needle: str) -> np.ndarray:
@@ -196,7 +206,7 @@ def _name_matches(names: pd.Series, needle: str) -> np.ndarray:
         hit = np.array([needle in str(c).lower() for c in names.cat.categories] + [False])
         codes = names.cat.codes.to_numpy()
         return hit[np.where(codes >= 0, codes, len(hit) - 1)]
-    return names.astype(str).str.lower().str.contains(needle, regex=False).to_numpy()
+    return np.asarray(names.astype(str).str.lower().str.contains(needle, regex=False).to_numpy(), dtype=bool)
 
 
 def combine_timelines(timelines: list[Timeline]) -> Timeline:

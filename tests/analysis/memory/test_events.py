@@ -26,7 +26,7 @@ def test_peaks_equal_the_largest_total_in_the_file() -> None:
     trace = load_trace(TINY)
     tl = compute_memory_timeline(trace)
     assert len(tl) == len(mem) and set(tl["device"]) == {"cpu"}
-    (peak,) = compute_memory_peaks(trace).itertuples()
+    (peak,) = compute_memory_peaks([trace]).itertuples()
     assert peak.peak_allocated_bytes == max(a["Total Allocated"] for a in mem)
     assert peak.peak_reserved_bytes == max(a["Total Reserved"] for a in mem)
     assert peak.ops_at_peak  # some op was running at the peak

@@ -59,7 +59,8 @@ def test_rank0_step_order_and_bad_values() -> None:
 def test_compare_reports_the_same_final_value() -> None:
     """Compare's "final" column (median of compare_steps.final_window over rank 0) and the sweep table's
     final_loss are this number."""
-    from app.analysis.compare.comparison import CompareOptions, _compare_metrics
+    from app.analysis.compare.comparison import CompareOptions
+    from app.analysis.compare.metrics import compare_metrics
     from app.workspace.sides import CompareSide, SideKind
     from app.data.runs import RunData, _records_to_frame
     from profiler_agent import runformat as rf
@@ -74,7 +75,7 @@ def test_compare_reports_the_same_final_value() -> None:
     a, b = _noisy(37, ranks=2, seed=1), _noisy(123, seed=2)
     a.reverse()
     a.append({"step": 40, "rank": 0, "val_loss": 0.5})  # a line without loss
-    table = _compare_metrics(side(a, "a"), side(b, "b"), CompareOptions(resamples=199)).set_index("metric")
+    table = compare_metrics(side(a, "a"), side(b, "b"), CompareOptions(resamples=199)).set_index("metric")
     fa, fb = final_value(a, "loss"), final_value(b, "loss")
     assert fa is not None and fb is not None
     assert math.isclose(table.loc["loss", "baseline_final"], fa.value, rel_tol=0, abs_tol=1e-15)

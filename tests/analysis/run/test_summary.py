@@ -112,7 +112,7 @@ def test_gpu_trace_ops_view_sums_below_the_steps(shared_data) -> None:  # noqa: 
     from app.data.trace import load_trace
 
     trace = load_trace(shared_data / "traces" / "nccl_distributed" / "nccl_data.json.gz", use_cache=False)
-    view = compute_ops_view(compute_op_table(trace), None)
+    view = compute_ops_view(compute_op_table([trace]), None)
     assert "## backward ##" not in set(view["name"]) and "nccl:all_reduce" in set(view["name"])
     assert view["pct_of_step"].sum() < 100  # 140% while the ranges were rows
-    assert "## backward ##" in set(compute_annotations_view(compute_annotation_table(trace), None)["name"])
+    assert "## backward ##" in set(compute_annotations_view(compute_annotation_table([trace]), None)["name"])

@@ -113,11 +113,11 @@ def test_bad_arguments_raise() -> None:
 
 @pytest.mark.parametrize("n", [2, 3, 7, 10, 51, 200])
 def test_order_statistic_bootstrap_matches_direct_resampling(n: int) -> None:
-    from app.analysis.stats.ratio import _bootstrap_medians
+    from app.analysis.stats.bootstrap import bootstrap_medians
 
     rng = np.random.default_rng(n)
     x = rng.lognormal(0.0, 0.5, n)
-    fast = _bootstrap_medians(x, 20_000, seed=1)
+    fast = bootstrap_medians(x, 20_000, seed=1)
     idx = rng.integers(0, n, size=(20_000, n))
     direct = np.median(x[idx], axis=1)
     # Same distribution: the two empirical CDFs differ by sampling error only (Kolmogorov-Smirnov

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.analysis.trace.breakdown import DEVICE_CATEGORIES, compute_breakdown, covered_us, merge_intervals
+from app.analysis.trace.breakdown import compute_breakdown
+from app.analysis.trace.categories import DEVICE_CATEGORIES
+from app.analysis.trace.intervals import covered_us, merge_intervals
 from app.analysis.trace.steps import compute_steps
 from app.data.trace import load_trace
 
@@ -36,7 +38,7 @@ def test_priority_rules_on_a_hand_made_step(tmp_path: Path) -> None:
         _x("Memcpy HtoD", "gpu_memcpy", 20, 20, pid=0, tid=7, correlation=10, device=0),
         _x("enumerate(DataLoader)#_Iter.__next__", "user_annotation", 70, 10),
     ]
-    row = compute_steps(_load(tmp_path, events)).iloc[0]
+    row = compute_steps([_load(tmp_path, events)]).iloc[0]
     assert row["step"] == 7 and row["duration_us"] == 100
     assert row["kernel_us"] == 20  # [10, 30]
     assert row["memcpy_us"] == 10  # [30, 40]: memcpy under the kernel counts as kernel
@@ -55,7 +57,7 @@ def test_step_is_stretched_to_its_last_kernel_and_tail_steps_dropped(tmp_path: P
         events.append(_x("cudaLaunchKernel", "cuda_runtime", t0 + 5, 5, correlation=i + 1))
         if i < 2:  # the last step's kernel was not captured
             events.append(_x("k", "kernel", t0 + 40, 30, pid=0, tid=7, correlation=i + 1))
-    steps = compute_steps(_load(tmp_path, events))
+    steps = compute_steps([_load(tmp_path, events)])
     assert list(steps["step"]) == [0, 1]
     assert list(steps["end_us"]) == [70.0, 170.0]  # host ended at 50/150, kernels at 70/170
     assert list(steps["duration_us"]) == [70.0, 70.0]
@@ -68,7 +70,7 @@ def test_nccl_kernels_and_gloo_ops_are_communication(tmp_path: Path) -> None:
         _x("cudaLaunchKernel", "cuda_runtime", 50, 2, correlation=5),
         _x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 60, 20, pid=0, tid=9, correlation=5),
     ]
-    row = compute_steps(_load(tmp_path, events)).iloc[0]
+    row = compute_steps([_load(tmp_path, events)]).iloc[0]
     assert row["communication_us"] == 50 and row["kernel_us"] == 0
 
 
@@ -81,7 +83,7 @@ def test_loop_view_on_a_training_step(tmp_path: Path) -> None:
         _x("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", 45, 30, tid=2),
         _x("Optimizer.step#SGD.step", "user_annotation", 80, 15),
     ]
-    row = compute_steps(_load(tmp_path, events)).iloc[0]
+    row = compute_steps([_load(tmp_path, events)]).iloc[0]
     assert row["loop_dataloader_us"] == 10 and row["optimizer_us"] == 20
     assert row["forward_us"] == 30  # [15, 45): until backward starts
     assert row["backward_us"] == 30 and row["loop_other_us"] == 10  # [75, 80) and [95, 100)
@@ -123,7 +125,7 @@ def _traces(draw: st.DrawFn) -> list[dict]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=_traces())
 def test_breakdowns_always_sum_to_the_step(tmp_path: Path, events: list[dict]) -> None:
-    steps = compute_steps(_load(tmp_path, events))
+    steps = compute_steps([_load(tmp_path, events)])
     assert len(steps) >= 1
     dur = steps["duration_us"].to_numpy()
     assert (dur >= 0).all()
@@ -132,7 +134,7 @@ def test_breakdowns_always_sum_to_the_step(tmp_path: Path, events: list[dict]) -
     assert (np.abs(steps[LOOP_COLS].sum(axis=1).to_numpy() - dur) <= tol).all()
     assert (steps[DEVICE_COLS + LOOP_COLS].to_numpy() >= -1e-6).all()
     assert (steps["start_us"].to_numpy()[1:] >= steps["end_us"].to_numpy()[:-1] - 1e-9).all()
-    bd = compute_breakdown(None, steps)
+    bd = compute_breakdown([], steps)
     assert np.allclose(bd.groupby("view")["share"].sum(), 1.0)
 
 
@@ -168,7 +170,7 @@ def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 @pytest.mark.parametrize("name", sorted(TB_GOLDEN))
 def test_device_view_equals_tb_profiler(name: str, golden_cache: Path) -> None:
-    steps = compute_steps(load_trace(SHARED / name, cache_dir=golden_cache), nccl_by_name=False)
+    steps = compute_steps([load_trace(SHARED / name, cache_dir=golden_cache)], nccl_by_name=False)
     got = steps[DEVICE_COLS + ["duration_us"]].to_numpy()
     assert got.shape == (len(TB_GOLDEN[name]), 9)
     assert np.allclose(got, np.array(TB_GOLDEN[name]), atol=0.06)  # tb's golden numbers are rounded to 0.1

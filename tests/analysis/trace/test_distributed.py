@@ -30,6 +30,6 @@ def test_two_ranks_skew_and_overlap() -> None:
 
 
 def test_nccl_kernels_listed() -> None:
-    comm = compute_communication_table(load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz"))
+    comm = compute_communication_table([load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz")])
     assert len(comm) and all(n.lower().startswith("nccl") for n in comm["name"])
     assert (comm["calls"] > 0).all()

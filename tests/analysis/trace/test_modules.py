@@ -50,7 +50,7 @@ def test_module_ranges_are_parents_not_rows_and_self_times_match_torch(agent_tra
     path, expected = agent_trace
     trace = load_trace(path)
     assert any(k.startswith("nn.Module: ") for k in expected)  # torch lists the ranges as rows
-    tables = {g: compute_op_table(trace, group_by=g) for g in (None, "shape", "module")}
+    tables = {g: compute_op_table([trace], group_by=g) for g in (None, "shape", "module")}
     for g, table in tables.items():
         assert not table["name"].str.startswith(("nn.Module: ", "ProfilerStep#", "Optimizer.")).any(), g
     by_name = tables[None].set_index("name")
@@ -108,7 +108,7 @@ def test_forward_and_backward_ops_get_their_module(agent_trace) -> None:  # noqa
 
 
 def test_op_table_by_module(agent_trace) -> None:  # noqa: ANN001
-    table = compute_op_table(load_trace(agent_trace[0]), group_by="module")
+    table = compute_op_table([load_trace(agent_trace[0])], group_by="module")
     assert list(table.columns[-1:]) == ["module"]
     assert has_module_ranges(table)
     pairs = set(zip(table["module"], table["name"]))
@@ -123,7 +123,7 @@ def test_op_table_by_module(agent_trace) -> None:  # noqa: ANN001
 
 def test_module_table_hierarchy_and_totals(agent_trace) -> None:  # noqa: ANN001
     trace = load_trace(agent_trace[0])
-    table = compute_module_table(trace).set_index("module")
+    table = compute_module_table([trace]).set_index("module")
     assert set(table.index) == {"(model)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
     assert table.loc["0.0", "parent"] == "0" and table.loc["0.0", "depth"] == 2
     assert table.loc["0", "parent"] == "(model)" and table.loc["(model)", "parent"] == ""
@@ -135,7 +135,7 @@ def test_module_table_hierarchy_and_totals(agent_trace) -> None:  # noqa: ANN001
     for parent, kids in (("0", ["0.0", "0.1"]), ("(model)", ["0", "1"])):
         assert table.loc[parent, "total_us"] == pytest.approx(
             table.loc[parent, "self_us"] + table.loc[kids, "total_us"].sum())
-    ops = compute_op_table(trace, group_by="module")
+    ops = compute_op_table([trace], group_by="module")
     per_module = ops.groupby("module")["self_us"].sum()
     np.testing.assert_allclose(table["self_us"], per_module.reindex(table.index, fill_value=0.0))
     assert table.loc[["(model)", "0"], "self_us"].eq(0).all()  # containers: no op of their own
@@ -148,12 +148,12 @@ def test_module_table_hierarchy_and_totals(agent_trace) -> None:  # noqa: ANN001
 
 def test_python_function_module_events(stack_trace: Path) -> None:
     trace = load_trace(stack_trace)
-    table = compute_module_table(trace).set_index("module")
+    table = compute_module_table([trace]).set_index("module")
     assert {"Sequential_0", "Sequential_1", "Linear_0", "Linear_1", "ReLU_0", "CrossEntropyLoss_0"} <= set(table.index)
     assert table.loc["Linear_0", "parent"] == "Sequential_1"  # the inner Sequential holds the first Linear
     assert table.loc["Sequential_1", "parent"] == "Sequential_0"
     assert (table.loc[["Linear_0", "Linear_1"], "backward_self_us"] > 0).all()
-    ops = compute_op_table(trace, group_by="module")
+    ops = compute_op_table([trace], group_by="module")
     assert not ops["name"].str.startswith("nn.Module").any()
     assert {"Linear_0", "Linear_1"} == set(ops.loc[ops["name"] == "AddmmBackward0", "module"])
 
@@ -161,7 +161,7 @@ def test_python_function_module_events(stack_trace: Path) -> None:
 def test_agent_ranges_win_over_python_function_events(tmp_path: Path) -> None:
     out = tmp_path / "both.pt.trace.json"
     _record(out, agent_ranges=True, with_stack=True)
-    table = compute_module_table(load_trace(out))
+    table = compute_module_table([load_trace(out)])
     assert set(table["module"]) == {"(model)", "0", "0.0", "0.1", "1", "CrossEntropyLoss"}
 
 
@@ -169,8 +169,8 @@ def test_trace_without_module_ranges(tmp_path: Path) -> None:
     out = tmp_path / "plain.pt.trace.json"
     _record(out, agent_ranges=False)
     trace = load_trace(out)
-    assert compute_module_table(trace).empty
-    ops = compute_op_table(trace, group_by="module")
+    assert compute_module_table([trace]).empty
+    ops = compute_op_table([trace], group_by="module")
     assert not has_module_ranges(ops) and len(ops)
 
 
@@ -213,7 +213,7 @@ def test_backward_on_the_autograd_thread(tmp_path: Path) -> None:
     # the node belongs to the later op that created it (aten::t, in module 0).
     to = ev["name"].astype(str) == "aten::to"
     assert set(mod[to]) == {""}
-    table = compute_module_table(load_trace(path)).set_index("module")
+    table = compute_module_table([load_trace(path)]).set_index("module")
     assert table.loc["0", "parent"] == "(model)" and table.loc["0", "backward_self_us"] > 0
     assert table.loc["(model)", "device_total_us"] > 0  # kernels of the ops in its submodules
 
@@ -227,7 +227,7 @@ def test_every_backward_op_of_a_gpu_trace_finds_the_forward_op_that_created_it()
     """On a real GPU trace (backward on the autograd thread), the forward op found for each
     autograd op by sequence number is the one its node is named after (AddmmBackward0 ← addmm)."""
     from app.analysis.trace import op_modules
-    from app.analysis.trace.breakdown import cat_in
+    from app.analysis.trace.categories import cat_in
     from app.analysis.trace.ops import HOST_CATS
 
     ev = load_trace(NCCL).events

@@ -51,8 +51,8 @@ def test_calls_self_and_total_match_key_averages(recorded: tuple[Path, dict[str,
     torch-tb-profiler's operator view leaves out too; the annotation table has them."""
     path, expected = recorded
     trace = load_trace(path)
-    ops = compute_op_table(trace).set_index("name")
-    annotations = compute_annotation_table(trace).set_index("name")
+    ops = compute_op_table([trace]).set_index("name")
+    annotations = compute_annotation_table([trace]).set_index("name")
     compared, ranges = 0, set()
     for name, (calls, self_us, total_us, is_annotation) in expected.items():
         if name.startswith("ProfilerStep"):
@@ -76,7 +76,7 @@ def test_calls_self_and_total_match_key_averages(recorded: tuple[Path, dict[str,
 
 def test_table_is_sorted_and_shares_are_of_step_time(recorded: tuple[Path, dict[str, list[float]]]) -> None:
     trace = load_trace(recorded[0])
-    ops = compute_op_table(trace)
+    ops = compute_op_table([trace])
     assert list(ops["self_us"]) == sorted(ops["self_us"], reverse=True)
     assert (ops["self_us"] <= ops["total_us"] + 1e-6).all()
     assert (ops["mean_us"] * ops["calls"] - ops["total_us"]).abs().max() < 1e-6
@@ -90,15 +90,15 @@ def test_table_is_sorted_and_shares_are_of_step_time(recorded: tuple[Path, dict[
 
 def test_group_by_shape_splits_calls(recorded: tuple[Path, dict[str, list[float]]]) -> None:
     trace = load_trace(recorded[0])
-    by_name = compute_op_table(trace).set_index("name")
-    by_shape = compute_op_table(trace, group_by="shape")
+    by_name = compute_op_table([trace]).set_index("name")
+    by_shape = compute_op_table([trace], group_by="shape")
     assert "input_shapes" in by_shape.columns
     sums = by_shape.groupby("name")["calls"].sum()
     assert (sums == by_name.loc[sums.index, "calls"]).all()
     addmm = by_shape[by_shape["name"] == "aten::addmm"]
     assert len(addmm) == 2 and all(s.startswith("[[") for s in addmm["input_shapes"])
     with pytest.raises(ValueError, match="group_by"):
-        compute_op_table(trace, group_by="stack")
+        compute_op_table([trace], group_by="stack")
 
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"
@@ -107,7 +107,7 @@ SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "trace
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 def test_gpu_trace_device_time_goes_to_launching_ops() -> None:
     trace = load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz")
-    ops = compute_op_table(trace).set_index("name")
+    ops = compute_op_table([trace]).set_index("name")
     kernels = trace.events[trace.events["cat"] == "kernel"]["dur_us"].sum()
     attributed = ops["device_self_us"].sum()
     assert ops.loc["aten::mm", "device_self_us"] > 0
@@ -125,24 +125,24 @@ def test_gpu_trace_shares_stay_below_the_steps(name: str) -> None:
     """User annotations whose work runs on another thread (``## backward ##``) were rows with
     their waiting as self time: the shares summed to 104-140% of the steps on these traces."""
     trace = load_trace(SHARED / name)
-    ops = compute_op_table(trace)
+    ops = compute_op_table([trace])
     assert ops["share"].sum() < 1.0
     assert not ops["name"].isin(["## forward ##", "## backward ##", "## optimizer ##"]).any()
     assert (ops["category"] != "user_annotation").all() or ops.loc[
         ops["category"] == "user_annotation", "name"].str.startswith(("nccl:", "gloo:")).all()
-    annotations = compute_annotation_table(trace)
+    annotations = compute_annotation_table([trace])
     assert "## backward ##" in set(annotations["name"])
     assert not set(annotations["name"]) & set(ops["name"])
     for g in ("shape", "module"):
-        assert not compute_op_table(trace, group_by=g)["name"].str.startswith("## ").any(), g
+        assert not compute_op_table([trace], group_by=g)["name"].str.startswith("## ").any(), g
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 def test_collectives_recorded_as_annotations_stay_ops() -> None:
-    ops = compute_op_table(load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz")).set_index("name")
+    ops = compute_op_table([load_trace(SHARED / "nccl_distributed" / "nccl_data.json.gz")]).set_index("name")
     for name in ("nccl:all_reduce", "nccl:broadcast"):
         assert ops.loc[name, "category"] == "user_annotation" and ops.loc[name, "calls"] > 0
-    gloo = compute_op_table(load_trace(SHARED / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    gloo = compute_op_table([load_trace(SHARED / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")])
     assert "gloo:all_reduce" in set(gloo["name"])
 
 
@@ -159,9 +159,9 @@ def test_ops_are_cut_to_the_profiled_steps(tmp_path: Path) -> None:
     path = tmp_path / "cut.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(path)
-    ops = compute_op_table(trace).set_index("name")
+    ops = compute_op_table([trace]).set_index("name")
     assert set(ops.index) == {"aten::mm", "aten::add_"}  # aten::mul ran after the last step
     assert ops.loc["aten::add_", "self_us"] == pytest.approx(3) and ops.loc["aten::mm", "self_us"] == pytest.approx(50)
-    ranges = compute_annotation_table(trace).set_index("name")
+    ranges = compute_annotation_table([trace]).set_index("name")
     assert ranges.loc["Optimizer.step#SGD.step", "total_us"] == pytest.approx(10)  # 190-200, not 710
     assert ranges.loc["Optimizer.step#SGD.step", "self_us"] == pytest.approx(7)

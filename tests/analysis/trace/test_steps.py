@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.analysis.trace.breakdown import DEVICE_CATEGORIES
+from app.analysis.trace.categories import DEVICE_CATEGORIES
 from app.analysis.trace.steps import STEP_COLUMNS, compute_steps
 from app.data.trace import load_trace
 
@@ -35,7 +35,7 @@ def _check_complete(steps: object) -> None:
     ("rocm/mi250_minitoy_train_ROCm6_2_kineto.json.gz", 1), ("cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", 1),
 ])
 def test_shared_traces_have_complete_steps(path: str, n_steps: int) -> None:
-    steps = compute_steps(load_trace(SHARED / path))
+    steps = compute_steps([load_trace(SHARED / path)])
     assert list(steps.columns) == STEP_COLUMNS
     assert len(steps) == n_steps and (steps["source"] == "profiler_step").all()
     _check_complete(steps)
@@ -43,7 +43,7 @@ def test_shared_traces_have_complete_steps(path: str, n_steps: int) -> None:
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 def test_gpu_steps_are_device_adjusted_and_mostly_kernel() -> None:
-    steps = compute_steps(load_trace(SHARED / "gpu_before_after" / "control.json.gz"))
+    steps = compute_steps([load_trace(SHARED / "gpu_before_after" / "control.json.gz")])
     assert (steps["end_us"] >= steps["host_end_us"]).all()
     assert (steps["start_us"].to_numpy()[1:] >= steps["end_us"].to_numpy()[:-1]).all()
     assert (steps["kernel_us"] > steps["cpu_exec_us"]).all()
@@ -51,7 +51,7 @@ def test_gpu_steps_are_device_adjusted_and_mostly_kernel() -> None:
 
 
 def test_cpu_recording_three_active_steps() -> None:
-    steps = compute_steps(load_trace(TINY))
+    steps = compute_steps([load_trace(TINY)])
     assert list(steps["step"]) == [2, 3, 4]  # schedule(wait=1, warmup=1, active=3)
     _check_complete(steps)
     assert (steps["kernel_us"] == 0).all() and (steps["cpu_exec_us"] > 0).all()
@@ -68,10 +68,10 @@ def _without_profiler_steps(tmp_path: Path, keep_optimizer: bool) -> Path:
 
 
 def test_fallback_to_optimizer_steps_then_whole_trace(tmp_path: Path) -> None:
-    by_opt = compute_steps(load_trace(_without_profiler_steps(tmp_path, True)))
+    by_opt = compute_steps([load_trace(_without_profiler_steps(tmp_path, True))])
     assert len(by_opt) == 3 and (by_opt["source"] == "optimizer_step").all()
     _check_complete(by_opt)
-    whole = compute_steps(load_trace(_without_profiler_steps(tmp_path, False)))
+    whole = compute_steps([load_trace(_without_profiler_steps(tmp_path, False))])
     assert len(whole) == 1 and whole["source"].item() == "whole_trace"
     _check_complete(whole)
 
@@ -80,5 +80,5 @@ def test_no_host_events_gives_no_steps(tmp_path: Path) -> None:
     f = tmp_path / "k.json"
     f.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
                                               "ts": 1, "dur": 2}]}))
-    steps = compute_steps(load_trace(f))
+    steps = compute_steps([load_trace(f)])
     assert steps.empty and list(steps.columns) == STEP_COLUMNS

@@ -1,0 +1,85 @@
+"""Event classes of a trace (kernel, runtime, copy, host op, collective, dataloader) as boolean
+masks over its events table, and the categories of the step breakdown (analysis layer, pure)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "DEVICE_CATEGORIES", "LOOP_CATEGORIES", "LOOP_PHASES", "KERNEL_CATS", "MEMCPY_CATS", "MEMSET_CATS",
+    "RUNTIME_CATS", "OP_CATS", "ANNOTATION_CATS", "COMM_OP_NAMES", "cat_in", "name_mask", "is_host_op",
+    "is_kernel", "is_device_activity", "is_runtime", "dataloader_mask", "communication_kernel_mask",
+]
+
+DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+LOOP_CATEGORIES = ("forward", "backward", "optimizer")
+LOOP_PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
+
+KERNEL_CATS = frozenset({"kernel"})
+MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
+MEMSET_CATS = frozenset({"gpu_memset", "memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "mtia_runtime", "glow_runtime", "xpu_runtime",
+                          "privateuse1_runtime"})
+OP_CATS = frozenset({"cpu_op", "operator"})
+ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
+# torch-tb-profiler's names of collective ops (trace.py NcclOpNameSet / GlooOpNameSet).
+COMM_OP_NAMES = frozenset(f"{lib}:{op}" for lib in ("nccl", "gloo")
+                          for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
+
+
+def cat_in(ev: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
+    """Boolean mask: the event's ``cat`` (case-insensitive) is one of ``names``."""
+    col = ev["cat"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return np.asarray(col.astype(str).str.lower().isin(set(names)).to_numpy(), dtype=bool)
+    cats = np.asarray([str(c).lower() in names for c in col.cat.categories] + [False])
+    return np.asarray(cats[col.cat.codes.to_numpy()], dtype=bool)  # code -1 (missing) indexes the trailing False
+
+
+def name_mask(ev: pd.DataFrame, pred: Callable[[str], object]) -> np.ndarray:
+    """Evaluate ``pred(name)`` once per distinct name, not once per event."""
+    col = ev["name"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return np.fromiter((bool(pred(str(n))) for n in col), bool, len(col))
+    hits = np.asarray([bool(pred(str(c))) for c in col.cat.categories] + [False])
+    return np.asarray(hits[col.cat.codes.to_numpy()], dtype=bool)
+
+
+def is_host_op(ev: pd.DataFrame) -> np.ndarray:
+    """cpu_op/operator/user_annotation: the host events that hold steps and ops."""
+    return cat_in(ev, OP_CATS | {"user_annotation"})
+
+
+def is_kernel(ev: pd.DataFrame) -> np.ndarray:
+    return cat_in(ev, KERNEL_CATS)
+
+
+def is_device_activity(ev: pd.DataFrame) -> np.ndarray:
+    return cat_in(ev, KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS)
+
+
+def is_runtime(ev: pd.DataFrame) -> np.ndarray:
+    return cat_in(ev, RUNTIME_CATS)
+
+
+def _is_dataloader_name(n: str) -> bool:
+    return (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__")) or n.startswith("enumerate(DataPipe)#")
+
+
+def dataloader_mask(ev: pd.DataFrame) -> np.ndarray:
+    return np.asarray(cat_in(ev, OP_CATS | ANNOTATION_CATS) & name_mask(ev, _is_dataloader_name), dtype=bool)
+
+
+def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndarray:
+    """Kernels launched by a collective op (tb-profiler's rule), or named nccl*/rccl* (our addition,
+    off with ``by_name=False``: newer torch launches collectives from ``record_param_comms``, which
+    tb-profiler's name list misses)."""
+    kern = is_kernel(ev)
+    comm_ops = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"}) & name_mask(ev, COMM_OP_NAMES.__contains__)
+    ext = set(ev.loc[comm_ops, "external_id"].dropna().astype(int))
+    by_ext = ev["external_id"].isin(ext).to_numpy() if ext else np.zeros(len(ev), bool)
+    if not by_name:
+        return np.asarray(kern & by_ext, dtype=bool)
+    return np.asarray(kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl"))), dtype=bool)
