@@ -20,6 +20,7 @@ from app.analysis.compare.memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
 )
+from app.presentation.units import format_us
 
 __all__ = ["format_value", "format_ratio", "short_name", "distinct_short_names", "verdict_display_table",
            "breakdown_display_table", "VERDICT_DISPLAY_COLUMNS", "BREAKDOWN_DISPLAY_COLUMNS", "format_verdict_text", "format_report_markdown", "format_report_html",
@@ -44,7 +45,7 @@ def format_value(v: Any, unit: str = "") -> str:
     if unit == "s":
         return f"{x:.3f} s" if abs(x) >= 1 else f"{x * 1e3:.2f} ms" if abs(x) >= 1e-3 else f"{x * 1e6:.1f} µs"
     if unit == "us":
-        return f"{x / 1e3:,.2f} ms" if abs(x) >= 1e3 else f"{x:,.1f} µs"
+        return format_us(x)
     if unit == "bytes":
         for scale, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
             if abs(x) >= scale:

@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app.data import runs as runs_data
+from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
 from app.ui.layout import md_escape, record_hint
 from app.ui.store import cached_store_view
@@ -91,7 +92,7 @@ def render_run_header(run: runs_data.RunData) -> None:
         started = datetime.datetime.fromtimestamp(m.started_at, tz=datetime.UTC)
         bits.append(started.strftime("started %Y-%m-%d %H:%M:%S UTC"))
     if m.duration_s is not None:
-        bits.append(f"ran {runs_data.format_seconds(m.duration_s)}")
+        bits.append(f"ran {format_seconds(m.duration_s)}")
     if m.tags:
         bits.append("tags: " + ", ".join(md_escape(t) for t in m.tags))
     st.markdown(" · ".join(bits))

@@ -19,7 +19,7 @@ from app.analysis.run.summary import (
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.data.final_value import FinalValue, final_of_table
-from app.data.runs import format_bytes, format_seconds
+from app.presentation.units import format_bytes, format_seconds
 from app.data.step_time import steady_step_time
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis
