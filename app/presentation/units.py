@@ -8,13 +8,16 @@ that used to live in several places; the outputs are kept byte for byte:
 - ``format_ms_of_us`` was ``advisor.common.fmt_ms`` (and, with ``grouped=True``,
   ``trace.step_window._fmt_ms``);
 - ``format_us`` was ``cli.analyze_cmd._fmt_us``;
-- ``format_percent`` was ``advisor.common.fmt_pct``.
+- ``format_percent`` was ``advisor.common.fmt_pct``;
+- ``format_value`` / ``format_ratio`` are the comparison report's numbers (three significant
+  decimals for seconds, two for bytes; its own texts, not those of ``format_seconds``).
 
 Missing values (None, NaN, ±inf) print as an en dash where the old helper did so.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 
 __all__ = [
     "MISSING",
@@ -22,8 +25,11 @@ __all__ = [
     "format_ms",
     "format_ms_of_us",
     "format_percent",
+    "format_ratio",
     "format_seconds",
     "format_us",
+    "format_value",
+    "is_finite_number",
 ]
 
 MISSING = "–"  # what a missing number prints as
@@ -86,3 +92,36 @@ def format_us(us: float) -> str:
 def format_percent(x: float) -> str:
     """A share (0..1) as a percentage with one decimal: 0.1234 → '12.3%'."""
     return f"{x * 100:.1f}%"
+
+
+def is_finite_number(v: Any) -> bool:
+    """True when ``v`` converts to a finite float (None, text, NaN and ±inf do not)."""
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+def format_value(v: Any, unit: str = "") -> str:
+    """A number for people: seconds as s/ms/µs, bytes as KiB…GiB, others with 4 significant digits."""
+    if not is_finite_number(v):
+        return "–"
+    x = float(v)
+    if unit == "s":
+        return f"{x:.3f} s" if abs(x) >= 1 else f"{x * 1e3:.2f} ms" if abs(x) >= 1e-3 else f"{x * 1e6:.1f} µs"
+    if unit == "us":
+        return format_us(x)
+    if unit == "bytes":
+        for scale, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if abs(x) >= scale:
+                return f"{x / scale:,.2f} {name}"
+        return f"{x:,.0f} B"
+    return f"{x:,.4g}" + (f" {unit}" if unit else "")
+
+def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
+    """``0.712× [0.70, 0.73]`` (the interval only when known)."""
+    if not is_finite_number(ratio):
+        return "–"
+    text = f"{float(ratio):.3f}×"
+    if is_finite_number(lo) and is_finite_number(hi):
+        text += f" [{float(lo):.3f}, {float(hi):.3f}]"
+    return text
