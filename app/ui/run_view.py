@@ -12,10 +12,28 @@ from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
 from app.ui.layout import md_escape, record_hint
 from app.ui.store import cached_store_view
-from app.ui.tabs import RunContext, load_tab_modules
+from app.ui.tabs import (
+    RunContext,
+    Tab,
+    config,
+    findings,
+    graph,
+    kernels,
+    logs,
+    memory,
+    metrics,
+    operators,
+    overview,
+    system,
+    timeline,
+)
 from profiler_agent import runformat as rf
 
-__all__ = ["render_run_picker", "render_run_header", "render_rank_selector", "render_tabs", "build_context"]
+__all__ = ["RUN_TABS", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
+
+# The Run page's tabs, in the order shown.
+RUN_TABS: tuple[Tab, ...] = (overview, findings, metrics, operators, kernels, timeline, memory, graph, system, logs,
+                             config)
 
 
 def render_run_picker(root: Path) -> Path | None:
@@ -136,10 +154,9 @@ def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
 
 
 def render_tabs(ctx: RunContext) -> None:
-    """Every tab that exists, in order; a project error in one tab is shown inside it only."""
-    modules = load_tab_modules()
-    tabs = st.tabs([m.TITLE for _, m in modules])
-    for tab, (name, module) in zip(tabs, modules):
+    """Every tab of RUN_TABS, in order; a project error in one tab is shown inside it only."""
+    tabs = st.tabs([m.TITLE for m in RUN_TABS])
+    for tab, module in zip(tabs, RUN_TABS, strict=True):
         with tab:
             try:
                 module.render(ctx)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,6 @@ def load_trace_analysis(ctx: RunContext) -> Any | None:
     why there is none. Raises the trace engine's errors (TorchscopeError) for unreadable traces."""
     if not ctx.run.trace_files:
         st.info(NO_TRACE_HINT)
-        return None
-    if importlib.util.find_spec("app.analysis.trace.summary") is None:
-        st.info("This Torchscope has no trace analysis installed (app.analysis.trace.summary).")
         return None
     ingest_with_progress(ctx.run.trace_files)
     with st.spinner("Analysing the run's traces…"):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import streamlit as st
 
@@ -33,7 +31,7 @@ TITLE = "Overview"
 
 def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
     """The profiled steps of the run's traces, only when the run has traces (no info message)."""
-    if not ctx.run.trace_files or importlib.util.find_spec("app.analysis.trace.summary") is None:
+    if not ctx.run.trace_files:
         return None
     return cached_trace_analysis(ctx.run_dir).steps
 
