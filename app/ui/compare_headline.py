@@ -17,6 +17,7 @@ from typing import Any
 import streamlit as st
 
 from app.analysis.compare.comparison import Comparison
+from app.presentation.units import format_value
 
 __all__ = ["HeadlineView", "headline_view", "headline_sentence", "step_set_lines", "render_headline",
            "QUANTITY_LABELS"]
@@ -37,7 +38,6 @@ _FALLBACK_METHOD = "percentile bootstrap of the ratio of medians (steps of one r
 @dataclass(frozen=True)
 class HeadlineView:
     """What the page shows of a comparison's headline (the contract's Headline fields)."""
-
     quantity: str
     baseline: float | None
     candidate: float | None
@@ -90,8 +90,6 @@ def headline_view(cmp: Comparison) -> HeadlineView:
 
 
 def _seconds(v: float | None, quantity: str) -> str:
-    from app.presentation.report import format_value
-
     return format_value(v, "s") + _PER.get(quantity, "") if _finite(v) else "–"
 
 

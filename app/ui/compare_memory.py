@@ -12,10 +12,11 @@ from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.memory import compute_step_aligned_memory, diff_largest_allocations
 from app.analysis.compare.memory_categories import MemoryCategoryComparison, compare_memory_categories
 from app.analysis.memory.peak import peak_description, peak_quantity
-from app.presentation.report import format_value
+from app.presentation.units import format_value
 from app.charts.compare import make_memory_overlay_figure
 from app.charts.compare_memory import make_memory_category_figure
 from app.charts.memory import byte_unit
+from app.data.snapshot import load_snapshot
 from app.errors import TorchscopeError
 from profiler_agent.runformat import layout
 
@@ -138,7 +139,6 @@ def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
     a, b = cmp.baseline.run, cmp.candidate.run
     if a is None or b is None or not a.snapshot_files or not b.snapshot_files:
         return None
-    from app.data.snapshot import load_snapshot
 
     return diff_largest_allocations(load_snapshot(a.snapshot_files[-1]), load_snapshot(b.snapshot_files[-1]))
 

@@ -12,6 +12,7 @@ import streamlit as st
 
 from app.analysis.compare.comparison import CompareOptions, Comparison
 from app.analysis.compare.tables import OpGrouping
+from app.charts.compare import figures_to_html, make_report_figures
 from app.presentation.report import (
     format_ratio,
     format_report_html,
@@ -21,6 +22,7 @@ from app.presentation.report import (
 )
 from app.data.final_value import final_label
 from app.ui.compare_headline import render_headline
+from app.ui.compare_memory import cached_memory_categories
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
@@ -38,7 +40,6 @@ GROUP_PREFIX = "group:"
 class Selection:
     """The sides to compare: ``paths`` maps run id → folder; ``labels`` key → display label;
     ``groups`` maps a group key ("group:NAME") → the folders of its runs, newest first."""
-
     baseline: str
     candidates: tuple[str, ...]
     paths: dict[str, Path]
@@ -245,9 +246,6 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
 def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:
     """Download buttons: Markdown for a PR comment, self-contained interactive HTML (both with
     the advisor's findings rows when given)."""
-    from app.charts.compare import figures_to_html, make_report_figures
-    from app.ui.compare_memory import cached_memory_categories
-
     cats = cached_memory_categories(cmp)  # the Memory tab's cached read of the timelines
     stem = re.sub(r"[^\w.-]+", "_", f"{cmp.candidate.label}-vs-{cmp.baseline.label}")[:120]
     c1, c2 = st.columns(2)
