@@ -17,6 +17,7 @@ from typing import Any
 import streamlit as st
 
 from app.analysis.compare.comparison import Comparison
+from app.analysis.compare.headline import HeadlineVerdict
 from app.presentation.units import format_value
 
 __all__ = ["HeadlineView", "headline_view", "headline_sentence", "step_set_lines", "render_headline",
@@ -103,13 +104,13 @@ def headline_sentence(view: HeadlineView, baseline: str, candidate: str) -> str:
     ci = f", 95 % CI {view.ci95[0]:.3f}–{view.ci95[1]:.3f}" if view.ci95 and all(map(_finite, view.ci95)) else \
         ", no confidence interval"
     values = f"{_seconds(view.baseline, view.quantity)} → {_seconds(view.candidate, view.quantity)}; ratio {r:.3f}{ci}"
-    if view.verdict == "faster":
+    if view.verdict == HeadlineVerdict.FASTER:
         return f"{what}: {candidate} is {1 / r:.2f}× faster than {baseline} ({values})"
-    if view.verdict == "slower":
+    if view.verdict == HeadlineVerdict.SLOWER:
         return f"{what}: {candidate} is {r:.2f}× slower than {baseline} ({values})"
-    if view.verdict == "inconclusive":
+    if view.verdict == HeadlineVerdict.INCONCLUSIVE:
         return f"{what}: {candidate} vs {baseline}: inconclusive ({values})"
-    if view.verdict == "same":
+    if view.verdict == HeadlineVerdict.SAME:
         return f"{what}: {candidate} vs {baseline}: same, no difference beyond the practical threshold ({values})"
     return f"{what}: {candidate} vs {baseline}: {view.verdict or 'not judged'} ({values})"
 

@@ -3,6 +3,7 @@ category, largest allocations of the CUDA snapshots (UI layer)."""
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,18 @@ from app.data.snapshot import load_snapshot
 from app.errors import TorchscopeError
 from profiler_agent.runformat import layout
 
-__all__ = ["render_memory_tab", "cached_memory_categories", "NO_CATEGORIES_HELP"]
+__all__ = ["NO_CATEGORIES_HELP", "CategoryBars", "cached_memory_categories", "render_memory_tab"]
+
+
+class CategoryBars(StrEnum):
+    """What the memory-by-category bars show (the values of the "Bars show" radio)."""
+
+    AT_PEAK = "at_peak"
+    OWN_PEAK = "own_peak"
+
+
+_CATEGORY_BARS = {CategoryBars.AT_PEAK: "each category at the moment of the total peak",
+                  CategoryBars.OWN_PEAK: "each category's own peak"}
 
 NO_CATEGORIES_HELP = (
     "Neither run has a memory timeline, so memory cannot be split by category (parameters, gradients, "
@@ -115,10 +127,9 @@ def _render_categories(cmp: Comparison) -> None:
         st.info(NO_CATEGORIES_HELP)
         return
     b, c = _labels(cmp)
-    what = st.radio("Bars show", ["at_peak", "own_peak"], horizontal=True, key="compare_memory_categories_view",
-                    format_func=lambda v: {"at_peak": "each category at the moment of the total peak",
-                                           "own_peak": "each category's own peak"}[v])
-    st.plotly_chart(make_memory_category_figure(cats.table, b, c, at_peak=what == "at_peak"), width="stretch",
+    what = st.radio("Bars show", list(CategoryBars), horizontal=True, key="compare_memory_categories_view",
+                    format_func=_CATEGORY_BARS.__getitem__)
+    st.plotly_chart(make_memory_category_figure(cats.table, b, c, at_peak=what == CategoryBars.AT_PEAK), width="stretch",
                     key="compare_memory_categories_fig")
     shown, config = _category_table(cats.table)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config,

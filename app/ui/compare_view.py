@@ -11,7 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.compare.comparison import CompareOptions, Comparison
+from app.analysis.compare.headline import HeadlineVerdict
 from app.analysis.compare.tables import OpGrouping
+from app.analysis.stats.ratio import Verdict
 from app.charts.compare import figures_to_html, make_report_figures
 from app.presentation.report import (
     format_ratio,
@@ -167,7 +169,7 @@ def _pct(ratio: float | None) -> str | None:
 
 def _colour(verdict: object, inverse: bool) -> str:
     # Colour a delta only when the verdict says it is real; "same" and "inconclusive" stay grey whatever its sign.
-    if str(verdict) in ("same", "n/a", "", "inconclusive"):
+    if str(verdict) in (Verdict.SAME, Verdict.UNKNOWN, "", HeadlineVerdict.INCONCLUSIVE):
         return "off"
     return "inverse" if inverse else "normal"
 
@@ -176,7 +178,7 @@ def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
     # An inconclusive headline greys the speed tiles too: no green or red the headline does not back.
-    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == "inconclusive"
+    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == HeadlineVerdict.INCONCLUSIVE
     step_colour = "off" if doubt else _colour(cmp.step_verdict, True)
     cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
                    _pct(est.ratio if est else None), delta_color=step_colour,

@@ -114,7 +114,7 @@ def render_run_header(run: runs_data.RunData) -> None:
     if m.tags:
         bits.append("tags: " + ", ".join(md_escape(t) for t in m.tags))
     st.markdown(" · ".join(bits))
-    if status == "crashed":
+    if status == rf.RunStatus.CRASHED:
         st.warning(
             "This run stopped sending heartbeats and its process is gone: it crashed. "
             "Everything it wrote until then is shown below."
@@ -149,7 +149,7 @@ def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
         key_prefix="run_",
         ranks=tuple(runs_data.run_ranks(run)),
         root=root,
-        live=str(run.status) == "running",
+        live=run.status == rf.RunStatus.RUNNING,
     )
 
 
