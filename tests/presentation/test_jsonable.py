@@ -63,3 +63,15 @@ def test_containers_and_dataclasses_are_cleaned_recursively() -> None:
 def test_plain_values_unchanged() -> None:
     assert to_jsonable("x") == "x"
     assert to_jsonable(0) == 0 and to_jsonable(-0.0) == 0.0
+
+
+def test_jsonable_imports_nothing_from_the_project() -> None:
+    import ast
+    from pathlib import Path
+
+    from app.presentation import jsonable
+
+    tree = ast.parse(Path(jsonable.__file__).read_text(encoding="utf-8"))
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in modules if m.split(".")[0] in ("app", "profiler_agent")}, modules
