@@ -137,7 +137,7 @@ def render_rank_selector(ranks: list[int]) -> int | None:
         key="run_rank",
         help="Charts and tables show this rank; 'all' shows every rank where it makes sense.",
     )
-    return None if choice == "all" else int(choice)
+    return None if choice is None or choice == "all" else int(str(choice))
 
 
 def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:

@@ -50,32 +50,32 @@ def group_system_columns(system: pd.DataFrame) -> list[tuple[str, SeriesUnit, li
     groups = [
         (
             "CPU of the training process (100% = one core busy)",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.endswith("_percent") and not c.startswith(("gpu", "system"))],
         ),
         (
             "Memory of the training process (resident set)",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.endswith("_bytes") and not c.startswith(("gpu", "system"))],
         ),
         (
             "GPU utilisation",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.startswith("gpu") and c.endswith("_percent")],
         ),
         (
             "GPU memory",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.startswith("gpu") and c.endswith("_bytes") and c != "gpu_total_bytes"],
         ),
         (
             "Whole machine: CPU (100% = every core busy)",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.startswith("system") and c.endswith("_percent")],
         ),
         (
             "Whole machine: memory",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.startswith("system") and c.endswith("_bytes")],
         ),
     ]
