@@ -62,6 +62,7 @@ def headline(cmp: Comparison) -> str:
     runs = f"{h.replicates.get('baseline', 1)} vs {h.replicates.get('candidate', 1)} runs"
     return f"{lead} (ratio {r:.3f}, {ci}; {h.method or 'no method'}; {runs})"
 
+
 def _why_inconclusive(cmp: Comparison) -> str:
     if cmp.contention.inconclusive:
         return "the sides differ in contention (other processes took more of the machine during one)"
@@ -69,6 +70,7 @@ def _why_inconclusive(cmp: Comparison) -> str:
         if r.startswith(("too few steps to judge", "no confidence interval")):
             return r.split(":")[0]  # the reasons below say the rest
     return "see the reasons"
+
 
 def step_time_sentence(cmp: Comparison) -> str:
     """The median step time row in one sentence ("median step 70.00 ms vs 100.00 ms: faster
@@ -88,9 +90,11 @@ def step_time_sentence(cmp: Comparison) -> str:
         text += f"; throughput ({cmp.throughput_unit.replace('_per_', '/')}) {tp.ratio:.2f}×: {cmp.throughput_verdict}"
     return text
 
+
 def caution_said(cmp: Comparison) -> bool:
     """The machine-load caution is already one of the headline's reasons (print it once)."""
     return bool(cmp.load_warning) and cmp.load_warning in cmp.headline.reasons
+
 
 def verdict_rows(cmp: Comparison) -> list[list[str]]:
     table, _ = verdict_display_table(cmp)
@@ -98,13 +102,17 @@ def verdict_rows(cmp: Comparison) -> list[list[str]]:
              r["ratio"] + (f" [{r['95% CI'].replace('–', ', ')}]" if r["95% CI"] != "—" else ""), r["verdict"]]
             for r in table.to_dict(orient="records")]
 
+
 VERDICT_DISPLAY_COLUMNS = ["quantity", "baseline", "candidate", "change", "ratio", "95% CI", "verdict", "note"]
+
 
 def _has_data(v: Any) -> bool:
     return is_finite_number(v)
 
+
 def _pct_change(ratio: Any) -> str:
     return f"{100 * (float(ratio) - 1):+.1f} %" if is_finite_number(ratio) else "—"
+
 
 def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:
     """The verdict table for people: values with units (ms, MiB/GiB, samples/s), the change in
@@ -131,8 +139,10 @@ def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:
                      "95% CI": ci, "verdict": str(r.verdict) or "—", "note": str(r.note) if r.note else ""})
     return pd.DataFrame(rows, columns=VERDICT_DISPLAY_COLUMNS), hidden
 
+
 BREAKDOWN_DISPLAY_COLUMNS = ["category", "baseline (ms/step)", "candidate (ms/step)", "Δ (ms/step)",
                              "Δ share of baseline step (%)"]
+
 
 def breakdown_display_table(cmp: Comparison, view: str = "device") -> pd.DataFrame:
     """The breakdown of one ``view`` for people: ms per step, the delta's share of the baseline
@@ -150,13 +160,16 @@ def breakdown_display_table(cmp: Comparison, view: str = "device") -> pd.DataFra
         "Δ share of baseline step (%)": (part["delta_share"].astype(float) * 100).to_numpy(),
     }, columns=BREAKDOWN_DISPLAY_COLUMNS)
 
+
 def steps_phrase(cmp: Comparison) -> str:
     a, b = getattr(cmp, "breakdown_steps", (0, 0))
     if not (a and b):
         return "mean profiled step"
     return f"mean of {a} baseline and {b} candidate profiled step{'s' if max(a, b) > 1 else ''}"
 
+
 VERDICT_HEADER = ["quantity", "baseline", "candidate", "ratio [95% CI]", "verdict"]
+
 
 def top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]]:
     if df is None or len(df) == 0:
@@ -172,6 +185,7 @@ def top_rows(df: pd.DataFrame, cols: Sequence[str], top: int) -> list[list[str]]
                     else (f"{rec[c]:.2f}" if isinstance(rec[c], float) else short_name(rec[c], 100)) for c in cols])
     return out
 
+
 def with_spread(df: pd.DataFrame, rows: list[list[str]]) -> list[list[str]]:
     """Each row with the step-to-step spread of both sides ("±0.12 ms / ±0.30 ms", "—" unknown)."""
     def pm(v: Any) -> str:
@@ -181,17 +195,22 @@ def with_spread(df: pd.DataFrame, rows: list[list[str]]) -> list[list[str]]:
     b = df["candidate_spread_us"].tolist() if "candidate_spread_us" in df.columns else [None] * len(df)
     return [[*r, f"{pm(x)} / {pm(y)}"] for r, x, y in zip(rows, a, b, strict=False)]
 
+
 def named_steps(part: pd.DataFrame) -> pd.DataFrame:
     return part.assign(category=part["category"].astype(str).replace("step", "mean profiled step"))
+
 
 def _signed(v: Any) -> str:
     text = format_value(v, "us")
     return "+" + text if is_finite_number(v) and float(v) > 0 else text
 
+
 CATEGORY_HEADER = ["category", "baseline at peak", "candidate at peak", "delta", "own peak delta"]
+
 
 def categories_of(cmp: Comparison, given: MemoryCategoryComparison | None) -> MemoryCategoryComparison:
     return given if given is not None else compare_side_memory_categories(cmp.baseline, cmp.candidate)
+
 
 def category_rows(cats: MemoryCategoryComparison) -> list[list[str]]:
     def signed(v: Any) -> str:
@@ -201,6 +220,7 @@ def category_rows(cats: MemoryCategoryComparison) -> list[list[str]]:
     return [[str(r.category), format_value(r.baseline_bytes, "bytes"), format_value(r.candidate_bytes, "bytes"),
              signed(r.delta_bytes), signed(r.peak_delta_bytes)]
             for r in cats.table.astype(object).where(cats.table.notna(), None).itertuples(index=False)]
+
 
 def ops_named(ops: pd.DataFrame) -> pd.DataFrame:
     """Ops matched by module (``--by module``) are named ``module · op``, ops matched by input
@@ -212,6 +232,7 @@ def ops_named(ops: pd.DataFrame) -> pd.DataFrame:
         shapes = ops["input_shapes"].fillna("").astype(str).replace("", "(no shapes)")
         return ops.assign(name=ops["name"].astype(str) + " " + shapes)
     return ops
+
 
 def compile_lines(cmp: Comparison) -> list[str]:
     """'torch.compile: baseline 3 graph breaks, 4 recompiles; candidate none' when a side compiled."""

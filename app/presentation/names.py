@@ -23,6 +23,7 @@ def _collapse(text: str, open_: str, close: str) -> str:
             out.append(ch)
     return "".join(out)
 
+
 def short_name(name: Any, width: int = 80) -> str:
     """An op or kernel name that fits a table cell: template and argument lists collapsed
     (``gemm<…>(…)``), then cut to ``width`` characters."""
@@ -31,11 +32,13 @@ def short_name(name: Any, width: int = 80) -> str:
         text = _collapse(_collapse(text.removeprefix("void "), "<", ">"), "(", ")")
     return text if len(text) <= width else text[: width - 1] + "…"
 
+
 def _middle_cut(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     head = (width - 1) // 2
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
 
 def distinct_short_names(names: Sequence[Any], width: int = 80) -> list[str]:
     """``short_name`` of each name, except that names whose short forms collide are shown less

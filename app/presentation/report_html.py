@@ -47,13 +47,16 @@ def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
+
 def _rounded(df: pd.DataFrame) -> pd.DataFrame:
     """Numbers of a display table as text with 2 decimals (the HTML table prints floats as %.4g)."""
     return df.apply(lambda col: col.map(lambda v: f"{v:,.2f}" if isinstance(v, float) else v))
 
+
 _CSS = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
 th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;font-size:.9rem}th{background:#f4f4f4}
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}.headline{font-size:1.1rem;font-weight:600}"""
+
 
 def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (), *, top: int = 30,
                        advice: Sequence[dict[str, str]] = (),

@@ -29,17 +29,21 @@ from app.presentation.comparison_text import (
 
 __all__ = ["format_report_markdown"]
 
+
 _ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "more": "⚠️", "worse": "⚠️", "same": "➖",
           "changed": "↔️", "n/a": "·", "inconclusive": "❔"}
+
 
 def _md(text: Any) -> str:
     s = html.escape(str(text), quote=False).replace("|", "\\|").replace("`", "'").replace("\n", " ")
     return s.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*").replace("_", "\\_")
 
+
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
 
 def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[dict[str, str]] = (),
                            memory_categories: MemoryCategoryComparison | None = None) -> str:

@@ -32,7 +32,9 @@ __all__ = [
     "is_finite_number",
 ]
 
+
 MISSING = "–"  # what a missing number prints as
+
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -101,6 +103,7 @@ def is_finite_number(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
 
+
 def format_value(v: Any, unit: str = "") -> str:
     """A number for people: seconds as s/ms/µs, bytes as KiB…GiB, others with 4 significant digits."""
     if not is_finite_number(v):
@@ -116,6 +119,7 @@ def format_value(v: Any, unit: str = "") -> str:
                 return f"{x / scale:,.2f} {name}"
         return f"{x:,.0f} B"
     return f"{x:,.4g}" + (f" {unit}" if unit else "")
+
 
 def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
     """``0.712× [0.70, 0.73]`` (the interval only when known)."""
