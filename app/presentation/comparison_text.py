@@ -17,7 +17,7 @@ from app.analysis.compare.memory_categories import (
     compare_side_memory_categories,
 )
 from app.presentation.names import distinct_short_names, short_name
-from app.presentation.units import format_value, is_finite_number
+from app.presentation.units import format_change, format_value, is_finite_number
 
 __all__ = [
     "BREAKDOWN_DISPLAY_COLUMNS",
@@ -111,7 +111,7 @@ def _has_data(v: Any) -> bool:
 
 
 def _pct_change(ratio: Any) -> str:
-    return f"{100 * (float(ratio) - 1):+.1f} %" if is_finite_number(ratio) else "—"
+    return format_change(ratio) or "—"
 
 
 def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "MISSING",
     "format_bytes",
+    "format_change",
     "format_ms",
     "format_ms_of_us",
     "format_percent",
@@ -129,3 +130,11 @@ def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
     if is_finite_number(lo) and is_finite_number(hi):
         text += f" [{float(lo):.3f}, {float(hi):.3f}]"
     return text
+
+
+def format_change(ratio: Any) -> str | None:
+    """A candidate/baseline ratio as a signed change: 1.123 → '+12.3 %', 0.5 → '-50.0 %'; None
+    when the ratio is missing or not finite (the caller says how a missing change reads)."""
+    if not is_finite_number(ratio):
+        return None
+    return f"{100 * (float(ratio) - 1):+.1f} %"

@@ -23,6 +23,7 @@ from app.presentation.report import (
     verdict_display_table,
 )
 from app.data.final_value import final_label
+from app.presentation.units import format_change
 from app.ui.compare_headline import render_headline
 from app.ui.compare_memory import cached_memory_categories
 from app.ui.layout import record_hint
@@ -162,9 +163,7 @@ def _plain(text: str) -> str:
 
 
 def _pct(ratio: float | None) -> str | None:
-    if ratio is None or not math.isfinite(ratio):
-        return None
-    return f"{100 * (ratio - 1):+.1f} %"
+    return format_change(ratio)
 
 
 def _colour(verdict: object, inverse: bool) -> str:

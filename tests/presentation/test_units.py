@@ -70,3 +70,12 @@ def test_units_is_a_leaf() -> None:
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "math", "typing"}, imported
+
+
+def test_format_change() -> None:
+    from app.presentation.units import format_change
+
+    assert format_change(1.123) == "+12.3 %"
+    assert format_change(0.5) == "-50.0 %"
+    assert format_change(1.0) == "+0.0 %"
+    assert format_change(None) is None and format_change(float("nan")) is None
