@@ -2,7 +2,6 @@
 verdicts and export buttons (UI layer)."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
