@@ -12,16 +12,16 @@ import streamlit as st
 from profiler_agent.runformat import layout
 
 __all__ = [
-    "set_session_defaults",
-    "render_sidebar",
-    "store_root",
-    "record_hint",
-    "RUN_PAGE",
-    "RUNS_PAGE",
     "COMPARE_PAGE",
     "PAGES",
+    "RUNS_PAGE",
+    "RUN_PAGE",
     "PageSpec",
     "md_escape",
+    "record_hint",
+    "render_sidebar",
+    "set_session_defaults",
+    "store_root",
 ]
 
 _PAGES = Path(__file__).resolve().parents[1] / "app_pages"

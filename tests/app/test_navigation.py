@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from app.ui.layout import PAGES
+from app.ui.layout import PAGES, PageSpec
 from app.ui.run_view import RUN_TABS
 
 TABS_DIR = Path(__file__).resolve().parents[2] / "app" / "ui" / "tabs"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.url_path for p in PAGES])
-def test_page_script_exists_and_its_imports_resolve(page) -> None:  # noqa: ANN001 - a PageSpec
+def test_page_script_exists_and_its_imports_resolve(page: PageSpec) -> None:
     path = Path(page.path)
     assert path.is_file(), path
     tree = ast.parse(path.read_text(encoding="utf-8"))
