@@ -17,29 +17,13 @@ if str(_PROJECT_ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app.ui.layout import render_sidebar, set_session_defaults  # noqa: E402
-
-_PAGES_DIR = Path(__file__).resolve().parent / "app_pages"
+from app.ui.layout import PAGES, render_sidebar, set_session_defaults  # noqa: E402
 
 
 def main() -> None:
     st.set_page_config(page_title="Torchscope", page_icon="🔭", layout="wide")
     set_session_defaults()
-    pages = [
-        st.Page(
-            _PAGES_DIR / "runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True
-        ),
-        st.Page(_PAGES_DIR / "run.py", title="Run", icon=":material/monitoring:", url_path="run"),
-    ]
-    if (_PAGES_DIR / "compare.py").is_file():  # built by its own module; the app works without it
-        pages.append(
-            st.Page(
-                _PAGES_DIR / "compare.py",
-                title="Compare",
-                icon=":material/compare_arrows:",
-                url_path="compare",
-            )
-        )
+    pages = [st.Page(p.path, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGES]
     page = st.navigation(pages)
     render_sidebar()
     page.run()

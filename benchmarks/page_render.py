@@ -37,12 +37,12 @@ def _quiet() -> None:
 
 def time_tabs(run_dir: Path, root: Path) -> list[tuple[str, float, float]]:
     """(tab, cold seconds, warm seconds) for every tab of the Run page on ``run_dir``."""
-    from app.ui.run_view import build_context
-    from app.ui.tabs import load_tab_modules
+    from app.ui.run_view import RUN_TABS, build_context
 
     out = []
     ctx = build_context(run_dir, root, None)
-    for name, module in load_tab_modules():
+    for module in RUN_TABS:
+        name = module.__name__.rsplit(".", 1)[-1]
         times = []
         for _ in range(2):
             t = time.perf_counter()

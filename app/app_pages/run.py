@@ -32,7 +32,7 @@ def main() -> None:
         run_dir = render_run_picker(root)
         if run_dir is None:
             return
-        live = str(cached_run(run_dir).status) == "running"
+        live = cached_run(run_dir).status == rf.RunStatus.RUNNING
         if live and st.toggle(
             "Auto-refresh",
             value=True,

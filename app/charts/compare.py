@@ -14,7 +14,9 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from app.analysis.compare.labels import unique_labels
-from app.presentation.report import distinct_short_names
+from app.analysis.compare.memory import compute_step_aligned_memory
+from app.analysis.curves.smoothing import compute_curve
+from app.presentation.names import distinct_short_names
 
 __all__ = [
     "make_step_time_figure",
@@ -192,8 +194,6 @@ def figures_to_html(figures: Sequence[tuple[str, go.Figure]]) -> list[tuple[str,
 def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
     """The figures of the exported report for a Comparison: step times, waterfalls, op and
     kernel deltas, and memory on a step axis when both sides have allocator events."""
-    from app.analysis.compare.memory import compute_step_aligned_memory
-
     b, c = cmp.baseline.label, cmp.candidate.label
     c = c if c != b else f"{c} (candidate)"
     figs: list[tuple[str, go.Figure]] = [("Step times", make_step_time_figure({b: cmp.step_times[0], c: cmp.step_times[1]}))]
@@ -213,8 +213,6 @@ def make_report_figures(cmp: Any) -> list[tuple[str, go.Figure]]:
         figs.append(("Memory", make_memory_overlay_figure(timelines)))
     runs = {b: cmp.baseline.run, c: cmp.candidate.run}
     if all(r is not None and "loss" in r.metrics.columns for r in runs.values()):
-        from app.analysis.curves.smoothing import compute_curve
-
         curves = {label: compute_curve(r.metrics, "loss") for label, r in runs.items()}
         figs.append(("Loss", make_curve_overlay_figure(curves, "loss")))
     return figs

@@ -45,35 +45,7 @@ def make_curve_figure(
     """
     fig = go.Figure()
     for i, (rank, group) in enumerate(curve.groupby("rank", sort=True)):
-        colour = _PALETTE[i % len(_PALETTE)]
-        label = f"rank {rank}"
-        hover = "step %{customdata}<br>" + key + " %{y:.6g}<extra>" + label + "</extra>"
-        if show_raw:
-            fig.add_trace(
-                go.Scattergl(
-                    x=group["x"],
-                    y=group["value"],
-                    customdata=group["step"],
-                    mode="lines",
-                    line={"color": _rgba(colour, 0.25), "width": 1},
-                    name=f"{label} raw",
-                    legendgroup=label,
-                    showlegend=False,
-                    hovertemplate=hover.replace(key, f"{key} (raw)"),
-                )
-            )
-        fig.add_trace(
-            go.Scattergl(
-                x=group["x"],
-                y=group["smoothed"],
-                customdata=group["step"],
-                mode="lines",
-                line={"color": colour, "width": 2},
-                name=label,
-                legendgroup=label,
-                hovertemplate=hover.replace(key, f"{key} (smoothed)"),
-            )
-        )
+        _add_rank_traces(fig, group, key, f"rank {rank}", _PALETTE[i % len(_PALETTE)], show_raw)
     fig.update_layout(
         title={"text": key, "x": 0.01},
         height=height,
@@ -88,11 +60,47 @@ def make_curve_figure(
         fig.add_hline(y=final.value, line_dash="dot", line_width=1, opacity=0.8,
                       annotation_text=f"{final.label} {final.value:.4g}", annotation_position="bottom right")
     if len(curve) and not log_y:
-        lo, hi = float(curve["value"].min()), float(curve["value"].max())
-        if hi - lo <= 1e-9 * max(abs(hi), abs(lo)):  # a flat curve: show it flat, not its rounding noise
-            pad = abs(hi) * 0.1 or 1.0
-            fig.update_yaxes(range=[lo - pad, hi + pad])
+        _keep_flat_curve_flat(fig, curve)
     return fig
+
+
+def _add_rank_traces(fig: go.Figure, group: pd.DataFrame, key: str, label: str, colour: str, show_raw: bool) -> None:
+    """One rank's lines: the raw values faint behind (when ``show_raw``), the smoothed values solid."""
+    hover = "step %{customdata}<br>" + key + " %{y:.6g}<extra>" + label + "</extra>"
+    if show_raw:
+        fig.add_trace(
+            go.Scattergl(
+                x=group["x"],
+                y=group["value"],
+                customdata=group["step"],
+                mode="lines",
+                line={"color": _rgba(colour, 0.25), "width": 1},
+                name=f"{label} raw",
+                legendgroup=label,
+                showlegend=False,
+                hovertemplate=hover.replace(key, f"{key} (raw)"),
+            )
+        )
+    fig.add_trace(
+        go.Scattergl(
+            x=group["x"],
+            y=group["smoothed"],
+            customdata=group["step"],
+            mode="lines",
+            line={"color": colour, "width": 2},
+            name=label,
+            legendgroup=label,
+            hovertemplate=hover.replace(key, f"{key} (smoothed)"),
+        )
+    )
+
+
+def _keep_flat_curve_flat(fig: go.Figure, curve: pd.DataFrame) -> None:
+    """A flat curve is shown flat, not zoomed into its rounding noise."""
+    lo, hi = float(curve["value"].min()), float(curve["value"].max())
+    if hi - lo <= 1e-9 * max(abs(hi), abs(lo)):
+        pad = abs(hi) * 0.1 or 1.0
+        fig.update_yaxes(range=[lo - pad, hi + pad])
 
 
 def make_rank_band_figure(band: pd.DataFrame, key: str, *, log_y: bool = False, height: int = 320) -> go.Figure:

@@ -57,6 +57,33 @@ def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
     return [(r, h) for r, h in out if h.steps]
 
 
+def _add_rank_steps(fig: go.Figure, rank: int, head: StepTime, *, ranks_drawn: int) -> None:
+    """One rank's step times (hollow markers: left out of the median) and its dashed median line."""
+    reasons = [head.dropped.get(s, "steady state") for s in head.steps]
+    fig.add_trace(
+        go.Scatter(
+            x=list(head.steps),
+            y=[t * 1e3 for t in head.times_s],
+            mode="lines+markers",
+            name=f"rank {rank}",
+            customdata=reasons,
+            marker={"size": 5, "symbol": ["circle-open" if s in head.dropped else "circle" for s in head.steps]},
+            hovertemplate="step %{x}<br>%{y:.2f} ms (%{customdata})<extra></extra>",
+        )
+    )
+    if head.value_s is None:
+        return
+    med = head.value_s * 1e3
+    # An hline given an empty annotation draws plotly's placeholder "new text": label each
+    # rank's median while they stay readable, otherwise draw the lines without labels.
+    label: dict[str, str] = {}
+    if ranks_drawn == 1:
+        label = {"annotation_text": f"median {med:.2f} ms"}
+    elif ranks_drawn <= _LABELLED_MEDIANS:
+        label = {"annotation_text": f"rank {rank} median {med:.2f} ms"}
+    fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6, **label)
+
+
 def make_step_time_figure(
     metrics: pd.DataFrame, *, value: str = "step_time_s", from_trace: bool = False,
     pooled: StepTime | None = None, ranks: Sequence[int] | None = None,
@@ -74,30 +101,7 @@ def make_step_time_figure(
     fig = go.Figure()
     groups = _rank_headlines(metrics, value, from_trace, ranks)
     for rank, head in groups:
-        y = [t * 1e3 for t in head.times_s]
-        reasons = [head.dropped.get(s, "steady state") for s in head.steps]
-        fig.add_trace(
-            go.Scatter(
-                x=list(head.steps),
-                y=y,
-                mode="lines+markers",
-                name=f"rank {rank}",
-                customdata=reasons,
-                marker={"size": 5, "symbol": ["circle-open" if s in head.dropped else "circle" for s in head.steps]},
-                hovertemplate="step %{x}<br>%{y:.2f} ms (%{customdata})<extra></extra>",
-            )
-        )
-        if head.value_s is None:
-            continue
-        med = head.value_s * 1e3
-        # An hline given an empty annotation draws plotly's placeholder "new text": label each
-        # rank's median while they stay readable, otherwise draw the lines without labels.
-        label: dict[str, str] = {}
-        if len(groups) == 1:
-            label = {"annotation_text": f"median {med:.2f} ms"}
-        elif len(groups) <= _LABELLED_MEDIANS:
-            label = {"annotation_text": f"rank {rank} median {med:.2f} ms"}
-        fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6, **label)
+        _add_rank_steps(fig, rank, head, ranks_drawn=len(groups))
     if pooled is not None and pooled.value_s is not None and len(groups) > 1:
         fig.add_hline(y=pooled.value_s * 1e3, line_dash="dot", line_width=2, opacity=0.9,
                       annotation_text=f"median, slowest rank per step {pooled.value_s * 1e3:.2f} ms",

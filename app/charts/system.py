@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 import pandas as pd
 import plotly.graph_objects as go
 
-__all__ = ["make_system_figure"]
+__all__ = ["SeriesUnit", "make_system_figure"]
 
 
-def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, title: str,
+class SeriesUnit(StrEnum):
+    """What a system chart's columns measure."""
+
+    PERCENT = "percent"  # plotted as is
+    BYTES = "bytes"  # plotted in MiB
+
+
+def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: SeriesUnit, title: str,
                        labels: Mapping[str, str] | None = None) -> go.Figure:
     """One line per (column, rank) against ``time`` (seconds since start).
 
-    ``unit`` is ``"percent"`` (plotted as is) or ``"bytes"`` (plotted in MiB); ``labels`` names
+    ``unit`` is ``SeriesUnit.PERCENT`` (plotted as is) or ``SeriesUnit.BYTES`` (plotted in MiB); ``labels`` names
     the lines (the column name otherwise). The y axis starts at 0, so a flat 99.5–100 % does not
     look like a swing.
     """
     fig = go.Figure()
-    scale = 1 / 2**20 if unit == "bytes" else 1.0
+    scale = 1 / 2**20 if unit == SeriesUnit.BYTES else 1.0
     groups = system.groupby("rank", sort=True) if "rank" in system.columns else [(0, system)]
     multi = "rank" in system.columns and system["rank"].nunique() > 1
     for rank, part in groups:
@@ -35,7 +43,7 @@ def make_system_figure(system: pd.DataFrame, columns: list[str], *, unit: str, t
     fig.update_layout(
         title=title,
         xaxis_title="time since start (s)",
-        yaxis_title="MiB" if unit == "bytes" else "%",
+        yaxis_title="MiB" if unit == SeriesUnit.BYTES else "%",
         height=300,
         # Plotly hides the legend of a one-line chart; the column name is the only label saying
         # what the line is (e.g. system_memory_used_bytes vs available).

@@ -83,6 +83,29 @@ def _segments(start: np.ndarray, end: np.ndarray, y: np.ndarray) -> tuple[np.nda
     return xs, ys
 
 
+def _category_traces(sub: pd.DataFrame, y: np.ndarray, cat: str, colour: str, *, span_ms: float,
+                     width_px: float) -> list[go.Scattergl]:
+    """The two traces of one category's events: their segments, and an invisible hover marker each."""
+    start = sub["start_ms"].to_numpy(np.float64)
+    # Zero-length events still get a visible sliver (1/5000 of the window).
+    end = start + np.maximum(sub["dur_us"].to_numpy(np.float64) / 1000.0, span_ms / 5000)
+    xs, ys = _segments(start, end, y)
+    name = CATEGORY_LABELS.get(cat, cat or "(no category)")
+    segments = go.Scattergl(
+        x=xs, y=ys, mode="lines", name=name, legendgroup=name, hoverinfo="skip",
+        line={"width": width_px, "color": colour}, connectgaps=False,
+    )
+    # Hover text once per event, on an invisible marker at its middle: three copies (one
+    # per segment end) would triple the payload sent to the browser.
+    markers = go.Scattergl(
+        x=(start + end) / 2, y=y, text=np.asarray(_hover(sub), dtype=object),
+        mode="markers", name=name,
+        legendgroup=name, showlegend=False, marker={"size": width_px, "color": colour, "opacity": 0},
+        hovertemplate="%{text}<extra></extra>",
+    )
+    return [segments, markers]
+
+
 def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.Figure:
     """Return the timeline figure: x in ms from the window start, one row per lane and depth.
 
@@ -103,29 +126,8 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     cats = sorted(events["cat"].unique()) if len(events) else []
     for i, cat in enumerate(cats):
         mask = (events["cat"] == cat).to_numpy()
-        sub = events[mask]
-        start = sub["start_ms"].to_numpy(np.float64)
-        # Zero-length events still get a visible sliver (1/5000 of the window).
-        end = start + np.maximum(sub["dur_us"].to_numpy(np.float64) / 1000.0, span_ms / 5000)
-        xs, ys = _segments(start, end, y[mask])
-        colour = _COLOURS.get(cat, _PALETTE[i % len(_PALETTE)])
-        name = CATEGORY_LABELS.get(cat, cat or "(no category)")
-        traces.append(
-            go.Scattergl(
-                x=xs, y=ys, mode="lines", name=name, legendgroup=name, hoverinfo="skip",
-                line={"width": width_px, "color": colour}, connectgaps=False,
-            )
-        )
-        # Hover text once per event, on an invisible marker at its middle: three copies (one
-        # per segment end) would triple the payload sent to the browser.
-        traces.append(
-            go.Scattergl(
-                x=(start + end) / 2, y=y[mask], text=np.asarray(_hover(sub), dtype=object),
-                mode="markers", name=name,
-                legendgroup=name, showlegend=False, marker={"size": width_px, "color": colour, "opacity": 0},
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
+        traces += _category_traces(events[mask], y[mask], cat, _COLOURS.get(cat, _PALETTE[i % len(_PALETTE)]),
+                                   span_ms=span_ms, width_px=width_px)
     fig = go.Figure(data=traces)
     for tick in ticks[1:]:  # a thin rule between lanes
         fig.add_hline(y=-(tick - 0.5), line={"width": 1, "color": "rgba(120,120,120,0.35)"})

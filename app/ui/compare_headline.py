@@ -17,6 +17,8 @@ from typing import Any
 import streamlit as st
 
 from app.analysis.compare.comparison import Comparison
+from app.analysis.compare.headline import HeadlineVerdict
+from app.presentation.units import format_value
 
 __all__ = ["HeadlineView", "headline_view", "headline_sentence", "step_set_lines", "render_headline",
            "QUANTITY_LABELS"]
@@ -37,7 +39,6 @@ _FALLBACK_METHOD = "percentile bootstrap of the ratio of medians (steps of one r
 @dataclass(frozen=True)
 class HeadlineView:
     """What the page shows of a comparison's headline (the contract's Headline fields)."""
-
     quantity: str
     baseline: float | None
     candidate: float | None
@@ -90,8 +91,6 @@ def headline_view(cmp: Comparison) -> HeadlineView:
 
 
 def _seconds(v: float | None, quantity: str) -> str:
-    from app.presentation.report import format_value
-
     return format_value(v, "s") + _PER.get(quantity, "") if _finite(v) else "–"
 
 
@@ -105,13 +104,13 @@ def headline_sentence(view: HeadlineView, baseline: str, candidate: str) -> str:
     ci = f", 95 % CI {view.ci95[0]:.3f}–{view.ci95[1]:.3f}" if view.ci95 and all(map(_finite, view.ci95)) else \
         ", no confidence interval"
     values = f"{_seconds(view.baseline, view.quantity)} → {_seconds(view.candidate, view.quantity)}; ratio {r:.3f}{ci}"
-    if view.verdict == "faster":
+    if view.verdict == HeadlineVerdict.FASTER:
         return f"{what}: {candidate} is {1 / r:.2f}× faster than {baseline} ({values})"
-    if view.verdict == "slower":
+    if view.verdict == HeadlineVerdict.SLOWER:
         return f"{what}: {candidate} is {r:.2f}× slower than {baseline} ({values})"
-    if view.verdict == "inconclusive":
+    if view.verdict == HeadlineVerdict.INCONCLUSIVE:
         return f"{what}: {candidate} vs {baseline}: inconclusive ({values})"
-    if view.verdict == "same":
+    if view.verdict == HeadlineVerdict.SAME:
         return f"{what}: {candidate} vs {baseline}: same, no difference beyond the practical threshold ({values})"
     return f"{what}: {candidate} vs {baseline}: {view.verdict or 'not judged'} ({values})"
 

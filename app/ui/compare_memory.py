@@ -3,6 +3,7 @@ category, largest allocations of the CUDA snapshots (UI layer)."""
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 
 import pandas as pd
@@ -13,14 +14,26 @@ from app.analysis.compare.memory import compute_step_aligned_memory, diff_larges
 from app.analysis.compare.memory_categories import MemoryCategoryComparison
 from app.workspace.memory import load_memory_categories
 from app.analysis.memory.peak import peak_description, peak_quantity
-from app.presentation.report import format_value
+from app.presentation.units import format_value
 from app.charts.compare import make_memory_overlay_figure
 from app.charts.compare_memory import make_memory_category_figure
 from app.charts.memory import byte_unit
+from app.data.snapshot import load_snapshot
 from app.errors import TorchscopeError
 from profiler_agent.runformat import layout
 
-__all__ = ["render_memory_tab", "cached_memory_categories", "NO_CATEGORIES_HELP"]
+__all__ = ["NO_CATEGORIES_HELP", "CategoryBars", "cached_memory_categories", "render_memory_tab"]
+
+
+class CategoryBars(StrEnum):
+    """What the memory-by-category bars show (the values of the "Bars show" radio)."""
+
+    AT_PEAK = "at_peak"
+    OWN_PEAK = "own_peak"
+
+
+_CATEGORY_BARS = {CategoryBars.AT_PEAK: "each category at the moment of the total peak",
+                  CategoryBars.OWN_PEAK: "each category's own peak"}
 
 NO_CATEGORIES_HELP = (
     "Neither run has a memory timeline, so memory cannot be split by category (parameters, gradients, "
@@ -115,10 +128,9 @@ def _render_categories(cmp: Comparison) -> None:
         st.info(NO_CATEGORIES_HELP)
         return
     b, c = _labels(cmp)
-    what = st.radio("Bars show", ["at_peak", "own_peak"], horizontal=True, key="compare_memory_categories_view",
-                    format_func=lambda v: {"at_peak": "each category at the moment of the total peak",
-                                           "own_peak": "each category's own peak"}[v])
-    st.plotly_chart(make_memory_category_figure(cats.table, b, c, at_peak=what == "at_peak"), width="stretch",
+    what = st.radio("Bars show", list(CategoryBars), horizontal=True, key="compare_memory_categories_view",
+                    format_func=_CATEGORY_BARS.__getitem__)
+    st.plotly_chart(make_memory_category_figure(cats.table, b, c, at_peak=what == CategoryBars.AT_PEAK), width="stretch",
                     key="compare_memory_categories_fig")
     shown, config = _category_table(cats.table)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config,
@@ -139,7 +151,6 @@ def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
     a, b = cmp.baseline.run, cmp.candidate.run
     if a is None or b is None or not a.snapshot_files or not b.snapshot_files:
         return None
-    from app.data.snapshot import load_snapshot
 
     return diff_largest_allocations(load_snapshot(a.snapshot_files[-1]), load_snapshot(b.snapshot_files[-1]))
 

@@ -2,6 +2,8 @@
 kernels, memory, model, advisor (UI layer)."""
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pandas as pd
 import streamlit as st
 
@@ -18,7 +20,14 @@ from app.charts.graph import make_module_diff_dot
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
-           "render_advisor_tab", "diff_table_display"]
+           "render_advisor_tab", "diff_table_display", "DiffKind"]
+
+
+class DiffKind(StrEnum):
+    """Which diff table a Compare tab shows."""
+
+    OPS = "ops"
+    KERNELS = "kernels"
 
 # Operator and kernel diff tables: (header without unit, help) of each time column (µs per profiled
 # step in the analysis tables). Shown in ms when any value reaches 1 ms, as on the Run page.
@@ -51,9 +60,9 @@ _ORDER = ("name", "module", "input_shapes", "delta_us", "baseline_self_us", "can
           "baseline_calls", "candidate_calls", "change")
 
 
-def diff_table_display(table: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, dict[str, object], str]:
-    """(table to show, its column_config, time unit) of an operator (``kind="ops"``) or kernel
-    (``"kernels"``) diff table. Time columns ``*_us`` become ``*_ms`` (values / 1000) when any of
+def diff_table_display(table: pd.DataFrame, kind: DiffKind) -> tuple[pd.DataFrame, dict[str, object], str]:
+    """(table to show, its column_config, time unit) of an operator (``DiffKind.OPS``) or kernel
+    (``DiffKind.KERNELS``) diff table. Time columns ``*_us`` become ``*_ms`` (values / 1000) when any of
     them reaches 1 ms, so headers, values and unit agree; other columns keep their names. The deltas
     come right after the name (and module or shapes), so they show without scrolling."""
     times = [c for c in table.columns if c in _TIME_HEADERS]
@@ -63,10 +72,10 @@ def diff_table_display(table: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, di
     order = [c for c in _ORDER if c in table.columns]
     shown = table[order + [c for c in table.columns if c not in order]].copy()
     config: dict[str, object] = {
-        "name": st.column_config.TextColumn("Operator" if kind == "ops" else "Kernel", width="medium"),
+        "name": st.column_config.TextColumn("Operator" if kind == DiffKind.OPS else "Kernel", width="medium"),
     }
     for col in times:
-        label, help_text = _KERNEL_DELTA if kind == "kernels" and col == "delta_us" else _TIME_HEADERS[col]
+        label, help_text = _KERNEL_DELTA if kind == DiffKind.KERNELS and col == "delta_us" else _TIME_HEADERS[col]
         target = col[: -len("_us")] + "_ms" if in_ms else col
         if in_ms:
             shown = shown.rename(columns={col: target})
@@ -145,7 +154,7 @@ def render_ops_tab(cmp: Comparison) -> None:
     st.plotly_chart(make_delta_bar_figure(chart, label_col="op" if by_module else "name",
                                           title="Operators: host self-time change per step"), width="stretch",
                     key="compare_ops_fig")
-    shown, config, unit = diff_table_display(ops, "ops")
+    shown, config, unit = diff_table_display(ops, DiffKind.OPS)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
     st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
                "sorted by the size of Δ self. Match by name + input shapes or name + module in the settings above.")
@@ -158,7 +167,7 @@ def render_kernels_tab(cmp: Comparison) -> None:
     kernels = _filtered(cmp.kernels, "compare_kernels")
     st.plotly_chart(make_delta_bar_figure(kernels, title="Kernels: time change per step"), width="stretch",
                     key="compare_kernels_fig")
-    shown, config, unit = diff_table_display(kernels, "kernels")
+    shown, config, unit = diff_table_display(kernels, DiffKind.KERNELS)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
     st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
                "sorted by the size of Δ time.")

@@ -2,7 +2,6 @@
 verdicts and export buttons (UI layer)."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.compare.comparison import CompareOptions, Comparison
+from app.analysis.compare.headline import HeadlineVerdict
 from app.analysis.compare.tables import OpGrouping
+from app.analysis.stats.ratio import Verdict
+from app.charts.compare import figures_to_html, make_report_figures
 from app.presentation.report import (
     format_ratio,
     format_report_html,
@@ -20,7 +22,9 @@ from app.presentation.report import (
     verdict_display_table,
 )
 from app.analysis.run.final_value import final_label
+from app.presentation.units import format_change
 from app.ui.compare_headline import render_headline
+from app.ui.compare_memory import cached_memory_categories
 from app.ui.layout import record_hint
 from app.ui.store import cached_store_view
 from profiler_agent import runformat as rf
@@ -38,7 +42,6 @@ GROUP_PREFIX = "group:"
 class Selection:
     """The sides to compare: ``paths`` maps run id → folder; ``labels`` key → display label;
     ``groups`` maps a group key ("group:NAME") → the folders of its runs, newest first."""
-
     baseline: str
     candidates: tuple[str, ...]
     paths: dict[str, Path]
@@ -159,14 +162,12 @@ def _plain(text: str) -> str:
 
 
 def _pct(ratio: float | None) -> str | None:
-    if ratio is None or not math.isfinite(ratio):
-        return None
-    return f"{100 * (ratio - 1):+.1f} %"
+    return format_change(ratio)
 
 
 def _colour(verdict: object, inverse: bool) -> str:
     # Colour a delta only when the verdict says it is real; "same" and "inconclusive" stay grey whatever its sign.
-    if str(verdict) in ("same", "n/a", "", "inconclusive"):
+    if str(verdict) in (Verdict.SAME, Verdict.UNKNOWN, "", HeadlineVerdict.INCONCLUSIVE):
         return "off"
     return "inverse" if inverse else "normal"
 
@@ -175,7 +176,7 @@ def _metric_row(cmp: Comparison) -> None:
     cols = st.columns(4)
     est, tp = cmp.step_time, cmp.throughput
     # An inconclusive headline greys the speed tiles too: no green or red the headline does not back.
-    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == "inconclusive"
+    doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == HeadlineVerdict.INCONCLUSIVE
     step_colour = "off" if doubt else _colour(cmp.step_verdict, True)
     cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
                    _pct(est.ratio if est else None), delta_color=step_colour,
@@ -245,9 +246,6 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
 def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:
     """Download buttons: Markdown for a PR comment, self-contained interactive HTML (both with
     the advisor's findings rows when given)."""
-    from app.charts.compare import figures_to_html, make_report_figures
-    from app.ui.compare_memory import cached_memory_categories
-
     cats = cached_memory_categories(cmp)  # the Memory tab's cached read of the timelines
     stem = re.sub(r"[^\w.-]+", "_", f"{cmp.candidate.label}-vs-{cmp.baseline.label}")[:120]
     c1, c2 = st.columns(2)

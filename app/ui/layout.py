@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -11,15 +12,16 @@ import streamlit as st
 from profiler_agent.runformat import layout
 
 __all__ = [
-    "set_session_defaults",
-    "render_sidebar",
-    "store_root",
-    "record_hint",
-    "RUN_PAGE",
-    "RUNS_PAGE",
     "COMPARE_PAGE",
-    "compare_page_exists",
+    "PAGES",
+    "RUNS_PAGE",
+    "RUN_PAGE",
+    "PageSpec",
     "md_escape",
+    "record_hint",
+    "render_sidebar",
+    "set_session_defaults",
+    "store_root",
 ]
 
 _PAGES = Path(__file__).resolve().parents[1] / "app_pages"
@@ -28,8 +30,24 @@ RUN_PAGE = str(_PAGES / "run.py")
 COMPARE_PAGE = str(_PAGES / "compare.py")
 
 
-def compare_page_exists() -> bool:
-    return Path(COMPARE_PAGE).is_file()
+@dataclass(frozen=True)
+class PageSpec:
+    """One page of the app's navigation: its script under app_pages/ and how the menu shows it."""
+
+    path: str
+    title: str
+    icon: str
+    url_path: str
+    default: bool = False
+
+
+# Every page, in menu order. streamlit_app.py builds the navigation from it; a test checks that each
+# script exists and that its imports resolve, so a renamed page fails there, not in front of a user.
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec(RUNS_PAGE, "Runs", ":material/table_rows:", "runs", default=True),
+    PageSpec(RUN_PAGE, "Run", ":material/monitoring:", "run"),
+    PageSpec(COMPARE_PAGE, "Compare", ":material/compare_arrows:", "compare"),
+)
 
 
 def set_session_defaults() -> None:

@@ -8,13 +8,32 @@ from pathlib import Path
 import streamlit as st
 
 from app.data import runs as runs_data
+from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
 from app.ui.layout import md_escape, record_hint
 from app.ui.store import cached_store_view
-from app.ui.tabs import RunContext, load_tab_modules
+from app.ui.tabs import (
+    RunContext,
+    Tab,
+    config,
+    findings,
+    graph,
+    kernels,
+    logs,
+    memory,
+    metrics,
+    operators,
+    overview,
+    system,
+    timeline,
+)
 from profiler_agent import runformat as rf
 
-__all__ = ["render_run_picker", "render_run_header", "render_rank_selector", "render_tabs", "build_context"]
+__all__ = ["RUN_TABS", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
+
+# The Run page's tabs, in the order shown.
+RUN_TABS: tuple[Tab, ...] = (overview, findings, metrics, operators, kernels, timeline, memory, graph, system, logs,
+                             config)
 
 
 def render_run_picker(root: Path) -> Path | None:
@@ -91,11 +110,11 @@ def render_run_header(run: runs_data.RunData) -> None:
         started = datetime.datetime.fromtimestamp(m.started_at, tz=datetime.UTC)
         bits.append(started.strftime("started %Y-%m-%d %H:%M:%S UTC"))
     if m.duration_s is not None:
-        bits.append(f"ran {runs_data.format_seconds(m.duration_s)}")
+        bits.append(f"ran {format_seconds(m.duration_s)}")
     if m.tags:
         bits.append("tags: " + ", ".join(md_escape(t) for t in m.tags))
     st.markdown(" · ".join(bits))
-    if status == "crashed":
+    if status == rf.RunStatus.CRASHED:
         st.warning(
             "This run stopped sending heartbeats and its process is gone: it crashed. "
             "Everything it wrote until then is shown below."
@@ -118,7 +137,7 @@ def render_rank_selector(ranks: list[int]) -> int | None:
         key="run_rank",
         help="Charts and tables show this rank; 'all' shows every rank where it makes sense.",
     )
-    return None if choice == "all" else int(choice)
+    return None if choice is None or choice == "all" else int(str(choice))
 
 
 def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
@@ -130,15 +149,14 @@ def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
         key_prefix="run_",
         ranks=tuple(runs_data.run_ranks(run)),
         root=root,
-        live=str(run.status) == "running",
+        live=run.status == rf.RunStatus.RUNNING,
     )
 
 
 def render_tabs(ctx: RunContext) -> None:
-    """Every tab that exists, in order; a project error in one tab is shown inside it only."""
-    modules = load_tab_modules()
-    tabs = st.tabs([m.TITLE for _, m in modules])
-    for tab, (name, module) in zip(tabs, modules):
+    """Every tab of RUN_TABS, in order; a project error in one tab is shown inside it only."""
+    tabs = st.tabs([m.TITLE for m in RUN_TABS])
+    for tab, module in zip(tabs, RUN_TABS, strict=True):
         with tab:
             try:
                 module.render(ctx)

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app.data import runs as runs_data
-from app.ui.layout import COMPARE_PAGE, RUN_PAGE, compare_page_exists, md_escape, record_hint
+from app.ui.layout import COMPARE_PAGE, RUN_PAGE, md_escape, record_hint
 from app.ui.store import StoreView, clear_store_caches
 from profiler_agent import runformat as rf
 
@@ -163,15 +163,14 @@ def _open_buttons(selected: pd.DataFrame) -> None:
     left, right = st.columns(2)
     if left.button("Open run", key="runs_open", disabled=len(ids) != 1, type="primary"):
         st.switch_page(RUN_PAGE, query_params={"run": ids[0]})
-    if compare_page_exists():
-        if right.button(
-            "Compare",
-            key="runs_compare",
-            disabled=len(ids) < 2,
-            help="select two or more runs; the oldest is the baseline, the others candidates",
-        ):
-            oldest_first = list(selected.sort_values("started_at", kind="stable")["id"])
-            st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(oldest_first)})
+    if right.button(
+        "Compare",
+        key="runs_compare",
+        disabled=len(ids) < 2,
+        help="select two or more runs; the oldest is the baseline, the others candidates",
+    ):
+        oldest_first = list(selected.sort_values("started_at", kind="stable")["id"])
+        st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(oldest_first)})
 
 
 def _render_edit(row: pd.Series) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
+from app.analysis.trace.kernels import compute_kernel_table
+from app.analysis.trace.modules import compute_module_table
+from app.analysis.trace.ops import compute_annotation_table, compute_op_table
+from app.data import trace_cache
+from app.data.trace import load_trace
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
@@ -39,9 +43,6 @@ def load_trace_analysis(ctx: RunContext) -> Any | None:
     if not ctx.run.trace_files:
         st.info(NO_TRACE_HINT)
         return None
-    if importlib.util.find_spec("app.analysis.trace.summary") is None:
-        st.info("This Torchscope has no trace analysis installed (app.analysis.trace.summary).")
-        return None
     ingest_with_progress(ctx.run.trace_files)
     with st.spinner("Analysing the run's traces…"):
         return cached_trace_analysis(ctx.run_dir)
@@ -54,9 +55,6 @@ def ingest_with_progress(paths: list[Path]) -> None:
     cache, so a warm run shows no bar at all. Unreadable files are left for the analysis to
     report with its own error message.
     """
-    from app.data import trace_cache
-    from app.data.trace import load_trace
-
     cold = [p for p in paths if trace_cache.read_cached_meta(trace_cache.cache_entry_dir(p)) is None]
     if not cold:
         return
@@ -65,7 +63,6 @@ def ingest_with_progress(paths: list[Path]) -> None:
     bar = st.progress(0.0, text="Reading traces for the first time…")
     base = 0
     for path, size in zip(cold, sizes):
-
         def report(done: int, _total: int, base: int = base, name: str = path.name) -> None:
             bar.progress(min(1.0, (base + done) / total),
                          text=f"Reading {name} for the first time: {(base + done) / 2**20:,.0f} of "
@@ -90,8 +87,6 @@ def rank_rows(df: pd.DataFrame | None, rank: int | None) -> pd.DataFrame:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _op_table(path: str, sig: tuple[float, ...], rank: int | None, group_by: str | None) -> pd.DataFrame:
-    from app.analysis.trace.ops import compute_op_table
-
     traces = [t for t in cached_traces(path) if rank is None or t.rank == rank]
     return compute_op_table(traces, group_by=group_by)
 
@@ -107,8 +102,6 @@ def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataF
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _annotation_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.trace.ops import compute_annotation_table
-
     return compute_annotation_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 
 
@@ -120,8 +113,6 @@ def cached_annotation_table(ctx: RunContext) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _module_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.trace.modules import compute_module_table
-
     return compute_module_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 
 
@@ -132,8 +123,6 @@ def cached_module_table(ctx: RunContext) -> pd.DataFrame:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _kernel_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    from app.analysis.trace.kernels import compute_kernel_table
-
     return compute_kernel_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from app.ui.compare_tabs import diff_table_display
+from app.ui.compare_tabs import DiffKind, diff_table_display
 from tests.app.test_compare_page import _tab, open_compare
 
 
@@ -17,7 +17,7 @@ def _ops(scale: float) -> pd.DataFrame:
 
 
 def test_large_op_times_are_shown_in_ms_with_labelled_headers() -> None:
-    shown, config, unit = diff_table_display(_ops(1.0), "ops")
+    shown, config, unit = diff_table_display(_ops(1.0), DiffKind.OPS)
     assert unit == "ms"
     assert {"baseline_self_ms", "candidate_self_ms", "delta_ms"} <= set(shown.columns)
     assert not [c for c in shown.columns if c.endswith("_us")]
@@ -30,12 +30,12 @@ def test_large_op_times_are_shown_in_ms_with_labelled_headers() -> None:
 
 
 def test_small_times_stay_in_us_and_kernels_say_time() -> None:
-    shown, config, unit = diff_table_display(_ops(0.1), "ops")
+    shown, config, unit = diff_table_display(_ops(0.1), DiffKind.OPS)
     assert unit == "µs" and shown["baseline_self_us"].tolist() == [150.0, 2.0]
     assert config["delta_us"]["label"] == "Δ self (µs/step)"
     kernels = pd.DataFrame({"name": ["gemm"], "baseline_us": [5000.0], "candidate_us": [4000.0],
                             "delta_us": [-1000.0], "change": ["both"]})
-    shown, config, unit = diff_table_display(kernels, "kernels")
+    shown, config, unit = diff_table_display(kernels, DiffKind.KERNELS)
     assert unit == "ms" and config["delta_ms"]["label"] == "Δ time (ms/step)"
     assert config["name"]["label"] == "Kernel" and shown["candidate_ms"].tolist() == [4.0]
 
@@ -60,6 +60,6 @@ def test_compare_page_tables_have_units(monkeypatch, shared_data, tmp_path) -> N
 
 
 def test_deltas_come_right_after_the_name() -> None:
-    shown, _, _ = diff_table_display(_ops(1.0), "ops")
+    shown, _, _ = diff_table_display(_ops(1.0), DiffKind.OPS)
     assert list(shown.columns)[:3] == ["name", "module", "delta_ms"]
     assert list(shown.columns)[-1] == "change"

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.cli import main
 from app.analysis.run.final_value import final_value
-from app.data.runs import format_seconds
+from app.presentation.units import format_seconds
 from app.analysis.run.step_time import steady_step_time
 from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL

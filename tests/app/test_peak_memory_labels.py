@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from app.workspace.sides import load_side
-from app.presentation.report import format_value
-from app.data.runs import format_bytes
+from app.presentation.units import format_bytes, format_value
 from profiler_agent.runformat import list_runs
 from tests.app.helpers import assert_clean, open_app
 from tests.app.test_compare_page import open_compare

@@ -45,11 +45,11 @@ def test_unknown_run_in_url_warns_and_shows_newest(monkeypatch, fixture_store):
 
 
 def test_tabs_in_contract_order(monkeypatch, fixture_store):
-    from app.ui.tabs import TAB_MODULES, load_tab_modules
+    from app.ui.run_view import RUN_TABS
 
     at = open_app(monkeypatch, fixture_store[0], run="baseline")
     labels = [t.label for t in at.tabs]
-    expected = [m.TITLE for _, m in load_tab_modules(TAB_MODULES)]
+    expected = [m.TITLE for m in RUN_TABS]
     assert labels[: len(expected)] == expected
     for mine in ("Overview", "Operators", "Kernels", "System", "Logs", "Config"):
         assert mine in labels

@@ -160,12 +160,6 @@ def test_tb_profiler_folder_is_listed_read_only(monkeypatch, shared_data, tmp_pa
 
 
 def test_compare_selected_runs(monkeypatch, fixture_store):
-    import pytest
-
-    from app.ui.layout import compare_page_exists
-
-    if not compare_page_exists():
-        pytest.skip("no Compare page in this version")
     root, runs = fixture_store
     at = _select(open_app(monkeypatch, root), ["baseline", "optimized"])
     at.button(key="runs_compare").click().run()

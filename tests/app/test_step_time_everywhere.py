@@ -8,7 +8,7 @@ import json
 
 from app.analysis.run.step_time import steady_step_time
 from app.cli import main
-from app.data.runs import format_seconds
+from app.presentation.units import format_seconds
 from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from app.analysis.compare.comparison import diff_sides
-from app.workspace.sides import CompareSide, SideKind
+from app.data.runs import load_run
 from app.presentation.report import (
     format_ratio,
     format_report_html,
@@ -20,7 +20,7 @@ from app.presentation.report import (
     headline,
     short_name,
 )
-from app.data.runs import load_run
+from app.workspace.sides import CompareSide, SideKind
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 

@@ -5,37 +5,22 @@ A tab is a module ``app/ui/tabs/<name>.py`` exposing::
     TITLE: str                               # the label shown on the tab
     def render(ctx: RunContext) -> None: ... # Streamlit calls only; loads through app.ui.cache
 
-The Run page builds one :class:`RunContext`, then renders the tabs listed in :data:`TAB_MODULES`
-in that order. A module that does not exist yet is skipped; a ``TorchscopeError`` raised by a
-tab's ``render`` is shown as ``st.error`` inside that tab only, so one broken tab never breaks
-the page. A tab with no data for the run shows ``st.info`` saying how to record it.
+The Run page (``app.ui.run_view.RUN_TABS``) imports the tab modules by name and renders them in
+that order, so a renamed or missing tab is an ImportError at test time, never a silently absent
+tab. A ``TorchscopeError`` raised by a tab's ``render`` is shown as ``st.error`` inside that tab
+only, so one broken tab never breaks the page. A tab with no data for the run shows ``st.info``
+saying how to record it.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from typing import Protocol
 
 from app.data.runs import RunData
 
-__all__ = ["RunContext", "TAB_MODULES", "load_tab_modules"]
-
-# Order of the tabs on the Run page.
-TAB_MODULES: tuple[str, ...] = (
-    "overview",
-    "findings",
-    "metrics",
-    "operators",
-    "kernels",
-    "timeline",
-    "memory",
-    "graph",
-    "system",
-    "logs",
-    "config",
-)
+__all__ = ["RunContext", "Tab"]
 
 
 @dataclass(frozen=True)
@@ -62,20 +47,9 @@ class RunContext:
         return f"{self.key_prefix}{name}"
 
 
-def load_tab_modules(names: tuple[str, ...] = TAB_MODULES) -> list[tuple[str, ModuleType]]:
-    """Import the tab modules that exist, in order; return (name, module) pairs.
+class Tab(Protocol):
+    """What a tab module provides (a module satisfies this protocol)."""
 
-    A module that is not there (not built yet) is skipped; any other import error propagates.
-    """
-    found: list[tuple[str, ModuleType]] = []
-    for name in names:
-        full = f"{__name__}.{name}"
-        try:
-            module = importlib.import_module(full)
-        except ModuleNotFoundError as e:
-            if e.name == full:
-                continue
-            raise
-        if hasattr(module, "render") and hasattr(module, "TITLE"):
-            found.append((name, module))
-    return found
+    TITLE: str
+
+    def render(self, ctx: RunContext) -> None: ...

@@ -12,6 +12,7 @@ import streamlit as st
 
 from app.data.tbprofiler import IMPORTED_TAG
 from app.ui.tabs import RunContext
+from profiler_agent import runformat as rf
 
 __all__ = ["TITLE", "render", "flatten_config", "table_height", "device_table"]
 
@@ -58,9 +59,7 @@ def table_height(rows: int) -> int:
     return 35 * (min(rows, 40) + 1) + 3
 
 
-def render(ctx: RunContext) -> None:
-    """Config table, then command, versions, git, host and devices."""
-    m = ctx.run.manifest
+def _render_hyperparameters(ctx: RunContext, m: rf.Manifest) -> None:
     st.subheader("Hyperparameters")
     if m.config:
         table = _kv(m.config)
@@ -79,12 +78,9 @@ def render(ctx: RunContext) -> None:
             "No hyperparameters recorded. `torchscope run` captures the script's argparse arguments; "
             "with the API, pass `config={...}`."
         )
-    st.subheader("Command")
-    if m.command and IMPORTED_TAG in m.tags:
-        st.caption("The import, not the job:")
-        st.code(shlex.join(m.command), language="bash")
-    elif m.command:
-        st.code(shlex.join(m.command), language="bash")
+
+
+def _render_environment(ctx: RunContext, m: rf.Manifest) -> None:
     env = {
         "host": m.host,
         "cwd": m.cwd,
@@ -113,6 +109,19 @@ def render(ctx: RunContext) -> None:
             height=table_height(len(devices)),
             key=ctx.key("config_devices"),
         )
+
+
+def render(ctx: RunContext) -> None:
+    """Config table, then command, versions, git, host and devices."""
+    m = ctx.run.manifest
+    _render_hyperparameters(ctx, m)
+    st.subheader("Command")
+    if m.command and IMPORTED_TAG in m.tags:
+        st.caption("The import, not the job:")
+        st.code(shlex.join(m.command), language="bash")
+    elif m.command:
+        st.code(shlex.join(m.command), language="bash")
+    _render_environment(ctx, m)
     if m.extra:
         with st.expander("Other manifest fields"):
             st.json(dict(m.extra), expanded=False)

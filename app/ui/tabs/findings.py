@@ -12,6 +12,7 @@ import streamlit as st
 from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight
 from app.workspace.evidence import load_run_evidence
 from app.errors import TorchscopeError
+from app.presentation.units import format_percent, format_us
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 
@@ -79,11 +80,11 @@ def _fmt(v: float, key: str = "") -> str:
     if f != f:
         return "–"
     if key.endswith("share"):
-        return f"{f * 100:.1f}%"
+        return format_percent(f)
     if key.endswith("_ms") or "_ms_" in key:
         return f"{f:,.2f} ms"
     if key.endswith("_us") or "_us_" in key:
-        return f"{f / 1000:,.2f} ms" if abs(f) >= 1000 else f"{f:,.1f} µs"
+        return format_us(f)
     if key.endswith("_gib"):
         return f"{f:,.2f} GiB"
     if key.endswith("_mb") or "_mb_" in key:

@@ -7,6 +7,7 @@ import streamlit as st
 
 from app.data.runs import read_text_artifact
 from app.ui.tabs import RunContext
+from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
 __all__ = ["TITLE", "render"]
@@ -27,7 +28,7 @@ def render(ctx: RunContext) -> None:
     shown = False
     tb = read_text_artifact(run.path, layout.TRACEBACK_LOG, max_bytes=_TAIL_BYTES)
     status = str(run.status)
-    if status in ("failed", "crashed", "killed"):
+    if status in (rf.RunStatus.FAILED, rf.RunStatus.CRASHED, rf.RunStatus.KILLED):
         code = run.manifest.exit_code
         st.error(f"The job {status}" + (f" with exit code {code}" if code is not None else "") + ".")
     if tb:

@@ -20,7 +20,7 @@ from app.analysis.memory.snapshot import (
 )
 from app.analysis.trace.timeline import compute_ops_at
 from app.charts.memory import make_category_figure, make_memory_timeline_figure
-from app.data.runs import format_bytes
+from app.presentation.units import format_bytes
 from app.errors import TorchscopeError
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import (

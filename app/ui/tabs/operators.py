@@ -3,6 +3,8 @@ grouped by input shape or by nn.Module with a module view (UI layer)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pandas as pd
 import streamlit as st
 
@@ -39,7 +41,17 @@ _COLUMNS = {
         "% of step", format="%.2f", help="self time / time of the profiled steps"
     ),
 }
-_GROUPS = {"none": "None", "shape": "Input shape", "module": "Module"}
+
+
+class Grouping(StrEnum):
+    """How the operator table is split (the values of the "Group by" radio)."""
+
+    NONE = "none"
+    SHAPE = "shape"  # by input shapes
+    MODULE = "module"  # by the nn.Module the op ran in
+
+
+_GROUPS = {Grouping.NONE: "None", Grouping.SHAPE: "Input shape", Grouping.MODULE: "Module"}
 NO_MODULES_HINT = (
     "These traces have no module scopes, so operators cannot be grouped by module. Runs recorded "
     "with `torchscope run` from this version have them (the agent wraps every `nn.Module` forward "
@@ -80,7 +92,7 @@ def _table(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _render_by_shape(ctx: RunContext, text: str) -> None:
     st.subheader("Operators by input shape")
-    by_shape = cached_op_table(ctx, group_by="shape")
+    by_shape = cached_op_table(ctx, group_by=Grouping.SHAPE)
     if by_shape.empty or (by_shape["input_shapes"].astype(str).str.len() == 0).all():
         st.info(
             "These traces have no input shapes: record with `record_shapes=True` "
@@ -116,7 +128,7 @@ def _module_view(modules: pd.DataFrame, gpu: bool) -> pd.DataFrame:
 
 def _render_by_module(ctx: RunContext, text: str, n: int) -> None:
     modules = cached_module_table(ctx)
-    by_module = cached_op_table(ctx, group_by="module")
+    by_module = cached_op_table(ctx, group_by=Grouping.MODULE)
     if modules.empty or not has_module_ranges(by_module):
         st.info(NO_MODULES_HINT)
         return
@@ -210,7 +222,7 @@ def render(ctx: RunContext) -> None:
                    "their children are.")
     if st.toggle("Show annotations (record_function ranges)", key=ctx.key("ops_annotations")):
         _render_annotations(ctx, analysis, text)
-    if group == "shape":
+    if group == Grouping.SHAPE:
         _render_by_shape(ctx, text)
-    elif group == "module":
+    elif group == Grouping.MODULE:
         _render_by_module(ctx, text, n)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+import math
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -19,7 +20,7 @@ from app.analysis.run.summary import (
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.analysis.run.final_value import FinalValue, final_of_table
-from app.data.runs import format_bytes, format_seconds
+from app.presentation.units import format_bytes, format_seconds
 from app.analysis.run.step_time import steady_step_time
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis
@@ -33,7 +34,7 @@ TITLE = "Overview"
 
 def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
     """The profiled steps of the run's traces, only when the run has traces (no info message)."""
-    if not ctx.run.trace_files or importlib.util.find_spec("app.analysis.trace.summary") is None:
+    if not ctx.run.trace_files:
         return None
     return cached_trace_analysis(ctx.run_dir).steps
 
@@ -80,51 +81,65 @@ def _step_time_help(stats: StepTimeStats, from_traces: bool, rank: int | None) -
             f"p10–p90 {format_seconds(stats.p10_s)}–{format_seconds(stats.p90_s)}.")
 
 
+def _step_time_stats(ctx: RunContext) -> tuple[StepTimeStats | None, bool]:
+    """The steady-state step-time statistics, and whether they come from the traces (the run
+    logged no step times)."""
+    stats = compute_step_time_stats(ctx.run.metrics, ctx.rank)
+    if stats is not None:
+        return stats, False
+    steps = _trace_steps(ctx)
+    stats = compute_trace_step_time_stats(steps, ctx.rank) if steps is not None else None
+    return stats, stats is not None
+
+
+def _render_step_tiles(ctx: RunContext, cols: list[Any], stats: StepTimeStats | None, from_traces: bool) -> None:
+    """Step time, spread and throughput over the steady-state steps."""
+    if not stats:
+        cols[0].metric(STEP_TIME_LABEL, "–")
+        cols[1].metric("Spread (p90 / p10)", "–")
+        cols[2].metric("Samples/s", "–")
+        return
+    cols[0].metric(STEP_TIME_LABEL, format_seconds(stats.median_s), help=_step_time_help(stats, from_traces, ctx.rank))
+    cols[0].caption(f"mean {format_seconds(stats.mean_s)} · {stats.steps} steps")
+    ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 and stats.steps > 1 else float("nan")
+    cols[1].metric(
+        "Spread (p90 / p10)",
+        f"{ratio:.2f}×" if not math.isnan(ratio) else "–",
+        help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
+        f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.",
+    )
+    cols[2].metric(
+        "Samples/s",
+        f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
+        help="median over the same steady-state steps of samples (all ranks) / step time, "
+        "as Compare computes throughput; – when a kept step logged no samples",
+    )
+
+
+def _render_final_loss_tile(ctx: RunContext, col: Any) -> None:
+    final = final_loss(ctx.run.metrics, ctx.rank)
+    if final is None:
+        col.metric("Final loss", "–")
+        return
+    whose = "rank 0's" if final.rank == 0 and ctx.rank is None else (
+        f"rank {final.rank}'s" if final.rank is not None else "every rank's")
+    col.metric(final.label.capitalize(), f"{final.value:.4g}",
+               help=f"Median of the last {final.window} of {final.count} loss values ({whose}): the last "
+               "10 % of them, 1 to 20 values, so one noisy batch does not decide. The same number as the "
+               "Runs page, `torchscope ls`, `torchscope analyze` and Compare.")
+
+
 def _render_headline(ctx: RunContext) -> None:
-    run = ctx.run
-    stats = compute_step_time_stats(run.metrics, ctx.rank)
-    from_traces = False
-    if stats is None:
-        steps = _trace_steps(ctx)
-        stats = compute_trace_step_time_stats(steps, ctx.rank) if steps is not None else None
-        from_traces = stats is not None
+    stats, from_traces = _step_time_stats(ctx)
     peak, peak_source = _peak_memory(ctx)
     # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
     # common laptop widths.
     cols = [*st.columns(3), *st.columns(3)]
-    if stats:
-        cols[0].metric(STEP_TIME_LABEL, format_seconds(stats.median_s), help=_step_time_help(stats, from_traces, ctx.rank))
-        cols[0].caption(f"mean {format_seconds(stats.mean_s)} · {stats.steps} steps")
-        ratio = stats.p90_s / stats.p10_s if stats.p10_s > 0 and stats.steps > 1 else float("nan")
-        cols[1].metric(
-            "Spread (p90 / p10)",
-            f"{ratio:.2f}×" if ratio == ratio else "–",
-            help=f"p10 {format_seconds(stats.p10_s)}, p90 {format_seconds(stats.p90_s)}; "
-            f"coefficient of variation (std / mean) {stats.cv:.1%}. 1.00× = every step alike.",
-        )
-        cols[2].metric(
-            "Samples/s",
-            f"{stats.samples_per_s:,.1f}" if stats.samples_per_s else "–",
-            help="median over the same steady-state steps of samples (all ranks) / step time, "
-            "as Compare computes throughput; – when a kept step logged no samples",
-        )
-    else:
-        cols[0].metric(STEP_TIME_LABEL, "–")
-        cols[1].metric("Spread (p90 / p10)", "–")
-        cols[2].metric("Samples/s", "–")
+    _render_step_tiles(ctx, cols, stats, from_traces)
     cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
                    format_bytes(peak), help=_peak_help(peak_source))
-    final = final_loss(run.metrics, ctx.rank)
-    if final is not None:
-        whose = "rank 0's" if final.rank == 0 and ctx.rank is None else (
-            f"rank {final.rank}'s" if final.rank is not None else "every rank's")
-        cols[4].metric(final.label.capitalize(), f"{final.value:.4g}",
-                       help=f"Median of the last {final.window} of {final.count} loss values ({whose}): the last "
-                       "10 % of them, 1 to 20 values, so one noisy batch does not decide. The same number as the "
-                       "Runs page, `torchscope ls`, `torchscope analyze` and Compare.")
-    else:
-        cols[4].metric("Final loss", "–")
-    full, short = device_labels(run.manifest.devices)
+    _render_final_loss_tile(ctx, cols[4])
+    full, short = device_labels(ctx.run.manifest.devices)
     cols[5].metric(
         "Device",
         short or "–",

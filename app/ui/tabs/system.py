@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.charts.system import make_system_figure
+from app.charts.system import SeriesUnit, make_system_figure
 from app.ui.tabs import RunContext
 from app.ui.trace_view import rank_rows
 
@@ -36,7 +36,7 @@ def system_label(column: str) -> str:
     return column.removesuffix("_percent").removesuffix("_bytes").replace("_", " ")
 
 
-def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]]]:
+def group_system_columns(system: pd.DataFrame) -> list[tuple[str, SeriesUnit, list[str]]]:
     """(chart title, unit, columns) for the sampled columns, grouped by what they measure.
 
     Columns are recognised by their unit suffix (``_percent``, ``_bytes``) so new samples the
@@ -50,32 +50,32 @@ def group_system_columns(system: pd.DataFrame) -> list[tuple[str, str, list[str]
     groups = [
         (
             "CPU of the training process (100% = one core busy)",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.endswith("_percent") and not c.startswith(("gpu", "system"))],
         ),
         (
             "Memory of the training process (resident set)",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.endswith("_bytes") and not c.startswith(("gpu", "system"))],
         ),
         (
             "GPU utilisation",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.startswith("gpu") and c.endswith("_percent")],
         ),
         (
             "GPU memory",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.startswith("gpu") and c.endswith("_bytes") and c != "gpu_total_bytes"],
         ),
         (
             "Whole machine: CPU (100% = every core busy)",
-            "percent",
+            SeriesUnit.PERCENT,
             [c for c in numeric if c.startswith("system") and c.endswith("_percent")],
         ),
         (
             "Whole machine: memory",
-            "bytes",
+            SeriesUnit.BYTES,
             [c for c in numeric if c.startswith("system") and c.endswith("_bytes")],
         ),
     ]

@@ -1,0 +1,140 @@
+"""Numbers with units for people: bytes, durations, percentages (presentation layer; a leaf).
+
+This module imports nothing from the project, so any layer may use it for the numbers in
+its texts (the advisor does, for its findings). Each function is the one copy of a helper
+that used to live in several places; the outputs are kept byte for byte:
+
+- ``format_bytes`` / ``format_seconds`` were ``app.data.runs.format_bytes`` / ``format_seconds``;
+- ``format_ms_of_us`` was ``advisor.common.fmt_ms`` (and, with ``grouped=True``,
+  ``trace.step_window._fmt_ms``);
+- ``format_us`` was ``cli.analyze_cmd._fmt_us``;
+- ``format_percent`` was ``advisor.common.fmt_pct``;
+- ``format_value`` / ``format_ratio`` are the comparison report's numbers (three significant
+  decimals for seconds, two for bytes; its own texts, not those of ``format_seconds``).
+
+Missing values (None, NaN, ±inf) print as an en dash where the old helper did so.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "MISSING",
+    "format_bytes",
+    "format_change",
+    "format_ms",
+    "format_ms_of_us",
+    "format_percent",
+    "format_ratio",
+    "format_seconds",
+    "format_us",
+    "format_value",
+    "is_finite_number",
+]
+
+
+MISSING = "–"  # what a missing number prints as
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(n: float | None) -> str:
+    """1536 → '1.5 KiB' (binary units, whole bytes below 1 KiB); None/NaN → '–'."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return MISSING
+    value = float(n)
+    for unit in _BYTE_UNITS:
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover  (the loop returns at TiB)
+
+
+def format_seconds(s: float | None) -> str:
+    """0.0123 → '12.3 ms'; 2.5 → '2.50 s'; 75 → '1m 15s'; 7300 → '2h 01m'; None/NaN → '–'."""
+    if s is None or (isinstance(s, float) and not math.isfinite(s)):
+        return MISSING
+    s = float(s)
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    if s < 60:
+        return f"{s:.2f} s"
+    minutes, sec = divmod(round(s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"
+
+
+def format_ms(seconds: float, *, grouped: bool = False) -> str:
+    """A duration in seconds as milliseconds with two decimals: 0.0123 → '12.30 ms'.
+
+    ``grouped`` adds thousands separators (1234.5 s → '1,234,500.00 ms'). For a value in
+    microseconds use :func:`format_ms_of_us`, which divides once and so prints the same
+    digits as the old helpers did."""
+    return f"{seconds * 1e3:,.2f} ms" if grouped else f"{seconds * 1e3:.2f} ms"
+
+
+def format_ms_of_us(us: float, *, grouped: bool = False) -> str:
+    """A duration in microseconds as milliseconds with two decimals: 12345.0 → '12.35 ms'.
+
+    ``grouped`` adds thousands separators: 1234567 → '1,234.57 ms'."""
+    return f"{us / 1e3:,.2f} ms" if grouped else f"{us / 1e3:.2f} ms"
+
+
+def format_us(us: float) -> str:
+    """A duration in microseconds, in ms from 1 ms up: 1500 → '1.50 ms', 12.34 → '12.3 µs';
+    NaN → '–'."""
+    if math.isnan(us):
+        return MISSING
+    return f"{us / 1e3:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+
+
+def format_percent(x: float) -> str:
+    """A share (0..1) as a percentage with one decimal: 0.1234 → '12.3%'."""
+    return f"{x * 100:.1f}%"
+
+
+def is_finite_number(v: Any) -> bool:
+    """True when ``v`` converts to a finite float (None, text, NaN and ±inf do not)."""
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def format_value(v: Any, unit: str = "") -> str:
+    """A number for people: seconds as s/ms/µs, bytes as KiB…GiB, others with 4 significant digits."""
+    if not is_finite_number(v):
+        return "–"
+    x = float(v)
+    if unit == "s":
+        return f"{x:.3f} s" if abs(x) >= 1 else f"{x * 1e3:.2f} ms" if abs(x) >= 1e-3 else f"{x * 1e6:.1f} µs"
+    if unit == "us":
+        return format_us(x)
+    if unit == "bytes":
+        for scale, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if abs(x) >= scale:
+                return f"{x / scale:,.2f} {name}"
+        return f"{x:,.0f} B"
+    return f"{x:,.4g}" + (f" {unit}" if unit else "")
+
+
+def format_ratio(ratio: Any, lo: Any = None, hi: Any = None) -> str:
+    """``0.712× [0.70, 0.73]`` (the interval only when known)."""
+    if not is_finite_number(ratio):
+        return "–"
+    text = f"{float(ratio):.3f}×"
+    if is_finite_number(lo) and is_finite_number(hi):
+        text += f" [{float(lo):.3f}, {float(hi):.3f}]"
+    return text
+
+
+def format_change(ratio: Any) -> str | None:
+    """A candidate/baseline ratio as a signed change: 1.123 → '+12.3 %', 0.5 → '-50.0 %'; None
+    when the ratio is missing or not finite (the caller says how a missing change reads)."""
+    if not is_finite_number(ratio):
+        return None
+    return f"{100 * (float(ratio) - 1):+.1f} %"
