@@ -24,9 +24,10 @@ import pandas as pd
 
 from app.analysis.trace.steps import DEVICE_CATEGORIES
 from app.analysis.trace.summary import TraceAnalysis
-from app.data.runs import format_seconds
 from app.errors import UsageError
 from app.presentation.analyze_json import analysis_to_json
+from app.presentation.text_table import text_table
+from app.presentation.units import format_seconds, format_us
 from app.workspace import refs
 from app.workspace.run_summary import has_traces, load_run_summary
 from app.workspace.traces import analyze_trace_set, load_trace_set
@@ -78,24 +79,9 @@ class _Bar:
             sys.stderr.flush()
 
 
-def _fmt_us(v: float) -> str:
-    if v != v:
-        return "–"
-    return f"{v / 1e3:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} µs"
-
-
 def _table(df: pd.DataFrame, cols: list[tuple[str, str, Any]]) -> str:
-    rows = [[h for h, _, _ in cols]]
-    for r in df.itertuples(index=False):
-        rows.append([f(getattr(r, k)) for _, k, f in cols])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells))
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    rows = [[f(getattr(r, k)) for _, k, f in cols] for r in df.itertuples(index=False)]
+    return text_table([h for h, _, _ in cols], rows, numbers_right=True)
 
 
 def _short(name: str, n: int = 60) -> str:
@@ -111,31 +97,31 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
     if st.empty:
         out.append("\nno steps found")
     else:
-        cols = [("RANK", "rank", str), ("STEP", "step", str), ("DURATION", "duration_us", _fmt_us)]
-        cols += [(c.upper().replace("_", " "), f"{c}_us", _fmt_us) for c in DEVICE_CATEGORIES]
-        cols += [(c.upper(), f"{c}_us", _fmt_us) for c in ("forward", "backward", "optimizer")]
+        cols = [("RANK", "rank", str), ("STEP", "step", str), ("DURATION", "duration_us", format_us)]
+        cols += [(c.upper().replace("_", " "), f"{c}_us", format_us) for c in DEVICE_CATEGORIES]
+        cols += [(c.upper(), f"{c}_us", format_us) for c in ("forward", "backward", "optimizer")]
         out += ["", "Steps (device view as torch-tb-profiler's Overview; training-loop view)", _table(st, cols)]
     ops = analysis.ops.head(top).assign(name=lambda d: d["name"].map(_short))
     if len(ops):
         out += ["", f"Top {len(ops)} ops by self time", _table(ops, [
-            ("OP", "name", str), ("CALLS", "calls", str), ("SELF", "self_us", _fmt_us),
-            ("TOTAL", "total_us", _fmt_us), ("DEVICE", "device_self_us", _fmt_us),
+            ("OP", "name", str), ("CALLS", "calls", str), ("SELF", "self_us", format_us),
+            ("TOTAL", "total_us", format_us), ("DEVICE", "device_self_us", format_us),
             ("SHARE", "share", lambda v: f"{v:.1%}")])]
     kern = analysis.kernels.head(top).assign(name=lambda d: d["name"].map(_short))
     if len(kern):
         out += ["", f"Top {len(kern)} kernels by total time", _table(kern, [
-            ("KERNEL", "name", str), ("CALLS", "calls", str), ("TOTAL", "total_us", _fmt_us),
-            ("MEAN", "mean_us", _fmt_us), ("SHARE", "share", lambda v: f"{v:.1%}")])]
+            ("KERNEL", "name", str), ("CALLS", "calls", str), ("TOTAL", "total_us", format_us),
+            ("MEAN", "mean_us", format_us), ("SHARE", "share", lambda v: f"{v:.1%}")])]
     if len(analysis.rank_skew):
         out += ["", "Ranks per step (slowest vs fastest)", _table(analysis.rank_skew, [
             ("STEP", "step", str), ("RANKS", "ranks", str), ("SLOWEST", "slowest_rank", str),
-            ("TIME", "slowest_us", _fmt_us), ("FASTEST", "fastest_rank", str), ("TIME ", "fastest_us", _fmt_us),
-            ("SPREAD", "spread_us", _fmt_us)])]
+            ("TIME", "slowest_us", format_us), ("FASTEST", "fastest_rank", str), ("TIME ", "fastest_us", format_us),
+            ("SPREAD", "spread_us", format_us)])]
     if len(analysis.overlap) and analysis.overlap["communication_us"].sum() > 0:
         out += ["", "Computation / communication overlap", _table(analysis.overlap, [
-            ("RANK", "rank", str), ("STEP", "step", str), ("COMPUTE", "computation_us", _fmt_us),
-            ("COMMUNICATION", "communication_us", _fmt_us), ("OVERLAP", "overlap_us", _fmt_us),
-            ("OTHER", "other_us", _fmt_us)])]
+            ("RANK", "rank", str), ("STEP", "step", str), ("COMPUTE", "computation_us", format_us),
+            ("COMMUNICATION", "communication_us", format_us), ("OVERLAP", "overlap_us", format_us),
+            ("OTHER", "other_us", format_us)])]
     if analysis.memory:
         out += ["", "Memory peaks"]
         for dev, m in analysis.memory.items():

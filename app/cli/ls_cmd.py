@@ -18,8 +18,10 @@ import math
 import sys
 from typing import Any
 
-from app.workspace import cached_steps, catalog
 from app.data import runs as runs_data
+from app.presentation.text_table import text_table
+from app.presentation.units import format_bytes, format_seconds
+from app.workspace import cached_steps, catalog
 from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
@@ -74,7 +76,7 @@ def _cell(key: str, value: Any, source: str = "") -> str:
         if source == cached_steps.STEPS_IN_TRACE:
             return "in trace"
         if source == cached_steps.STEPS_FROM_TRACE and value is not None:
-            shown = runs_data.format_seconds(value) if key == "step_time_s" else str(value)
+            shown = format_seconds(value) if key == "step_time_s" else str(value)
             return shown + _TRACE_MARK
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
@@ -84,9 +86,9 @@ def _cell(key: str, value: Any, source: str = "") -> str:
     if key == "started_at":
         return str(value)[:19].replace("T", " ")
     if key in ("duration_s", "step_time_s"):
-        return runs_data.format_seconds(value)
+        return format_seconds(value)
     if key == "peak_memory_bytes":
-        return runs_data.format_bytes(value)
+        return format_bytes(value)
     if key == "final_loss":
         return f"{value:.4g}"
     return str(value)
@@ -97,10 +99,8 @@ def format_table(records: list[dict[str, Any]]) -> str:
     columns = list(_TEXT_COLUMNS)
     if any(r.get("group") for r in records):
         columns.insert(1, _GROUP_COLUMN)
-    rows = [[h for h, _ in columns]]
-    rows += [[_cell(k, r.get(k), str(r.get("steps_source") or "")) for _, k in columns] for r in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    rows = [[_cell(k, r.get(k), str(r.get("steps_source") or "")) for _, k in columns] for r in records]
+    return text_table([h for h, _ in columns], rows, rule=False, strip=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.trace.summary import TraceAnalysis
+from app.presentation.jsonable import to_jsonable
 
 __all__ = ["analysis_to_json", "JSON_STEP_KEYS"]
 
@@ -25,18 +26,9 @@ JSON_STEP_KEYS = ["rank", "step", "start_us", "end_us", "duration_us", "kernel_u
                   "backward_us", "optimizer_us"]
 
 
-def _clean(v: Any) -> Any:
-    # TODO(merge): app.presentation.jsonable.to_jsonable once stream "present" lands it (3-digit rounding kept here).
-    if isinstance(v, float):
-        return None if math.isnan(v) or math.isinf(v) else round(v, 3)
-    if hasattr(v, "item"):  # numpy scalar
-        return _clean(v.item())
-    return v
-
-
 def _records(df: pd.DataFrame, cols: Sequence[str]) -> list[dict[str, Any]]:
     cols = [c for c in cols if c in df.columns]
-    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    return [{c: to_jsonable(v, digits=3) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
 def analysis_to_json(analysis: TraceAnalysis, *, max_ops: int | None = None,

@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison
-from app.analysis.compare.side import CompareSide
 from app.analysis.compare.memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
     memory_category_records,
 )
+from app.analysis.compare.side import CompareSide
+from app.presentation.jsonable import to_jsonable
 
 __all__ = ["JSON_SCHEMA", "comparison_to_json", "json_number", "table_records"]
 
@@ -38,22 +39,12 @@ def json_number(v: Any) -> float | int | None:
     return int(v) if isinstance(v, (int, np.integer)) else f
 
 
-def _cell(v: Any) -> Any:
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, float, np.number)):
-        return json_number(v)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return None
-    return v if isinstance(v, str) else str(v)
-
-
 def table_records(df: pd.DataFrame | None, limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of ``df`` as JSON-ready dicts (NaN → null), at most ``limit`` rows."""
     if df is None or len(df) == 0:
         return []
     part = df.head(limit) if limit else df
-    return [{str(k): _cell(v) for k, v in rec.items()} for rec in part.to_dict(orient="records")]
+    return [{str(k): to_jsonable(v, other=str) for k, v in rec.items()} for rec in part.to_dict(orient="records")]
 
 
 def _side(side: CompareSide, source: str, table: pd.DataFrame, profiled: int) -> dict[str, Any]:
