@@ -132,7 +132,7 @@ def _disable_in_child() -> None:
     if session is not None:
         session.disabled = True
         with contextlib.suppress(Exception):  # a fork during evaluation must not record in the child
-            session.evaluation.remove_hook()
+            session.evaluation.uninstall()
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

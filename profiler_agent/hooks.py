@@ -160,6 +160,7 @@ class _Hooks:
             torch.autograd.backward = self.original_backward
         if self.original_scale is not None and getattr(torch.amp.GradScaler.scale, "__torchscope__", False):
             torch.amp.GradScaler.scale = self.original_scale  # type: ignore[method-assign]
+        self.session.evaluation.uninstall()
         self.session.on_root_found = None
 
 
@@ -208,5 +209,7 @@ def install_hooks(session: Session) -> Callable[[], None]:
     hooks.discovery.append(module_globals.register_module_forward_hook(hooks.forward_post, always_call=True))
     _wrap_backward(hooks)
     _wrap_grad_scaler(hooks)
+    with session.failures.guard("evaluation loss wrappers"):
+        session.evaluation.install()  # functional losses: seen in evaluations (evaluation.py)
     session.on_root_found = hooks.root_found
     return hooks.uninstall

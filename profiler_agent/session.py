@@ -265,7 +265,7 @@ class Session:
             with self.failures.guard("evaluation loss"):
                 self._end_evaluation(last=True)  # an evaluation after the last step
             self.closed = True
-        self.evaluation.remove_hook()
+        self.evaluation.uninstall()
         self._step_cpu.close()
         with self.failures.guard("close profiler"):
             self.windows.close()
