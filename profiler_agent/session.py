@@ -119,13 +119,19 @@ class Session:
         if not self._trained_this_iteration:
             self._first_training_forward()
         if self.root is None and top_level:
-            ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
-            self.top_level[id(module)] = (ref, seen + (batch or 0))
-            if tokens:
-                self._early_tokens[id(module)] = self._early_tokens.get(id(module), 0) + tokens
+            self.on_top_level_samples(module, batch, tokens)
         elif module is self.root and batch:
             self._samples += batch
             self._tokens += tokens
+
+    def on_top_level_samples(self, module: torch.nn.Module, batch: int | None, tokens: int = 0) -> None:
+        """Iteration 0 (root not known yet): a top-level training forward of ``module`` saw ``batch``."""
+        if self.root is not None:
+            return
+        ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
+        self.top_level[id(module)] = (ref, seen + (batch or 0))
+        if tokens:
+            self._early_tokens[id(module)] = self._early_tokens.get(id(module), 0) + tokens
 
     def on_eval_forward(self, *, train_mode: bool = False) -> None:
         """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
