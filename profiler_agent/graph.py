@@ -89,13 +89,17 @@ def describe_module_tree(
 
 
 def write_module_tree(
-    run_dir: Path, root: torch.nn.Module, output_shapes: Mapping[int, tuple[int, ...]] | None = None
-) -> Path:
-    """Write graph/modules.json for ``root`` and record it in the manifest; return its path."""
+    run_dir: Path, root: torch.nn.Module, output_shapes: Mapping[int, tuple[int, ...]] | None = None,
+    *, record: bool = True,
+) -> Artifact:
+    """Write graph/modules.json for ``root``; return its artifact, also recorded in the manifest
+    unless ``record`` is False (the caller puts it in a manifest rewrite of its own)."""
     path = run_dir / layout.MODULE_TREE
     atomic_write_json(path, describe_module_tree(root, output_shapes))
-    add_artifact(run_dir, Artifact(ArtifactKind.MODULE_TREE, layout.MODULE_TREE, bytes=path.stat().st_size))
-    return path
+    artifact = Artifact(ArtifactKind.MODULE_TREE, layout.MODULE_TREE, bytes=path.stat().st_size)
+    if record:
+        add_artifact(run_dir, artifact)
+    return artifact
 
 
 def make_backward_dot(loss: torch.Tensor, params: Mapping[str, torch.Tensor]) -> str:

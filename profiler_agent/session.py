@@ -395,14 +395,15 @@ class Session:
 
     def _on_first_step(self) -> None:
         self._started = True
+        tree: Artifact | None = None
         with self.failures.guard("find model"):
             self.root = self._choose_root()
             if self.root is not None:
                 _, samples = self.top_level.get(id(self.root), (None, 0))
                 self._samples = samples
                 self._tokens = self._early_tokens.get(id(self.root), 0)
-                if self.rank == 0:  # every rank holds the same model
-                    graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
+                if self.rank == 0:  # every rank holds the same model; recorded in the manifest below
+                    tree = graph.write_module_tree(self.run_dir, self.root, self.output_shapes, record=False)
         self.top_level.clear()
         self._early_tokens.clear()
         early, self._early_values = self._early_values, {}
@@ -421,7 +422,8 @@ class Session:
         with self.failures.guard("manifest"):
             info = describe_torch()
             # One locked rewrite of run.json (each costs an fsync): the artifacts go with the rest.
-            files = (Artifact(ArtifactKind.METRICS, layout.METRICS), Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
+            files = (Artifact(ArtifactKind.METRICS, layout.METRICS), Artifact(ArtifactKind.SYSTEM, layout.SYSTEM),
+                     *([tree] if tree is not None else []))
 
             def change(m: Any) -> Any:
                 first = self.rank == 0 or not m.devices
