@@ -289,7 +289,7 @@ def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path) -> None
     script = tmp_path / "threads.py"
     script.write_text(
         "import threading, time, torch\n"
-        "import profiler_agent.session as s\n"
+        "import profiler_agent.max_steps as s\n"
         "s.MAX_STEPS_GRACE_S = 1.0\n"  # shortens the agent's grace period for this test
         "threading.Thread(target=lambda: time.sleep(600)).start()\n"  # non-daemon: Python waits for it
         "model = torch.nn.Linear(3, 1)\n"
