@@ -82,6 +82,10 @@ def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]
         out[f"wrapped_{what}_median_s"] = statistics.median(w)
         out[f"fixed_cost_{what}_median_s"] = statistics.median(b - a for a, b in zip(p, w))
         out[f"ratio_{what}_median"] = statistics.median(b / a for a, b in zip(p, w))
+        # The quietest run of each side: on a shared machine the least disturbed estimate.
+        out[f"plain_{what}_min_s"] = min(p)
+        out[f"wrapped_{what}_min_s"] = min(w)
+        out[f"fixed_cost_{what}_of_mins_s"] = min(w) - min(p)
     return out
 
 
@@ -141,7 +145,8 @@ def main() -> None:
         for what in ("wall", "cpu"):
             print(f"    {what}: plain {s[f'plain_{what}_median_s']:.3f} s, wrapped {s[f'wrapped_{what}_median_s']:.3f} s,"
                   f" fixed cost {s[f'fixed_cost_{what}_median_s']:.3f} s (median per round),"
-                  f" ratio {s[f'ratio_{what}_median']:.3f}")
+                  f" ratio {s[f'ratio_{what}_median']:.3f}; mins: plain {s[f'plain_{what}_min_s']:.3f} s,"
+                  f" wrapped {s[f'wrapped_{what}_min_s']:.3f} s, difference {s[f'fixed_cost_{what}_of_mins_s']:.3f} s")
     print(f"  load average at the end {result['load_average']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

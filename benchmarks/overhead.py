@@ -38,8 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,9 +167,9 @@ def _writer_cost_us(calls: int) -> float | None:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    from profiler_agent import tensorboard
-
     import torch.utils.tensorboard.writer as writer_module
+
+    from profiler_agent import tensorboard
 
     tensorboard.patch_summary_writer(writer_module)  # idempotent: the watcher may have done it
     with tempfile.TemporaryDirectory(prefix="torchscope-tb-") as tmp:

@@ -392,16 +392,6 @@ class Session:
     def _draw_graph(self, loss: torch.Tensor) -> None:
         params: dict[str, torch.Tensor] = {}
         for ref, _ in self.top_level.values():
-            module = ref()
-            if module is not None:
+            if (module := ref()) is not None:
                 params.update(module.named_parameters())
-        dot = graph.make_backward_dot(loss, params)
-
-        def write() -> None:
-            with self.failures.guard("backward graph"):
-                graph.write_backward_graph(self.run_dir, dot)
-
-        # Rendering SVG with graphviz can take seconds: do it beside training, not in it.
-        self._graph_thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
-        self._graph_thread.start()
-
+        self._graph_thread = graph.start_backward_graph(self.run_dir, self.failures, loss, params)
