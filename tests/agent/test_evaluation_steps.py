@@ -409,3 +409,25 @@ def test_evaluation_hooks_stand_aside_while_dynamo_traces(tmp_path: Path) -> Non
     assert breaks == 0, dict(counters["graph_break"])
     assert len(_steps(rows)) == 5 and _flagged(rows) == []
     assert not list(tmp_path.rglob(layout.AGENT_ERRORS))
+
+
+def test_the_session_long_loss_wrappers_script_compile_and_pickle_as_torch_s_own(tmp_path: Path) -> None:
+    """The functional wrappers stay in place in training: scripting, a full-graph compile and
+    pickling of ``F.cross_entropy`` must see torch's function, not break on ours."""
+    import pickle
+
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 0])
+    expected = float(torch.nn.functional.cross_entropy(x, y))
+
+    def loop() -> tuple[float, float, bool]:
+        assert getattr(F.cross_entropy, "__torchscope__", None) is not None  # ours, in training
+
+        def loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(a, b)
+
+        scripted = torch.jit.script(loss)
+        compiled = torch.compile(loss, backend="eager", fullgraph=True)  # a graph break would raise
+        return float(scripted(x, y)), float(compiled(x, y)), pickle.loads(pickle.dumps(F.cross_entropy)) is F.cross_entropy
+
+    _, (scripted, compiled, pickled) = _record(tmp_path, loop)
+    assert scripted == pytest.approx(expected) and compiled == pytest.approx(expected) and pickled
