@@ -4,6 +4,7 @@
     python -m benchmarks.fixed_cost --pairs 10 --steps 150 --json out.json
     python -m benchmarks.fixed_cost --agent-args ""        # the defaults (profiler window, graph)
     python -m benchmarks.fixed_cost --also /tmp/old-checkout  # a second wrapped side: another checkout's agent
+    python -m benchmarks.fixed_cost --components --also /tmp/old-checkout --pairs 10  # the parts changed, alone
 
 Each pair runs the same tiny training job (a 32->64->8 MLP on 16 in-memory samples, one CPU
 thread) twice: once as ``python job.py`` and once as ``python -m app run --no-profile --no-graph
@@ -82,6 +83,10 @@ def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]
         out[f"wrapped_{what}_median_s"] = statistics.median(w)
         out[f"fixed_cost_{what}_median_s"] = statistics.median(b - a for a, b in zip(p, w))
         out[f"ratio_{what}_median"] = statistics.median(b / a for a, b in zip(p, w))
+        # The quietest run of each side: on a shared machine the least disturbed estimate.
+        out[f"plain_{what}_min_s"] = min(p)
+        out[f"wrapped_{what}_min_s"] = min(w)
+        out[f"fixed_cost_{what}_of_mins_s"] = min(w) - min(p)
     return out
 
 
@@ -114,6 +119,44 @@ def measure(pairs: int, steps: int, agent_args: list[str], also: Path | None = N
     return result
 
 
+# Parts of the fixed cost changed in issue 11's second round: (set-up, {side: the part}); each
+# side runs in its own checkout, the set-up alone is subtracted from set-up + part.
+COMPONENTS: dict[str, tuple[str, dict[str, str]]] = {
+    "describe_launch (launcher thread: git, versions)": (
+        "import profiler_agent.environment as e",
+        {"after": "import profiler_agent.environment as e; e.describe_launch()",
+         "before": "import profiler_agent.environment as e; e.describe_launch()"}),
+    "first job-CPU reading (training thread, first step)": (
+        "import os; from profiler_agent.contention import JobCpu; j = JobCpu(os.getppid())",
+        {"after": "import os; from profiler_agent.contention import JobCpu; j = JobCpu(os.getppid()); "
+                  "j.sample(rescan=False)",
+         "before": "import os; from profiler_agent.contention import JobCpu; j = JobCpu(os.getppid()); j.sample()"}),
+    "CPU device name (first step; forks uname -p before)": (
+        "import platform",
+        {"after": "import platform, sys; platform.machine() if sys.platform.startswith('linux') else platform.processor()",
+         "before": "import platform; platform.processor() or platform.machine()"}),
+}
+
+
+def measure_components(before: Path, rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Median (part - set-up) wall and CPU milliseconds of each COMPONENTS entry, before and after."""
+    homes = {"after": ROOT, "before": before.resolve()}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, (setup, parts) in COMPONENTS.items():
+        diffs: dict[str, list[tuple[float, float]]] = {"after": [], "before": []}
+        for i in range(rounds):
+            for side in ("after", "before") if i % 2 == 0 else ("before", "after"):
+                env = _env(homes[side])
+                base = _time([sys.executable, "-c", setup], env)
+                full = _time([sys.executable, "-c", parts[side]], env)
+                diffs[side].append((full[0] - base[0], full[1] - base[1]))
+        out[name] = {side: {"wall_ms": round(1e3 * statistics.median(d[0] for d in v), 1),
+                            "cpu_ms": round(1e3 * statistics.median(d[1] for d in v), 1)}
+                     for side, v in diffs.items()}
+        print(f"  {name}: {out[name]}", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=10)
@@ -126,8 +169,17 @@ def main() -> None:
                         help="an empty job (no torch): what the launcher and the bootstrap cost alone")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="PYTHONDONTWRITEBYTECODE=1 for the jobs: every module of the checkout compiled each time")
+    parser.add_argument("--components", action="store_true",
+                        help="instead: the parts changed in issue 11's second round, this checkout vs --also DIR")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
+    if args.components:
+        if args.also is None:
+            parser.error("--components needs --also DIR (the checkout before)")
+        parts = measure_components(args.also, args.pairs)
+        if args.json:
+            args.json.write_text(json.dumps(parts, indent=1))
+        return
     result = measure(args.pairs, args.steps, shlex.split(args.agent_args), args.also, trivial=args.trivial,
                      bytecode_cache=not args.no_bytecode_cache)
     job = "an empty job" if args.trivial else f"{args.steps} steps"
@@ -141,7 +193,8 @@ def main() -> None:
         for what in ("wall", "cpu"):
             print(f"    {what}: plain {s[f'plain_{what}_median_s']:.3f} s, wrapped {s[f'wrapped_{what}_median_s']:.3f} s,"
                   f" fixed cost {s[f'fixed_cost_{what}_median_s']:.3f} s (median per round),"
-                  f" ratio {s[f'ratio_{what}_median']:.3f}")
+                  f" ratio {s[f'ratio_{what}_median']:.3f}; mins: plain {s[f'plain_{what}_min_s']:.3f} s,"
+                  f" wrapped {s[f'wrapped_{what}_min_s']:.3f} s, difference {s[f'fixed_cost_{what}_of_mins_s']:.3f} s")
     print(f"  load average at the end {result['load_average']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -3,6 +3,7 @@
     python -m benchmarks.overhead                           # 2 pairs of processes, 300 steps each
     python -m benchmarks.overhead --pairs 3 --steps 500 --json out.json
     python -m benchmarks.overhead --inprocess --pairs 10 --steps 20   # hooks only, one process
+    python -m benchmarks.overhead --hooks --pairs 12 --steps 200      # each of issue 11's hooks alone
 
 Two processes run the same loop (the optimized sample model on in-memory data, one CPU
 thread): one bare, one wrapped by the launcher with the default profiler schedule. The parent
@@ -17,6 +18,15 @@ Reported for wall time and for process CPU time (all threads, so the agent's sam
 counts; far less sensitive to other jobs on a shared machine): median step time of each, the
 ratio of medians, and the median of the per-step ratios (wrapped step i / bare step i).
 Target: at most 1.02.
+
+``--hooks`` prices each hook added for issue 11 on its own, in one process with an agent
+session (profiling off): a tiny step (an MLP, ``F.cross_entropy`` on the model's output in the
+loop) runs in blocks with every hook on and in blocks with one hook switched off, rotating
+between variants; a hook's cost per step is the difference of the blocks' median process-CPU
+step times. Reported in microseconds and as a share of the optimized sample model's step
+(measured in the same process) and of the tiny step itself (a worst case: a step that does
+almost nothing). ``SummaryWriter`` capture costs only when the job logs: it is timed per
+``add_scalar`` call (wrapped vs torch's own), once per step.
 """
 from __future__ import annotations
 
@@ -28,8 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +130,128 @@ def run_inprocess(blocks: int, steps: int, batch_size: int, width: int) -> dict[
             "cpu_ratio_of_medians": round(statistics.median(agent) / statistics.median(bare), 4)}
 
 
+HOOKS = ("functional-loss capture", "evaluation detection", "anomaly-window watcher", "compile counters",
+         "contention sampling")
+
+
+def _without(name: str, session: Any) -> Callable[[], None]:
+    """Switch hook ``name`` off in ``session`` (or its classes); return what switches it back on."""
+    from profiler_agent.anomaly import SlowSteps
+    from profiler_agent.compilation import CompileWatch
+    from profiler_agent.contention import StepCpu
+    from profiler_agent.evaluation_steps import EvaluationSteps
+
+    if name == "functional-loss capture":
+        session.evaluation.uninstall()
+        return session.evaluation.install  # type: ignore[no-any-return]
+    patches: dict[str, list[tuple[type, str, Any]]] = {
+        "evaluation detection": [(EvaluationSteps, "watch", lambda self, output: None)],
+        "anomaly-window watcher": [(SlowSteps, "observe", lambda self, *a, **k: None)],
+        "compile counters": [(CompileWatch, "take_step", lambda self: {})],
+        "contention sampling": [(StepCpu, "start", lambda self: None), (StepCpu, "finish", lambda self: {})],
+    }
+    saved = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in patches[name]]
+    for cls, attr, value in patches[name]:
+        setattr(cls, attr, value)
+
+    def restore() -> None:
+        for cls, attr, value in saved:
+            setattr(cls, attr, value)
+
+    return restore
+
+
+def _writer_cost_us(calls: int) -> float | None:
+    """Median extra time of one wrapped ``SummaryWriter.add_scalar`` over torch's own (µs), or None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    import torch.utils.tensorboard.writer as writer_module
+
+    from profiler_agent import tensorboard
+
+    tensorboard.patch_summary_writer(writer_module)  # idempotent: the watcher may have done it
+    with tempfile.TemporaryDirectory(prefix="torchscope-tb-") as tmp:
+        writer = SummaryWriter(tmp)
+        wrapped = SummaryWriter.add_scalar
+        original = getattr(wrapped, "__wrapped__", None)
+        if original is None or not getattr(wrapped, tensorboard._MARK, False):
+            writer.close()
+            return None
+        extra = []
+        for block in range(10):
+            times = {}
+            for name, fn in (("ours", wrapped), ("torch", original)):
+                start = time.process_time()
+                for i in range(calls):
+                    fn(writer, "Loss/train", 0.5, block * calls + i)
+                times[name] = (time.process_time() - start) / calls
+            extra.append(times["ours"] - times["torch"])
+        writer.close()
+    return statistics.median(extra) * 1e6
+
+
+def run_hooks(blocks: int, steps: int, batch_size: int, width: int) -> dict[str, Any]:
+    """Each issue-11 hook's cost per step: blocks with all hooks on vs blocks with one switched off."""
+    import torch
+    import torch.nn.functional as F
+
+    from profiler_agent.activation import start_session, stop_session
+    from profiler_agent.options import AgentOptions
+    from profiler_agent.runformat import create_run
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    sample_step = run_inprocess(2, 10, batch_size, width)["bare_median_cpu_ms"] / 1e3
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32), torch.randint(0, 8, (16,))
+
+    def block() -> float:
+        times = []
+        for _ in range(steps):
+            start = time.process_time()
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            times.append(time.process_time() - start)
+        return statistics.median(times)
+
+    variants = ("all", *HOOKS)
+    medians: dict[str, list[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="torchscope-hooks-") as tmp:
+        run_dir, _ = create_run(tmp, "hooks")
+        session = start_session(run_dir, AgentOptions(profile=False, graph=False))
+        try:
+            block()  # the first step (model discovery, manifest) and warm-up
+            for b in range(blocks):
+                for name in variants[b % len(variants):] + variants[: b % len(variants)]:
+                    restore = _without(name, session) if name != "all" else (lambda: None)
+                    try:
+                        medians[name].append(block())
+                    finally:
+                        restore()
+            # F.cross_entropy is looked up at each call in the loop above, so the wrapper was in use.
+            writer = _writer_cost_us(200)  # while the session records the scalars
+        finally:
+            stop_session(session)
+    tiny_step = statistics.median(medians["all"])
+    result: dict[str, Any] = {"blocks": blocks, "steps_per_block": steps,
+                              "tiny_step_cpu_us": round(tiny_step * 1e6, 1),
+                              "sample_step_cpu_ms": round(sample_step * 1e3, 2), "hooks": {}}
+    for name in HOOKS:
+        cost = statistics.median(a - w for a, w in zip(medians["all"], medians[name], strict=True))
+        result["hooks"][name] = {"cost_per_step_us": round(cost * 1e6, 2),
+                                 "share_of_sample_step": round(cost / sample_step, 5),
+                                 "share_of_tiny_step": round(cost / tiny_step, 4)}
+    if writer is not None:
+        result["hooks"]["SummaryWriter capture (one add_scalar per step)"] = {
+            "cost_per_step_us": round(writer, 1), "share_of_sample_step": round(writer * 1e-6 / sample_step, 5),
+            "share_of_tiny_step": round(writer * 1e-6 / tiny_step, 4)}
+    return result
+
+
 def _start(args: argparse.Namespace, wrapped: bool, store: Path) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", "--batch-size", str(args.batch_size),
            "--width", str(args.width)]
@@ -187,10 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the result here")
     p.add_argument("--inprocess", action="store_true",
                    help="instead: one process, blocks of steps without/with the agent's hooks (--pairs blocks)")
+    p.add_argument("--hooks", action="store_true",
+                   help="instead: each issue-11 hook's cost per step, one process (--pairs blocks of --steps)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         run_child(args.batch_size, args.width, sys.stdin, sys.stdout)
+        return 0
+    if args.hooks:
+        result_hooks = run_hooks(args.pairs, args.steps, args.batch_size, args.width)
+        print(json.dumps(result_hooks, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(result_hooks, indent=2) + "\n")
         return 0
     if args.inprocess:
         result_in = run_inprocess(args.pairs, args.steps, args.batch_size, args.width)

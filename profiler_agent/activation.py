@@ -47,7 +47,7 @@ def start_session(run_dir: Path, options: AgentOptions, *, t0: float | None = No
     """Create this process's session, install its hooks and exit handlers, and return it."""
     session = Session(run_dir, options, t0=t0)
     uninstall = install_hooks(session)
-    session.uninstall_hooks = uninstall  # type: ignore[attr-defined]
+    session.uninstall_hooks = uninstall
     set_session(session)
     argcapture.install_argparse_capture()
     frameworks.install_framework_capture()
@@ -63,7 +63,7 @@ def stop_session(session: Session) -> None:
     with contextlib.suppress(Exception):
         session.close()
     with contextlib.suppress(Exception):
-        session.uninstall_hooks()  # type: ignore[attr-defined]
+        session.uninstall_hooks()
     session.compilation.unregister()
     if get_session() is session:
         set_session(None)
@@ -132,7 +132,7 @@ def _disable_in_child() -> None:
     if session is not None:
         session.disabled = True
         with contextlib.suppress(Exception):  # a fork during evaluation must not record in the child
-            session.evaluation.remove_hook()
+            session.evaluation.uninstall()
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -144,10 +144,10 @@ class Run:
         session = self._session
         # sys.exit(0) (or --max-steps ending the job from Run.step()) is a clean end, not a failure.
         clean = exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
-        if not clean and session is not None and not isinstance(exc, KeyboardInterrupt):
+        if not clean and exc is not None and session is not None and not isinstance(exc, KeyboardInterrupt):
             session.windows.on_exception(exc)  # an out-of-memory error dumps an allocator snapshot
             try:
-                write_traceback(session.run_dir, exc, rank=session.rank)  # type: ignore[arg-type]
+                write_traceback(session.run_dir, exc, rank=session.rank)
             except OSError:
                 pass
         if clean:

@@ -43,35 +43,73 @@ def read_rank_info(environ: dict[str, str] | None = None) -> RankInfo:
 
 
 def read_git_info(cwd: str | None = None) -> dict[str, Any]:
-    """Return {"commit", "dirty", "branch"} of the repository holding ``cwd``, or {} outside git."""
+    """Return {"commit", "dirty", "branch"} of the repository holding ``cwd``, or {} outside git.
 
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
+    One ``git status --porcelain=v2 --branch`` gives all three (three git processes did before:
+    each one is a fork and exec beside the job's start-up).
+    """
+    try:
+        out = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"],
+                             cwd=cwd, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
         return {}
-    status = git("status", "--porcelain", "--untracked-files=no")
-    info: dict[str, Any] = {"commit": commit, "dirty": bool(status)}
-    branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    if branch and branch != "HEAD":
+    if out.returncode != 0:
+        return {}
+    return parse_git_status(out.stdout)
+
+
+def parse_git_status(text: str) -> dict[str, Any]:
+    """The git fields from ``git status --porcelain=v2 --branch`` output ({} before the first commit)."""
+    commit = branch = None
+    dirty = False
+    for line in text.splitlines():
+        if line.startswith("# branch.oid "):
+            commit = line.split(" ", 2)[2].strip()
+        elif line.startswith("# branch.head "):
+            branch = line.split(" ", 2)[2].strip()
+        elif line and not line.startswith("#"):
+            dirty = True
+    if not commit or commit == "(initial)":
+        return {}
+    info: dict[str, Any] = {"commit": commit, "dirty": dirty}
+    if branch and branch != "(detached)":
         info["branch"] = branch
     return info
 
 
 def _dist_version(name: str) -> str | None:
-    from importlib import metadata  # ~30 ms to import: only the launcher's background thread needs it
+    """The installed version of distribution ``name``: its ``*.dist-info/METADATA`` read directly
+    (importlib.metadata costs ~30 ms to import and scans more), falling back to importlib.metadata."""
+    prefix = name.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for folder in names:
+            if folder.endswith(".dist-info") and folder.lower().startswith(prefix):
+                version = _metadata_version(os.path.join(entry, folder, "METADATA"))
+                if version:
+                    return version
+    from importlib import metadata
 
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _metadata_version(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():  # the headers end at the first blank line
+                    break
+    except OSError:
+        pass
+    return None
 
 
 def describe_launch() -> dict[str, Any]:
@@ -102,7 +140,7 @@ def describe_torch() -> dict[str, Any]:
         if torch.backends.cudnn.is_available():
             versions["cudnn"] = torch.backends.cudnn.version()
     devices: list[dict[str, Any]] = [
-        {"type": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count(),
+        {"type": "cpu", "name": _processor(), "count": os.cpu_count(),
          "threads": torch.get_num_threads()}
     ]
     if torch.cuda.is_available():
@@ -117,6 +155,14 @@ def describe_torch() -> dict[str, Any]:
                 "multi_processor_count": int(props.multi_processor_count),
             })
     return {"versions": versions, "devices": devices, "executable": sys.executable, "threads": describe_threads()}
+
+
+def _processor() -> str:
+    """``platform.processor() or platform.machine()``, without the ``uname -p`` process on Linux
+    (a fork of the training process at its first step), where it is the machine or blank."""
+    if sys.platform.startswith("linux"):
+        return platform.machine()
+    return platform.processor() or platform.machine()
 
 
 def describe_threads() -> dict[str, int]:

@@ -2,8 +2,8 @@
 
 An evaluation phase starts when the model's root module is called with ``training == False``
 (or, still in train mode, with gradients disabled) and ends when training resumes (the next
-training forward or optimizer step) or the job ends. Only during a phase are these hooks in
-place; training iterations pay nothing for them:
+training forward or optimizer step) or the job ends. The module hooks are in place only during
+a phase; the functional wrappers pass through outside one:
 
 - a global module forward hook keeps the outputs of ``torch.nn.modules.loss._Loss`` modules
   (``nn.CrossEntropyLoss()``, ``nn.MSELoss()``, ...);
@@ -11,11 +11,14 @@ place; training iterations pay nothing for them:
   ``mse_loss``, ``l1_loss``, ``smooth_l1_loss``, ``binary_cross_entropy(_with_logits)``,
   ``kl_div``) are wrapped, so a loss computed with ``F.cross_entropy`` (inside the model, as
   nanoGPT does, or in the loop) is kept too. A call made by a loss module is counted once, as
-  the module's. Not seen: code that imported the function itself (``from
-  torch.nn.functional import cross_entropy``), and the first batch of an evaluation written
-  ``F.cross_entropy(model(x), y)`` on one line (Python looks the function up before the model
-  call that opens the phase). The wrappers are only in place during a phase, never in
-  training steps (so ``torch.compile``/``torch.jit`` of training code sees torch's own).
+  the module's. These wrappers are installed for the whole session (``install``), not only
+  during a phase: in ``F.cross_entropy(model(x), y)`` Python looks the function up *before*
+  the model call that opens the phase, so a wrapper put in place by that call missed the first
+  batch of every evaluation. Outside a phase a wrapper is one Python call that passes through
+  (its first test is ``torch.compiler.is_compiling()``, a constant to dynamo, so compiled
+  training code traces torch's own loss and guards on nothing of ours). Not seen: code that
+  imported the function itself (``from torch.nn.functional import cross_entropy``) before the
+  agent started.
 
 Values stay detached and unread on their device; the phase's mean per sample is one tensor,
 read later by the metrics log like the training loss (no extra device sync). A phase opened by
@@ -93,7 +96,6 @@ class EvalLosses:
                 module_globals.register_module_forward_pre_hook(self._on_module_input),
                 module_globals.register_module_forward_hook(self._on_module_output, always_call=True),
             ]
-            self._wrap_functionals()
 
     def end(self) -> dict[str, torch.Tensor]:
         """Close the phase: remove the hooks; return ``{val_loss: mean per sample, ...}`` (tensors)."""
@@ -105,11 +107,21 @@ class EvalLosses:
                 out[VAL_LOSS_KEY if i == 0 else f"{VAL_LOSS_KEY}_{i}"] = s.total() / s.samples
         return out
 
+    def install(self) -> None:
+        """Wrap the functional losses for the session's lifetime (idempotent)."""
+        if not self._wrapped:
+            self._wrap_functionals()
+
     def remove_hook(self) -> None:
-        """Remove the phase's hooks and wrappers (idempotent; also used in forked children)."""
+        """Remove the phase's module hooks (idempotent)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
+
+    def uninstall(self) -> None:
+        """Remove the phase's hooks and the functional wrappers (idempotent; also in forked children)."""
+        self.remove_hook()
+        self.step = None
         wrapped, self._wrapped = self._wrapped, {}
         for name, original in wrapped.items():
             if getattr(getattr(F, name, None), "__torchscope__", None) is self:
@@ -132,7 +144,8 @@ class EvalLosses:
         # The body uses closure variables and builtins only: see the FunctionType below.
         def loss(*args: Any, **kwargs: Any) -> Any:
             output = original(*args, **kwargs)
-            if self.step is not None and not compiling() and not getattr(self._inside_loss, "depth", 0):
+            # compiling() first: to dynamo it is the constant True, so no guard on self.step.
+            if not compiling() and self.step is not None and not getattr(self._inside_loss, "depth", 0):
                 self._keep_functional(name, args, output, kwargs)
             return output
 

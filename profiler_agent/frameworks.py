@@ -294,7 +294,7 @@ def _attach_hf(trainer: Any) -> None:
 # -- patching the trainer classes ------------------------------------------------------------
 
 def _wrap_init(cls: type, attach: Callable[[Any], None], where: str) -> None:
-    original = cls.__init__
+    original: Callable[..., None] = getattr(cls, "__init__")  # noqa: B009 - cls.__init__ is unsound to mypy
     if getattr(original, "__torchscope__", False):
         return
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .failures import FailureLog
 from .runformat import (
     Artifact,
     ArtifactKind,
@@ -27,8 +29,8 @@ from .runformat import (
     layout,
 )
 
-__all__ = ["compute_module_flops", "describe_module_tree", "write_module_tree", "make_backward_dot",
-           "write_backward_graph", "render_svg"]
+__all__ = ["compute_module_flops", "describe_module_tree", "make_backward_dot", "render_svg", "start_backward_graph",
+           "write_backward_graph", "write_module_tree"]
 
 MODULE_TREE_FORMAT = 1
 
@@ -89,13 +91,17 @@ def describe_module_tree(
 
 
 def write_module_tree(
-    run_dir: Path, root: torch.nn.Module, output_shapes: Mapping[int, tuple[int, ...]] | None = None
-) -> Path:
-    """Write graph/modules.json for ``root`` and record it in the manifest; return its path."""
+    run_dir: Path, root: torch.nn.Module, output_shapes: Mapping[int, tuple[int, ...]] | None = None,
+    *, record: bool = True,
+) -> Artifact:
+    """Write graph/modules.json for ``root``; return its artifact, also recorded in the manifest
+    unless ``record`` is False (the caller puts it in a manifest rewrite of its own)."""
     path = run_dir / layout.MODULE_TREE
     atomic_write_json(path, describe_module_tree(root, output_shapes))
-    add_artifact(run_dir, Artifact(ArtifactKind.MODULE_TREE, layout.MODULE_TREE, bytes=path.stat().st_size))
-    return path
+    artifact = Artifact(ArtifactKind.MODULE_TREE, layout.MODULE_TREE, bytes=path.stat().st_size)
+    if record:
+        add_artifact(run_dir, artifact)
+    return artifact
 
 
 def make_backward_dot(loss: torch.Tensor, params: Mapping[str, torch.Tensor]) -> str:
@@ -128,3 +134,18 @@ def write_backward_graph(run_dir: Path, dot_source: str, *, svg: bool = True) ->
     svg_path = run_dir / layout.GRAPH_SVG
     atomic_write_bytes(svg_path, data)
     add_artifact(run_dir, Artifact(ArtifactKind.GRAPH_SVG, layout.GRAPH_SVG, bytes=len(data)))
+
+
+def start_backward_graph(run_dir: Path, failures: FailureLog, loss: torch.Tensor,
+                         params: Mapping[str, torch.Tensor]) -> threading.Thread:
+    """Take the DOT of ``loss``'s graph now (before its backward frees it) and write it, with its
+    SVG, in a daemon thread (graphviz can take seconds); return the started thread."""
+    dot = make_backward_dot(loss, params)
+
+    def write() -> None:
+        with failures.guard("backward graph"):
+            write_backward_graph(run_dir, dot)
+
+    thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
+    thread.start()
+    return thread

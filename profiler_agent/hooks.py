@@ -101,8 +101,16 @@ class _Hooks:
                 elif not torch.compiler.is_compiling():  # an evaluation before the root is known:
                     self.session.on_discovery_eval(module)  # judged at the first step
 
-    def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        self.depth.value = max(0, getattr(self.depth, "value", 1) - 1)
+    def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     output: Any) -> None:
+        depth = max(0, getattr(self.depth, "value", 1) - 1)
+        self.depth.value = depth
+        # A model called with keyword arguments only (the HF Trainer's model(**batch)): the global
+        # pre-hook sees no kwargs, so its batch is read here, where torch passes them.
+        if depth == 0 and kwargs and module.training and torch.is_grad_enabled() and first_input(args) is None:
+            with self.session.failures.guard("forward hook"):
+                first = first_input((), kwargs)
+                self.session.on_top_level_samples(module, _batch(first), tokens_of(first))
         if module.training and id(module) not in self.session.output_shapes:
             shape = _output_shape(output)
             if shape is not None:
@@ -160,6 +168,7 @@ class _Hooks:
             torch.autograd.backward = self.original_backward
         if self.original_scale is not None and getattr(torch.amp.GradScaler.scale, "__torchscope__", False):
             torch.amp.GradScaler.scale = self.original_scale  # type: ignore[method-assign]
+        self.session.evaluation.uninstall()
         self.session.on_root_found = None
 
 
@@ -205,8 +214,11 @@ def install_hooks(session: Session) -> Callable[[], None]:
     hooks.handles.append(optimizer_globals.register_optimizer_step_pre_hook(hooks.optimizer_pre))
     hooks.handles.append(optimizer_globals.register_optimizer_step_post_hook(hooks.optimizer_post))
     hooks.discovery.append(module_globals.register_module_forward_pre_hook(hooks.forward_pre))
-    hooks.discovery.append(module_globals.register_module_forward_hook(hooks.forward_post, always_call=True))
+    hooks.discovery.append(module_globals.register_module_forward_hook(hooks.forward_post, with_kwargs=True,
+                                                                          always_call=True))
     _wrap_backward(hooks)
     _wrap_grad_scaler(hooks)
+    with session.failures.guard("evaluation loss wrappers"):
+        session.evaluation.install()  # functional losses: seen in evaluations (evaluation.py)
     session.on_root_found = hooks.root_found
     return hooks.uninstall

@@ -161,8 +161,8 @@ class _Job:
                 print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
                 code = 127
                 return code
-            for sig in self.signals:
-                self.proc.send_signal(sig)
+            for pending in self.signals:
+                self.proc.send_signal(pending)
             describe = threading.Thread(target=_describe_launch, args=(self.run_dir, self.proc.pid),
                                         name="torchscope-describe", daemon=True)
             describe.start()
@@ -185,8 +185,8 @@ class _Job:
                 status, code = RunStatus.FINISHED, 0
             return code
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]
             self._finish(status, code)
 
     def _status(self, returncode: int) -> RunStatus:

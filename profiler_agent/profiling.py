@@ -253,7 +253,7 @@ class ProfilerWindows:
             )
             # Number the profiler's steps like ours so ProfilerStep#N is iteration N.
             prof.step_num = first_step
-            prof.current_action = schedule(first_step)
+            prof.current_action = schedule(first_step)  # type: ignore[assignment]  # torch stub narrower than schedule()
             if hasattr(prof, "_prev_schedule_action"):
                 prof._prev_schedule_action = prof.current_action
             self._start_cuda_history()

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,21 @@ import torch
 from . import graph
 from .accumulation import loss_divisor, step_loss
 from .compilation import CompileWatch, write_compile_summary
-from .contention import JobCpu, StepCpu, job_root_pid
-from .environment import describe_torch, read_rank_info
+from .contention import StepCpu
+from .environment import read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
 from .evaluation_steps import EvaluationSteps
 from .failures import FailureLog
+from .first_step import choose_root, record_first_step, start_system_sampler
+from .max_steps import stop_job
 from .metrics import MetricsLog
-from .options import OWNER_ENV, STOPPED_MAX_STEPS, AgentOptions
-from .profiling import ProfilerWindows, profiler_settings
-from .runformat import Artifact, ArtifactKind, layout, update_manifest
+from .optimizers import PrimaryOptimizer, total_grad_norm
+from .options import AgentOptions
+from .profiling import ProfilerWindows
+from .runformat import Artifact, RunStatus, layout, update_manifest
 from .system import SystemSampler
 
-__all__ = ["Session", "get_session", "set_session", "MAX_STEPS_GRACE_S"]
-
-MAX_STEPS_GRACE_S = 120.0  # --max-steps: how long the job may take to exit after its N-th step
+__all__ = ["Session", "get_session", "set_session"]
 
 _SESSION: Session | None = None
 
@@ -95,10 +95,9 @@ class Session:
         self._tokens = 0  # B x T of the root's integer (B, T) training inputs
         self._early_tokens: dict[int, int] = {}  # iteration 0: per top-level module, until the root is known
         self._grad_norm: torch.Tensor | None = None
-        self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
+        self._primary = PrimaryOptimizer()
         self._pending_config: dict[str, Any] = {}
         self._step_lrs: dict[str, Any] | None = None
-        self._other_steps: set[int] = set()  # ids of non-primary optimizers stepped since the primary
         self._sampler: SystemSampler | None = None
         self._graph_thread: threading.Thread | None = None
         self._graph_drawn = False
@@ -107,8 +106,9 @@ class Session:
         self.output_shapes: dict[int, tuple[int, ...]] = {}
         self.root: torch.nn.Module | None = None
         self.unscaled: dict[int, torch.Tensor] = {}  # id(scaler.scale(loss)) -> loss
-        self.on_root_found: Any = None  # set by hooks.install: callable(root | None)
-        self.finalize: Any = None  # set by an API Run that owns the run: callable(RunStatus)
+        self.on_root_found: Callable[[torch.nn.Module | None], None] | None = None  # set by hooks.install
+        self.finalize: Callable[[RunStatus], None] | None = None  # set by an API Run that owns the run
+        self.uninstall_hooks: Callable[[], None] = lambda: None  # set by activation.start_session
 
     # -- events from hooks -------------------------------------------------------------------
 
@@ -119,13 +119,19 @@ class Session:
         if not self._trained_this_iteration:
             self._first_training_forward()
         if self.root is None and top_level:
-            ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
-            self.top_level[id(module)] = (ref, seen + (batch or 0))
-            if tokens:
-                self._early_tokens[id(module)] = self._early_tokens.get(id(module), 0) + tokens
+            self.on_top_level_samples(module, batch, tokens)
         elif module is self.root and batch:
             self._samples += batch
             self._tokens += tokens
+
+    def on_top_level_samples(self, module: torch.nn.Module, batch: int | None, tokens: int = 0) -> None:
+        """Iteration 0 (root not known yet): a top-level training forward of ``module`` saw ``batch``."""
+        if self.root is not None:
+            return
+        ref, seen = self.top_level.get(id(module), (weakref.ref(module), 0))
+        self.top_level[id(module)] = (ref, seen + (batch or 0))
+        if tokens:
+            self._early_tokens[id(module)] = self._early_tokens.get(id(module), 0) + tokens
 
     def on_eval_forward(self, *, train_mode: bool = False) -> None:
         """The model's root was called for evaluation (eval mode, or no grad): a phase begins or goes on."""
@@ -168,16 +174,17 @@ class Session:
                 self._draw_graph(loss)
 
     def on_optimizer_pre_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.options.grad_norm and self._is_primary(optimizer):
+        """The optimizer is about to step: with ``--grad-norm``, the primary's gradient norm (unread)."""
+        if self.options.grad_norm and self._primary.is_primary(optimizer):
             with self.failures.guard("gradient norm"):
-                self._grad_norm = _total_grad_norm(optimizer)
+                self._grad_norm = total_grad_norm(optimizer)
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer stepped: in automatic mode the primary optimizer's step ends the iteration."""
-        if not self._claim_primary(optimizer):
+        if not self._primary.claim(optimizer):
             return
         # The rates this step used: a scheduler may change them before Run.step() is called.
-        self._step_lrs = self._learning_rates()
+        self._step_lrs = self._primary.learning_rates()
         if not self.manual:
             self.end_iteration()
 
@@ -202,34 +209,7 @@ class Session:
             if self.evaluation.active:
                 with self.failures.guard("evaluation loss"):
                     self._end_evaluation()
-            record: dict[str, Any] = {"step": self.step}
-            if self._iteration_start is not None:
-                record["step_time_s"] = now - self._iteration_start
-                record.update(cpu)
-            if self._data_time is not None:
-                record["data_time_s"], self._data_time = self._data_time, None
-            self._trained_this_iteration = False
-            if self._losses:
-                losses, self._losses = self._losses, []
-                divisors, self._loss_divisors = self._loss_divisors, []
-                record["loss"] = step_loss(losses, divisors)
-                if len(losses) > 1:
-                    record["backward_calls"] = len(losses)
-            lrs, self._step_lrs = self._step_lrs, None
-            record.update(lrs if lrs is not None else self._learning_rates())
-            if self._samples:
-                record["samples"] = self._samples
-                self._samples = 0
-            if self._tokens:
-                record["tokens"], self._tokens = self._tokens, 0
-            if self._grad_norm is not None:
-                record["grad_norm"], self._grad_norm = self._grad_norm, None
-            if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
-                record["profiled"] = True
-            if self.evaluation_steps.held():
-                record["evaluation"] = True
-                record["eval_grad_enabled"] = self.evaluation_steps.grad_enabled
-            record.update(self.compilation.take_step())
+            record = self._take_step_record(now, cpu)
             if extra:
                 record.update(extra)
             self.metrics.append(record)
@@ -240,7 +220,38 @@ class Session:
             self._iteration_start = time.perf_counter()
             self._step_cpu.start()
         if stop:
-            self._stop_job()
+            stop_job(self.run_dir, self.metrics, self.failures, self.options.max_steps, self.close)
+
+    def _take_step_record(self, now: float, cpu: Mapping[str, Any]) -> dict[str, Any]:
+        """The iteration's metrics line (values may be unread tensors); resets what it took."""
+        record: dict[str, Any] = {"step": self.step}
+        if self._iteration_start is not None:
+            record["step_time_s"] = now - self._iteration_start
+            record.update(cpu)
+        if self._data_time is not None:
+            record["data_time_s"], self._data_time = self._data_time, None
+        self._trained_this_iteration = False
+        if self._losses:
+            losses, self._losses = self._losses, []
+            divisors, self._loss_divisors = self._loss_divisors, []
+            record["loss"] = step_loss(losses, divisors)
+            if len(losses) > 1:
+                record["backward_calls"] = len(losses)
+        lrs, self._step_lrs = self._step_lrs, None
+        record.update(lrs if lrs is not None else self._primary.learning_rates())
+        if self._samples:
+            record["samples"], self._samples = self._samples, 0
+        if self._tokens:
+            record["tokens"], self._tokens = self._tokens, 0
+        if self._grad_norm is not None:
+            record["grad_norm"], self._grad_norm = self._grad_norm, None
+        if self.windows.active:  # a profiler window (warm-up or active) covered this iteration
+            record["profiled"] = True
+        if self.evaluation_steps.held():
+            record["evaluation"] = True
+            record["eval_grad_enabled"] = self.evaluation_steps.grad_enabled
+        record.update(self.compilation.take_step())
+        return record
 
     def log(self, values: Mapping[str, Any]) -> None:
         """Write a metrics line of user values (e.g. validation loss) at the current step."""
@@ -265,7 +276,7 @@ class Session:
             with self.failures.guard("evaluation loss"):
                 self._end_evaluation(last=True)  # an evaluation after the last step
             self.closed = True
-        self.evaluation.remove_hook()
+        self.evaluation.uninstall()
         self._step_cpu.close()
         with self.failures.guard("close profiler"):
             self.windows.close()
@@ -327,78 +338,39 @@ class Session:
         self._stopped = True
         return True
 
-    def _stop_job(self) -> None:
-        """--max-steps: flush, mark the run, and end the job as a clean ``sys.exit(0)`` would."""
-        with self.failures.guard("max steps"):
-            self.metrics.flush()
-
-            def change(m: Any) -> Any:
-                return m.replace(extra={**m.extra, "stopped": STOPPED_MAX_STEPS})
-
-            update_manifest(self.run_dir, change)
-        print(f"torchscope agent: --max-steps {self.options.max_steps} reached; ending the job",
-              file=sys.stderr)
-        # Python waits for non-daemon threads before its exit handlers run: a job whose threads
-        # never end would hang here. After a grace period, flush and leave with code 0.
-        threading.Thread(target=self._exit_after, args=(MAX_STEPS_GRACE_S,), name="torchscope-max-steps",
-                         daemon=True).start()
-        raise SystemExit(0)
-
-    def _exit_after(self, seconds: float) -> None:
-        time.sleep(seconds)
-        print(f"torchscope agent: the job did not exit within {seconds:.0f} s of --max-steps; "
-              "ending it", file=sys.stderr)
-        with self.failures.guard("max steps exit"):
-            self.close()
-        os._exit(0)
-
-    def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
-        current = self._optimizer() if self._optimizer is not None else None
-        return current is None or current is optimizer
-
-    def _claim_primary(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether this step is the primary optimizer's, switching primaries between phases.
-
-        Several optimizers per iteration (a GAN's D and G) alternate, and the first to step stays
-        primary. An optimizer that steps twice while the primary does not (a new training phase)
-        becomes primary; so does any optimizer once the primary has been freed.
-        """
-        if self._is_primary(optimizer):
-            self._optimizer = weakref.ref(optimizer)
-            self._other_steps.clear()
-            return True
-        if id(optimizer) in self._other_steps:
-            self._optimizer = weakref.ref(optimizer)
-            self._other_steps.clear()
-            return True
-        self._other_steps.add(id(optimizer))
-        return False
-
-    def _learning_rates(self) -> dict[str, Any]:
-        opt = self._optimizer() if self._optimizer is not None else None
-        if opt is None:
-            return {}
-        out: dict[str, Any] = {}
-        for i, group in enumerate(opt.param_groups):
-            lr = group.get("lr")
-            if isinstance(lr, torch.Tensor):
-                lr = lr.detach().clone()  # schedulers update tensor rates in place
-            if lr is not None:
-                out["lr" if i == 0 else f"lr_{i}"] = lr
-        return out
-
     def _on_first_step(self) -> None:
         self._started = True
+        tree = self._adopt_root()
+        self._judge_early_evaluation()
+        if self.on_root_found is not None:
+            with self.failures.guard("model hooks"):
+                self.on_root_found(self.root)
+        with self.failures.guard("manifest"):
+            record_first_step(self.run_dir, self.options, rank=self.rank, world_size=self.world_size, tree=tree)
+        self._flush_config()
+        with self.failures.guard("system sampler"):
+            self._sampler = start_system_sampler(self.run_dir, self.failures, self.options, rank=self.rank,
+                                                 t0=self.t0, step_cpu=self._step_cpu)
+
+    def _adopt_root(self) -> Artifact | None:
+        """Choose the model's root among the first iteration's top-level modules and take its
+        samples; rank 0 writes its module tree (returned, recorded with the first step's manifest)."""
+        tree: Artifact | None = None
         with self.failures.guard("find model"):
-            self.root = self._choose_root()
+            candidates = [m for ref, _ in self.top_level.values() if (m := ref()) is not None]
+            self.root = choose_root(candidates, self._primary.parameter_ids())
             if self.root is not None:
                 _, samples = self.top_level.get(id(self.root), (None, 0))
                 self._samples = samples
                 self._tokens = self._early_tokens.get(id(self.root), 0)
                 if self.rank == 0:  # every rank holds the same model
-                    graph.write_module_tree(self.run_dir, self.root, self.output_shapes)
+                    tree = graph.write_module_tree(self.run_dir, self.root, self.output_shapes, record=False)
         self.top_level.clear()
         self._early_tokens.clear()
+        return tree
+
+    def _judge_early_evaluation(self) -> None:
+        """Iteration 0's evaluations, seen before the root was known: the model's, or another module's."""
         early, self._early_values = self._early_values, {}
         if self.root is not None and id(self.root) in self._discovery_eval:
             # the model was evaluated before (or within) its first training step
@@ -409,42 +381,6 @@ class Session:
             self.evaluation.end()
         self._discovery_eval.clear()
         self._discovery_eval_grad.clear()
-        if self.on_root_found is not None:
-            with self.failures.guard("model hooks"):
-                self.on_root_found(self.root)
-        with self.failures.guard("manifest"):
-            info = describe_torch()
-            # One locked rewrite of run.json (each costs an fsync): the artifacts go with the rest.
-            files = (Artifact(ArtifactKind.METRICS, layout.METRICS), Artifact(ArtifactKind.SYSTEM, layout.SYSTEM))
-
-            def change(m: Any) -> Any:
-                first = self.rank == 0 or not m.devices
-                # Readers keep unknown top-level fields in Manifest.extra: "threads", "profiler".
-                extra = dict(m.extra)
-                if first or "threads" not in extra:
-                    extra["threads"] = info["threads"]
-                if self.rank == 0 or "profiler" not in extra:  # every rank has the same options
-                    extra["profiler"] = profiler_settings(self.options, extra.get("profiler"))
-                return m.replace(
-                    artifacts=(*[a for a in m.artifacts if a.path not in {f.path for f in files}], *files),
-                    versions={**m.versions, **info["versions"]},
-                    devices=tuple(info["devices"]) if first else m.devices,
-                    world_size=max(m.world_size, self.world_size),
-                    extra=extra,
-                )
-
-            update_manifest(self.run_dir, change)
-        self._flush_config()
-        with self.failures.guard("system sampler"):
-            job_cpu = None
-            if sys.platform.startswith("linux"):
-                owner = os.environ.get(OWNER_ENV, "")
-                job_cpu = JobCpu(job_root_pid(int(owner) if owner.isdigit() else None))
-                self._step_cpu.job = job_cpu
-            self._sampler = SystemSampler(self.run_dir, self.failures, rank=self.rank,
-                                          interval_s=self.options.system_interval_s, t0=self.t0,
-                                          job_cpu=job_cpu)
-            self._sampler.start()
 
     def _flush_config(self) -> None:
         if not self._pending_config:
@@ -453,48 +389,9 @@ class Session:
         with self.failures.guard("record config"):
             update_manifest(self.run_dir, config=config)
 
-    def _choose_root(self) -> torch.nn.Module | None:
-        """The top-level module called in training that holds most of the optimizer's parameters."""
-        candidates = [m for ref, _ in self.top_level.values() if (m := ref()) is not None]
-        if not candidates:
-            return None
-        opt = self._optimizer() if self._optimizer is not None else None
-        wanted = {id(p) for g in opt.param_groups for p in g["params"]} if opt is not None else set()
-
-        def score(m: torch.nn.Module) -> tuple[int, int]:
-            params = list(m.parameters())
-            return sum(1 for p in params if id(p) in wanted), sum(p.numel() for p in params)
-
-        best = max(candidates, key=score)
-        return best if any(True for _ in best.parameters()) else None
-
     def _draw_graph(self, loss: torch.Tensor) -> None:
         params: dict[str, torch.Tensor] = {}
         for ref, _ in self.top_level.values():
-            module = ref()
-            if module is not None:
+            if (module := ref()) is not None:
                 params.update(module.named_parameters())
-        dot = graph.make_backward_dot(loss, params)
-
-        def write() -> None:
-            with self.failures.guard("backward graph"):
-                graph.write_backward_graph(self.run_dir, dot)
-
-        # Rendering SVG with graphviz can take seconds: do it beside training, not in it.
-        self._graph_thread = threading.Thread(target=write, name="torchscope-graph", daemon=True)
-        self._graph_thread.start()
-
-
-def _total_grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
-    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    if not grads:
-        return None
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for g in grads:
-        by_device.setdefault(g.device, []).append(g)
-    with torch.no_grad():
-        norms = [torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gs)).float())
-                 for gs in by_device.values()]
-        first = norms[0].device
-        return torch.linalg.vector_norm(torch.stack([n.to(first) for n in norms]))
-
+        self._graph_thread = graph.start_backward_graph(self.run_dir, self.failures, loss, params)

@@ -130,7 +130,7 @@ class SystemSampler:
 
     def start(self) -> None:
         if self._job_cpu is not None:  # a first reading now: steps can be measured before the thread's first
-            self._job_cpu.sample()
+            self._job_cpu.sample(rescan=False)  # the thread's first sample does the full scan
         self._thread = threading.Thread(target=self._loop, name="torchscope-system", daemon=True)
         self._thread.start()
 

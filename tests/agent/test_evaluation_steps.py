@@ -77,9 +77,9 @@ def test_an_evaluation_after_the_last_step_gets_its_own_line(tmp_path: Path) -> 
     assert last["val_loss"] == pytest.approx(evals[6], rel=1e-5)
 
 
-def test_no_evaluation_no_flag_and_no_wrappers_during_training(tmp_path: Path) -> None:
+def test_no_evaluation_no_flag_and_wrappers_pass_training_losses_through(tmp_path: Path) -> None:
     originals = {name: getattr(F, name) for name in FUNCTIONAL_LOSSES}
-    seen: list[bool] = []
+    wrapped: list[bool] = []
 
     def loop() -> None:
         model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
@@ -87,15 +87,44 @@ def test_no_evaluation_no_flag_and_no_wrappers_during_training(tmp_path: Path) -
         for _ in range(6):
             x = torch.randn(5, 4)
             loss = F.mse_loss(model(x), torch.zeros(5, 2))
-            seen.append(all(getattr(F, n) is originals[n] for n in FUNCTIONAL_LOSSES))
+            wrapped.append(all(getattr(F, n).__wrapped__ is originals[n] for n in FUNCTIONAL_LOSSES))
             loss.backward()
             opt.step()
             opt.zero_grad()
 
     rows, _ = _record(tmp_path, loop)
     assert len(_steps(rows)) == 6 and _flagged(rows) == []
-    assert all(seen)
-    assert all(getattr(F, n) is originals[n] for n in FUNCTIONAL_LOSSES)
+    assert not [r for r in rows if "val_loss" in r]  # training losses are not evaluation losses
+    assert all(wrapped)  # in place for the whole session (a one-line evaluation looks them up first)
+    assert all(getattr(F, n) is originals[n] for n in FUNCTIONAL_LOSSES)  # restored by stop_session
+
+
+def test_a_one_line_functional_evaluation_keeps_its_first_batch(tmp_path: Path) -> None:
+    """``F.cross_entropy(model(x), y)`` looks the function up before the model call opens the phase."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    val = [(torch.randn(n, 6), torch.randint(0, 3, (n,))) for n in (7, 2, 5)]  # the first batch is the largest
+
+    def loop() -> dict[int, float]:
+        printed: dict[int, float] = {}
+        for step in range(6):
+            if step % 3 == 0:
+                model.eval()
+                with torch.no_grad():
+                    total = sum(F.cross_entropy(model(x), y, reduction="sum").item() for x, y in val)
+                printed[step] = total / sum(len(y) for _, y in val)
+                model.train()
+            x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        return printed
+
+    rows, printed = _record(tmp_path, loop)
+    val_loss = {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+    assert sorted(val_loss) == [0, 3]
+    assert [val_loss[k] for k in (0, 3)] == pytest.approx([printed[k] for k in (0, 3)], rel=1e-5)
 
 
 def test_two_forwards_with_one_backward_are_training(tmp_path: Path) -> None:
@@ -260,7 +289,7 @@ def test_max_steps_ends_a_job_whose_threads_never_finish(tmp_path: Path) -> None
     script = tmp_path / "threads.py"
     script.write_text(
         "import threading, time, torch\n"
-        "import profiler_agent.session as s\n"
+        "import profiler_agent.max_steps as s\n"
         "s.MAX_STEPS_GRACE_S = 1.0\n"  # shortens the agent's grace period for this test
         "threading.Thread(target=lambda: time.sleep(600)).start()\n"  # non-daemon: Python waits for it
         "model = torch.nn.Linear(3, 1)\n"
@@ -298,6 +327,7 @@ def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch)
             return _orig(self, *a, **k)  # type: ignore[operator]
 
         monkeypatch.setattr(torch.Tensor, name, counting)
+    losses.install()
     losses.begin(0)
     with torch.no_grad():
         F.cross_entropy(model(x), y)
@@ -307,6 +337,7 @@ def test_evaluation_hooks_read_no_tensor_values(monkeypatch: pytest.MonkeyPatch)
     steps.saw_evaluation()
     held = steps.held()
     values = losses.end()
+    losses.uninstall()
     assert reads == [] and failures.count == 0
     monkeypatch.undo()
     assert held and set(values) == {"val_loss", "val_loss_1", "val_loss_2"}
@@ -378,3 +409,25 @@ def test_evaluation_hooks_stand_aside_while_dynamo_traces(tmp_path: Path) -> Non
     assert breaks == 0, dict(counters["graph_break"])
     assert len(_steps(rows)) == 5 and _flagged(rows) == []
     assert not list(tmp_path.rglob(layout.AGENT_ERRORS))
+
+
+def test_the_session_long_loss_wrappers_script_compile_and_pickle_as_torch_s_own(tmp_path: Path) -> None:
+    """The functional wrappers stay in place in training: scripting, a full-graph compile and
+    pickling of ``F.cross_entropy`` must see torch's function, not break on ours."""
+    import pickle
+
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 0])
+    expected = float(torch.nn.functional.cross_entropy(x, y))
+
+    def loop() -> tuple[float, float, bool]:
+        assert getattr(F.cross_entropy, "__torchscope__", None) is not None  # ours, in training
+
+        def loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(a, b)
+
+        scripted = torch.jit.script(loss)
+        compiled = torch.compile(loss, backend="eager", fullgraph=True)  # a graph break would raise
+        return float(scripted(x, y)), float(compiled(x, y)), pickle.loads(pickle.dumps(F.cross_entropy)) is F.cross_entropy
+
+    _, (scripted, compiled, pickled) = _record(tmp_path, loop)
+    assert scripted == pytest.approx(expected) and compiled == pytest.approx(expected) and pickled

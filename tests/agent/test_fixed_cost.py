@@ -16,3 +16,16 @@ def test_the_run_command_imports_no_pandas() -> None:
                          cwd=PROJECT_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_the_first_step_path_leaves_psutil_and_importlib_metadata_to_threads() -> None:
+    """The first job-CPU reading (training thread) follows /proc links only; versions need no importlib.metadata."""
+    code = ("import os, sys; from profiler_agent.contention import JobCpu; "
+            "from profiler_agent.environment import _dist_version; "
+            "j = JobCpu(os.getpid()); j.sample(rescan=False); assert j.snapshot is not None; "
+            "assert _dist_version('torch'); "
+            "print(sorted(m for m in ('psutil', 'importlib.metadata') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                         cwd=PROJECT_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -162,6 +162,8 @@ def _history(run: Run) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_hf_trainer_job_gives_steps_loss_and_lr_as_the_trainer_logs_them(hf_run: Run) -> None:
     _assert_training_curves(hf_run)
+    assert [r.get("samples") for r in hf_run.steps] == [8] * MAX_STEPS  # step 0 too: model(**batch)
+    assert [r.get("tokens") for r in hf_run.steps] == [8 * 16] * MAX_STEPS
     logged = [h for h in _history(hf_run) if "loss" in h and "learning_rate" in h]
     assert [h["step"] for h in logged] == [5, 10, 15, 20, 25, 30]
     by_step = {r["step"]: r for r in hf_run.steps}

@@ -224,3 +224,31 @@ def test_a_failing_evaluation_hook_is_recorded_and_training_goes_on(tmp_path: Pa
     assert not [r for r in rows if "val_loss" in r]
     errors = read_jsonl(run_dir / layout.AGENT_ERRORS).records
     assert errors and {e["where"] for e in errors} == {"evaluation loss"}
+
+
+def test_a_model_called_with_keywords_only_has_samples_from_step_0(tmp_path: Path) -> None:
+    """The HF Trainer's ``model(**batch)``: the first iteration's global hooks read the keywords too."""
+    class KeywordLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.head = nn.Embedding(11, 8), nn.Linear(8, 11)
+
+        def forward(self, *, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            logits = self.head(self.embed(input_ids))
+            return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+    model = KeywordLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sizes = [3, 5, 3, 2]
+
+    def loop() -> None:
+        for b in sizes:
+            batch = {"input_ids": torch.randint(0, 11, (b, 7)), "labels": torch.randint(0, 11, (b, 7))}
+            model(**batch).backward()
+            opt.step()
+            opt.zero_grad()
+
+    rows, _ = _record(tmp_path, loop)
+    steps = [r for r in rows if "step_time_s" in r]
+    assert [r.get("samples") for r in steps] == sizes
+    assert [r.get("tokens") for r in steps] == [7 * b for b in sizes]

@@ -154,3 +154,23 @@ def test_primary_optimizer_gan_alternation_and_phase_switch(tmp_path: Path) -> N
     # B's step in the last GAN iteration and its first solo step make it primary: no step is lost.
     assert [r["lr"] for r in rows] == [0.1, 0.1, 0.1, 0.2, 0.2, 0.2]
     assert [r["step"] for r in rows] == list(range(6))
+
+
+def test_git_fields_come_from_one_porcelain_v2_status() -> None:
+    from profiler_agent.environment import parse_git_status
+
+    clean = "# branch.oid 03d9495\n# branch.head main\n# branch.upstream origin/main\n"
+    assert parse_git_status(clean) == {"commit": "03d9495", "dirty": False, "branch": "main"}
+    dirty = "# branch.oid 03d9495\n# branch.head (detached)\n1 .M N... 100644 100644 100644 a b f.py\n"
+    assert parse_git_status(dirty) == {"commit": "03d9495", "dirty": True}
+    assert parse_git_status("# branch.oid (initial)\n# branch.head main\n") == {}
+
+
+def test_dist_versions_read_from_dist_info_match_importlib_metadata() -> None:
+    from importlib import metadata
+
+    from profiler_agent.environment import _dist_version
+
+    for name in ("torch", "psutil"):
+        assert _dist_version(name) == metadata.version(name)
+    assert _dist_version("no-such-distribution-here") is None
