@@ -60,8 +60,8 @@ def time_store(n: int) -> tuple[float, float, float]:
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import write_run  # the tests' realistic hand-made runs
 
-    from app.workspace.catalog import load_catalog as load_store
     from app.ui.store import cached_store_view
+    from app.workspace.catalog import load_catalog as load_store
 
     root = Path(tempfile.mkdtemp(prefix="ts-bench-store-"))
     for i in range(n):

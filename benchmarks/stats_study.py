@@ -44,10 +44,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.analysis.stats.bootstrap import bootstrap_medians  # noqa: E402
-from app.analysis.stats import ratio as S  # noqa: E402
-from app.analysis.stats import rank as R  # noqa: E402
-from app.analysis.stats.dist import mann_whitney_lower_count, t_quantile  # noqa: E402
+from app.analysis.stats import rank as R
+from app.analysis.stats import ratio as S
+from app.analysis.stats.bootstrap import bootstrap_medians
+from app.analysis.stats.dist import mann_whitney_lower_count, t_quantile
 
 SCENARIOS: dict[str, dict[str, float]] = {
     "clean": {"sigma": 0.05, "p_out": 0.0, "rho": 0.0, "drift": 0.0},

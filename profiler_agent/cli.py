@@ -31,7 +31,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Launch the command in ``args.command_args``; return its exit code."""
-    command = [c for c in (getattr(args, "command_args", None) or [])]
+    command = list(getattr(args, "command_args", None) or [])
     if command[:1] == ["--"]:
         command = command[1:]
     try:

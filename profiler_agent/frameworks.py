@@ -212,7 +212,7 @@ def _drop_agent_evaluation(session: Any) -> None:
 def _lightning_callback_class(base: type) -> type:
     """A Lightning ``Callback`` subclass of ``base`` (each package has its own base class)."""
 
-    class TorchscopeLightningCallback(base):  # type: ignore[misc, valid-type]
+    class TorchscopeLightningCallback(base):
         """Torchscope's agent: hparams into the run's config, validation metrics into its metrics."""
 
         def __init__(self) -> None:
@@ -255,7 +255,7 @@ def _lightning_callback_class(base: type) -> type:
 def _hf_callback_class(base: type) -> type:
     """A ``transformers.TrainerCallback`` subclass of ``base``."""
 
-    class TorchscopeTrainerCallback(base):  # type: ignore[misc, valid-type]
+    class TorchscopeTrainerCallback(base):
         """Torchscope's agent: TrainingArguments into the run's config, eval metrics into its metrics."""
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,

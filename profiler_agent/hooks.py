@@ -167,7 +167,7 @@ class _Hooks:
         if self.original_backward is not None and getattr(torch.autograd.backward, "__torchscope__", False):
             torch.autograd.backward = self.original_backward
         if self.original_scale is not None and getattr(torch.amp.GradScaler.scale, "__torchscope__", False):
-            torch.amp.GradScaler.scale = self.original_scale  # type: ignore[method-assign]
+            torch.amp.GradScaler.scale = self.original_scale
         self.session.evaluation.uninstall()
         self.session.on_root_found = None
 
@@ -205,7 +205,7 @@ def _wrap_grad_scaler(hooks: _Hooks) -> None:
         return result
 
     scale.__torchscope__ = True  # type: ignore[attr-defined]
-    scaler_cls.scale = scale  # type: ignore[method-assign]
+    scaler_cls.scale = scale
 
 
 def install_hooks(session: Session) -> Callable[[], None]:

@@ -32,7 +32,6 @@ from .runformat import (
     Manifest,
     RunStatus,
     TorchscopeError,
-    add_artifact,
     create_run,
     layout,
     read_manifest,

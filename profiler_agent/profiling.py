@@ -188,7 +188,7 @@ class ProfilerWindows:
             self._start(upcoming, self._requests.pop(0), _Window(WindowReason.REQUESTED))
         elif slow is not None:
             self._anomaly_left -= 1
-            median_s = record["step_time_s"] / slow if record else 0.0  # type: ignore[index]
+            median_s = record["step_time_s"] / slow if record else 0.0
             detail = (f"{CONFIRM_STEPS} training steps in a row over {self._options.anomaly_factor:g}x the "
                       f"running median ({median_s * 1e3:.3g} ms); step {step} took {slow:.1f}x")
             sched = self._options.schedule
@@ -253,7 +253,7 @@ class ProfilerWindows:
             )
             # Number the profiler's steps like ours so ProfilerStep#N is iteration N.
             prof.step_num = first_step
-            prof.current_action = schedule(first_step)  # type: ignore[assignment]  # torch stub narrower than schedule()
+            prof.current_action = schedule(first_step)
             if hasattr(prof, "_prev_schedule_action"):
                 prof._prev_schedule_action = prof.current_action
             self._start_cuda_history()

@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-# psutil costs ~9 ms to import: the sampler thread loads it (_load_psutil), off the job's start-up path.
-psutil: Any = None
-
 from .contention import JobCpu
 from .failures import FailureLog
 from .runformat import JsonlWriter, layout
+
+# psutil costs ~9 ms to import: the sampler thread loads it (_load_psutil), off the job's start-up path.
+psutil: Any = None
 
 __all__ = ["SystemSampler", "read_system_sample"]
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from app.analysis.run.final_value import FinalValue, final_value
 from app.analysis.run.step_time import steady_step_time
 from profiler_agent.launcher import LaunchRequest, launch
-from profiler_agent.options import AgentOptions
-from profiler_agent.options import ProfileSchedule
+from profiler_agent.options import AgentOptions, ProfileSchedule
 from profiler_agent.runformat import RunStatus, RunStoreNotFoundError, layout, list_runs, read_jsonl
 
 HERE = Path(__file__).resolve().parent
@@ -50,7 +49,10 @@ def recorded_names(root: Path) -> set[str]:
     return {m.name for _, m in listing.runs if m.status is RunStatus.FINISHED}
 
 
-def eval_step_in_window(schedule: ProfileSchedule = ProfileSchedule()) -> int:
+_DEFAULT_SCHEDULE = ProfileSchedule()  # the agent's default windows
+
+
+def eval_step_in_window(schedule: ProfileSchedule = _DEFAULT_SCHEDULE) -> int:
     """The ``--eval-every`` that puts the first evaluation in the middle of the first profiled window.
 
     The scripts evaluate after their N-th optimizer step, i.e. during the agent's iteration N;
@@ -60,7 +62,7 @@ def eval_step_in_window(schedule: ProfileSchedule = ProfileSchedule()) -> int:
 
 
 def sample_command(sample: Sample, *, steps: int, extra: list[str],
-                   schedule: ProfileSchedule = ProfileSchedule()) -> tuple[str, ...]:
+                   schedule: ProfileSchedule = _DEFAULT_SCHEDULE) -> tuple[str, ...]:
     """The job's command line: the evaluation lands in the profiled window (``extra`` may override it)."""
     return (sys.executable, str(HERE / sample.script), "--steps", str(steps),
             "--eval-every", str(eval_step_in_window(schedule)), *extra)

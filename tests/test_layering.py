@@ -50,7 +50,7 @@ def test_runformat_is_stdlib_only():
 def test_data_and_analysis_load_no_ui_and_no_torch(package):
     modules = [package.__name__, *_modules(package)]
     if package is app.analysis:
-        modules += [m for m in _find_subpackages(package)]
+        modules += list(_find_subpackages(package))
     loaded = _loaded_after_import(modules)
     assert "streamlit" not in loaded
     assert "plotly" not in loaded
@@ -236,18 +236,11 @@ def test_the_io_check_sees_io(tmp_path: Path):
         assert needle in calls, (needle, calls)
 
 
-# Cycles the analysis stream is breaking (issue 12); the lead removes them at merge.
-_KNOWN_CYCLES = [
-    {"app.analysis.trace.breakdown", "app.analysis.trace.steps"},
-    {"app.analysis.trace.ops", "app.analysis.trace.op_modules"},
-]
-
-
 def test_no_import_cycles_among_app_modules():
     """No strongly connected component of more than one module in app's import graph (imports at
     module level and inside functions; ``if TYPE_CHECKING:`` blocks excluded)."""
     graph = import_graph(PROJECT_ROOT, "app")
-    cycles = [c for c in strongly_connected(graph) if len(c) > 1 and c not in _KNOWN_CYCLES]
+    cycles = [c for c in strongly_connected(graph) if len(c) > 1]
     assert not cycles, f"import cycles: {[sorted(c) for c in cycles]}"
 
 

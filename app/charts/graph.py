@@ -83,7 +83,7 @@ def _diff_label(row: pd.Series) -> str:
     if change == "shape":
         lines.append(f"out {row['baseline_shape']} → {row['candidate_shape']}")
     delta = int(row["params_delta"])
-    if delta and change != "same" or (path == ROOT_PATH and delta):
+    if (delta and change != "same") or (path == ROOT_PATH and delta):
         lines.append(f"params {delta:+,}")
     return "\n".join(lines)
 

@@ -16,8 +16,8 @@ import sys
 import textwrap
 
 from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule
-from app.workspace.evidence import load_evidence
 from app.errors import UsageError
+from app.workspace.evidence import load_evidence
 
 HELP = "find performance and training problems in a run, with evidence and the fix"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from app.workspace.imports import import_into_store
 from profiler_agent.runformat import layout
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _when(started_at: float | None) -> str:
     if started_at is None:
         return "start unknown"
-    return datetime.fromtimestamp(started_at, timezone.utc).strftime("started %Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(started_at, UTC).strftime("started %Y-%m-%d %H:%M:%S UTC")
 
 
 def run(args: argparse.Namespace) -> int:

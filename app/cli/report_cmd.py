@@ -12,10 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.presentation.report import format_report_html, format_report_markdown
 from app.analysis.compare.advice import findings_diff_rows
 from app.cli.diff_cmd import add_compare_arguments, advice_diff, load_comparison
 from app.errors import UsageError
+from app.presentation.report import format_report_html, format_report_markdown
 from profiler_agent.runformat import atomic_write_text
 
 HELP = "export a comparison as a self-contained HTML page or as Markdown for a PR comment"

@@ -184,7 +184,8 @@ def load_module_tree(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        tree: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return tree
     except (ValueError, UnicodeDecodeError) as e:
         raise rf.CorruptFileError(f"{path}: not valid JSON ({e})") from None
 

@@ -10,7 +10,6 @@ Field names are stable. Pure: takes an analysis, returns a dict.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 

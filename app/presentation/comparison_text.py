@@ -11,11 +11,11 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison, no_interval_reason
-from app.presentation.compare_json import compile_counts
 from app.analysis.compare.memory_categories import (
     MemoryCategoryComparison,
     compare_side_memory_categories,
 )
+from app.presentation.compare_json import compile_counts
 from app.presentation.names import distinct_short_names, short_name
 from app.presentation.units import format_change, format_value, is_finite_number
 

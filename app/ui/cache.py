@@ -7,14 +7,13 @@ from __future__ import annotations
 
 # Parameters that start with "_" are not hashed by st.cache_*; the signatures are passed
 # without underscore on purpose so that they are part of the cache key.
-
 import os
 
 import streamlit as st
 
 from app.analysis.trace.summary import TraceAnalysis
-from app.workspace import artifacts
 from app.data.trace import TraceTables
+from app.workspace import artifacts
 from app.workspace.signatures import run_signature
 from app.workspace.traces import analyze_trace_set, load_trace_set
 

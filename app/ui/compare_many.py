@@ -6,7 +6,12 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare.many_runs import SWEEP_OUTCOMES, compute_curve_bands, compute_sweep_table, diff_config
+from app.analysis.compare.many_runs import (
+    SWEEP_OUTCOMES,
+    compute_curve_bands,
+    compute_sweep_table,
+    diff_config,
+)
 from app.analysis.curves.smoothing import compute_curve, list_curve_keys
 from app.charts.compare import (
     make_band_figure,

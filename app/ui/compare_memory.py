@@ -12,14 +12,14 @@ import streamlit as st
 from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.memory import compute_step_aligned_memory, diff_largest_allocations
 from app.analysis.compare.memory_categories import MemoryCategoryComparison
-from app.workspace.memory import load_memory_categories
 from app.analysis.memory.peak import peak_description, peak_quantity
-from app.presentation.units import format_value
 from app.charts.compare import make_memory_overlay_figure
 from app.charts.compare_memory import make_memory_category_figure
 from app.charts.memory import byte_unit
 from app.data.snapshot import load_snapshot
 from app.errors import TorchscopeError
+from app.presentation.units import format_value
+from app.workspace.memory import load_memory_categories
 from profiler_agent.runformat import layout
 
 __all__ = ["NO_CATEGORIES_HELP", "CategoryBars", "cached_memory_categories", "render_memory_tab"]

@@ -7,16 +7,16 @@ from enum import StrEnum
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.advice import findings_diff_rows
+from app.analysis.compare.comparison import Comparison
 from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
-from app.presentation.report import breakdown_display_table
 from app.charts.compare import (
     make_delta_bar_figure,
     make_step_time_figure,
     make_waterfall_figure,
 )
 from app.charts.graph import make_module_diff_dot
+from app.presentation.report import breakdown_display_table
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
@@ -83,9 +83,9 @@ def diff_table_display(table: pd.DataFrame, kind: DiffKind) -> tuple[pd.DataFram
         delta = col.endswith("delta_us")
         fmt = ("%+.3f" if delta else "%.3f") if in_ms else ("%+.1f" if delta else "%.1f")
         config[target] = st.column_config.NumberColumn(f"{label} ({unit}/step)", format=fmt, help=help_text)
-    for col, (label, help_text) in _TEXT_HEADERS.items():
+    for col, (text_label, text_help) in _TEXT_HEADERS.items():
         if col in shown.columns:
-            config[col] = st.column_config.TextColumn(label, help=help_text)
+            config[col] = st.column_config.TextColumn(text_label, help=text_help)
     for col, label in _CALLS_HEADERS.items():
         if col in shown.columns:
             config[col] = st.column_config.NumberColumn(label, format="%.2f", help="calls per profiled step")
@@ -121,9 +121,9 @@ def render_time_tab(cmp: Comparison) -> None:
                                 "Δ share of baseline step (%)": st.column_config.NumberColumn(
                                     format="%+.1f", help="the category's change as a share of the baseline's "
                                     "mean profiled step")})
-    a, b = cmp.breakdown_steps
-    st.caption(f"Step set of the waterfall and the operator and kernel deltas: the typical profiled steps, {a} "
-               f"(baseline) and {b} (candidate), from the traces; means over them, not the median step time of the "
+    n_base, n_cand = cmp.breakdown_steps
+    st.caption(f"Step set of the waterfall and the operator and kernel deltas: the typical profiled steps, {n_base} "
+               f"(baseline) and {n_cand} (candidate), from the traces; means over them, not the median step time of the "
                "headline, which comes from the steady-state steps. Steps that ran an evaluation are left out (see "
                "the notes). 'unattributed'/'rest' is what the categories do not cover.")
 
@@ -200,9 +200,10 @@ def render_model_tab(cmp: Comparison) -> None:
         st.dataframe(cmp.modules, hide_index=True, width="stretch")
         _render_module_graph(cmp)
     dots = [s.run.graph_dot if s.run is not None else None for s in (cmp.baseline, cmp.candidate)]
-    if all(dots):
-        graph = diff_backward_graphs(dots[0].read_text(encoding="utf-8", errors="replace"),
-                                     dots[1].read_text(encoding="utf-8", errors="replace"))
+    base_dot, cand_dot = dots
+    if base_dot is not None and cand_dot is not None:
+        graph = diff_backward_graphs(base_dot.read_text(encoding="utf-8", errors="replace"),
+                                     cand_dot.read_text(encoding="utf-8", errors="replace"))
         st.subheader("Backward graph: autograd nodes whose count changed")
         if len(graph):
             st.dataframe(graph, hide_index=True, width="stretch")

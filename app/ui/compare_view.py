@@ -12,6 +12,7 @@ import streamlit as st
 from app.analysis.compare.comparison import CompareOptions, Comparison
 from app.analysis.compare.headline import HeadlineVerdict
 from app.analysis.compare.tables import OpGrouping
+from app.analysis.run.final_value import final_label
 from app.analysis.stats.ratio import Verdict
 from app.charts.compare import figures_to_html, make_report_figures
 from app.presentation.report import (
@@ -21,7 +22,6 @@ from app.presentation.report import (
     format_value,
     verdict_display_table,
 )
-from app.analysis.run.final_value import final_label
 from app.presentation.units import format_change
 from app.ui.compare_headline import render_headline
 from app.ui.compare_memory import cached_memory_categories

@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.memory.events import compute_memory_timeline
 from app.analysis.memory.snapshot import compute_trace_allocations
-from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.trace.timeline import compute_step_windows
-from app.workspace import artifacts
 from app.ui.cache import cached_run, cached_traces
+from app.workspace import artifacts
 from app.workspace.signatures import file_signature, run_signature
 from profiler_agent.runformat import layout
 

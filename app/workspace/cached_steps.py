@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from app.analysis.run.step_time import steady_step_time
 from app.data import trace_cache
+
 # The same rank and file listing load_traces uses: the analysis key must be built identically.
 from app.data.trace import list_trace_paths, trace_rank
 from app.errors import UsageError

@@ -165,13 +165,13 @@ def test_a_graph_that_cannot_be_drawn_is_recorded_not_raised(tmp_path: Path,
 def test_sys_exit_zero_inside_a_run_is_a_clean_finish(tmp_path: Path) -> None:
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(SystemExit):
-        with profiler_agent.Run(name="exits", root=tmp_path, profile=False, graph=False) as run:
-            model(torch.randn(2, 3)).sum().backward()
-            opt.step()
-            run.step()
-            run_dir = run.dir
-            raise SystemExit(0)
+    with pytest.raises(SystemExit), \
+            profiler_agent.Run(name="exits", root=tmp_path, profile=False, graph=False) as run:
+        model(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        run.step()
+        run_dir = run.dir
+        raise SystemExit(0)
     m = read_manifest(run_dir)
     assert m.status is RunStatus.FINISHED and m.exit_code == 0
     assert not (run_dir / layout.TRACEBACK_LOG).exists()

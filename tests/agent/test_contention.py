@@ -58,7 +58,7 @@ def test_contention_is_the_machine_busy_time_outside_the_job(monkeypatch: pytest
 
 
 def test_clamped_shares_carry_over_so_means_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
-    meter, clock, job, stat = _meter(monkeypatch)
+    meter, clock, _job, stat = _meter(monkeypatch)
     busy = 1000.0
     # Coarse counters: busy time of others shows up in 10 ms lumps every other 4 ms step.
     shares = []
@@ -76,7 +76,7 @@ def test_clamped_shares_carry_over_so_means_stay_right(monkeypatch: pytest.Monke
 
 
 def test_the_agent_work_between_steps_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    meter, clock, job, stat = _meter(monkeypatch)
+    meter, clock, _job, stat = _meter(monkeypatch)
     for export_s in (0.0, 1.0):  # right after the last step; after a 1 s trace export
         clock.wall += export_s
         clock.cpu += export_s
@@ -90,7 +90,7 @@ def test_the_agent_work_between_steps_is_left_out(monkeypatch: pytest.MonkeyPatc
 
 
 def test_no_contention_before_the_job_is_measured_and_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
-    meter, clock, job, stat = _meter(monkeypatch)
+    meter, clock, job, _stat = _meter(monkeypatch)
     monkeypatch.setattr(job, "estimate", lambda now: None)
     meter.start()
     clock.wall += 0.1

@@ -180,9 +180,13 @@ def test_memory_timeline_first_window_only(tmp_path: Path) -> None:
 def test_memory_timeline_flag_is_off_by_default() -> None:
     import argparse
 
-    from profiler_agent.options import add_agent_arguments, options_from_args, read_env_options, write_env_options
-
     from profiler_agent import argcapture
+    from profiler_agent.options import (
+        add_agent_arguments,
+        options_from_args,
+        read_env_options,
+        write_env_options,
+    )
 
     parser = argparse.ArgumentParser()
     add_agent_arguments(parser)

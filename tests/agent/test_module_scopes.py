@@ -86,9 +86,9 @@ def _parent(event: dict[str, Any], ranges: list[dict[str, Any]]) -> str | None:
     for r in ranges:
         if r is event or r["tid"] != event["tid"]:
             continue
-        if r["ts"] <= event["ts"] and event["ts"] + event["dur"] <= r["ts"] + r["dur"]:
-            if best is None or r["dur"] < best["dur"]:
-                best = r
+        inside = r["ts"] <= event["ts"] and event["ts"] + event["dur"] <= r["ts"] + r["dur"]
+        if inside and (best is None or r["dur"] < best["dur"]):
+            best = r
     return None if best is None else best["name"][len(PREFIX):]
 
 

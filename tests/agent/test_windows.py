@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import statistics
 import subprocess
 import sys
 from pathlib import Path

@@ -91,7 +91,7 @@ def test_contract_headline_drives_the_page_and_inconclusive_is_amber(monkeypatch
                                ci95=(0.80, 1.10), verdict="inconclusive", method="hierarchical bootstrap",
                                replicates={"baseline": 3, "candidate": 3},
                                reasons=["contention differs: 40 % vs 2 % of the CPU used by other processes"],
-                               quantity_words="time per sample", to_json=lambda: {})
+                               quantity_words="time per sample", to_json=dict)
     step_sets = {"headline": "steady-state steps: 36 / 36", "profiled": "typical profiled steps: 2 / 3"}
     note = "The waterfall grows while the headline shrinks: the profiled steps are not typical."
     monkeypatch.setattr(compare_cache, "diff_sides",

@@ -11,10 +11,10 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from app.cli import main
 from app.analysis.run.final_value import final_value
-from app.presentation.units import format_seconds
 from app.analysis.run.step_time import steady_step_time
+from app.cli import main
+from app.presentation.units import format_seconds
 from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf

@@ -1,8 +1,8 @@
 """"Peak memory" names its quantity, and the Overview and the Compare page agree on real CPU runs."""
 from __future__ import annotations
 
-from app.workspace.sides import load_side
 from app.presentation.units import format_bytes, format_value
+from app.workspace.sides import load_side
 from profiler_agent.runformat import list_runs
 from tests.app.helpers import assert_clean, open_app
 from tests.app.test_compare_page import open_compare

@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 
+from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from app.ui.tabs.overview import STEP_TIME_LABEL
 from tests.app.helpers import assert_clean, open_app, texts
 
 HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace.summary") is not None
@@ -74,7 +74,7 @@ def test_rank_selector_for_two_ranks(monkeypatch, fixture_store):
     assert_clean(at)
     assert "rank 1" in texts(_tab(at, "Overview").caption)
     # another run with other ranks: the stale choice is dropped, not an error
-    root, runs = fixture_store
+    _root, runs = fixture_store
     at.selectbox(key="run_picker").set_value(runs["baseline"].name).run()
     assert_clean(at)
     at.selectbox(key="run_picker").set_value(runs["ddp"].name).run()
@@ -243,7 +243,7 @@ def test_system_columns_grouped_by_unit():
     assert groups["GPU utilisation"] == ["gpu_util_percent"]
     assert groups["GPU memory"] == ["gpu_allocated_bytes"]  # the device's total is not a curve
     assert groups["Whole machine: CPU (100% = every core busy)"] == ["system_cpu_percent"]
-    assert "note" not in sum(groups.values(), [])
+    assert all("note" not in names for names in groups.values())
 
 
 def test_system_lines_have_readable_labels():

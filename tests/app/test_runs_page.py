@@ -213,9 +213,9 @@ def test_runs_listed_newest_start_first(monkeypatch, make_run):
 
 
 def test_runs_grid_is_as_tall_as_its_runs(monkeypatch, make_run):
-    from app.ui.runs_view import table_height
-
     import streamlit as st
+
+    from app.ui.runs_view import table_height
 
     heights = []
     real = st.dataframe
@@ -238,10 +238,10 @@ def test_runs_grid_is_as_tall_as_its_runs(monkeypatch, make_run):
 
 
 def test_imported_run_steps_in_trace_until_analysed(monkeypatch, shared_data, tmp_path):
-    from app.workspace.traces import analyze_trace_set as analyze_traces
     from app.data.tbprofiler import import_traces
     from app.data.trace import load_traces
     from app.ui.store import clear_store_caches
+    from app.workspace.traces import analyze_trace_set as analyze_traces
 
     monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "runs"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -48,5 +49,5 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
         screenshot(page, f"compare_{i + 1:02d}_{name.lower().replace(' ', '_')}")
     with page.expect_download() as info:
         page.get_by_role("button", name="Download Markdown (PR comment)").click()
-    text = open(info.value.path(), encoding="utf-8").read()
+    text = Path(info.value.path()).read_text(encoding="utf-8")
     assert text.startswith("### Torchscope: optimized vs baseline") and "(headline)" in text

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from app.charts.curves import make_curve_figure
 from app.analysis.run.final_value import final_value
+from app.charts.curves import make_curve_figure
 
 
 def _curve(n: int) -> pd.DataFrame:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from app.charts.steps import make_step_time_figure
 from app.analysis.run.step_time import steady_step_time
+from app.charts.steps import make_step_time_figure
 
 
 def _metrics(ranks: int, steps: list[int]) -> pd.DataFrame:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import ab_cmd, main
-from app.workspace.sides import group_of
 from app.cli.ab_cmd import Side, interleaved_order
 from app.errors import UsageError
+from app.workspace.sides import group_of
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 

@@ -144,7 +144,7 @@ def test_json_memory_categories_and_peak_source(tmp_path: Path, capsys) -> None:
     assert doc["peak_memory"]["source"] == "system:rss_bytes"
     assert doc["peak_memory"]["quantity"] == "process RSS"
     rows = {r["category"]: r for r in doc["memory_categories"]}
-    assert list(rows)[0] == "total" and {"parameter", "gradient", "optimizer_state"} <= set(rows)
+    assert next(iter(rows)) == "total" and {"parameter", "gradient", "optimizer_state"} <= set(rows)
     for r in rows.values():
         assert {"category", "baseline_bytes", "candidate_bytes", "delta_bytes"} <= set(r)
         assert r["delta_bytes"] == r["candidate_bytes"] - r["baseline_bytes"]

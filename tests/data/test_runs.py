@@ -10,8 +10,9 @@ import pytest
 
 from app.data import runs as runs_data
 from app.data import tbprofiler
-from app.workspace.catalog import load_catalog
 from app.errors import UsageError
+from app.presentation import units
+from app.workspace.catalog import load_catalog
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -113,10 +114,10 @@ def test_run_ranks_and_formatting(fixture_store):
     _root, runs = fixture_store
     assert runs_data.run_ranks(runs_data.load_run(runs["ddp"])) == [0, 1]
     assert runs_data.run_ranks(runs_data.load_run(runs["baseline"])) == [0]
-    assert runs_data.format_bytes(1536) == "1.5 KiB"
-    assert runs_data.format_bytes(None) == "–"
-    assert runs_data.format_seconds(0.0123) == "12.3 ms"
-    assert runs_data.format_seconds(75) == "1m 15s"
+    assert units.format_bytes(1536) == "1.5 KiB"
+    assert units.format_bytes(None) == "–"
+    assert units.format_seconds(0.0123) == "12.3 ms"
+    assert units.format_seconds(75) == "1m 15s"
 
 
 def test_import_gpu_trace_keeps_original_and_reads_meta(shared_data, tmp_path):

@@ -11,6 +11,7 @@ import pandas as pd
 
 from app.analysis.trace.step_window import evaluation_steps as _logged_evaluation_steps
 from app.analysis.trace.step_window import typical_steps
+from app.presentation.units import format_percent
 
 from .model import MissingEvidence, RunEvidence, Severity, Weight
 
@@ -25,8 +26,6 @@ __all__ = [
     "step_share",
     "config_value",
     "severity_for",
-    "fmt_pct",
-    "fmt_ms",
     "events_of",
     "evaluation_step_numbers",
     "training_steps",
@@ -155,14 +154,6 @@ def severity_for(value: float, *, high: float, medium: float) -> Severity:
     if value >= medium:
         return Severity.MEDIUM
     return Severity.LOW
-
-
-def fmt_pct(share: float) -> str:
-    return f"{share * 100:.1f}%"
-
-
-def fmt_ms(us: float) -> str:
-    return f"{us / 1000:.2f} ms"
 
 
 def events_of(ev: RunEvidence) -> Iterable[tuple[int, pd.DataFrame]]:
@@ -320,7 +311,7 @@ def trace_weight(ev: RunEvidence, steps: pd.DataFrame) -> Weight:
 
 
 def _fmt_value(measure: str, v: float) -> str:
-    return fmt_pct(v) if measure.endswith("share") else f"{v:.3g}"
+    return format_percent(v) if measure.endswith("share") else f"{v:.3g}"
 
 
 def describe_weight(w: Weight | None) -> str:

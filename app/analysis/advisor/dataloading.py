@@ -6,13 +6,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from app.presentation.units import format_ms_of_us, format_percent
+
 from .common import (
     DOCS,
     as_number,
     config_value,
     evaluation_step_numbers,
-    fmt_ms,
-    fmt_pct,
     per_step_share,
     require_steps,
     severity_for,
@@ -124,17 +124,17 @@ def data_loading_bound(ev: RunEvidence) -> list[Finding]:
         rule="data_loading_bound",
         family="dataloading",
         severity=severity, weight=weight,
-        title=f"Data loading takes {fmt_pct(share)} of each step",
+        title=f"Data loading takes {format_percent(share)} of each step",
         explanation=(
-            f"Measured from the {source}: the training loop waits {fmt_ms(share * step_us)} per step "
-            f"for the next batch{now}, out of {fmt_ms(step_us)}. While it waits the model does no work. "
-            f"Above {fmt_pct(DATALOADER_SHARE_MIN)} the input pipeline is worth fixing."
+            f"Measured from the {source}: the training loop waits {format_ms_of_us(share * step_us)} per step "
+            f"for the next batch{now}, out of {format_ms_of_us(step_us)}. While it waits the model does no work. "
+            f"Above {format_percent(DATALOADER_SHARE_MIN)} the input pipeline is worth fixing."
         ),
         evidence=evidence,
         fix_summary="Load batches in worker processes (num_workers), pin memory, keep workers "
                     "alive and prefetch, so the next batch is ready when the step ends.",
         fix=_FIX,
-        expected_gain=f"up to {fmt_pct(share)} of step time ({fmt_ms(share * step_us)}/step) "
+        expected_gain=f"up to {format_percent(share)} of step time ({format_ms_of_us(share * step_us)}/step) "
                       "when workers hide loading behind compute",
         gain_share=share,
         doc_url=DOCS["dataloader"],

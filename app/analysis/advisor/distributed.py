@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for, weigh, weigh_steps
+from app.presentation.units import format_ms_of_us, format_percent
+
+from .common import DOCS, events_of, require_device_trace, severity_for, weigh, weigh_steps
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import rule
 from .signals import by_cat, in_spans, is_comm_kernel, merged_busy_us, overlap_us
@@ -141,10 +143,10 @@ def comm_not_overlapped(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="comm_not_overlapped", family="distributed",
         severity=severity, weight=weight,
-        title=f"Exposed communication: {fmt_pct(float(w['share']))} of the step waits on collectives",
+        title=f"Exposed communication: {format_percent(float(w['share']))} of the step waits on collectives",
         explanation=(
-            f"On rank {int(w['rank'])} collectives run {fmt_ms(w['comm_us'] / w['steps'])} per step and only "
-            f"{fmt_pct(overlapped)} of that overlaps compute kernels; {fmt_ms(w['exposed_us'] / w['steps'])} "
+            f"On rank {int(w['rank'])} collectives run {format_ms_of_us(w['comm_us'] / w['steps'])} per step and only "
+            f"{format_percent(overlapped)} of that overlaps compute kernels; {format_ms_of_us(w['exposed_us'] / w['steps'])} "
             f"per step the GPU only communicates."
         ),
         evidence={"exposed_comm_share": float(w["share"]), "comm_ms_per_step": w["comm_us"] / w["steps"] / 1000,
@@ -152,7 +154,7 @@ def comm_not_overlapped(ev: RunEvidence) -> list[Finding]:
         fix_summary="Let DDP overlap all-reduce with backward (bucket size, no_sync for accumulation), "
                     "cut traffic (larger per-GPU batch, compression hooks).",
         fix=_COMM_FIX,
-        expected_gain=f"up to {fmt_pct(float(w['share']) * 0.5)} of step time",
+        expected_gain=f"up to {format_percent(float(w['share']) * 0.5)} of step time",
         gain_share=float(w["share"]) * 0.5, doc_url=DOCS["ddp"], chart="Overview › step breakdown (Communication); Timeline › NCCL stream",
         rank=int(w["rank"]),
     )]
@@ -211,6 +213,6 @@ def rank_stragglers(ev: RunEvidence) -> list[Finding]:
                   "ratio": ratio, "ranks": len(times)},
         fix_summary="Find what differs on that rank (data, batch shapes, host load, thermal) and balance it.",
         fix=_STRAGGLER_FIX,
-        expected_gain=f"up to {fmt_pct(gain)} of step time on every rank",
+        expected_gain=f"up to {format_percent(gain)} of step time on every rank",
         gain_share=gain, doc_url=DOCS["ddp"], chart="Overview › steps per rank", subject=f"rank{slow}", rank=slow,
     )]

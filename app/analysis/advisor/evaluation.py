@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, evaluation_step_numbers, events_of, fmt_pct
+from app.presentation.units import format_percent
+
+from .common import DOCS, evaluation_step_numbers, events_of
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import rule
 from .signals import in_spans
@@ -92,7 +94,7 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     """Drop ops nested in another op of the same table and thread (aten::convolution inside
     aten::conv2d), so counts and times are not doubled."""
     keep = np.ones(len(ops), dtype=bool)
-    for _, idx in ops.groupby("tid", observed=True).indices.items():
+    for idx in ops.groupby("tid", observed=True).indices.values():
         s = ops["ts_us"].to_numpy(float)[idx]
         e = s + ops["dur_us"].to_numpy(float)[idx]
         order = np.lexsort((-e, s))
@@ -244,7 +246,7 @@ def _from_agent(ev: RunEvidence, with_grad: list[int], signal: dict[str, list[in
         explanation=(
             f"The agent saw the model evaluated with grad mode on at step{'s' if n != 1 else ''} {listed} "
             f"({n} of the {judged} evaluations it judged): its forward passes built autograd graphs that "
-            f"no backward used; {where}. Those steps took {fmt_pct(share)} of the run's step time beyond "
+            f"no backward used; {where}. Those steps took {format_percent(share)} of the run's step time beyond "
             f"a typical training step. The graph keeps every activation alive until the output is dropped."
         ),
         evidence={"evaluations_with_grad": n, "evaluations_judged": judged,
@@ -296,7 +298,7 @@ def _from_traces(ev: RunEvidence) -> list[Finding]:
         title=f"{total_unused} layer calls built autograd graphs that no backward used (eval without no_grad?)",
         explanation=(
             f"These ops ran with gradients enabled and recorded backward nodes, but no backward pass ever "
-            f"consumed them ({top}); they take {unused_us / 1000:.1f} ms ({fmt_pct(share)} of the profiled "
+            f"consumed them ({top}); they take {unused_us / 1000:.1f} ms ({format_percent(share)} of the profiled "
             f"steps). This is evaluation or inference without torch.no_grad(): the graph keeps every "
             f"activation alive until the output is dropped.{marked}"
         ),

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.presentation.units import format_percent
+
 from .common import (
     DOCS,
     events_of,
-    fmt_pct,
     per_step_share,
     require_device_trace,
     require_steps,
@@ -80,17 +81,17 @@ def launch_bound(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="launch_bound", family="launch",
         severity=severity, weight=weight,
-        title=f"Launch-bound: the GPU waits on the host {fmt_pct(host_share)} of the step",
+        title=f"Launch-bound: the GPU waits on the host {format_percent(host_share)} of the step",
         explanation=(
             f"Each step launches {per_step:.0f} kernels with a median of {median_us:.1f} µs; "
-            f"{fmt_pct(short_share)} are shorter than {SHORT_KERNEL_US:g} µs, about the cost of launching "
-            f"them. For {fmt_pct(host_share)} of the step the GPU is idle while the host runs the CUDA "
+            f"{format_percent(short_share)} are shorter than {SHORT_KERNEL_US:g} µs, about the cost of launching "
+            f"them. For {format_percent(host_share)} of the step the GPU is idle while the host runs the CUDA "
             f"runtime or Python/ATen code."
         ),
         evidence={"host_idle_share": host_share, "kernels_per_step": per_step, "median_kernel_us": median_us,
                   "short_kernel_share": short_share, "kernel_share": step_share(steps, "kernel_us")},
         fix_summary="Fuse work into fewer kernels: torch.compile, fused/foreach optimizers, larger batches, CUDA graphs.",
         fix=_FIX,
-        expected_gain=f"up to {fmt_pct(gain)} of step time",
+        expected_gain=f"up to {format_percent(gain)} of step time",
         gain_share=gain, doc_url=DOCS["compile"], chart="Overview › step breakdown (Runtime, CPU Exec); Kernels › durations",
     )]

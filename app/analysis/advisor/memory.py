@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.memory.events import compute_memory_timeline
+from app.presentation.units import format_percent
 
-from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for, trace_weight
+from .common import DOCS, events_of, require_device_trace, severity_for, trace_weight
 from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import in_spans
@@ -156,8 +157,8 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
                 "capacity_gib": p.capacity / gib, "peak_share": share, "rank": p.rank}
     if act == act:
         evidence["activation_share"] = act
-    title = (f"Memory peak at {fmt_pct(share)} of {p.capacity / gib:.0f} GiB on {p.device}" if near else
-             f"Activations are {fmt_pct(act)} of the memory peak on {p.device}")
+    title = (f"Memory peak at {format_percent(share)} of {p.capacity / gib:.0f} GiB on {p.device}" if near else
+             f"Activations are {format_percent(act)} of the memory peak on {p.device}")
     return [Finding(
         rule="memory_near_capacity", family="memory",
         weight=trace_weight(ev, ev.steps[ev.steps["rank"] == p.rank]) if p.source is PeakSource.TRACE and "rank" in ev.steps.columns else None,
@@ -165,8 +166,8 @@ def memory_near_capacity(ev: RunEvidence) -> list[Finding]:
         title=title,
         explanation=(
             f"Peak allocated memory on rank {p.rank} {p.device} is {p.allocated / gib:.2f} GiB of "
-            f"{p.capacity / gib:.2f} GiB ({fmt_pct(share)}), reserved {p.reserved / gib:.2f} GiB"
-            + (f"; memory grows by {fmt_pct(act)} of the peak within a step (activations kept for backward)"
+            f"{p.capacity / gib:.2f} GiB ({format_percent(share)}), reserved {p.reserved / gib:.2f} GiB"
+            + (f"; memory grows by {format_percent(act)} of the peak within a step (activations kept for backward)"
                if act == act else "") + (f". At the peak: {p.ops_at_peak[:120]}." if p.ops_at_peak else ".")
         ),
         evidence=evidence,
@@ -220,6 +221,6 @@ def allocator_churn(ev: RunEvidence) -> list[Finding]:
                   "alloc_ms_per_step": blocked / n_steps / 1000, "alloc_share": share},
         fix_summary="Do not call empty_cache in the loop; use expandable segments against fragmentation.",
         fix=_CHURN_FIX,
-        expected_gain=f"about {fmt_pct(share)} of step time, plus the syncs it forces",
+        expected_gain=f"about {format_percent(share)} of step time, plus the syncs it forces",
         gain_share=share, doc_url=DOCS["memory"], chart="Timeline › cuda_runtime row (cudaFree/cudaMalloc)",
     )]

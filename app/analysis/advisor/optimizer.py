@@ -5,7 +5,9 @@ import re
 
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_pct, per_step_share, require_steps, step_share, training_steps, weigh_steps
+from app.presentation.units import format_percent
+
+from .common import DOCS, events_of, per_step_share, require_steps, step_share, training_steps, weigh_steps
 from .model import Finding, RunEvidence, Severity
 from .registry import Guard, rule
 
@@ -70,17 +72,17 @@ def optimizer_expensive(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="optimizer_expensive", family="optimizer",
         severity=severity, weight=weight,
-        title=f"optimizer.step() takes {fmt_pct(opt)} of the step ({ratio:.2f}× forward+backward)",
+        title=f"optimizer.step() takes {format_percent(opt)} of the step ({ratio:.2f}× forward+backward)",
         explanation=(
-            f"The {name or 'optimizer'} step runs the {impl} implementation and costs {fmt_pct(opt)} of each "
-            f"step against {fmt_pct(fwd_bwd)} for forward and backward together."
+            f"The {name or 'optimizer'} step runs the {impl} implementation and costs {format_percent(opt)} of each "
+            f"step against {format_percent(fwd_bwd)} for forward and backward together."
         ),
         evidence={"optimizer_share": opt, "forward_backward_share": fwd_bwd, "optimizer_ratio": ratio,
                   "uses_foreach": int(foreach), "uses_fused": int(fused)},
         fix_summary=("Use the fused implementation (fused=True)" if foreach else
                      "Use the foreach (foreach=True) or fused (fused=True) implementation") + "; zero grads with set_to_none.",
         fix=_FIX,
-        expected_gain=f"about {fmt_pct(opt * OPT_RECOVERABLE)} of step time",
+        expected_gain=f"about {format_percent(opt * OPT_RECOVERABLE)} of step time",
         gain_share=opt * OPT_RECOVERABLE, doc_url=DOCS["optim"],
         chart="Overview › training-loop view (Optimizer); Operators › aten::add_/mul_ calls",
     )]

@@ -5,7 +5,9 @@ import re
 
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_pct, require_device_trace, severity_for, weigh_steps
+from app.presentation.units import format_percent
+
+from .common import DOCS, events_of, require_device_trace, severity_for, weigh_steps
 from .model import Finding, MissingEvidence, RunEvidence
 from .registry import rule
 from .signals import float_kind, kernel_ops
@@ -108,16 +110,16 @@ def mixed_precision(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="mixed_precision", family="precision",
         severity=severity, weight=weight,
-        title=f"fp32 matmuls/convolutions take {fmt_pct(share)} of GPU time on a tensor-core GPU",
+        title=f"fp32 matmuls/convolutions take {format_percent(share)} of GPU time on a tensor-core GPU",
         explanation=(
-            f"The GPU (compute capability {major}.x) has tensor cores, but {fmt_pct(share)} of kernel "
+            f"The GPU (compute capability {major}.x) has tensor cores, but {format_percent(share)} of kernel "
             f"time goes to float32 matmul/convolution kernels (mostly {top_ops}); only "
-            f"{fmt_pct(half_us / mma_us if mma_us else 0)} of matmul time is fp16/bf16."
+            f"{format_percent(half_us / mma_us if mma_us else 0)} of matmul time is fp16/bf16."
         ),
         evidence={"fp32_mma_share": share, "fp32_mma_ms": fp32_us / 1000, "half_mma_ms": half_us / 1000,
                   "kernel_ms": total / 1000, "compute_major": major, "threshold_share": FP32_MMA_SHARE_MIN},
         fix_summary="Run forward and loss under torch.autocast (fp16 with GradScaler, or bf16).",
         fix=_FIX,
-        expected_gain=f"about {fmt_pct(gain)} of GPU time (matmuls ≥2× faster), and less activation memory",
+        expected_gain=f"about {format_percent(gain)} of GPU time (matmuls ≥2× faster), and less activation memory",
         gain_share=gain, doc_url=DOCS["amp"], chart="Kernels › time by kernel; Operators › input types",
     )]

@@ -8,7 +8,9 @@ from typing import TypeAlias
 import numpy as np
 import pandas as pd
 
-from .common import DOCS, events_of, fmt_ms, fmt_pct, require_device_trace, severity_for, weigh_steps
+from app.presentation.units import format_ms_of_us, format_percent
+
+from .common import DOCS, events_of, require_device_trace, severity_for, weigh_steps
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import Guard, rule
 from .signals import by_cat, in_spans
@@ -141,11 +143,11 @@ def sync_points(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="sync_points", family="transfers",
         severity=severity, weight=weight,
-        title=f"{worst['syncs']:.0f} host–GPU syncs per step block the host {fmt_pct(share)} of the step",
+        title=f"{worst['syncs']:.0f} host–GPU syncs per step block the host {format_percent(share)} of the step",
         explanation=(
             f"On rank {int(worst['rank'])} each step makes {worst['syncs']:.1f} synchronising calls "
             f"(cudaStreamSynchronize/cudaDeviceSynchronize/blocking copies), {worst['items']:.1f} of them from "
-            f".item()/scalar reads, and the host waits {fmt_ms(worst['blocked_us'])} per step. While it waits it "
+            f".item()/scalar reads, and the host waits {format_ms_of_us(worst['blocked_us'])} per step. While it waits it "
             f"cannot queue the next kernels, so the GPU idles right after each sync."
         ),
         evidence={"syncs_per_step": float(worst["syncs"]), "item_calls_per_step": float(worst["items"]),
@@ -154,7 +156,7 @@ def sync_points(ev: RunEvidence) -> list[Finding]:
                   "step_ms": worst["step_us"] / 1000, "rank": int(worst["rank"])},
         fix_summary="Remove .item()/.cpu()/print(tensor)/explicit synchronize from the step; accumulate on the device.",
         fix=_SYNC_FIX,
-        expected_gain=f"up to {fmt_pct(share)} of step time, plus the GPU idle after each sync",
+        expected_gain=f"up to {format_percent(share)} of step time, plus the GPU idle after each sync",
         gain_share=share, doc_url=DOCS["tuning"], chart="Timeline › cuda_runtime row (Synchronize calls)",
         rank=int(worst["rank"]),
     )]
@@ -205,10 +207,10 @@ def host_device_copies(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="host_device_copies", family="transfers",
         severity=severity, weight=weight,
-        title=f"Host↔device copies take {fmt_pct(share)} of the step",
+        title=f"Host↔device copies take {format_percent(share)} of the step",
         explanation=(
             f"On rank {int(worst['rank'])} each step copies {worst['htod']:.0f}× host→device and "
-            f"{worst['dtoh']:.0f}× device→host ({worst['copy_mb']:.1f} MB, {fmt_ms(worst['copy_us'])}){pageable}."
+            f"{worst['dtoh']:.0f}× device→host ({worst['copy_mb']:.1f} MB, {format_ms_of_us(worst['copy_us'])}){pageable}."
         ),
         evidence={"copy_share": share, "copy_ms_per_step": worst["copy_us"] / 1000,
                   "htod_per_step": float(worst["htod"]), "dtoh_per_step": float(worst["dtoh"]),
@@ -216,7 +218,7 @@ def host_device_copies(ev: RunEvidence) -> list[Finding]:
                   "rank": int(worst["rank"])},
         fix_summary="Move the model and constants to the device once; pin host memory and copy batches with non_blocking=True.",
         fix=_COPY_FIX,
-        expected_gain=f"up to {fmt_pct(share)} of step time when copies overlap compute",
+        expected_gain=f"up to {format_percent(share)} of step time when copies overlap compute",
         gain_share=share, doc_url=DOCS["pinned"], chart="Overview › step breakdown (Memcpy); Timeline › memcpy rows",
         rank=int(worst["rank"]),
     )]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from app.presentation.units import format_ms_of_us, format_percent
+
 from .common import (
     DOCS,
     events_of,
-    fmt_ms,
-    fmt_pct,
     per_step_share,
     require_device_trace,
     require_steps,
@@ -82,7 +82,7 @@ def _ranks_text(steps: pd.DataFrame) -> str:
 
 
 def _gain_text(idle: float) -> str:
-    return f"up to {fmt_pct(idle * IDLE_RECOVERABLE)} of step time (half of the {fmt_pct(idle)} the GPU is idle)"
+    return f"up to {format_percent(idle * IDLE_RECOVERABLE)} of step time (half of the {format_percent(idle)} the GPU is idle)"
 
 
 def _sampled_busy(ev: RunEvidence) -> np.ndarray:
@@ -125,13 +125,13 @@ def _system_utilization(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="low_device_utilization", family="utilization",
         severity=severity, weight=weight,
-        title=f"GPU busy only {fmt_pct(busy)} of the time (sampled)",
+        title=f"GPU busy only {format_percent(busy)} of the time (sampled)",
         explanation=(
             f"The agent's samples of GPU utilisation (share of time a kernel was running) have a median of "
-            f"{fmt_pct(busy)} while the job used the GPU, so the GPU sat idle about {fmt_pct(1 - busy)} of the "
+            f"{format_percent(busy)} while the job used the GPU, so the GPU sat idle about {format_percent(1 - busy)} of the "
             "time. Record a profiler trace to see what the GPU waits for. "
-            f"Expected gain: half of the idle share ({fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
-            f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)}), since not all idle time can be won back."
+            f"Expected gain: half of the idle share ({format_percent(1 - busy)} × {IDLE_RECOVERABLE:g} = "
+            f"{format_percent((1 - busy) * IDLE_RECOVERABLE)}), since not all idle time can be won back."
         ),
         evidence={"busy_share": busy, "idle_share": 1 - busy, "samples": len(samples)},
         fix_summary="Find what the GPU waits for (data loading, host work, syncs) in a trace; then raise the batch size.",
@@ -146,22 +146,22 @@ def _trace_explanation(ev: RunEvidence, n: int, ranks: str, step_us: float, busy
     """What was measured over ``n`` steps of mean ``step_us``, what the idle time was spent on,
     which other finding explains the cause, and how the gain is estimated."""
     causes = sorted(((v, c) for c, v in idle.items() if v >= 0.0005), reverse=True)[:3]  # shown as ≥ 0.1%
-    spent = "; ".join(f"{_IDLE_CAUSES[c]} {fmt_pct(v)}" for v, c in causes)
+    spent = "; ".join(f"{_IDLE_CAUSES[c]} {format_percent(v)}" for v, c in causes)
     text = (
-        f"Measured over {n} profiled step{'s' if n != 1 else ''}{ranks} (mean {fmt_ms(step_us)}): kernels, memory "
-        f"copies and collectives kept the GPU busy {fmt_pct(busy)} of the step, so it sat idle "
-        f"{fmt_pct(1 - busy)} ({fmt_ms((1 - busy) * step_us)} per step). "
+        f"Measured over {n} profiled step{'s' if n != 1 else ''}{ranks} (mean {format_ms_of_us(step_us)}): kernels, memory "
+        f"copies and collectives kept the GPU busy {format_percent(busy)} of the step, so it sat idle "
+        f"{format_percent(1 - busy)} ({format_ms_of_us((1 - busy) * step_us)} per step). "
         + (f"While the GPU was idle, the step's time went to: {spent} (shares of the step). " if spent else "")
         + f"{gaps_per_step:.1f} gaps per step between device work exceed {GAP_US:g} µs; the largest is "
-        f"{fmt_ms(largest_us)}. "
+        f"{format_ms_of_us(largest_us)}. "
     )
     related = _related_titles(ev, cause)
     if related:
         text += "The finding " + " and ".join(f"“{t}”" for t in related) + " looks at this cause in detail. "
     return text.rstrip() + "\n\n" + (  # a paragraph of its own on the Findings tab
         f"Expected gain: the idle time is the most a fix can win back, and only part of it is recoverable "
-        f"(it depends on the cause), so half is counted: {fmt_pct(1 - busy)} × {IDLE_RECOVERABLE:g} = "
-        f"{fmt_pct((1 - busy) * IDLE_RECOVERABLE)} of step time."
+        f"(it depends on the cause), so half is counted: {format_percent(1 - busy)} × {IDLE_RECOVERABLE:g} = "
+        f"{format_percent((1 - busy) * IDLE_RECOVERABLE)} of step time."
     )
 
 
@@ -191,7 +191,7 @@ def low_device_utilization(ev: RunEvidence) -> list[Finding]:
     return [Finding(
         rule="low_device_utilization", family="utilization",
         severity=severity, weight=weight,
-        title=f"GPU busy only {fmt_pct(busy)} of the step",
+        title=f"GPU busy only {format_percent(busy)} of the step",
         explanation=_trace_explanation(ev, len(steps), _ranks_text(steps), step_us, busy, idle, cause, gaps_per_step, largest),
         evidence=evidence,
         fix_summary="Remove what the GPU waits for (the idle cause named above); then raise the batch size.",

@@ -17,11 +17,11 @@ import pandas as pd
 from app.analysis.compare import steps as cs
 from app.analysis.compare.contention import ContentionCheck, check_contention
 from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict, compute_headline
-from app.analysis.compare.side import CompareSide
 from app.analysis.compare.machine_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare.many_runs import diff_config
 from app.analysis.compare.metrics import compare_metrics
 from app.analysis.compare.options import CompareOptions
+from app.analysis.compare.side import CompareSide
 from app.analysis.compare.step_section import compute_step_section, follow_headline, no_interval_reason
 from app.analysis.compare.step_sets import StepSet
 from app.analysis.compare.step_sets import sign_note as _sign_note
@@ -40,6 +40,7 @@ from app.analysis.trace.step_window import StepWindow, typical_steps
 __all__ = ["CompareOptions", "Comparison", "StepSet", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
 
 
+_NO_CONTENTION = ContentionCheck()  # frozen: one shared default is safe
 _EMPTY_HEADLINE = Headline(quantity=HeadlineQuantity.STEP_TIME, baseline=None, candidate=None, ratio=None, ci95=None,
                            verdict=HeadlineVerdict.INCONCLUSIVE, method="", replicates={"baseline": 1, "candidate": 1})
 
@@ -78,7 +79,7 @@ class Comparison:
     load_warning: str = ""
     # The verdict the page colour, the text's first line and the gates judge (compare_headline).
     headline: Headline = _EMPTY_HEADLINE
-    contention: ContentionCheck = ContentionCheck()
+    contention: ContentionCheck = _NO_CONTENTION
     # "headline": the steady-state steps the headline uses; "deltas": the typical profiled steps
     # the waterfall and the op and kernel deltas average (evaluation steps and stalls left out).
     step_sets: dict[str, StepSet] = field(default_factory=dict)
@@ -116,7 +117,7 @@ def _trace_deltas(baseline: CompareSide, candidate: CompareSide, o: CompareOptio
         return _TraceDeltas(empty, (0, 0), empty, empty, ["breakdown, operators and kernels need traces on both sides"])
     wa, wb = _windows(baseline, candidate)
     notes = [f"{role}: {w.note}" for role, w in (("baseline", wa), ("candidate", wb)) if w.note]
-    traces = dict(baseline_traces=baseline.traces, candidate_traces=candidate.traces)
+    traces = {"baseline_traces": baseline.traces, "candidate_traces": candidate.traces}
     return _TraceDeltas(
         breakdown=diff_breakdown(wa.steps, wb.steps), breakdown_steps=(wa.count, wb.count),
         ops=diff_ops(a, b, grouping=o.op_grouping, **traces, baseline_kept=wa.steps, candidate_kept=wb.steps),

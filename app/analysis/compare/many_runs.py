@@ -14,8 +14,8 @@ import pandas as pd
 from app.analysis.compare.labels import unique_labels
 from app.analysis.curves.smoothing import debiased_ema
 from app.analysis.memory.peak import pick_peak, system_peak_sources
-from app.data.runs import RunData
 from app.analysis.run.step_time import steady_step_time
+from app.data.runs import RunData
 from profiler_agent.runformat import Manifest
 
 __all__ = [

@@ -6,6 +6,7 @@ import pandas as pd
 
 from app.analysis.compare import steps as cs
 from app.analysis.compare.options import CompareOptions
+from app.analysis.compare.side import CompareSide
 from app.analysis.stats.ratio import (
     Direction,
     RatioEstimate,
@@ -13,7 +14,6 @@ from app.analysis.stats.ratio import (
     bootstrap_ratio_of_medians,
     classify_ratio,
 )
-from app.analysis.compare.side import CompareSide
 
 __all__ = ["METRIC_COLUMNS", "compare_metrics"]
 

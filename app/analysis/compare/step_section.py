@@ -16,8 +16,8 @@ from app.analysis.compare import steps as cs
 from app.analysis.compare.estimators import estimate_ratio
 from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict
 from app.analysis.compare.options import CompareOptions
-from app.analysis.stats.ratio import Direction, RatioEstimate, Verdict, classify_ratio
 from app.analysis.compare.side import CompareSide
+from app.analysis.stats.ratio import Direction, RatioEstimate, Verdict, classify_ratio
 
 __all__ = ["StepSection", "compute_step_section", "follow_headline", "no_interval_reason"]
 

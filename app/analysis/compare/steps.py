@@ -14,6 +14,7 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
+from app.analysis.compare.side import CompareSide
 from app.analysis.memory.peak import (
     common_peak,
     peak_description,
@@ -21,11 +22,10 @@ from app.analysis.memory.peak import (
     peak_sources,
     pick_peak,
 )
-from app.analysis.stats.ratio import Direction
-from app.analysis.trace.step_window import evaluation_steps
 from app.analysis.run import step_time
 from app.analysis.run.step_time import COMPILE_KEY, DropReason
-from app.analysis.compare.side import CompareSide
+from app.analysis.stats.ratio import Direction
+from app.analysis.trace.step_window import evaluation_steps
 
 __all__ = [
     "StepSource",

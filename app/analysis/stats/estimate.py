@@ -138,9 +138,9 @@ def classify_ratio(
     if abs(ratio - 1.0) <= threshold:
         return Verdict.SAME
     larger = ratio > 1.0
-    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-        if (larger and lo <= 1.0) or (not larger and hi >= 1.0):
-            return Verdict.SAME
+    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) and (
+            (larger and lo <= 1.0) or (not larger and hi >= 1.0)):
+        return Verdict.SAME
     if direction is Direction.NONE:
         return Verdict.CHANGED
     return _VERDICT_WORDS[(direction, larger)]

@@ -5,6 +5,8 @@ Shared by the op table (``ops``: parents give self times) and the module attribu
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -32,7 +34,7 @@ def op_tree(host: pd.DataFrame) -> np.ndarray:
     ends = starts + host["dur_us"].to_numpy(float)
     order = np.argsort(thread, kind="stable")  # group threads, keep time order inside
     bounds = np.flatnonzero(np.r_[True, thread[order][1:] != thread[order][:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         rows = order[lo:hi]
         local = _nested_parents(starts[rows], ends[rows])
         if local is None:  # not properly nested (overlapping siblings): walk a stack instead

@@ -12,10 +12,10 @@ from typing import Any
 
 import pandas as pd
 
+from app.analysis.memory.events import compute_memory_peaks
 from app.analysis.trace.breakdown import compute_breakdown
 from app.analysis.trace.distributed import compute_overlap, compute_rank_skew
 from app.analysis.trace.kernels import compute_kernel_table
-from app.analysis.memory.events import compute_memory_peaks
 from app.analysis.trace.ops import compute_op_table
 from app.analysis.trace.steps import compute_steps
 from app.data.trace import TraceTables

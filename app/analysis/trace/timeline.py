@@ -192,7 +192,7 @@ def _laid_out(inside: pd.DataFrame, lanes: pd.Series) -> pd.DataFrame:
     )
     frame = frame.sort_values(["lane", "ts_us", "dur_us"], ascending=[True, True, False], kind="stable")
     depth = np.zeros(len(frame), dtype=np.int32)
-    for _, positions in frame.groupby("lane", sort=False).indices.items():
+    for positions in frame.groupby("lane", sort=False).indices.values():
         sub = frame.iloc[positions]
         depth[positions] = _depths(sub["ts_us"].to_numpy(), (sub["ts_us"] + sub["dur_us"]).to_numpy())
     frame["depth"] = depth

@@ -10,11 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight
-from app.workspace.evidence import load_run_evidence
 from app.errors import TorchscopeError
 from app.presentation.units import format_percent, format_us
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
+from app.workspace.evidence import load_run_evidence
 
 __all__ = ["TITLE", "render", "render_finding", "cached_advice", "evidence_label"]
 

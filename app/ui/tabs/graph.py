@@ -103,7 +103,7 @@ def _render_graph(ctx: RunContext) -> None:
         st.caption(f"{size.nodes:,} nodes, {size.edges:,} edges: the autograd functions, tensors saved for "
                    "backward (orange) and parameters (blue) behind the first loss.")
     too_big = size is not None and size.nodes > MAX_DRAWN_NODES
-    if too_big:
+    if too_big and size is not None:
         st.info(f"The graph has {size.nodes:,} nodes, more than the {MAX_DRAWN_NODES} that stay readable "
                 "here. The module tree below summarises the model; download the graph to explore it.")
         too_big = not st.toggle("Draw it anyway (slow to render, hard to read)", key=ctx.key("graph_force"))

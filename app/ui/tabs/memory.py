@@ -20,14 +20,14 @@ from app.analysis.memory.snapshot import (
 )
 from app.analysis.trace.timeline import compute_ops_at
 from app.charts.memory import make_category_figure, make_memory_timeline_figure
-from app.presentation.units import format_bytes
 from app.errors import TorchscopeError
+from app.presentation.units import format_bytes
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import (
     cached_memory_timeline,
+    cached_recorded_categories,
     cached_snapshot,
     cached_trace_allocations,
-    cached_recorded_categories,
     cached_uploaded_categories,
 )
 from app.ui.tabs import RunContext

@@ -8,8 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.curves.smoothing import XAxis, list_curve_keys
-from app.charts.curves import make_curve_figure, make_rank_band_figure
 from app.analysis.run.final_value import final_of_table
+from app.charts.curves import make_curve_figure, make_rank_band_figure
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 

@@ -8,8 +8,8 @@ from enum import StrEnum
 import pandas as pd
 import streamlit as st
 
-from app.analysis.trace.modules import has_module_ranges
 from app.analysis.run.summary import compute_annotations_view, compute_ops_view
+from app.analysis.trace.modules import has_module_ranges
 from app.charts.operators import make_top_modules_figure, make_top_ops_figure
 from app.ui.tabs import RunContext
 from app.ui.trace_view import (

@@ -9,6 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from app.analysis.memory.peak import peak_description, peak_quantity
+from app.analysis.run.final_value import FinalValue, final_of_table
+from app.analysis.run.step_time import steady_step_time
 from app.analysis.run.summary import (
     StepTimeStats,
     compute_peak_memory,
@@ -19,10 +21,8 @@ from app.analysis.run.summary import (
     trace_peaks_could_change,
 )
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
-from app.analysis.run.final_value import FinalValue, final_of_table
-from app.presentation.units import format_bytes, format_seconds
-from app.analysis.run.step_time import steady_step_time
 from app.errors import TorchscopeError
+from app.presentation.units import format_bytes, format_seconds
 from app.ui.cache import cached_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
@@ -139,7 +139,7 @@ def _render_headline(ctx: RunContext) -> None:
     cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
                    format_bytes(peak), help=_peak_help(peak_source))
     _render_final_loss_tile(ctx, cols[4])
-    full, short = device_labels(ctx.run.manifest.devices)
+    full, short = device_labels([dict(d) for d in ctx.run.manifest.devices])
     cols[5].metric(
         "Device",
         short or "–",

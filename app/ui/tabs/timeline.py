@@ -133,7 +133,7 @@ def render(ctx: RunContext) -> None:
     together = len(traces) > 1 and step is not None and st.toggle(
         f"All {len(traces)} ranks together", key=ctx.key("timeline_all_ranks"),
         help="The same step on every rank, each block of lanes starting at that rank's step start.")
-    if together:
+    if together and step is not None:
         timeline, missing = _all_ranks(ctx, traces, int(step), budget, needle)
         if missing:
             st.caption(f"Step {step} is not in the traces of rank(s) {', '.join(map(str, missing))}.")

@@ -10,7 +10,7 @@ import pytest
 
 from app.analysis.advisor import MissingEvidence
 from app.analysis.advisor.evaluation import eval_without_no_grad
-from tests.analysis.advisor.factory import evidence, events, steps, trace
+from tests.analysis.advisor.factory import events, evidence, steps, trace
 
 
 def _metrics(evals: dict[int, bool | None], n: int = 12, step_time_s: float = 0.01,

@@ -11,7 +11,7 @@ from app.analysis.advisor.evaluation import eval_without_no_grad
 from app.analysis.advisor.memory import allocator_churn, memory_near_capacity
 from app.analysis.advisor.precision import mixed_precision
 from app.analysis.advisor.transfers import host_device_copies, sync_points
-from tests.analysis.advisor.factory import evidence, events, kernel_step, steps, trace
+from tests.analysis.advisor.factory import events, evidence, kernel_step, steps, trace
 
 A100 = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100", "computeMajor": 8, "totalGlobalMem": 40 * 2**30}]}
 

@@ -6,7 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.analysis.advisor import diff_findings
-from app.analysis.advisor.signals import float_kind, idle_gaps_us, in_spans, kernel_ops, merged_busy_us, overlap_us
+from app.analysis.advisor.signals import (
+    float_kind,
+    idle_gaps_us,
+    in_spans,
+    kernel_ops,
+    merged_busy_us,
+    overlap_us,
+)
 from tests.analysis.advisor.factory import events, kernel_step
 from tests.analysis.advisor.test_diff_and_registry import _f
 

@@ -12,7 +12,7 @@ from app.analysis.advisor.launch import launch_bound
 from app.analysis.advisor.optimizer import optimizer_expensive
 from app.analysis.advisor.threads import cpu_threads
 from app.analysis.advisor.utilization import low_device_utilization
-from tests.analysis.advisor.factory import evidence, events, kernel_step, metrics, steps, trace
+from tests.analysis.advisor.factory import events, evidence, kernel_step, metrics, steps, trace
 
 
 def test_data_loading_bound_shows_measured_share_and_config():

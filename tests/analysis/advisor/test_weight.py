@@ -24,7 +24,7 @@ from app.analysis.advisor.evaluation import eval_without_no_grad
 from app.analysis.advisor.optimizer import optimizer_expensive
 from app.analysis.advisor.training import curve_noise, overfitting
 from app.analysis.advisor.transfers import host_device_copies
-from tests.analysis.advisor.factory import evidence, events, kernel_step, metrics, steps, trace
+from tests.analysis.advisor.factory import events, evidence, kernel_step, metrics, steps, trace
 
 
 def _opt_steps(durations_us: list[float], opt_shares: list[float], numbers: list[int] | None = None) -> pd.DataFrame:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.workspace.sides import load_side
 from app.analysis.compare.tables import OpGrouping, diff_ops
 from app.cli import main
+from app.workspace.sides import load_side
 from tests.module_scopes import record_module_trace
 
 pytest.importorskip("torch")

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.analysis.compare.comparison import CompareOptions, diff_sides
-from app.workspace.sides import CompareSide, SideKind, load_side
-from app.presentation.compare_json import comparison_to_json
 from app.analysis.compare.steps import compute_step_times
 from app.data.runs import load_run
+from app.presentation.compare_json import comparison_to_json
+from app.workspace.sides import CompareSide, SideKind, load_side
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from tests.compare_helpers import skip_if_overloaded

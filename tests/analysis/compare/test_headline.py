@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from app.analysis.compare import estimators as compare_estimators
 from app.analysis.compare.comparison import CompareOptions, diff_sides
 from app.analysis.compare.contention import CONTENTION_GAP
-from app.workspace.sides import CompareSide, SideKind, analyze_side_traces, load_group_side
-from app.presentation.compare_json import comparison_to_json
 from app.cli.diff_cmd import evaluate_gates
 from app.data.runs import load_run
 from app.errors import UsageError
+from app.presentation.compare_json import comparison_to_json
+from app.workspace.sides import CompareSide, SideKind, analyze_side_traces, load_group_side
 from tests.compare_helpers import write_step_trace, write_steps_run
 
 pytestmark = pytest.mark.usefixtures("module_trace_cache")

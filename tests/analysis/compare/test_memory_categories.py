@@ -15,10 +15,10 @@ from app.analysis.compare.memory_categories import (
     diff_memory_categories,
     memory_category_records,
 )
-from app.workspace.memory import load_category_peaks, load_memory_categories
-from app.workspace.sides import load_side
 from app.analysis.memory.snapshot import compute_category_peak, compute_category_timeline
 from app.data.snapshot import load_memory_timeline_raw
+from app.workspace.memory import load_category_peaks, load_memory_categories
+from app.workspace.sides import load_side
 from tests.memory_timeline_helpers import add_memory_timeline, mlp_param_bytes, record_memory_timeline
 
 SMALL, BIG = 128, 512

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache pe
 
 
 def test_peaks_equal_the_largest_total_in_the_file() -> None:
-    raw = json.loads(gzip.open(TINY).read())["traceEvents"]
+    raw = json.loads(gzip.decompress(TINY.read_bytes()))["traceEvents"]
     mem = [e["args"] for e in raw if e.get("name") == "[memory]"]
     trace = load_trace(TINY)
     tl = compute_memory_timeline(trace)

@@ -68,8 +68,8 @@ def test_run_summary_uses_the_same_definition() -> None:
 def test_compare_uses_the_common_source_and_keeps_each_sides_own(tmp_path) -> None:
     from types import SimpleNamespace
 
-    from app.workspace.sides import CompareSide, SideKind
     from app.analysis.compare.steps import compute_peak_memory as compare_peaks
+    from app.workspace.sides import CompareSide, SideKind
 
     gpu = CompareSide("gpu", tmp_path, SideKind.TRACES, analysis=SimpleNamespace(memory_peaks=TRACE_PEAKS))
     cpu = CompareSide("cpu", tmp_path, SideKind.TRACES,

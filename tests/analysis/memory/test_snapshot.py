@@ -86,7 +86,7 @@ def test_category_timeline_real_file(shared_data: Path) -> None:
     cats = compute_category_timeline(raw, max_points=2000)
     assert len(cats) <= 2000
     cols = [c for c in cats.columns if c.endswith("_bytes") and c != "total_bytes"]
-    assert set(c.removesuffix("_bytes") for c in cols) <= set(MEMORY_CATEGORIES)
+    assert {c.removesuffix("_bytes") for c in cols} <= set(MEMORY_CATEGORIES)
     assert (cats[cols].sum(axis=1) == cats["total_bytes"]).all()
     assert cats["time_ms"].iloc[0] == 0.0 and cats["time_ms"].is_monotonic_increasing
     # The downsampled series keeps the true peak of the full one.

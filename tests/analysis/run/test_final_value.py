@@ -61,8 +61,8 @@ def test_compare_reports_the_same_final_value() -> None:
     final_loss are this number."""
     from app.analysis.compare.comparison import CompareOptions
     from app.analysis.compare.metrics import compare_metrics
-    from app.workspace.sides import CompareSide, SideKind
     from app.data.runs import RunData, _records_to_frame
+    from app.workspace.sides import CompareSide, SideKind
     from profiler_agent import runformat as rf
 
     def side(records: list[dict], label: str) -> CompareSide:

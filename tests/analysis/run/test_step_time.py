@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from app.analysis.compare import steps as cs
-from app.workspace.sides import load_side
 from app.analysis.compare.many_runs import compute_sweep_table
+from app.analysis.run.step_time import DropReason, auto_warmup, steady_step_time
 from app.analysis.run.summary import compute_step_time_stats
 from app.data import runs as runs_data
-from app.analysis.run.step_time import DropReason, auto_warmup, steady_step_time
 from app.workspace.catalog_rows import load_run_row
+from app.workspace.sides import load_side
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -25,7 +25,7 @@ def _steps(times: list[float], **extra: object) -> list[dict]:
 
 
 def test_auto_warmup_matches_compare() -> None:
-    for n in range(0, 120):
+    for n in range(120):
         assert auto_warmup(n) == cs.auto_warmup(n, cs.StepSource.METRICS), n
         assert auto_warmup(n, from_trace=True) == cs.auto_warmup(n, cs.StepSource.TRACE) == 0
 

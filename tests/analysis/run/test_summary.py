@@ -107,8 +107,8 @@ def test_annotations_view_by_total_time() -> None:
 
 
 def test_gpu_trace_ops_view_sums_below_the_steps(shared_data) -> None:  # noqa: ANN001
-    from app.analysis.trace.ops import compute_annotation_table, compute_op_table
     from app.analysis.run.summary import compute_annotations_view, compute_ops_view
+    from app.analysis.trace.ops import compute_annotation_table, compute_op_table
     from app.data.trace import load_trace
 
     trace = load_trace(shared_data / "traces" / "nccl_distributed" / "nccl_data.json.gz", use_cache=False)

@@ -5,8 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from app.analysis.trace.kernels import (compute_device_utilization, compute_kernel_table, compute_memcpy_table,
-                                  compute_temporal_breakdown)
+from app.analysis.trace.kernels import (
+    compute_device_utilization,
+    compute_kernel_table,
+    compute_memcpy_table,
+    compute_temporal_breakdown,
+)
 from app.data.trace import load_trace
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"

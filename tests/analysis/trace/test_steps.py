@@ -59,7 +59,7 @@ def test_cpu_recording_three_active_steps() -> None:
 
 
 def _without_profiler_steps(tmp_path: Path, keep_optimizer: bool) -> Path:
-    doc = json.loads(gzip.open(TINY).read())
+    doc = json.loads(gzip.decompress(TINY.read_bytes()))
     doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
                           and (keep_optimizer or not str(e.get("name", "")).startswith("Optimizer.step#"))]
     f = tmp_path / f"t{keep_optimizer}.json"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.analysis.trace.summary import analyze_traces
-from app.presentation.analyze_json import JSON_STEP_KEYS, analysis_to_json
 from app.data.trace import load_traces
+from app.presentation.analyze_json import JSON_STEP_KEYS, analysis_to_json
 
 TINY = Path(__file__).resolve().parents[2] / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
 
