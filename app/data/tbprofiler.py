@@ -55,21 +55,18 @@ def find_tb_runs(folder: str | os.PathLike[str]) -> list[Path]:
     return trace_files.find_trace_run_folders(folder)
 
 
-_NOT_A_RUN_SUFFIX = f": not a run folder (no {layout.MANIFEST}); skipped"
-
-
-def explain_store_problems(problems: list[str], tb_runs: list[Path]) -> list[str]:
+def explain_store_problems(problems: list[str], not_runs: list[Path], tb_runs: list[Path]) -> list[str]:
     """The store's problems with each "not a run folder" message of a sub-folder replaced by why
     it was skipped (no trace files, or files that are not traces), and dropped for the
     ``tb_runs``, which are listed through the mirror instead."""
     mirrored = {Path(s) for s in tb_runs}
+    not_run_of = {rf.not_a_run_problem(folder): folder for folder in not_runs}
     out = []
     for p in problems:
-        if not p.endswith(_NOT_A_RUN_SUFFIX):
+        folder = not_run_of.get(p)
+        if folder is None:
             out.append(p)
-            continue
-        folder = Path(p[: -len(_NOT_A_RUN_SUFFIX)])
-        if folder not in mirrored:
+        elif folder not in mirrored:
             out.append(f"{folder}: {trace_files.describe_non_run_folder(folder)}")
     return out
 

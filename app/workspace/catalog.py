@@ -48,8 +48,9 @@ def load_catalog_row(run_dir: Path, *, now: float | None = None) -> CatalogRow:
 
 
 def list_rows(root: str | os.PathLike[str] | None, load_row: RowLoader = load_catalog_row
-              ) -> tuple[Path, list[dict[str, Any]], list[str]]:
-    """(store root, rows, problems) of the runs directly under ``root``, in listing order.
+              ) -> tuple[Path, list[dict[str, Any]], list[str], list[Path]]:
+    """(store root, rows, problems, sub-folders that are not runs) of the runs directly under
+    ``root``, in listing order.
 
     Raises RunStoreNotFoundError when the store does not exist."""
     listing = rf.list_runs(root)
@@ -60,7 +61,7 @@ def list_rows(root: str | os.PathLike[str] | None, load_row: RowLoader = load_ca
         problems.extend(msgs)
         if row is not None:
             rows.append(row)
-    return listing.root, rows, problems
+    return listing.root, rows, problems, listing.not_runs
 
 
 def tb_runs_of(root: Path) -> list[Path]:
@@ -82,12 +83,12 @@ def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoa
     Raises RunStoreNotFoundError when the store does not exist; an unreadable run becomes a
     problem message and the others are still listed.
     """
-    found_root, rows, problems = list_rows(root, load_row)
+    found_root, rows, problems, not_runs = list_rows(root, load_row)
     tb_runs = tb_runs_of(found_root)
     mirror = mirror_of(found_root, tb_runs) if tb_runs else None
-    problems = tbprofiler.explain_store_problems(problems, tb_runs if mirror is not None else [])
+    problems = tbprofiler.explain_store_problems(problems, not_runs, tb_runs if mirror is not None else [])
     if mirror is not None:
-        _, more, more_problems = list_rows(mirror, load_row)
+        _, more, more_problems, _ = list_rows(mirror, load_row)
         rows += more
         problems += more_problems
     return store_from_rows(found_root, rows, problems, mirror=mirror)

@@ -25,6 +25,7 @@ from .reader import (
     find_run,
     is_run_dir,
     list_runs,
+    not_a_run_problem,
     read_jsonl,
     read_manifest,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "effective_status",
     "is_run_dir",
     "list_runs",
+    "not_a_run_problem",
     "find_run",
     "atomic_write_bytes",
     "atomic_write_text",

@@ -174,6 +174,11 @@ class StoreListing:
     not_runs: list[Path] = field(default_factory=list)
 
 
+def not_a_run_problem(folder: Path) -> str:
+    """The problem ``list_runs`` reports for a sub-folder without a manifest (in ``not_runs`` too)."""
+    return f"{folder}: not a run folder (no {layout.MANIFEST}); skipped"
+
+
 def list_runs(root: str | os.PathLike[str] | None = None) -> StoreListing:
     """Read every run manifest under the store ``root`` (see layout.resolve_root), newest first.
 
@@ -196,7 +201,7 @@ def list_runs(root: str | os.PathLike[str] | None = None) -> StoreListing:
             runs.append((child, read_manifest(child)))
         except NotARunError:
             not_runs.append(child)
-            problems.append(f"{child}: not a run folder (no {layout.MANIFEST}); skipped")
+            problems.append(not_a_run_problem(child))
         except RunFormatError as e:
             problems.append(str(e))
     return StoreListing(root=root, runs=runs, problems=problems, not_runs=not_runs)

@@ -128,7 +128,7 @@ def test_find_trace_run_folders_by_content(shared_data, tmp_path, make_run):
 def test_store_problems_say_why_a_folder_was_skipped(shared_data, tmp_path, make_run):
     tb = _log_folder(shared_data, tmp_path, make_run)
     listing = rf.list_runs(tb)
-    problems = tbprofiler.explain_store_problems(listing.problems, tbprofiler.find_tb_runs(tb))
+    problems = tbprofiler.explain_store_problems(listing.problems, listing.not_runs, tbprofiler.find_tb_runs(tb))
     by_folder = {p.split(": ", 1)[0]: p for p in problems}
     assert set(by_folder) == {str(tb / n) for n in ("empty", "memory", "notes")}  # cpu, two: mirrored runs
     assert "no trace files" in by_folder[str(tb / "empty")]
