@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import app
 from app.analysis.compare.comparison import Comparison, diff_sides
 from app.cli import diff_cmd
 from app.errors import TorchscopeError, UsageError
@@ -184,8 +185,6 @@ def _check_groups(plan: AbPlan, append: bool) -> None:
 def _launcher() -> list[str]:
     """``python -m app`` for the child launcher, with -P (no cwd on sys.path) when torchscope is not
     imported from the cwd: a user's own ``app`` package must not shadow ours."""
-    import app
-
     home = Path(app.__file__).resolve().parent.parent
     safe = ["-P"] if home != Path.cwd().resolve() else []
     return [sys.executable, *safe, "-m", "app"]
