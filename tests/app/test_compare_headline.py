@@ -137,7 +137,8 @@ def test_groups_are_sides(monkeypatch, group_store) -> None:
     assert "lone is 1.67× slower than group fast" in texts(at.error)  # the verdict box of "slower"
 
 
-def test_group_side_uses_load_group_side_when_the_analysis_has_it(monkeypatch, group_store) -> None:
+def test_group_side_comes_from_the_workspace_load_group_side(monkeypatch, group_store) -> None:
+    from app.ui import compare_cache
     from app.workspace import sides as compare_inputs
 
     root, _ = group_store
@@ -149,7 +150,7 @@ def test_group_side_uses_load_group_side_when_the_analysis_has_it(monkeypatch, g
         side = compare_inputs.load_side(members[-1], with_traces=False)
         return dataclasses.replace(side, label=f"{name} ×{len(members)}")
 
-    monkeypatch.setattr(compare_inputs, "load_group_side", load_group_side, raising=False)
+    monkeypatch.setattr(compare_cache, "load_group_side", load_group_side)
     at = open_compare(monkeypatch, root, "group:base,group:fast")
     assert_clean(at)
     assert ("base", str(root)) in calls and ("fast", str(root)) in calls
