@@ -267,3 +267,30 @@ def test_ui_caches_wrap_the_workspace(name: str):
                     f"app/ui/{name}: from {node.module} import {a.name} (go through app.workspace)")
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("app.data") for a in node.names), f"app/ui/{name} imports app.data"
+
+
+_LOADER = ("load_", "read_", "write_", "archive_", "delete_", "ingest", "parse_", "import_")
+
+
+def test_front_ends_reach_app_data_loaders_only_through_the_workspace():
+    """app/ui, app/app_pages and app/cli take types, constants and pure helpers from app.data, never
+    a loader (load_*, read_*, archive_*, …) or a cache module: those go through app/workspace."""
+    wrong = []
+    for folder in ("ui", "app_pages", "cli"):
+        for path in (PROJECT_ROOT / "app" / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            modules: set[str] = set()  # local names of app.data modules (`from app.data import runs as r`)
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app.data")):
+                    continue
+                for alias in node.names:
+                    module = node.module if node.module != "app.data" else f"app.data.{alias.name}"
+                    if node.module == "app.data":
+                        modules.add(alias.asname or alias.name)
+                    if alias.name.startswith(_LOADER) or module.endswith(("trace_cache", "trace_analysis_cache")):
+                        wrong.append(f"{path.relative_to(PROJECT_ROOT)}: {node.module}.{alias.name}")
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id in modules and node.attr.startswith(_LOADER)):
+                    wrong.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not wrong, wrong

@@ -16,9 +16,9 @@ from app.analysis.memory.peak import peak_description, peak_quantity
 from app.charts.compare import make_memory_overlay_figure
 from app.charts.compare_memory import make_memory_category_figure
 from app.charts.memory import byte_unit
-from app.data.snapshot import load_snapshot
 from app.errors import TorchscopeError
 from app.presentation.units import format_value
+from app.workspace.artifacts import load_snapshot
 from app.workspace.memory import load_memory_categories
 from profiler_agent.runformat import layout
 

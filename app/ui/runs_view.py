@@ -11,6 +11,7 @@ import streamlit as st
 from app.data import runs as runs_data
 from app.ui.layout import COMPARE_PAGE, RUN_PAGE, md_escape, record_hint
 from app.ui.store import StoreView, clear_store_caches
+from app.workspace.store import archive_run, delete_run
 from profiler_agent import runformat as rf
 
 __all__ = [
@@ -207,9 +208,9 @@ def _render_archive(selected: pd.DataFrame, root: Path) -> None:
         if st.button(action, key="runs_remove", disabled=not sure):
             for path in selected["path"]:
                 if action == "Archive":
-                    runs_data.archive_run(path, root)
+                    archive_run(path, root)
                 else:
-                    runs_data.delete_run(path)
+                    delete_run(path)
             clear_store_caches()
             st.rerun()
 

@@ -11,11 +11,10 @@ import streamlit as st
 from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.trace.modules import compute_module_table
 from app.analysis.trace.ops import compute_annotation_table, compute_op_table
-from app.data import trace_cache
-from app.data.trace import load_trace
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
+from app.workspace.traces import ingest_trace, uncached_trace_files
 
 __all__ = [
     "NO_TRACE_HINT",
@@ -55,7 +54,7 @@ def ingest_with_progress(paths: list[Path]) -> None:
     cache, so a warm run shows no bar at all. Unreadable files are left for the analysis to
     report with its own error message.
     """
-    cold = [p for p in paths if trace_cache.read_cached_meta(trace_cache.cache_entry_dir(p)) is None]
+    cold = uncached_trace_files(paths)
     if not cold:
         return
     sizes = [p.stat().st_size for p in cold]
@@ -69,7 +68,7 @@ def ingest_with_progress(paths: list[Path]) -> None:
                               f"{total / 2**20:,.0f} MiB (compressed); later opens use the cache")
 
         try:
-            load_trace(path, progress=report)
+            ingest_trace(path, progress=report)
         except TorchscopeError:
             pass  # the analysis below raises it again with the file named, shown as st.error
         base += size

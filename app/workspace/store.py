@@ -1,4 +1,4 @@
-"""Small queries on a run store that the commands ask while runs are being recorded (workspace layer)."""
+"""Small queries and actions on a run store: what the commands ask while runs are being recorded, and the Runs page's archive and delete (workspace layer)."""
 from __future__ import annotations
 
 import os
@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from app.data.runs import archive_run, delete_run
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
-__all__ = ["store_manifests", "progress_step_time"]
+__all__ = ["store_manifests", "progress_step_time", "archive_run", "delete_run"]
 
 
 def store_manifests(root: str | os.PathLike[str] | None) -> dict[Path, rf.Manifest]:

@@ -27,10 +27,11 @@ from app.analysis.trace.summary import (
     compute_analysis_tables,
 )
 from app.data import trace_analysis_cache as tac
-from app.data.trace import Progress, TraceTables, load_traces
+from app.data import trace_cache
+from app.data.trace import Progress, TraceTables, load_trace, load_traces
 from app.errors import TraceError
 
-__all__ = ["load_trace_set", "load_trace_files", "analyze_trace_set", "load_and_analyze", "analysis_version",
+__all__ = ["uncached_trace_files", "ingest_trace", "load_trace_set", "load_trace_files", "analyze_trace_set", "load_and_analyze", "analysis_version",
            "analysis_folder"]
 
 
@@ -53,6 +54,17 @@ def analysis_version() -> str:
 def analysis_folder(entries: Sequence[Path], ranks: Sequence[int]) -> Path:
     """The analysis cache folder of the traces cached in ``entries`` with ``ranks`` (load order)."""
     return tac.analysis_dir(entries, ranks, analysis_version())
+
+
+def uncached_trace_files(paths: Sequence[Path]) -> list[Path]:
+    """The trace files of ``paths`` that the columnar trace cache does not hold yet (their first
+    open parses them: seconds to minutes for a big trace)."""
+    return [p for p in paths if trace_cache.read_cached_meta(trace_cache.cache_entry_dir(p)) is None]
+
+
+def ingest_trace(path: Path, *, progress: Progress | None = None) -> TraceTables:
+    """Read one trace file into the columnar cache (``progress(done_bytes, total_bytes)``)."""
+    return load_trace(path, progress=progress)
 
 
 def load_trace_set(path: str | os.PathLike[str], *, progress: Progress | None = None,

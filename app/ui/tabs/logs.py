@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.data.runs import read_text_artifact
 from app.ui.tabs import RunContext
+from app.workspace.artifacts import read_text_artifact
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
