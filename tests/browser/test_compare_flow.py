@@ -38,6 +38,9 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     assert page.locator(EXCEPTION).count() == 0
     assert page.get_by_text("Step time (median, steady state)").count() >= 1
     assert page.get_by_text("Judged by").count() >= 1 and page.get_by_text("Replicates").count() >= 1
+    # the first tab's charts (step times, waterfall) drawn, so the screenshot shows them
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+                           timeout=60_000)
     screenshot(page, "compare_00_verdicts")
     tabs = page.get_by_role("tab")
     names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
