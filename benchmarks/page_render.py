@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -84,36 +83,20 @@ def time_page(run_dir: Path, root: Path, profile: Path | None = None) -> tuple[f
     with other jobs it moves less than wall time. Call it in a fresh interpreter on a store
     without caches for a true first visit."""
     import cProfile
-    import os
 
-    from streamlit.runtime.scriptrunner import script_runner
-    from streamlit.testing.v1 import AppTest
+    from tests.app.helpers import (  # AppTest lives with the tests
+        profiled_script_runs,
+        run_page_app,
+        use_store,
+    )
 
-    from profiler_agent.runformat import layout
-
-    os.environ[layout.ROOT_ENV] = str(root)
-    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=900)
-    at.query_params["run"] = run_dir.name
-    at.switch_page("app_pages/run.py")
+    use_store(root)
+    at = run_page_app(run_dir.name, timeout=900)
     prof = cProfile.Profile() if profile else None
-    original = script_runner.ScriptRunner._run_script
-
-    def profiled(self: Any, *args: Any, **kwargs: Any) -> Any:  # the script runs in its own thread
-        if prof is None:
-            return original(self, *args, **kwargs)
-        prof.enable()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            prof.disable()
-
-    script_runner.ScriptRunner._run_script = profiled
-    try:
+    with profiled_script_runs(prof):
         t, c = time.perf_counter(), time.process_time()
         at.run()
         cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
-    finally:
-        script_runner.ScriptRunner._run_script = original
     if prof is not None and profile is not None:
         prof.dump_stats(str(profile))
     problems = [e.value for e in at.exception] + [e.value for e in at.error]

@@ -16,7 +16,6 @@ output is shown and the exit code is 2. Exit codes otherwise as ``diff``: 0, 1 a
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -31,8 +30,6 @@ import app
 from app.analysis.compare.comparison import Comparison, diff_sides
 from app.cli import diff_cmd
 from app.errors import TorchscopeError, UsageError
-from app.presentation.compare_json import comparison_to_json
-from app.presentation.report import format_verdict_text
 from app.workspace.sides import group_of, load_group_side
 from app.workspace.store import progress_step_time, store_manifests
 
@@ -248,13 +245,6 @@ def compare_groups(plan: AbPlan, args: argparse.Namespace) -> Comparison:
     return diff_sides(baseline, candidate, diff_cmd.options_from_args(args))
 
 
-def _inconclusive_reason(cmp: Comparison) -> str:
-    h = cmp.headline
-    if cmp.contention.inconclusive:
-        return cmp.contention.reason
-    return h.reasons[-1] if h.reasons else "see the headline's reasons"
-
-
 def _replicates_line(outcomes: list[RunOutcome]) -> str:
     """One line of each side's per-run median step times, in run order: the run-to-run spread at a glance."""
     parts = []
@@ -272,29 +262,6 @@ def run(args: argparse.Namespace) -> int:
               f"{plan.groups[Side.BASELINE]!r} (A) and {plan.groups[Side.CANDIDATE]!r} (B)")
     outcomes = run_all(plan, verbose=args.verbose)
     cmp = compare_groups(plan, args)
-    failures, skipped = diff_cmd.evaluate_gates(cmp, args.fail_if_slower, args.fail_if_more_memory)
-    advice = diff_cmd.advice_diff(cmp, args)
-    if args.json:
-        doc = comparison_to_json(cmp)
-        doc["advice"] = advice.to_json() if advice is not None else None
-        doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
-                        "fail_if_inconclusive": args.fail_if_inconclusive, "failures": failures, "skipped": skipped}
-        doc["ab"] = {"order": [str(s) for s in plan.order], "groups": {str(s): g for s, g in plan.groups.items()},
-                     "commands": {str(s): list(plan.command(s)) for s in Side},
-                     "runs": [o.to_json() for o in outcomes]}
-        sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    else:
-        sys.stdout.write(format_verdict_text(cmp, top=args.top))
-        sys.stdout.write(_replicates_line(outcomes))
-        if advice is not None:
-            sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
-                             f"{len(advice.new)} new finding(s)\n")
-            sys.stdout.writelines([f"  resolved: {f.title}\n" for f in advice.resolved]
-                                  + [f"  new:      {f.title}\n" for f in advice.new])
-        for f in failures:
-            sys.stdout.write(f"GATE FAILED: {f}\n")
-    for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen
-        sys.stderr.write(f"gate not evaluated: {g['gate']}: {g['reason']}\n")
-    if cmp.headline.verdict == "inconclusive":
-        sys.stderr.write(f"warning: verdict inconclusive: {_inconclusive_reason(cmp)}\n")
-    return diff_cmd.exit_code(cmp, failures, args.fail_if_inconclusive)
+    ab = {"order": [str(s) for s in plan.order], "groups": {str(s): g for s, g in plan.groups.items()},
+          "commands": {str(s): list(plan.command(s)) for s in Side}, "runs": [o.to_json() for o in outcomes]}
+    return diff_cmd.report(cmp, args, extra_json={"ab": ab}, extra_text=_replicates_line(outcomes))

@@ -187,7 +187,14 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise UsageError(f"--{flag.replace('_', '-')} {value}: expected a percentage >= 0")
-    cmp = load_comparison(args)
+    return report(load_comparison(args), args)
+
+
+def report(cmp: Comparison, args: argparse.Namespace, *, extra_json: dict[str, Any] | None = None,
+           extra_text: str = "") -> int:
+    """Print a comparison as ``diff`` does (JSON with ``extra_json`` merged in, or the text with
+    ``extra_text`` after the verdict), the gates and the advisor's diff; return the exit code.
+    ``torchscope ab`` prints its replicates through this too."""
     failures, skipped = evaluate_gates(cmp, args.fail_if_slower, args.fail_if_more_memory)
     advice = advice_diff(cmp, args)
     if args.json:
@@ -196,9 +203,11 @@ def run(args: argparse.Namespace) -> int:
         doc["gates"] = {"fail_if_slower": args.fail_if_slower, "fail_if_more_memory": args.fail_if_more_memory,
                         "fail_if_inconclusive": bool(getattr(args, "fail_if_inconclusive", False)),
                         "failures": failures, "skipped": skipped}
+        doc.update(extra_json or {})
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_verdict_text(cmp, top=args.top))
+        sys.stdout.write(extra_text)
         if advice is not None:
             worse = advice.worse
             sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "

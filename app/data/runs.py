@@ -29,8 +29,6 @@ __all__ = [
     "read_text_artifact",
     "store_records",
     "run_ranks",
-    "format_bytes",
-    "format_seconds",
     "system_peak_memory",
     "EXTRA_COLUMNS",
     "store_from_rows",
@@ -316,34 +314,6 @@ def run_ranks(run: RunData) -> list[int]:
         if found is not None:
             ranks.add(found)
     return sorted(ranks)
-
-
-def format_bytes(n: float | int | None) -> str:
-    """1536 → '1.5 KiB'; None → '–'."""
-    if n is None or (isinstance(n, float) and not math.isfinite(n)):
-        return "–"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
-
-
-def format_seconds(s: float | int | None) -> str:
-    """0.0123 → '12.3 ms'; 75 → '1m 15s'; None → '–'."""
-    if s is None or (isinstance(s, float) and not math.isfinite(s)):
-        return "–"
-    s = float(s)
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    if s < 60:
-        return f"{s:.2f} s"
-    minutes, sec = divmod(int(round(s)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"
 
 
 def filter_store(table: pd.DataFrame, text: str = "", statuses: list[str] | None = None) -> pd.DataFrame:

@@ -2,14 +2,54 @@
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from streamlit.runtime.scriptrunner import script_runner
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout
 
 APP = str(Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py")
+
+
+def run_page_app(run: str, *, timeout: float = 120) -> AppTest:
+    """The app on the Run page of ``run`` (the store is $TORCHSCOPE_RUNS), not run yet."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.query_params["run"] = run
+    at.switch_page("app_pages/run.py")
+    return at
+
+
+@contextlib.contextmanager
+def profiled_script_runs(prof: cProfile.Profile | None) -> Iterator[None]:
+    """Record the app script's runs (in AppTest's script thread) in ``prof`` while inside."""
+    original = script_runner.ScriptRunner._run_script
+
+    def profiled(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if prof is None:
+            return original(self, *args, **kwargs)
+        prof.enable()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            prof.disable()
+
+    script_runner.ScriptRunner._run_script = profiled  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        script_runner.ScriptRunner._run_script = original  # type: ignore[method-assign]
+
+
+def use_store(root: Path) -> None:
+    """Point the app at the store ``root`` (for a process of its own, e.g. a benchmark)."""
+    os.environ[layout.ROOT_ENV] = str(root)
 
 
 def open_app(

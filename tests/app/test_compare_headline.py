@@ -10,8 +10,10 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict
+from app.analysis.compare.step_sets import StepSet
 from app.ui import compare_cache
-from app.ui.compare_headline import headline_sentence, headline_view
+from app.ui.compare_headline import headline_sentence, step_set_lines
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from tests.app.helpers import APP, assert_clean
@@ -92,7 +94,8 @@ def test_contract_headline_drives_the_page_and_inconclusive_is_amber(monkeypatch
                                replicates={"baseline": 3, "candidate": 3},
                                reasons=["contention differs: 40 % vs 2 % of the CPU used by other processes"],
                                quantity_words="time per sample", to_json=dict)
-    step_sets = {"headline": "steady-state steps: 36 / 36", "profiled": "typical profiled steps: 2 / 3"}
+    step_sets = {"headline": StepSet("headline", "steady-state steps", 36, 36),
+                 "deltas": StepSet("deltas", "typical profiled steps", 2, 3)}
     note = "The waterfall grows while the headline shrinks: the profiled steps are not typical."
     monkeypatch.setattr(compare_cache, "diff_sides",
                         lambda a, b, o: _WithHeadline(real(a, b, o), headline, step_sets, note))
@@ -108,8 +111,9 @@ def test_contract_headline_drives_the_page_and_inconclusive_is_amber(monkeypatch
     assert tiles["Replicates"] == "3 vs 3 runs"
     assert "Method: hierarchical bootstrap" in texts(at.caption)
     assert "contention differs" in texts(at.markdown)
-    assert "Headline: steady-state steps: 36 / 36" in texts(at.caption)
-    assert "Waterfall, operator and kernel deltas: typical profiled steps: 2 / 3" in texts(at.caption)
+    assert "Headline: steady-state steps; 36 (baseline) / 36 (candidate) steps" in texts(at.caption)
+    assert "Waterfall, operator and kernel deltas: typical profiled steps; 2 (baseline) / 3 (candidate) steps" \
+        in texts(at.caption)
     assert "not typical" in texts(at.info)
 
 
@@ -157,34 +161,15 @@ def test_group_side_comes_from_the_workspace_load_group_side(monkeypatch, group_
     assert "group fast ×2 is" in texts(at.success)
 
 
-def test_headline_view_falls_back_and_reads_contract_fields() -> None:
-    est = SimpleNamespace(baseline=0.05, candidate=0.03, ratio=0.6, lo=0.58, hi=0.62, has_interval=True)
-    side = SimpleNamespace(label="x")
-    old = SimpleNamespace(step_time=est, step_verdict="faster", load_warning="", baseline=side, candidate=side)
-    view = headline_view(old)  # type: ignore[arg-type]
-    assert (view.quantity, view.verdict, view.ci95, dict(view.replicates)) == \
-        ("step_time", "faster", (0.58, 0.62), {"baseline": 1, "candidate": 1})
-    assert not view.from_headline
-    new = SimpleNamespace(**vars(old), headline=SimpleNamespace(
-        quantity="time_per_token", baseline=1e-4, candidate=2e-4, ratio=2.0, ci95=None, verdict="slower",
-        method="m", replicates={"baseline": 2, "candidate": 4}, reasons=()))
-    view = headline_view(new)  # type: ignore[arg-type]
-    assert view.from_headline and view.replicates == {"baseline": 2, "candidate": 4}
-    text = headline_sentence(view, "a", "b")
+def test_headline_sentence_names_the_quantity_and_the_missing_interval() -> None:
+    h = Headline(quantity=HeadlineQuantity.TIME_PER_TOKEN, baseline=1e-4, candidate=2e-4, ratio=2.0, ci95=None,
+                 verdict=HeadlineVerdict.SLOWER, method="m", replicates={"baseline": 2, "candidate": 4})
+    text = headline_sentence(h, "a", "b")
     assert text.startswith("Time per token: b is 2.00× slower than a") and "µs/token" in text
     assert "no confidence interval" in text
 
 
 def test_step_sets_of_the_compare_analysis_are_described() -> None:
-    from app.ui.compare_headline import step_set_lines
-
-    class StepSet:  # the shape of app.analysis.compare.comparison.StepSet
-        def __init__(self, name: str, description: str, baseline: int, candidate: int) -> None:
-            self.name, self.description, self.baseline, self.candidate = name, description, baseline, candidate
-
-        def to_json(self) -> dict:
-            return vars(self)
-
     cmp = SimpleNamespace(step_sets={"headline": StepSet("headline", "steady-state steps", 30, 28),
                                      "deltas": StepSet("deltas", "typical profiled steps", 2, 3)})
     assert step_set_lines(cmp) == [  # type: ignore[arg-type]
