@@ -14,7 +14,7 @@ side, against 5, 10 and 25 % changes):
 - ``bca-median``: BCa bootstrap of the log ratio of medians (two-sample jackknife acceleration);
 - ``mbb-median``: moving-block bootstrap of the ratio of medians, blocks of ceil(n^(1/3)) steps;
 - ``yuen-log``: Welch t on 20 % trimmed means of the logs (Yuen), Welch-Satterthwaite df;
-- ``yuen-log-ess``: the same, each side's squared standard error and df scaled by its serial
+- ``yuen-log-ess``: the same, each side's squared standard error and df (floored at 3) scaled by its serial
   correlation factor (``app.analysis.stats.ratio.estimate_ratio``, the method chosen);
 - ``hl-mw``: Hodges-Lehmann shift of the logs, Mann-Whitney interval, iid;
 - ``hl-mw-ess``: the same widened for serial correlation (``stats_rank.hodges_lehmann_ratio``).
@@ -165,7 +165,8 @@ def m_yuen(a: np.ndarray, b: np.ndarray, r: int, seed: int, ess: bool = False) -
     se2 = da + db
     if not math.isfinite(se2) or se2 <= 0:
         return (math.nan, math.nan)
-    df = se2**2 / (da**2 / ((ha - 1) / fa) + db**2 / ((hb - 1) / fb))
+    df = se2**2 / (da**2 / S._side_df(ha, fa) + db**2 / S._side_df(hb, fb)) if ess else \
+        se2**2 / (da**2 / (ha - 1) + db**2 / (hb - 1))
     half = t_quantile(0.975, df) * math.sqrt(se2)
     return math.exp(tb - ta - half), math.exp(tb - ta + half)
 

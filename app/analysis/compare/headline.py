@@ -13,6 +13,8 @@
   diff(a, b) and diff(b, a) agree). The limit is the threshold (2 % by default) with
   replicates, and at least ``RUN_TO_RUN_MARGIN`` with one run per side, since the interval
   cannot see run-to-run noise then;
+* ``same`` needs the interval within ±max(limit, ``RUN_TO_RUN_MARGIN``) (``_equivalence_band``);
+  an interval that holds 1 but reaches beyond that band is ``inconclusive``, not ``same``;
 * ``inconclusive``: the sides differ in contention (compare_contention), or fewer than
   ``MIN_STEPS`` steady-state steps on a side (the method's coverage is not established there)
   unless the whole interval lies within the limit (then ``same``), or no interval at all.
@@ -138,6 +140,16 @@ def _far(ratio: float, limit: float) -> bool:
     return max(ratio, 1.0 / ratio) - 1.0 > limit + 1e-12
 
 
+def _equivalence_band(limit: float) -> float:
+    """How narrow the interval must be for ``same``: within ±max(limit, RUN_TO_RUN_MARGIN).
+
+    ``same`` says "no change beyond the band"; an interval that holds 1 but reaches beyond it
+    cannot say that, and the verdict is ``inconclusive`` instead. With replicates the limit is
+    the 2 % threshold, and the band stays at the run-to-run margin: asking a 3 + 3 run interval
+    to be within ±2 % would make nearly every identical pair inconclusive."""
+    return max(limit, est_.RUN_TO_RUN_MARGIN)
+
+
 def _decide(est: RatioEstimate, limit: float) -> HeadlineVerdict:
     r = est.ratio
     if r < 1.0 and est.hi < 1.0 and _far(r, limit):
@@ -223,6 +235,14 @@ def compute_headline(
             return out(verdict, est, method)
         reasons.append(f"too few steps to judge: {na} and {nb} steady-state steps, the interval's coverage is "
                        f"established from {est_.MIN_STEPS} steps per side")
+        return out(HeadlineVerdict.INCONCLUSIVE, est, method)
+    band = _equivalence_band(limit)
+    if verdict is HeadlineVerdict.SAME and (_far(est.lo, band) or _far(est.hi, band)):
+        # The interval holds 1, but also changes beyond the band: "same" would claim more than
+        # the data show (12 steps with a level shift once gave "same" at 0.51×, CI 0.15-1.71).
+        reasons.append(f"the interval ({est.lo:.3f}-{est.hi:.3f}) holds 1 but also changes beyond "
+                       f"±{band:.0%}: too wide to call {words} the same or different; more steps or "
+                       "replicates narrow it")
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)
     if verdict is HeadlineVerdict.SAME and est.excludes_one():
         reasons.append(f"the interval excludes 1 but the change ({est.ratio:.3f}×) is within the {limit:.0%} limit")

@@ -114,6 +114,38 @@ def test_outlier_mixture_with_26_percent_speedup_is_faster(tmp_path: Path) -> No
     assert back.verdict == "slower" and back.ci95[0] == pytest.approx(1 / h.ci95[1])
 
 
+def test_a_level_shift_in_a_short_run_does_not_hide_a_twofold_speedup(tmp_path: Path) -> None:
+    # the sample pair of the browser test's Compare screenshot (ms, steady-state steps in time
+    # order): every candidate step is faster than every baseline step; the candidate steps up
+    # after five. The serial-correlation factors (3.4 and 5.1) once also divided the degrees of
+    # freedom to 1.5 and gave "same" at 0.51x with CI 0.15-1.71.
+    base = np.array([231, 212, 197, 186, 201, 212, 219, 223, 218, 228, 230, 232]) / 1000
+    cand = np.array([89, 82, 86, 81, 93, 123, 130, 116, 125, 136, 133, 135]) / 1000
+    a, b = write_steps_run(tmp_path, "a", base), write_steps_run(tmp_path, "b", cand)
+    o = CompareOptions(warmup_steps=0)
+    h = diff_sides(_side(a), _side(b), o).headline
+    assert h.verdict == "faster" and h.ci95[1] < 0.9 and 0.4 < h.ratio < 0.6, (h.ci95, h.reasons)
+    back = diff_sides(_side(b), _side(a), o).headline
+    assert back.verdict == "slower" and back.ci95[0] == pytest.approx(1 / h.ci95[1])
+
+
+def test_an_interval_too_wide_for_the_band_is_inconclusive_not_same(tmp_path: Path) -> None:
+    # noisy 12-step runs of the same code: the interval holds 1 and also +-30 %; "same" would
+    # claim the change is within 10 %, which these steps cannot show
+    a = write_steps_run(tmp_path, "a", _series(0.1, n=12, sigma=0.35, seed=21))
+    b = write_steps_run(tmp_path, "b", _series(0.1, n=12, sigma=0.35, seed=22))
+    o = CompareOptions(warmup_steps=0)
+    h = diff_sides(_side(a), _side(b), o).headline
+    lo, hi = h.ci95
+    assert lo < 1.0 < hi and max(hi, 1 / lo) > 1.1
+    assert h.verdict == "inconclusive" and any("too wide" in r for r in h.reasons), h.reasons
+    assert diff_sides(_side(b), _side(a), o).headline.verdict == "inconclusive"
+    # the same code with steadier steps: the interval fits in the band, and it is "same"
+    c = write_steps_run(tmp_path, "c", _series(0.1, n=60, sigma=0.04, seed=23))
+    d = write_steps_run(tmp_path, "d", _series(0.1, n=60, sigma=0.04, seed=24))
+    assert diff_sides(_side(c), _side(d), o).headline.verdict == "same"
+
+
 def test_too_few_steps_are_inconclusive(tmp_path: Path) -> None:
     n = compare_estimators.MIN_STEPS - 1
     a = write_steps_run(tmp_path, "a", _series(0.1, n=n, seed=9))
