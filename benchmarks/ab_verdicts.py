@@ -276,7 +276,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run (default all)")
     p.add_argument("--pairs", type=int, default=None, help="pairs per part (default 10, 10, 20, 10)")
     p.add_argument("--replicates", type=int, default=3, help="runs per side in the interleaved part (default 3)")
-    p.add_argument("--steps", type=int, default=80, help="optimizer steps per run (default 80)")
+    p.add_argument("--steps", type=int, default=300,
+                   help="optimizer steps per run (default 300: ~9 s of ~30 ms steps; see benchmarks/README.md for why)")
     p.add_argument("--hogs", type=int, default=os.cpu_count() or 1, help="busy-loop processes of the hog part "
                    "(default: one per core)")
     p.add_argument("--pin-hogs", action="store_true", help="pin hog k to core k (default: not pinned)")

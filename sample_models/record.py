@@ -121,17 +121,28 @@ def print_comparison(root: Path) -> None:
     except RunStoreNotFoundError:
         return
     summaries: dict[str, RunSummary] = {}
+    folders: dict[str, Path] = {}
     for run_dir, manifest in runs:  # newest first
         if manifest.name in ("baseline", "optimized") and manifest.name not in summaries:
             summaries[manifest.name] = summarise_recorded_run(run_dir)
+            folders[manifest.name] = run_dir
     for name in ("baseline", "optimized"):
         if name in summaries:
             print(format_summary(name, summaries[name]))
-    base = summaries.get("baseline", RunSummary(None, None)).step_time_s
-    opt = summaries.get("optimized", RunSummary(None, None)).step_time_s
-    if base and opt:
-        print(f"optimized vs baseline: {base / opt:.2f}x faster, {100 * (1 - opt / base):.0f}% less time per step "
-              "(one run each: run-to-run noise is not covered; `torchscope diff baseline optimized` judges it)")
+    if len(folders) == 2:
+        print(speedup_sentence(folders["baseline"], folders["optimized"]))
+
+
+def speedup_sentence(baseline: Path, optimized: Path) -> str:
+    """The headline of ``torchscope diff baseline optimized``, word for word: one number for the
+    speed-up, with its interval and verdict (a ratio of the medians printed here would be a
+    second figure for the same change)."""
+    from app.analysis.compare.comparison import diff_sides  # the comparison loads pandas: only here
+    from app.presentation.comparison_text import headline
+    from app.workspace.sides import load_side
+
+    cmp = diff_sides(load_side(baseline), load_side(optimized))
+    return f"{headline(cmp)}\n  (`torchscope diff baseline optimized` shows why, step by step)"
 
 
 def main(argv: list[str] | None = None) -> int:
