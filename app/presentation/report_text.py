@@ -58,8 +58,13 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
         parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
                   text_table(CATEGORY_HEADER, category_rows(cats))]
     parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n not in (cmp.load_warning, cmp.sign_note)]
-    # Names reach the sentences too (headline, notes): every line is made safe for a terminal.
-    return terminal_lines("\n".join(parts).rstrip()) + "\n"
+    # Names reach the sentences too (headline, notes, config): each label is replaced by its safe
+    # form wherever it occurs, then every line is made safe for a terminal.
+    text = "\n".join(parts).rstrip()
+    for label in {cmp.baseline.label, cmp.candidate.label}:
+        if label and _label(label) != label:
+            text = text.replace(label, _label(label))
+    return terminal_lines(text) + "\n"
 
 
 def _label(label: str) -> str:

@@ -190,7 +190,9 @@ def test_run_page_of_a_bad_run_says_what_is_wrong(bad: str, hostile_store: tuple
     at = open_app(monkeypatch, root, run=str(runs[bad]))
     assert not at.exception, [e.value for e in at.exception]
     errors = [str(e.value) for e in at.error]
-    if BAD_RUNS[bad][1]:
-        assert any(str(runs[bad] / layout.MANIFEST) in e for e in errors), errors
+    if BAD_RUNS[bad][1]:  # the page says why it cannot open the run (and shows another one)
+        said = errors + [str(w.value) for w in at.warning]
+        assert any(str(runs[bad] / layout.MANIFEST) in e for e in said), said
     else:
         assert not errors, errors
+        assert bad in "\n".join(str(m.value) for m in at.markdown) or bad in str(at.title)
