@@ -133,9 +133,9 @@ def test_a_bad_step_drops_its_line_and_names_file_and_line(step: str, tmp_path: 
     assert len(read.records) == 60
     assert read.skipped == [f"metrics.jsonl line 61: step {_py(step)} is not a whole number from 0 to below 2**53; "
                             "line skipped"]
-    rc, out, err = _ls(root, capsys, "--json")
+    rc, out, _ = _ls(root, capsys, "--json")
     doc = json.loads(out)
-    assert doc["runs"][0]["steps"] == 60
+    assert rc == 0 and doc["runs"][0]["steps"] == 60
     assert any("metrics.jsonl line 61" in p for p in doc["problems"])
 
 

@@ -85,7 +85,7 @@ def test_diff_text_and_markdown_report_keep_their_lines(hostile_store: Path, cap
     md = capsys.readouterr().out
     assert "\r" not in md and not UNSAFE.search(md)
     for line in md.splitlines():  # every table row keeps its column count
-        if line.startswith("| ✅") or line.startswith("| ❌") or line.startswith("| ➖"):
+        if line.startswith(("| ✅", "| ❌", "| ➖")):
             assert len(re.findall(r"(?<!\\)\|", line)) == 6, line
 
 
