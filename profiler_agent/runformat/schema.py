@@ -32,6 +32,9 @@ SCHEMA_VERSION = 1
 # (2200-01-01 UTC): a value beyond it (1e300, a negative year, NaN) is a broken manifest, not a time,
 # and every reader that turns times into dates (pandas' nanosecond timestamps end in 2262) would fail.
 MAX_EPOCH_S = 7_258_118_400.0
+# Deeper nesting than this in a manifest (a config of dicts in lists...) is refused: Python code
+# that walks it (repr, comparisons, the UI's JSON view) recurses, and fails near 1,000 levels.
+MAX_NESTING = 100
 # More ranks than this in ``world_size`` is not a job but a broken field.
 _MAX_WORLD_SIZE = 2**24
 
@@ -157,6 +160,24 @@ def _expect_int(d: Mapping[str, Any], key: str, source: str, low: int, high: int
     return value
 
 
+def _nesting_depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests lists and objects, counted without recursion up to ``limit`` + 1."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _small_int(value: Any) -> int | None:
     """An artifact's ``rank``/``bytes``: an integer within int64, else unknown (None)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
@@ -206,6 +227,8 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     """
     if not isinstance(raw, Mapping):
         raise CorruptFileError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    if _nesting_depth(raw, MAX_NESTING) > MAX_NESTING:
+        raise CorruptFileError(f"{source}: nested more than {MAX_NESTING} levels deep (objects and lists)")
     d = _migrated(raw, source)
     for key in ("id", "name"):
         if not isinstance(d.get(key), str) or not d[key]:

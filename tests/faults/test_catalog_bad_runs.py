@@ -26,9 +26,9 @@ def _set_manifest(run_dir: Path, **fields: Any) -> None:
     (run_dir / layout.MANIFEST).write_text(json.dumps(raw))  # NaN is written as NaN, as json allows
 
 
-def _deep_config(run_dir: Path) -> None:
+def _deep_config(run_dir: Path, depth: int = DEEP) -> None:
     text = (run_dir / layout.MANIFEST).read_text().rstrip()[:-1]
-    (run_dir / layout.MANIFEST).write_text(text + ', "config": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}")
+    (run_dir / layout.MANIFEST).write_text(text + ', "config": ' + '{"a": ' * depth + "1" + "}" * depth + "}")
 
 
 def _append(run_dir: Path, name: str, *lines: str) -> None:
@@ -44,7 +44,8 @@ BAD_RUNS: dict[str, tuple[Callable[[Path], None], bool]] = {
     "end-inf": (lambda d: _set_manifest(d, ended_at=float("inf")), True),
     "heartbeat-nan": (lambda d: _set_manifest(d, heartbeat=float("nan")), True),
     "world-size-text": (lambda d: _set_manifest(d, world_size="eight"), True),
-    "deep-config": (_deep_config, True),
+    "deep-config": (_deep_config, True),  # beyond what json can parse: RecursionError
+    "config-900-deep": (lambda d: _deep_config(d, 900), True),  # parses, but repr and the UI would recurse
     "devices-not-objects": (lambda d: _set_manifest(d, devices=["gpu", 3, None]), False),
     "step-2-64": (lambda d: _append(d, layout.METRICS, json.dumps({"step": 2**64, "rank": 0, "loss": 1.0})), False),
     "rank-2-64": (lambda d: _append(d, layout.METRICS, json.dumps({"step": 3, "rank": 2**64, "loss": 1.0})), False),
@@ -116,6 +117,7 @@ def test_ls_of_a_store_of_bad_runs_in_a_subprocess(hostile_store: tuple[Path, di
             assert f"{runs[name].name}/{layout.MANIFEST}" in proc.stderr, name
     assert "'started_at' is 1e+300, not a time" in proc.stderr
     assert "nested too deeply" in proc.stderr
+    assert "nested more than 100 levels deep" in proc.stderr
 
 
 @pytest.mark.fault("out-of-range values")

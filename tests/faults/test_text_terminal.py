@@ -161,3 +161,11 @@ def test_timeline_tab_of_a_trace_with_negative_durations(tmp_path: Path, monkeyp
     at = open_app(monkeypatch, root, run=str(run_dir))
     assert not at.exception, [e.value for e in at.exception]
     assert not any("end_us > start_us" in str(e.value) for e in at.error)
+
+
+@pytest.mark.fault("terminal control characters")
+def test_an_error_quoting_a_hostile_name_is_one_safe_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "a\nFAKE \x1b[2J\u202e", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not UNSAFE.search(err)
+    assert "a\\nFAKE \\x1b[2J\\u202e" in err
