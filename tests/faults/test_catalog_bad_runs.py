@@ -170,7 +170,6 @@ def test_a_file_of_bad_lines_gives_a_bounded_number_of_messages(tmp_path: Path) 
 
 
 @pytest.mark.fault("one bad run")
-@pytest.mark.slow
 def test_runs_page_lists_the_good_run_and_the_problems(hostile_store: tuple[Path, dict[str, Path]],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     root, runs = hostile_store
@@ -184,7 +183,6 @@ def test_runs_page_lists_the_good_run_and_the_problems(hostile_store: tuple[Path
 
 
 @pytest.mark.fault("one bad run")
-@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["start-nan", "deep-config", "step-2-64", "system-2-64"])
 def test_run_page_of_a_bad_run_says_what_is_wrong(bad: str, hostile_store: tuple[Path, dict[str, Path]],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:

@@ -145,7 +145,6 @@ def test_step_windows_of_a_trace_with_negative_durations_are_empty() -> None:
 
 
 @pytest.mark.fault("out-of-range values")
-@pytest.mark.slow
 def test_timeline_tab_of_a_trace_with_negative_durations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.app.helpers import open_app
 
