@@ -88,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except TorchscopeError as e:
-        print(f"torchscope {args.command}: error: {e}", file=sys.stderr)
+        # one line, whatever the message quotes (a folder named with a newline or an ANSI escape)
+        from app.presentation.terminal import terminal_text
+
+        print(f"torchscope {args.command}: error: {terminal_text(str(e), 2000)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

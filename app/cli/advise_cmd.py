@@ -17,6 +17,7 @@ import textwrap
 
 from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule
 from app.errors import UsageError
+from app.presentation.terminal import terminal_lines
 from app.workspace.evidence import load_evidence
 
 HELP = "find performance and training problems in a run, with evidence and the fix"
@@ -33,8 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", "-v", action="store_true", help="also list rules that could not look, and why")
 
 
+class _SafeLines:
+    """stdout whose text goes through terminal_lines: findings quote op names and file names."""
+
+    def write(self, text: str) -> None:
+        sys.stdout.write(terminal_lines(text))
+
+
 def _print_text(advice: Advice, verbose: bool) -> None:
-    out = sys.stdout
+    out = _SafeLines()
     if not advice.findings:
         out.write(f"No problems found in {advice.source} ({len(advice.checked)} rules checked).\n")
     for i, f in enumerate(advice.findings, 1):

@@ -26,6 +26,7 @@ from app.analysis.trace.steps import DEVICE_CATEGORIES
 from app.analysis.trace.summary import TraceAnalysis
 from app.errors import UsageError
 from app.presentation.analyze_json import analysis_to_json
+from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_seconds, format_us
 from app.workspace import refs
@@ -132,7 +133,7 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
 
 def format_run_summary(summary: dict[str, Any]) -> str:
     """The run part of the text output: headline step time and final values, labelled by rule."""
-    out = [f"run {summary['name']} ({summary['id']})"]
+    out = [f"run {terminal_text(summary['name'], MAX_CELL_CHARS)} ({terminal_text(summary['id'], MAX_CELL_CHARS)})"]
     if summary["step_time_s"] is not None:
         out.append(f"  step time (median, steady state): {format_seconds(summary['step_time_s'])} over "
                    f"{summary['step_time_steps']} steps (dropped: {summary['step_time_dropped']})")

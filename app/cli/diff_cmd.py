@@ -29,6 +29,7 @@ from app.analysis.compare.tables import OpGrouping
 from app.errors import TorchscopeError, UsageError
 from app.presentation.compare_json import comparison_to_json
 from app.presentation.report import format_verdict_text
+from app.presentation.terminal import terminal_text
 from app.workspace.sides import load_group_side, load_side
 
 HELP = ("compare a candidate run or trace (or group of runs) with a baseline: headline verdict with confidence, "
@@ -213,11 +214,11 @@ def report(cmp: Comparison, args: argparse.Namespace, *, extra_json: dict[str, A
             sys.stdout.write(f"advisor: {len(advice.resolved)} resolved, {len(advice.remaining)} remaining, "
                              f"{len(advice.new)} new, {len(worse)} gone but worse finding(s)\n")
             for f in advice.resolved:
-                sys.stdout.write(f"  resolved: {f.title}\n")
+                sys.stdout.write(f"  resolved: {terminal_text(f.title)}\n")
             for w in worse:  # no finding in the candidate, but what the rule guards got worse
-                sys.stdout.write(f"  not resolved, got worse: {w.baseline.title} ({w.reason})\n")
+                sys.stdout.write(f"  not resolved, got worse: {terminal_text(w.baseline.title)} ({terminal_text(w.reason)})\n")
             for f in advice.new:
-                sys.stdout.write(f"  new:      {f.title}\n")
+                sys.stdout.write(f"  new:      {terminal_text(f.title)}\n")
         for f in failures:
             sys.stdout.write(f"GATE FAILED: {f}\n")
     for g in skipped:  # stderr, also with --json, so a CI log shows the check did not happen

@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from app.data import runs as runs_data
+from app.presentation.terminal import terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_bytes, format_seconds
 from app.workspace import cached_steps, catalog
@@ -50,6 +51,9 @@ _TEXT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("PEAK MEM", "peak_memory_bytes"),
     ("ID", "id"),
 )
+# A problem line longer than this (a 10,000-character folder name) is cut.
+_MAX_PROBLEM_CHARS = 500
+
 # Shown after NAME only when some run belongs to a replicate group.
 _GROUP_COLUMN = ("GROUP", "group")
 
@@ -130,6 +134,6 @@ def run(args: argparse.Namespace) -> int:
             f"note: torch-tb-profiler runs of {store.root} are listed read-only from the mirror {store.mirror}",
             file=sys.stderr,
         )
-    for p in store.problems:
-        print(f"warning: {p}", file=sys.stderr)
+    for p in store.problems:  # they quote folder names and values: one safe line each
+        print(f"warning: {terminal_text(p, _MAX_PROBLEM_CHARS)}", file=sys.stderr)
     return 0

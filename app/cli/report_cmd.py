@@ -9,6 +9,7 @@ network needed); ``.md`` (or no ``-o``: stdout) gives Markdown for a pull-reques
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -40,8 +41,29 @@ def _format(args: argparse.Namespace) -> str:
     return _FORMATS[suffix]
 
 
+def _check_output(out: Path) -> None:
+    """Refuse, before the comparison is loaded, an output path that cannot be written."""
+    if not out.parent.exists():
+        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: {out.parent} is not a folder")
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a folder; name a file to write (.html or .md)")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {out}: folder {out.parent} is not writable")
+
+
+def _write(out: Path, text: str) -> None:
+    try:
+        atomic_write_text(out, text)
+    except OSError as e:  # full disk, read-only file system, permissions changed meanwhile
+        raise UsageError(f"-o {out}: cannot write the report ({e.strerror or e})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     fmt = _format(args)
+    if args.output:
+        _check_output(Path(args.output))
     cmp = load_comparison(args)
     diff = advice_diff(cmp, args)
     advice = findings_diff_rows(diff) if diff is not None else []
@@ -57,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     out = Path(args.output)
-    if not out.parent.exists():
-        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
-    atomic_write_text(out, text)
+    _write(out, text)
     print(f"wrote {out} ({out.stat().st_size / 1024:,.0f} KiB)", file=sys.stderr)
     return 0

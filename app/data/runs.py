@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import shutil
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from app.data import store_rows
@@ -139,14 +141,14 @@ def _records_to_frame(records: list[dict[str, Any]], sort: list[str]) -> pd.Data
 
 def load_metrics(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
     """Return (metrics table, problems) from the run's metrics.jsonl; empty table if absent."""
-    read = rf.read_jsonl(Path(run_dir) / layout.METRICS)
+    read = rf.read_samples(Path(run_dir) / layout.METRICS)
     df = _records_to_frame(read.records, ["rank", "step"])
     return df, list(read.skipped)
 
 
 def load_system(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
     """Return (system samples table sorted by time, problems) from system.jsonl."""
-    read = rf.read_jsonl(Path(run_dir) / layout.SYSTEM)
+    read = rf.read_samples(Path(run_dir) / layout.SYSTEM)
     df = _records_to_frame(read.records, ["time"])
     return df, list(read.skipped)
 
@@ -226,6 +228,22 @@ class StoreTable:
     mirror: Path | None = None
 
 
+# Seconds that pandas' nanosecond timestamps can hold (they end in April 2262).
+_MAX_DATETIME_S = 9.2e9
+
+
+def _float_column(column: pd.Series) -> pd.Series:
+    """``column`` as float64: non-numbers (and Python integers beyond what a float holds) NaN."""
+    def number(v: Any) -> float:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            return math.nan
+        try:
+            return float(v)
+        except OverflowError:
+            return math.nan
+    return pd.Series([number(v) for v in column], index=column.index, dtype="float64")
+
+
 def store_from_rows(
     root: Path, rows: list[dict[str, Any]], problems: list[str], *, mirror: Path | None = None
 ) -> StoreTable:
@@ -235,13 +253,15 @@ def store_from_rows(
     is imported but its run started when the trace was recorded. Runs without a start come last.
     """
     table = pd.DataFrame(rows, columns=[*STORE_COLUMNS, *EXTRA_COLUMNS])
-    table["started_at"] = pd.to_datetime(
-        pd.to_numeric(table["started_at"], errors="coerce"), unit="s", utc=True
-    )
+    # One row's odd value must not fail the column of every run: the reader refuses times outside
+    # 1970-2200 and integers beyond 2**53, and what still does not fit becomes unknown here.
+    started = _float_column(table["started_at"])
+    table["started_at"] = pd.to_datetime(started.where(started.abs() < _MAX_DATETIME_S), unit="s", utc=True)
     for col in ("duration_s", "final_loss", "step_time_s", "mean_step_time_s", "samples_per_s"):
-        table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
+        table[col] = _float_column(table[col])
     for col in ("steps", "step_time_steps", "peak_memory_bytes", "world_size"):
-        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+        numbers = _float_column(table[col])
+        table[col] = numbers.where(numbers.abs() < 2.0**63).round().astype("Int64")
     table["steps_source"] = table["steps_source"].fillna("").astype(str)
     table = table.sort_values("started_at", ascending=False, kind="stable", na_position="last")
     return StoreTable(root=root, table=table.reset_index(drop=True), problems=problems, mirror=mirror)

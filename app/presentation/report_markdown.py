@@ -26,6 +26,7 @@ from app.presentation.comparison_text import (
     verdict_display_table,
     verdict_rows,
 )
+from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
 
 __all__ = ["format_report_markdown"]
 
@@ -35,7 +36,9 @@ _ICONS = {"faster": "✅", "less": "✅", "better": "✅", "slower": "❌", "mor
 
 
 def _md(text: Any) -> str:
-    s = html.escape(str(text), quote=False).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    # A carriage return or a line separator ends a Markdown line as a newline does: controls and
+    # bidi characters are shown escaped (app.presentation.terminal), so no name breaks a table row.
+    s = html.escape(terminal_text(str(text).replace("\n", " ")), quote=False).replace("|", "\\|").replace("`", "'").replace("\n", " ")
     return s.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*").replace("_", "\\_")
 
 
@@ -51,7 +54,8 @@ def format_report_markdown(cmp: Comparison, *, top: int = 10, advice: Sequence[d
     advisor findings (rows of ``compare_advice.findings_diff_rows``), changed config keys.
     Every cell is escaped."""
     rows = [[f"{_ICONS.get(r[4], '')} {r[0]}", *r[1:]] for r in verdict_rows(cmp)]
-    out = [f"### Torchscope: {_md(cmp.candidate.label)} vs {_md(cmp.baseline.label)}", "",
+    names = [_md(terminal_text(side.label, MAX_CELL_CHARS)) for side in (cmp.candidate, cmp.baseline)]
+    out = [f"### Torchscope: {names[0]} vs {names[1]}", "",
            f"**{_md(headline(cmp))}**", "", *(f"- {_md(r)}" for r in cmp.headline.reasons), "",
            _md(step_time_sentence(cmp)),
            *(["", f"⚠️ {_md(cmp.load_warning)}"] if cmp.load_warning and not caution_said(cmp) else []),

@@ -20,6 +20,7 @@ from app.presentation.comparison_text import (
     verdict_rows,
     with_spread,
 )
+from app.presentation.terminal import MAX_CELL_CHARS, terminal_lines, terminal_text
 from app.presentation.text_table import text_table
 
 __all__ = ["format_verdict_text"]
@@ -29,8 +30,8 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
                         memory_categories: MemoryCategoryComparison | None = None) -> str:
     """The terminal output of ``torchscope diff``: headline, verdict table, breakdown and top op deltas."""
     parts = [f"headline: {headline(cmp)}", *(f"  - {r}" for r in cmp.headline.reasons),
-             f"baseline:  {cmp.baseline.label} ({cmp.baseline.path})",
-             f"candidate: {cmp.candidate.label} ({cmp.candidate.path})", step_time_sentence(cmp),
+             f"baseline:  {_label(cmp.baseline.label)} ({cmp.baseline.path})",
+             f"candidate: {_label(cmp.candidate.label)} ({cmp.candidate.path})", step_time_sentence(cmp),
              *([f"caution: {cmp.load_warning}"] if cmp.load_warning and not caution_said(cmp) else []),
              *([f"sign: {cmp.sign_note}"] if cmp.sign_note else []),
              *compile_lines(cmp), "",
@@ -57,4 +58,14 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
         parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
                   text_table(CATEGORY_HEADER, category_rows(cats))]
     parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n not in (cmp.load_warning, cmp.sign_note)]
-    return "\n".join(parts).rstrip() + "\n"
+    # Names reach the sentences too (headline, notes, config): each label is replaced by its safe
+    # form wherever it occurs, then every line is made safe for a terminal.
+    text = "\n".join(parts).rstrip()
+    for label in {cmp.baseline.label, cmp.candidate.label}:
+        if label and _label(label) != label:
+            text = text.replace(label, _label(label))
+    return terminal_lines(text) + "\n"
+
+
+def _label(label: str) -> str:
+    return terminal_text(label, MAX_CELL_CHARS)

@@ -43,6 +43,10 @@ def load_catalog_row(run_dir: Path, *, now: float | None = None) -> CatalogRow:
         row, problems = load_run_row(run_dir, now=now)
     except rf.RunFormatError as e:  # changed between listing and reading
         return None, [str(e)]
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:
+        # The reader validates what it reads; this is the last guard of "one bad run never hides
+        # the others": a value it let through that still breaks a row costs that run only.
+        return None, [f"{run_dir}: skipped, a value in it could not be read ({type(e).__name__}: {e})"]
     cached_steps.fill_steps_from_traces(row)
     return row, problems
 

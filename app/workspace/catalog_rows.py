@@ -94,8 +94,8 @@ def load_run_row(
     """
     run_dir = Path(run_dir)
     manifest = rf.read_manifest(run_dir)
-    metrics = rf.read_jsonl(run_dir / layout.METRICS)
-    system = rf.read_jsonl(run_dir / layout.SYSTEM)
+    metrics = rf.read_samples(run_dir / layout.METRICS)
+    system = rf.read_samples(run_dir / layout.SYSTEM)
     row = row_from_records(
         run_dir, manifest, rf.effective_status(manifest, now=now), metrics.records, system.records
     )

@@ -25,7 +25,7 @@ def load_run_summary(run_dir: Path, rank: int | None = None) -> dict[str, Any] |
     if not rf.is_run_dir(run_dir):
         return None
     manifest = rf.read_manifest(run_dir)
-    records = rf.read_jsonl(run_dir / layout.METRICS).records
+    records = rf.read_samples(run_dir / layout.METRICS).records
     headline = steady_step_time(records, rank=rank)
     keys = dict.fromkeys(k for r in records for k in r if k not in NOT_OUTCOMES)
     final = {}

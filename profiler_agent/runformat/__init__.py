@@ -28,6 +28,7 @@ from .reader import (
     not_a_run_problem,
     read_jsonl,
     read_manifest,
+    read_samples,
 )
 from .schema import (
     SCHEMA_VERSION,
@@ -73,6 +74,7 @@ __all__ = [
     "manifest_to_dict",
     "read_manifest",
     "read_jsonl",
+    "read_samples",
     "effective_status",
     "is_run_dir",
     "list_runs",

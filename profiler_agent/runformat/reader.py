@@ -3,7 +3,13 @@
 - unknown manifest fields are kept; older schema versions are migrated on read; a newer
   version is refused with :class:`SchemaVersionError`;
 - a truncated last line of a ``.jsonl`` file (a job killed mid-write) is skipped silently,
-  other bad lines are skipped and reported;
+  other bad lines are skipped and reported (the first MAX_REPORTED_LINES of a file one by one,
+  then one count);
+- the lines of metrics.jsonl and system.jsonl (:func:`read_samples`) follow the value rules of
+  docs/run-format.md: a ``step`` or ``rank`` that is not a whole number in range drops its line, a
+  ``time`` that is not a finite number or an integer beyond 2**53 drops its value, each with a
+  message naming the file and the line;
+- a JSON document nested deeper than Python can parse is a corrupt file (or a skipped line);
 - a run whose status is ``running`` but whose heartbeat is stale and whose process is gone is
   reported as ``crashed``.
 """
@@ -14,7 +20,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,9 @@ __all__ = [
     "StoreListing",
     "read_manifest",
     "read_jsonl",
+    "read_samples",
+    "MAX_REPORTED_LINES",
+    "MAX_STEP",
     "iter_jsonl",
     "effective_status",
     "is_run_dir",
@@ -46,6 +55,13 @@ __all__ = [
 # The agent refreshes the heartbeat this often; a run is stale after several missed beats.
 HEARTBEAT_INTERVAL_S = 5.0
 HEARTBEAT_STALE_S = 6 * HEARTBEAT_INTERVAL_S
+
+# Bad lines of one file reported one by one; beyond, one message counts the rest (a file of a
+# million bad lines must not print a million warnings).
+MAX_REPORTED_LINES = 20
+# Steps are whole numbers 0 <= step < MAX_STEP (2**53: exact as a float, so every reader agrees).
+MAX_STEP = 2**53
+_MAX_RANK = 2**24
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -77,7 +93,12 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
         raise CorruptFileError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise CorruptFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    return manifest_from_dict(raw, source=str(path))
+    except RecursionError:
+        raise CorruptFileError(f"{path}: JSON nested too deeply to read") from None
+    try:
+        return manifest_from_dict(raw, source=str(path))
+    except RecursionError:  # a value nested just below the parser's limit, copied or compared
+        raise CorruptFileError(f"{path}: JSON nested too deeply to read") from None
 
 
 @dataclass(frozen=True)
@@ -95,8 +116,52 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
         yield from enumerate(f, start=1)
 
 
-def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True) -> JsonlRead:
-    """Read a JSON-lines file tolerantly; see :class:`JsonlRead`.
+# A line's check: (the record to keep or None to drop the line, problems of the line).
+RecordCheck = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[str]]]
+
+
+def _whole_number(value: Any, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < high
+
+
+def check_sample(record: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """One line of metrics.jsonl or system.jsonl under the value rules (module docstring):
+    (the record, or None when the line is dropped; what was wrong)."""
+    for key, high, bound in (("step", MAX_STEP, "2**53"), ("rank", _MAX_RANK, "2**24")):
+        if key in record and record[key] is not None and not _whole_number(record[key], high):
+            return None, [f"{key} {_short(record[key])} is not a whole number from 0 to below {bound}; line skipped"]
+    problems: list[str] = []
+    out = record
+    for key, value in record.items():
+        bad = ""
+        if key == "time" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            bad = "is not a finite number"
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_STEP:
+            bad = "is an integer beyond 2**53"
+        if bad:
+            if out is record:
+                out = dict(record)
+            del out[key]
+            problems.append(f"{key} {_short(value)} {bad}; value dropped")
+    return out, problems
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def read_samples(path: str | os.PathLike[str]) -> JsonlRead:
+    """Read metrics.jsonl or system.jsonl: :func:`read_jsonl` with the value rules of
+    :func:`check_sample`, so no reader sees a step of 1e18 or an integer beyond int64."""
+    return read_jsonl(path, check=check_sample)
+
+
+def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True,
+               check: RecordCheck | None = None) -> JsonlRead:
+    """Read a JSON-lines file tolerantly; see :class:`JsonlRead`. ``check`` may drop or clean each
+    record (see :func:`read_samples`); its problems are reported like bad lines.
 
     A missing file gives no records when ``missing_ok``; otherwise raises CorruptFileError.
     """
@@ -112,6 +177,14 @@ def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True) -> Json
         raise CorruptFileError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise CorruptFileError(f"{path}: is a folder, expected a JSON-lines file") from None
+    bad_lines = 0
+
+    def report(lineno: int, problem: str) -> None:
+        nonlocal bad_lines
+        bad_lines += 1
+        if bad_lines <= MAX_REPORTED_LINES:
+            skipped.append(f"{path.name} line {lineno}: {problem}")
+
     for lineno, raw in lines:
         text = raw.strip()
         if not text:
@@ -122,12 +195,24 @@ def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True) -> Json
             if lineno == len(lines) and not raw.endswith(b"\n"):
                 truncated = True  # the writer was killed mid-line: expected, not an error
             else:
-                skipped.append(f"{path.name} line {lineno}: not valid JSON ({e})")
+                report(lineno, f"not valid JSON ({e})")
+            continue
+        except RecursionError:
+            report(lineno, "JSON nested too deeply to read")
             continue
         if not isinstance(obj, dict):
-            skipped.append(f"{path.name} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+            report(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
+        if check is not None:
+            kept, problems = check(obj)
+            for problem in problems:
+                report(lineno, problem)
+            if kept is None:
+                continue
+            obj = kept
         records.append(obj)
+    if bad_lines > MAX_REPORTED_LINES:
+        skipped.append(f"{path.name}: {bad_lines - MAX_REPORTED_LINES:,} more problems in lines not listed")
     return JsonlRead(records=records, skipped=skipped, truncated_tail=truncated)
 
 

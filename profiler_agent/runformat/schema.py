@@ -23,9 +23,20 @@ __all__ = [
     "Manifest",
     "manifest_from_dict",
     "manifest_to_dict",
+    "MAX_EPOCH_S",
 ]
 
 SCHEMA_VERSION = 1
+
+# Timestamps (``started_at``, ``ended_at``, ``heartbeat``) are epoch seconds from 1970 up to this
+# (2200-01-01 UTC): a value beyond it (1e300, a negative year, NaN) is a broken manifest, not a time,
+# and every reader that turns times into dates (pandas' nanosecond timestamps end in 2262) would fail.
+MAX_EPOCH_S = 7_258_118_400.0
+# Deeper nesting than this in a manifest (a config of dicts in lists...) is refused: Python code
+# that walks it (repr, comparisons, the UI's JSON view) recurses, and fails near 1,000 levels.
+MAX_NESTING = 100
+# More ranks than this in ``world_size`` is not a job but a broken field.
+_MAX_WORLD_SIZE = 2**24
 
 
 class RunStatus(enum.StrEnum):
@@ -128,6 +139,52 @@ def _expect(d: Mapping[str, Any], key: str, types: type | tuple[type, ...], sour
     return value
 
 
+def _expect_time(d: Mapping[str, Any], key: str, source: str) -> float | None:
+    value = _expect(d, key, (int, float), source)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not (0.0 <= value <= MAX_EPOCH_S):  # NaN fails the comparison too
+        raise CorruptFileError(
+            f"{source}: field {key!r} is {value!r}, not a time; expected epoch seconds between 0 (1970) "
+            f"and {MAX_EPOCH_S:.0f} (2200)"
+        )
+    return float(value)
+
+
+def _expect_int(d: Mapping[str, Any], key: str, source: str, low: int, high: int) -> int | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CorruptFileError(f"{source}: field {key!r} is {value!r}; expected an integer from {low} to {high}")
+    return value
+
+
+def _nesting_depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests lists and objects, counted without recursion up to ``limit`` + 1."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _small_int(value: Any) -> int | None:
+    """An artifact's ``rank``/``bytes``: an integer within int64, else unknown (None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        return None
+    return value
+
+
 def _migrated(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The fields of ``raw`` (parsed JSON: values of any type) in the current schema version."""
     version = raw.get("schema_version", 0)
@@ -158,7 +215,8 @@ def _artifacts(entries: Iterable[Any]) -> tuple[Artifact, ...]:
             kind = ArtifactKind(raw_kind)
         except ValueError:
             continue
-        artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=a.get("rank"), bytes=a.get("bytes")))
+        artifacts.append(Artifact(kind=kind, path=str(a["path"]), rank=_small_int(a.get("rank")),
+                                  bytes=_small_int(a.get("bytes"))))
     return tuple(artifacts)
 
 
@@ -169,6 +227,8 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     """
     if not isinstance(raw, Mapping):
         raise CorruptFileError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    if _nesting_depth(raw, MAX_NESTING) > MAX_NESTING:
+        raise CorruptFileError(f"{source}: nested more than {MAX_NESTING} levels deep (objects and lists)")
     d = _migrated(raw, source)
     for key in ("id", "name"):
         if not isinstance(d.get(key), str) or not d[key]:
@@ -179,8 +239,10 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     except ValueError:
         valid = ", ".join(s.value for s in RunStatus)
         raise CorruptFileError(f"{source}: field 'status' is {status_raw!r}; expected one of {valid}") from None
-    for key in ("started_at", "ended_at", "heartbeat"):
-        _expect(d, key, (int, float), source)
+    times = {key: _expect_time(d, key, source) for key in ("started_at", "ended_at", "heartbeat") if key in d}
+    world_size = _expect_int(d, "world_size", source, 0, _MAX_WORLD_SIZE)
+    for key in ("pid", "exit_code"):
+        _expect_int(d, key, source, -(2**31), 2**31 - 1)
     for key in ("git", "versions", "config"):
         _expect(d, key, dict, source)
     for key in ("command", "devices", "tags", "artifacts"):
@@ -189,14 +251,16 @@ def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "run.json") -> M
     known.update(
         status=status,
         command=tuple(str(c) for c in d.get("command") or ()),
-        devices=tuple(d.get("devices") or ()),
+        # a device is an object ({"type": ..., "name": ...}); anything else is skipped, not shown
+        devices=tuple(dv for dv in d.get("devices") or () if isinstance(dv, Mapping)),
         tags=tuple(str(t) for t in d.get("tags") or ()),
         artifacts=_artifacts(d.get("artifacts") or ()),
         git=dict(d.get("git") or {}),
         versions=dict(d.get("versions") or {}),
         config=dict(d.get("config") or {}),
         notes=str(d.get("notes") or ""),
-        world_size=int(d.get("world_size") or 1),
+        world_size=world_size or 1,
+        **times,
     )
     extra = {k: v for k, v in d.items() if k not in _FIELDS}
     return Manifest(**known, extra=extra)

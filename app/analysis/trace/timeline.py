@@ -66,13 +66,16 @@ def compute_step_windows(events: pd.DataFrame) -> pd.DataFrame:
 
     ``end_us`` is extended to the end of the last device event launched from inside the step
     (kernels run after the host has moved on), so the window shows the step's whole GPU work.
-    Empty when the trace has no step annotations.
+    Empty when the trace has no step annotations. A step whose annotations have no positive,
+    finite duration (a broken trace: every duration negative) has no window and is left out.
     """
     columns = ["step", "start_us", "end_us", "duration_us"]
     if events.empty:
         return pd.DataFrame(columns=columns)
     steps = _step_numbers(events["name"])
     marked = events.loc[steps.notna(), ["ts_us", "dur_us"]].assign(step=steps.dropna().astype(int))
+    ts, dur = marked["ts_us"].to_numpy(np.float64), marked["dur_us"].to_numpy(np.float64)
+    marked = marked[np.isfinite(ts) & np.isfinite(dur) & (dur > 0)]
     if marked.empty:
         return pd.DataFrame(columns=columns)
     marked["end_us"] = marked["ts_us"] + marked["dur_us"]
