@@ -3,7 +3,15 @@
 The launcher never imports torch. It creates the run folder, starts the user's command with
 the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
 job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
-SIGINT/SIGTERM, and finally writes the status. It returns the job's exit code unchanged
+SIGINT/SIGTERM, and finally writes the status.
+
+The job sees exactly the signals it would see unwrapped. Without a controlling terminal the job
+runs in a process group of its own, so a signal sent to the launcher's group (``kill -INT -PGID``,
+``timeout``, a script's ``kill %1``) reaches the job once, through the launcher, and never twice.
+At a terminal, where the launcher is in the foreground group, the job stays in that group (so it
+can read the terminal) and a Ctrl-C that the terminal already sent it is not forwarded. A signal
+the launcher inherited as ignored (SIGINT for a background job of a script) stays ignored: no
+handler is installed for it, and the job inherits the ignored disposition as it would unwrapped. It returns the job's exit code unchanged
 (128 + N for a job killed by signal N, as a shell reports it), except after ``--max-steps``:
 when the agent ended the job (run.json ``"stopped": "max_steps"``) the run is ``finished``
 and the code is 0; a different code of the job's own is kept as ``job_exit_code``.
@@ -93,11 +101,14 @@ def launch(request: LaunchRequest) -> int:
 
 
 def _run_plain(command: tuple[str, ...]) -> int:
+    """Become the command (exec in place): unrecorded, it gets exactly its signals and its exit code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        return _exit_code(subprocess.call(list(command)))
+        os.execvp(command[0], list(command))  # noqa: S606 - the user's own command
     except OSError as e:
         print(f"torchscope run: cannot start {command[0]!r}: {e}", file=sys.stderr)
-        return 127
+    return 127
 
 
 def _exit_code(returncode: int) -> int:
@@ -142,6 +153,7 @@ class _Job:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signals: list[int] = []
         self.job_exit_code: int | None = None  # the job's own code when --max-steps overrode it
+        self.own_group = False  # the job runs in a process group of its own (no terminal)
 
     def run(self) -> int:
         status, code = RunStatus.FAILED, 1
@@ -149,12 +161,15 @@ class _Job:
         try:
             # Handlers first: a signal arriving while the job starts is forwarded once it exists.
             for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # inherited as ignored: keep it so
+                    previous[sig] = signal.signal(sig, self._on_signal)
+            self.own_group = not _in_terminal_foreground()
             try:
                 self.proc = subprocess.Popen(  # noqa: S603 - the user's own command
                     list(self.request.command), env=_child_env(self.run_dir, self.request.options, self.t0),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    process_group=0 if self.own_group else None,
                 )
             except OSError as e:
                 print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
@@ -184,9 +199,10 @@ class _Job:
                 status, code = RunStatus.FINISHED, 0
             return code
         finally:
+            # The status first, handlers back after: a late Ctrl-C must not cut the final write.
+            self._finish(status, code)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
-            self._finish(status, code)
 
     def _status(self, returncode: int) -> RunStatus:
         if self.signals:
@@ -237,7 +253,8 @@ class _Job:
             return
         if len(self.signals) >= 3:
             proc.kill()  # asked three times: stop waiting for a clean exit
-        elif not (signum == signal.SIGINT and _terminal_sent_it()):
+        elif self.own_group or not (signum == signal.SIGINT and _in_terminal_foreground()):
+            # In its own group the job got nothing from the group's sender: forward exactly once.
             proc.send_signal(signum)
 
     def _tee(self, source: IO[bytes] | None, terminal: IO[str], rel: str) -> threading.Thread:
@@ -251,8 +268,8 @@ class _Job:
         return thread
 
 
-def _terminal_sent_it() -> bool:
-    """True when Ctrl-C at a terminal already sent SIGINT to the job (same foreground group)."""
+def _in_terminal_foreground() -> bool:
+    """True when the launcher is the terminal's foreground group (a Ctrl-C there reaches the job too)."""
     try:
         return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
