@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from . import layout
 from .errors import CorruptFileError, NotARunError
+from .liveness import PID_START_FIELD, process_start_ticks
 from .schema import Artifact, Manifest, RunStatus, manifest_from_dict, manifest_to_dict
 
 try:  # POSIX only; on other systems updates are atomic but unlocked.
@@ -146,6 +147,9 @@ def create_run(
             continue
     else:  # pragma: no cover - 10 collisions of 16 random bits in one second
         raise FileExistsError(f"{root}: could not find a free run folder name for {name!r}")
+    ticks = process_start_ticks(os.getpid())
+    if ticks is not None:  # lets readers tell this process from a later one given the same pid
+        fields["extra"] = {PID_START_FIELD: ticks, **fields.get("extra", {})}
     manifest = Manifest(
         id=run_id,
         name=name,
