@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -43,6 +44,9 @@ from .runformat import (
     create_run,
     layout,
     read_manifest,
+    release_status_space,
+    remove_temp_files,
+    reserve_status_space,
     update_manifest,
 )
 
@@ -97,6 +101,7 @@ def launch(request: LaunchRequest) -> int:
               file=sys.stderr)
         return _run_plain(request.command)
     print(f"torchscope run: recording {run_dir}", file=sys.stderr)
+    reserve_status_space(run_dir)  # so that the final status fits even when the job fills the disk
     return _Job(run_dir, request, t0=manifest.started_at or time.time()).run()
 
 
@@ -213,6 +218,9 @@ class _Job:
 
     def _finish(self, status: RunStatus, code: int) -> None:
         now = time.time()
+        # The job has ended: whatever temporary file a writer of it left (killed mid-export, disk
+        # full) is stale. Readers ignore such files; this removes them.
+        remove_temp_files(self.run_dir)
         try:
             logs = [Artifact(ArtifactKind.LOG, log, bytes=(self.run_dir / log).stat().st_size)
                     for log in (layout.STDOUT_LOG, layout.STDERR_LOG) if (self.run_dir / log).is_file()]
@@ -226,10 +234,11 @@ class _Job:
                     return m
                 return m.replace(extra={**m.extra, "job_exit_code": job_code})
 
-            m = update_manifest(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
-                                exit_code=code)
+            m = _update_with_retries(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
+                                     exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
-            print(f"torchscope run: could not mark the run {status} ({e})", file=sys.stderr)
+            print(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed",
+                  file=sys.stderr)
         else:
             why = ""
             if m.extra.get("stopped") == STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
@@ -266,6 +275,26 @@ class _Job:
                                   name=f"torchscope-tee-{Path(rel).stem}")
         thread.start()
         return thread
+
+
+def _update_with_retries(run_dir: Path, change: Callable[[Manifest], Manifest], **fields: object) -> Manifest:
+    """The final update of run.json, which must not be lost to a full disk.
+
+    The first try uses what space is left; on an OSError the space set aside at the start
+    (reserve_status_space) is given back and the write tried again, twice, a moment apart.
+    """
+    try:
+        for attempt in range(3):
+            try:
+                return update_manifest(run_dir, change, **fields)
+            except OSError:
+                if attempt == 2:
+                    raise
+                release_status_space(run_dir)
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        release_status_space(run_dir)
 
 
 def _in_terminal_foreground() -> bool:

@@ -46,6 +46,9 @@ from .writer import (
     atomic_write_text,
     create_run,
     new_run_id,
+    release_status_space,
+    remove_temp_files,
+    reserve_status_space,
     update_manifest,
     write_manifest,
 )
@@ -86,4 +89,7 @@ __all__ = [
     "write_manifest",
     "update_manifest",
     "add_artifact",
+    "reserve_status_space",
+    "release_status_space",
+    "remove_temp_files",
 ]
