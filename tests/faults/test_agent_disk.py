@@ -65,8 +65,8 @@ def _wrapped(root: Path, code: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.fault("disk full")
 def test_a_job_that_fills_the_disk_still_ends_finished(small_disk: Path) -> None:
     filler = small_disk / "filler"
-    job = ("import os, sys\nsys.path.insert(0, %r)\nfrom tests.faults.test_agent_disk import _fill\n"
-           "from pathlib import Path\n_fill(Path(%r))\nprint('filled')\n") % (str(PROJECT_ROOT), str(filler))
+    job = (f"import os, sys\nsys.path.insert(0, {str(PROJECT_ROOT)!r})\nfrom tests.faults.test_agent_disk import _fill\n"
+           f"from pathlib import Path\n_fill(Path({str(filler)!r}))\nprint('filled')\n")
     res = _wrapped(small_disk / "runs", job)
     assert res.returncode == 0, res.stderr
     (run_dir, manifest), = list_runs(small_disk / "runs").runs
@@ -107,9 +107,9 @@ def test_a_full_disk_never_tears_a_metrics_line(small_disk: Path) -> None:
 
 @pytest.mark.fault("disk full")
 def test_stale_temporary_files_are_removed_at_the_end_and_ignored_before(tmp_path: Path) -> None:
-    code = ("import os, pathlib\nd = pathlib.Path(os.environ[%r])\n(d / 'traces').mkdir(exist_ok=True)\n"
+    code = (f"import os, pathlib\nd = pathlib.Path(os.environ[{RUN_DIR_ENV!r}])\n(d / 'traces').mkdir(exist_ok=True)\n"
             "(d / 'traces' / '.h_1_rank0.1.pt.trace.json.gz.1.gz.tmp').write_bytes(b'half')\n"
-            "(d / '.run.json.abc.tmp').write_bytes(b'{')\nprint(d)\n") % RUN_DIR_ENV
+            "(d / '.run.json.abc.tmp').write_bytes(b'{')\nprint(d)\n")
     res = _wrapped(tmp_path, code)
     assert res.returncode == 0, res.stderr
     run_dir = Path(res.stdout.strip().splitlines()[-1])
