@@ -55,6 +55,12 @@ __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 _PACKAGE_HOME = Path(__file__).resolve().parent.parent
 _KILL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGHUP}
+# Signals that reach the launcher are passed on to the job (their default action would end the
+# launcher and leave the job alone); the first four ask it to stop, and make the run `killed`.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_FORWARDED = (*_STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
+# What a terminal sends to its whole foreground group: the job, in that group, has it already.
+_TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ class _Job:
         previous: dict[int, object] = {}
         try:
             # Handlers first: a signal arriving while the job starts is forwarded once it exists.
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in _FORWARDED:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # inherited as ignored: keep it so
                     previous[sig] = signal.signal(sig, self._on_signal)
             self.own_group = not _in_terminal_foreground()
@@ -197,7 +203,7 @@ class _Job:
             describe.join(timeout=30)
             code = _exit_code(returncode)
             status = self._status(returncode)
-            if not self.signals and self._stopped_at_max_steps():
+            if not self._asked_to_stop() and self._stopped_at_max_steps():
                 # The agent ended the job after --max-steps: that is a finished run, whatever the
                 # job's code did on its way out (a `finally`, a shutdown error) -- kept as job_exit_code.
                 self.job_exit_code = code if code != 0 else None
@@ -210,7 +216,7 @@ class _Job:
                 signal.signal(signum, handler)  # type: ignore[arg-type]
 
     def _status(self, returncode: int) -> RunStatus:
-        if self.signals:
+        if self._asked_to_stop():
             return RunStatus.KILLED
         if returncode < 0:
             return RunStatus.KILLED if -returncode in _KILL_SIGNALS else RunStatus.FAILED
@@ -237,15 +243,17 @@ class _Job:
             m = _update_with_retries(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
                                      exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
-            print(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed",
-                  file=sys.stderr)
+            _say(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed")
         else:
             why = ""
             if m.extra.get("stopped") == STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
                 why = f" after --max-steps {self.request.options.max_steps}"
                 if self.job_exit_code is not None:
                     why += f"; the job itself exited with {self.job_exit_code}"
-            print(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}", file=sys.stderr)
+            _say(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}")
+
+    def _asked_to_stop(self) -> bool:
+        return any(s in _STOP_SIGNALS for s in self.signals)
 
     def _stopped_at_max_steps(self) -> bool:
         if self.request.options.max_steps is None:
@@ -260,9 +268,9 @@ class _Job:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        if len(self.signals) >= 3:
+        if signum in _STOP_SIGNALS and sum(s in _STOP_SIGNALS for s in self.signals) >= 3:
             proc.kill()  # asked three times: stop waiting for a clean exit
-        elif self.own_group or not (signum == signal.SIGINT and _in_terminal_foreground()):
+        elif self.own_group or not (signum in _TERMINAL_SIGNALS and _in_terminal_foreground()):
             # In its own group the job got nothing from the group's sender: forward exactly once.
             proc.send_signal(signum)
 
@@ -275,6 +283,11 @@ class _Job:
                                   name=f"torchscope-tee-{Path(rel).stem}")
         thread.start()
         return thread
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
+        print(line, file=sys.stderr)
 
 
 def _update_with_retries(run_dir: Path, change: Callable[[Manifest], Manifest], **fields: object) -> Manifest:

@@ -55,6 +55,18 @@ JOBS = {
         print("READY", flush=True)
         time.sleep(30)
     """,
+    # Checkpoints on SIGUSR1 (as a cluster's "time is nearly up" signal asks) and finishes normally.
+    "usr1": """
+        import signal, sys, time
+        got = []
+        signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+        print("READY", flush=True)
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # a second SIGUSR1 would be counted
+        open(sys.argv[1], "w").write(str(len(got)))
+    """,
 }
 
 
@@ -158,3 +170,13 @@ def test_unrecordable_store_runs_the_job_plain_with_its_signals(tmp_path: Path) 
     res = _both(tmp_path, "checkpoint", _to_group(signal.SIGINT))
     assert res[True][:2] == (3, True), res[True][2]
     assert "running the command without recording" in res[True][2]
+
+
+@pytest.mark.fault("signals")
+@pytest.mark.parametrize("to_group", [True, False])
+def test_sigusr1_reaches_the_job_once_and_is_no_stop(tmp_path: Path, to_group: bool) -> None:
+    send = _to_group(signal.SIGUSR1) if to_group else (lambda proc: proc.send_signal(signal.SIGUSR1))
+    res = _both(tmp_path, "usr1", send)
+    assert res[False][:2] == res[True][:2] == (0, True), res[True][2]
+    assert (tmp_path / "usr1-wrapped.out").read_text() == "1"
+    assert _status(tmp_path) is RunStatus.FINISHED
