@@ -164,6 +164,10 @@ def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path) -> None:
             assert status in (RunStatus.KILLED, RunStatus.FINISHED, RunStatus.CRASHED), f"{where}: {status}"
             if status is RunStatus.KILLED:
                 assert m.exit_code == case.code == 128 + signal.SIGKILL, where
+        temps = [p for p in run_dir.rglob("*") if layout.is_temp_file(p.name) and layout.CACHE_DIR not in p.parts]
+        if not case.kill_launcher:  # the launcher lived to the end: it removed what the job left
+            assert not temps, f"{where}: {temps}"
+        assert not any(layout.is_temp_file(p.name) for p in layout.list_trace_files(run_dir)), where
         for name in (layout.METRICS, layout.SYSTEM):
             read = read_jsonl(run_dir / name)
             assert not read.skipped, f"{where}: {read.skipped}"
