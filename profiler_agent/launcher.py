@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -44,10 +43,10 @@ from .runformat import (
     create_run,
     layout,
     read_manifest,
-    release_status_space,
     remove_temp_files,
     reserve_status_space,
     update_manifest,
+    update_manifest_final,
 )
 
 __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
@@ -240,8 +239,8 @@ class _Job:
                     return m
                 return m.replace(extra={**m.extra, "job_exit_code": job_code})
 
-            m = _update_with_retries(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
-                                     exit_code=code)
+            m = update_manifest_final(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
+                                      exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
             _say(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed")
         else:
@@ -288,26 +287,6 @@ class _Job:
 def _say(line: str) -> None:
     with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
         print(line, file=sys.stderr)
-
-
-def _update_with_retries(run_dir: Path, change: Callable[[Manifest], Manifest], **fields: object) -> Manifest:
-    """The final update of run.json, which must not be lost to a full disk.
-
-    The first try uses what space is left; on an OSError the space set aside at the start
-    (reserve_status_space) is given back and the write tried again, twice, a moment apart.
-    """
-    try:
-        for attempt in range(3):
-            try:
-                return update_manifest(run_dir, change, **fields)
-            except OSError:
-                if attempt == 2:
-                    raise
-                release_status_space(run_dir)
-                time.sleep(0.2 * (attempt + 1))
-        raise AssertionError("unreachable")  # pragma: no cover
-    finally:
-        release_status_space(run_dir)
 
 
 def _in_terminal_foreground() -> bool:

@@ -50,6 +50,7 @@ from .writer import (
     remove_temp_files,
     reserve_status_space,
     update_manifest,
+    update_manifest_final,
     write_manifest,
 )
 
@@ -92,4 +93,5 @@ __all__ = [
     "reserve_status_space",
     "release_status_space",
     "remove_temp_files",
+    "update_manifest_final",
 ]

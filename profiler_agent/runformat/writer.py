@@ -42,6 +42,7 @@ __all__ = [
     "add_artifact",
     "reserve_status_space",
     "release_status_space",
+    "update_manifest_final",
     "remove_temp_files",
 ]
 
@@ -227,6 +228,29 @@ def release_status_space(run_dir: str | os.PathLike[str]) -> None:
     """Give the space that reserve_status_space set aside back (no error when there is none)."""
     with contextlib.suppress(OSError):
         (Path(run_dir) / layout.STATUS_RESERVE).unlink()
+
+
+def update_manifest_final(
+    run_dir: str | os.PathLike[str],
+    change: Callable[[Manifest], Manifest] | None = None,
+    **fields: Any,
+) -> Manifest:
+    """``update_manifest`` for the final status, which must not be lost to a full disk.
+
+    The first try uses what space is left; on an OSError the space reserve_status_space set
+    aside is given back and the update tried again, twice, a moment apart. The reserve is
+    released in any case. Raises what the last try raised.
+    """
+    try:
+        for attempt in range(2):
+            try:
+                return update_manifest(run_dir, change, **fields)
+            except OSError:
+                release_status_space(run_dir)
+                time.sleep(0.2 * (attempt + 1))
+        return update_manifest(run_dir, change, **fields)
+    finally:
+        release_status_space(run_dir)
 
 
 def remove_temp_files(run_dir: str | os.PathLike[str]) -> list[Path]:
