@@ -19,7 +19,7 @@ from .activation import activate_from_environment, start_session, stop_session, 
 from .environment import describe_launch
 from .heartbeat import Heartbeat
 from .options import RUN_DIR_ENV, AgentOptions, ProfileSchedule
-from .runformat import RunStatus, create_run, layout, update_manifest
+from .runformat import RunStatus, create_run, layout, reserve_status_space, update_manifest_final
 from .session import Session, get_session
 
 __all__ = ["Run"]
@@ -86,6 +86,7 @@ class Run:
         run_dir, manifest = create_run(layout.resolve_root(root), name or script or "run",
                                        command=[sys.executable, *sys.argv], tags=list(tags), notes=notes,
                                        **describe_launch())
+        reserve_status_space(run_dir)  # the final status must fit even when the script fills the disk
         session = start_session(run_dir, options, t0=manifest.started_at)
         session.finalize = self._finalize
         self._heartbeat = Heartbeat(run_dir).start()
@@ -176,7 +177,7 @@ class Run:
             return
         now = time.time()
         try:
-            update_manifest(run_dir, status=status, ended_at=now, heartbeat=now,
-                            exit_code=0 if status is RunStatus.FINISHED else 1)
+            update_manifest_final(run_dir, status=status, ended_at=now, heartbeat=now,
+                                  exit_code=0 if status is RunStatus.FINISHED else 1)
         except Exception:  # noqa: BLE001, S110 - the script's outcome matters more than the mark
             pass

@@ -27,12 +27,14 @@ from .runformat import (
     atomic_write_json,
     atomic_write_text,
     layout,
+    update_manifest,
 )
 
 __all__ = ["compute_module_flops", "describe_module_tree", "make_backward_dot", "render_svg", "start_backward_graph",
            "write_backward_graph", "write_module_tree"]
 
 MODULE_TREE_FORMAT = 1
+GRAPH_SVG_SKIPPED = "graph_svg_skipped"  # run.json: why graph/backward.svg is missing
 
 
 def compute_module_flops(module: torch.nn.Module, output_shape: tuple[int, ...] | None) -> int:
@@ -130,6 +132,9 @@ def write_backward_graph(run_dir: Path, dot_source: str, *, svg: bool = True) ->
         return
     data = render_svg(dot_source)
     if data is None:
+        # Not an error of the job's: say why the picture is missing (run.json "graph_svg_skipped").
+        note = "graphviz's `dot` was not found on PATH: the graph is kept as DOT only"
+        update_manifest(run_dir, lambda m: m.replace(extra={**m.extra, GRAPH_SVG_SKIPPED: note}))
         return
     svg_path = run_dir / layout.GRAPH_SVG
     atomic_write_bytes(svg_path, data)

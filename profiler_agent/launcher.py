@@ -3,7 +3,15 @@
 The launcher never imports torch. It creates the run folder, starts the user's command with
 the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
 job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
-SIGINT/SIGTERM, and finally writes the status. It returns the job's exit code unchanged
+SIGINT/SIGTERM, and finally writes the status.
+
+The job sees exactly the signals it would see unwrapped. Without a controlling terminal the job
+runs in a process group of its own, so a signal sent to the launcher's group (``kill -INT -PGID``,
+``timeout``, a script's ``kill %1``) reaches the job once, through the launcher, and never twice.
+At a terminal, where the launcher is in the foreground group, the job stays in that group (so it
+can read the terminal) and a Ctrl-C that the terminal already sent it is not forwarded. A signal
+the launcher inherited as ignored (SIGINT for a background job of a script) stays ignored: no
+handler is installed for it, and the job inherits the ignored disposition as it would unwrapped. It returns the job's exit code unchanged
 (128 + N for a job killed by signal N, as a shell reports it), except after ``--max-steps``:
 when the agent ended the job (run.json ``"stopped": "max_steps"``) the run is ``finished``
 and the code is 0; a different code of the job's own is kept as ``job_exit_code``.
@@ -35,7 +43,10 @@ from .runformat import (
     create_run,
     layout,
     read_manifest,
+    remove_temp_files,
+    reserve_status_space,
     update_manifest,
+    update_manifest_final,
 )
 
 __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
@@ -43,6 +54,12 @@ __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 _PACKAGE_HOME = Path(__file__).resolve().parent.parent
 _KILL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGHUP}
+# Signals that reach the launcher are passed on to the job (their default action would end the
+# launcher and leave the job alone); the first four ask it to stop, and make the run `killed`.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_FORWARDED = (*_STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
+# What a terminal sends to its whole foreground group: the job, in that group, has it already.
+_TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}
 
 
 @dataclass(frozen=True)
@@ -89,15 +106,19 @@ def launch(request: LaunchRequest) -> int:
               file=sys.stderr)
         return _run_plain(request.command)
     print(f"torchscope run: recording {run_dir}", file=sys.stderr)
+    reserve_status_space(run_dir)  # so that the final status fits even when the job fills the disk
     return _Job(run_dir, request, t0=manifest.started_at or time.time()).run()
 
 
 def _run_plain(command: tuple[str, ...]) -> int:
+    """Become the command (exec in place): unrecorded, it gets exactly its signals and its exit code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        return _exit_code(subprocess.call(list(command)))
+        os.execvp(command[0], list(command))  # noqa: S606 - the user's own command
     except OSError as e:
         print(f"torchscope run: cannot start {command[0]!r}: {e}", file=sys.stderr)
-        return 127
+    return 127
 
 
 def _exit_code(returncode: int) -> int:
@@ -142,19 +163,23 @@ class _Job:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signals: list[int] = []
         self.job_exit_code: int | None = None  # the job's own code when --max-steps overrode it
+        self.own_group = False  # the job runs in a process group of its own (no terminal)
 
     def run(self) -> int:
         status, code = RunStatus.FAILED, 1
         previous: dict[int, object] = {}
         try:
             # Handlers first: a signal arriving while the job starts is forwarded once it exists.
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
+            for sig in _FORWARDED:
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # inherited as ignored: keep it so
+                    previous[sig] = signal.signal(sig, self._on_signal)
+            self.own_group = not _in_terminal_foreground()
             try:
                 self.proc = subprocess.Popen(  # noqa: S603 - the user's own command
                     list(self.request.command), env=_child_env(self.run_dir, self.request.options, self.t0),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    process_group=0 if self.own_group else None,
                 )
             except OSError as e:
                 print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
@@ -177,19 +202,20 @@ class _Job:
             describe.join(timeout=30)
             code = _exit_code(returncode)
             status = self._status(returncode)
-            if not self.signals and self._stopped_at_max_steps():
+            if not self._asked_to_stop() and self._stopped_at_max_steps():
                 # The agent ended the job after --max-steps: that is a finished run, whatever the
                 # job's code did on its way out (a `finally`, a shutdown error) -- kept as job_exit_code.
                 self.job_exit_code = code if code != 0 else None
                 status, code = RunStatus.FINISHED, 0
             return code
         finally:
+            # The status first, handlers back after: a late Ctrl-C must not cut the final write.
+            self._finish(status, code)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
-            self._finish(status, code)
 
     def _status(self, returncode: int) -> RunStatus:
-        if self.signals:
+        if self._asked_to_stop():
             return RunStatus.KILLED
         if returncode < 0:
             return RunStatus.KILLED if -returncode in _KILL_SIGNALS else RunStatus.FAILED
@@ -197,6 +223,9 @@ class _Job:
 
     def _finish(self, status: RunStatus, code: int) -> None:
         now = time.time()
+        # The job has ended: whatever temporary file a writer of it left (killed mid-export, disk
+        # full) is stale. Readers ignore such files; this removes them.
+        remove_temp_files(self.run_dir)
         try:
             logs = [Artifact(ArtifactKind.LOG, log, bytes=(self.run_dir / log).stat().st_size)
                     for log in (layout.STDOUT_LOG, layout.STDERR_LOG) if (self.run_dir / log).is_file()]
@@ -210,17 +239,20 @@ class _Job:
                     return m
                 return m.replace(extra={**m.extra, "job_exit_code": job_code})
 
-            m = update_manifest(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
-                                exit_code=code)
+            m = update_manifest_final(self.run_dir, change, status=status, ended_at=now, heartbeat=now,
+                                      exit_code=code)
         except Exception as e:  # noqa: BLE001 - report, but keep the job's exit code
-            print(f"torchscope run: could not mark the run {status} ({e})", file=sys.stderr)
+            _say(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed")
         else:
             why = ""
             if m.extra.get("stopped") == STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
                 why = f" after --max-steps {self.request.options.max_steps}"
                 if self.job_exit_code is not None:
                     why += f"; the job itself exited with {self.job_exit_code}"
-            print(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}", file=sys.stderr)
+            _say(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}")
+
+    def _asked_to_stop(self) -> bool:
+        return any(s in _STOP_SIGNALS for s in self.signals)
 
     def _stopped_at_max_steps(self) -> bool:
         if self.request.options.max_steps is None:
@@ -235,9 +267,10 @@ class _Job:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        if len(self.signals) >= 3:
+        if signum in _STOP_SIGNALS and sum(s in _STOP_SIGNALS for s in self.signals) >= 3:
             proc.kill()  # asked three times: stop waiting for a clean exit
-        elif not (signum == signal.SIGINT and _terminal_sent_it()):
+        elif self.own_group or not (signum in _TERMINAL_SIGNALS and _in_terminal_foreground()):
+            # In its own group the job got nothing from the group's sender: forward exactly once.
             proc.send_signal(signum)
 
     def _tee(self, source: IO[bytes] | None, terminal: IO[str], rel: str) -> threading.Thread:
@@ -251,8 +284,13 @@ class _Job:
         return thread
 
 
-def _terminal_sent_it() -> bool:
-    """True when Ctrl-C at a terminal already sent SIGINT to the job (same foreground group)."""
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
+        print(line, file=sys.stderr)
+
+
+def _in_terminal_foreground() -> bool:
+    """True when the launcher is the terminal's foreground group (a Ctrl-C there reaches the job too)."""
     try:
         return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:

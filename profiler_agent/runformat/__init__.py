@@ -47,7 +47,11 @@ from .writer import (
     atomic_write_text,
     create_run,
     new_run_id,
+    release_status_space,
+    remove_temp_files,
+    reserve_status_space,
     update_manifest,
+    update_manifest_final,
     write_manifest,
 )
 
@@ -88,4 +92,8 @@ __all__ = [
     "write_manifest",
     "update_manifest",
     "add_artifact",
+    "reserve_status_space",
+    "release_status_space",
+    "remove_temp_files",
+    "update_manifest_final",
 ]

@@ -23,6 +23,8 @@ __all__ = [
     "STDOUT_LOG",
     "STDERR_LOG",
     "TRACEBACK_LOG",
+    "STATUS_RESERVE",
+    "is_temp_file",
     "GRAPH_DOT",
     "GRAPH_SVG",
     "MODULE_TREE",
@@ -63,6 +65,9 @@ TRACEBACK_LOG = f"{LOGS_DIR}/traceback.txt"
 GRAPH_DOT = f"{GRAPH_DIR}/backward.dot"
 GRAPH_SVG = f"{GRAPH_DIR}/backward.svg"
 MODULE_TREE = f"{GRAPH_DIR}/modules.json"
+
+# Space the launcher sets aside at the start so that the final status fits on a full disk.
+STATUS_RESERVE = ".status-reserve"
 
 DEFAULT_ROOT = "runs"
 ROOT_ENV = "TORCHSCOPE_RUNS"
@@ -119,6 +124,15 @@ def is_oom_snapshot(name: str) -> bool:
 def memory_timeline_file_name(worker: str, time_ns: int) -> str:
     """Return the file name of a profiler memory timeline (raw records, gzipped JSON) under ``memory/``."""
     return f"{worker}.{time_ns}.memory_timeline.raw.json.gz"
+
+
+def is_temp_file(name: str) -> bool:
+    """True for a writer's temporary file (hidden, ``.tmp`` in its name): never part of the run.
+
+    Atomic writers name them ``.<final name>.<random>.tmp``; the trace and memory exporters
+    ``.<name>.<pid>.json.tmp`` and ``.<pid>.tmp.<name>``. A killed writer can leave one behind.
+    """
+    return name.startswith(".") and ".tmp" in name
 
 
 def list_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:

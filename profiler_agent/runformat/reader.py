@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from .errors import (
     RunNotFoundError,
     RunStoreNotFoundError,
 )
+from .liveness import recorded_process_gone
 from .schema import Manifest, RunStatus, manifest_from_dict
 
 __all__ = [
@@ -216,33 +216,24 @@ def read_jsonl(path: str | os.PathLike[str], *, missing_ok: bool = True,
     return JsonlRead(records=records, skipped=skipped, truncated_tail=truncated)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
 def effective_status(manifest: Manifest, *, now: float | None = None) -> RunStatus:
     """Return the status to show: ``crashed`` for a running run that stopped beating.
 
-    A run is crashed when its heartbeat is older than HEARTBEAT_STALE_S and its process is gone
-    (checked only on the same host; on another host a stale heartbeat alone decides).
+    On the run's own host a recorded process that is gone (or whose pid another process now
+    holds) means crashed at once, whatever the heartbeat says (``liveness``). Otherwise a run is
+    crashed when its heartbeat is older than HEARTBEAT_STALE_S -- or lies in the future beyond
+    that, which no live writer gives -- and its process is not known alive.
     """
     if manifest.status is not RunStatus.RUNNING:
         return manifest.status
+    gone = recorded_process_gone(manifest)
+    if gone:
+        return RunStatus.CRASHED
     now = time.time() if now is None else now
     beat = manifest.heartbeat if manifest.heartbeat is not None else manifest.started_at
     if beat is None or not math.isfinite(beat):
         return RunStatus.RUNNING
-    if now - beat <= HEARTBEAT_STALE_S:
-        return RunStatus.RUNNING
-    if manifest.host == socket.gethostname() and manifest.pid is not None and _pid_alive(manifest.pid):
+    if abs(now - beat) <= HEARTBEAT_STALE_S or gone is False:
         return RunStatus.RUNNING
     return RunStatus.CRASHED
 

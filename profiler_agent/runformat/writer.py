@@ -8,9 +8,11 @@ run.json without losing each other's changes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -20,6 +22,7 @@ from typing import IO, Any
 
 from . import layout
 from .errors import CorruptFileError, NotARunError
+from .liveness import PID_START_FIELD, process_start_ticks
 from .schema import Artifact, Manifest, RunStatus, manifest_from_dict, manifest_to_dict
 
 try:  # POSIX only; on other systems updates are atomic but unlocked.
@@ -37,6 +40,10 @@ __all__ = [
     "write_manifest",
     "update_manifest",
     "add_artifact",
+    "reserve_status_space",
+    "release_status_space",
+    "update_manifest_final",
+    "remove_temp_files",
 ]
 
 
@@ -87,15 +94,39 @@ class JsonlWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._f: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        # Readable too: after a short write the tail is read back to cut a torn fragment off.
+        self._f: IO[bytes] | None = open(self.path, "a+b", buffering=0)  # noqa: SIM115
 
     def write(self, record: Mapping[str, Any]) -> None:
+        """Append one line, whole or not at all; raises OSError (e.g. a full disk) when it does not fit."""
         if self._f is None:
             raise ValueError(f"{self.path}: writer is closed")
         line = json.dumps(record, default=_json_default, allow_nan=True, separators=(",", ":")) + "\n"
-        self._f.write(line.encode("utf-8"))
+        data = line.encode("utf-8")
+        written = self._f.write(data)
+        if written is not None and written < len(data):
+            self._untear(written)
         if self._fsync:
             os.fsync(self._f.fileno())
+
+    def _untear(self, written: int) -> None:
+        """A short write (full disk): cut the fragment off again, so that no torn line stays in the file."""
+        assert self._f is not None
+        fd = self._f.fileno()
+        if written > 0:
+            with contextlib.suppress(OSError):
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    # Our fragment is the file's end unless another rank appended after it: only
+                    # cut when the tail is ours (it does not end with a newline).
+                    size = os.fstat(fd).st_size
+                    if size >= written and os.pread(fd, 1, size - 1) != b"\n":
+                        os.ftruncate(fd, size - written)
+                finally:
+                    if fcntl is not None:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+        raise OSError(errno.ENOSPC, f"{self.path}: only {written} of the line's bytes fitted; line dropped")
 
     def close(self) -> None:
         if self._f is not None:
@@ -146,6 +177,9 @@ def create_run(
             continue
     else:  # pragma: no cover - 10 collisions of 16 random bits in one second
         raise FileExistsError(f"{root}: could not find a free run folder name for {name!r}")
+    ticks = process_start_ticks(os.getpid())
+    if ticks is not None:  # lets readers tell this process from a later one given the same pid
+        fields["extra"] = {PID_START_FIELD: ticks, **fields.get("extra", {})}
     manifest = Manifest(
         id=run_id,
         name=name,
@@ -160,8 +194,84 @@ def create_run(
         tags=tuple(tags),
         **fields,
     )
-    write_manifest(run_dir, manifest)
+    try:
+        write_manifest(run_dir, manifest)
+    except BaseException as e:
+        # Never leave a run folder without its manifest (a full disk): remove the new, empty folder.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"{run_dir}: cannot write {layout.MANIFEST} ({e.strerror or e}); "
+                          "the folder was removed") from None
+        raise
     return run_dir, manifest
+
+
+def reserve_status_space(run_dir: str | os.PathLike[str], nbytes: int = 256 * 1024) -> bool:
+    """Set ``nbytes`` of disk aside in the run folder, for the final status on a full disk.
+
+    Returns False when it could not (the disk is already full); the caller goes on regardless.
+    """
+    path = Path(run_dir) / layout.STATUS_RESERVE
+    try:
+        with open(path, "wb") as f:
+            f.write(b"\0" * nbytes)  # real blocks: tmpfs and ext4 both allocate written zeros
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+
+
+def release_status_space(run_dir: str | os.PathLike[str]) -> None:
+    """Give the space that reserve_status_space set aside back (no error when there is none)."""
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / layout.STATUS_RESERVE).unlink()
+
+
+def update_manifest_final(
+    run_dir: str | os.PathLike[str],
+    change: Callable[[Manifest], Manifest] | None = None,
+    **fields: Any,
+) -> Manifest:
+    """``update_manifest`` for the final status, which must not be lost to a full disk.
+
+    The first try uses what space is left; on an OSError the space reserve_status_space set
+    aside is given back and the update tried again, twice, a moment apart. The reserve is
+    released in any case. Raises what the last try raised.
+    """
+    try:
+        for attempt in range(2):
+            try:
+                return update_manifest(run_dir, change, **fields)
+            except OSError:
+                release_status_space(run_dir)
+                time.sleep(0.2 * (attempt + 1))
+        return update_manifest(run_dir, change, **fields)
+    finally:
+        release_status_space(run_dir)
+
+
+def remove_temp_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove writers' temporary files (``layout.is_temp_file``) from the run folder and its artifact
+    folders, not from the readers' cache; returns what was removed. Call it only when no writer of
+    the run is left (the job has ended)."""
+    run_dir = Path(run_dir)
+    removed: list[Path] = []
+    folders = [run_dir, *(run_dir / d for d in (layout.TRACES_DIR, layout.MEMORY_DIR, layout.GRAPH_DIR,
+                                                 layout.LOGS_DIR))]
+    for folder in folders:
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if layout.is_temp_file(entry.name) and not entry.is_symlink() and entry.is_file():
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    removed.append(entry)
+    return removed
 
 
 def write_manifest(run_dir: str | os.PathLike[str], manifest: Manifest) -> None:

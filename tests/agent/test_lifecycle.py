@@ -12,7 +12,6 @@ import pytest
 
 from profiler_agent.options import RUN_DIR_ENV
 from profiler_agent.runformat import (
-    HEARTBEAT_STALE_S,
     RunStatus,
     create_run,
     effective_status,
@@ -58,9 +57,8 @@ def test_sigkilled_launcher_leaves_a_readable_crashed_run(tmp_path: Path) -> Non
         proc.kill()
     m = read_manifest(run_dir)
     assert m.status is RunStatus.RUNNING  # nobody could mark it...
-    assert effective_status(m) is RunStatus.RUNNING  # ...and its heartbeat is still fresh
-    later = (m.heartbeat or 0) + HEARTBEAT_STALE_S + 1
-    assert effective_status(m, now=later) is RunStatus.CRASHED  # the launcher (m.pid) is gone
+    # ...but its heartbeat, still fresh, is not waited for: the launcher (m.pid) is gone, on this host.
+    assert effective_status(m) is RunStatus.CRASHED
     # The job itself is stopped with its launcher, not left training as an orphan.
     assert _pid_gone(int(m.extra["job_pid"]))
     read = read_jsonl(run_dir / layout.METRICS)

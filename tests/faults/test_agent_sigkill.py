@@ -1,0 +1,180 @@
+"""The SIGKILL matrix: a wrapped tiny job killed at 20+ moments, from before its first step to its
+shutdown; after each the run's status is right, its metrics are readable, and ls, analyze and
+advise work on the partial run (run in-process over one store, so the matrix stays cheap).
+
+The moments are found from the job's own markers on stdout (no test hook in the agent), plus a
+delay: the profiler exports its trace right after the window's last step (step 4 here), the graph
+is rendered after the first backward, the shutdown follows "M done". Even cases SIGKILL the
+launcher (the job gets SIGTERM from PR_SET_PDEATHSIG and the run is left `running`, which readers
+show as `crashed` at once), odd ones the job itself (the launcher marks it `killed`, exit 137).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from profiler_agent.runformat import RunStatus, effective_status, layout, read_jsonl, read_manifest
+
+from ..agent.helpers import PROJECT_ROOT, env
+
+JOB = """
+    import sys, time
+    print("M start", flush=True)
+    import torch
+    print("M imported", flush=True)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    for step in range(1, 9):
+        print(f"M begin {step}", flush=True)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        print(f"M step {step}", flush=True)
+        time.sleep(0.05)
+    print("M done", flush=True)
+"""
+SCHEDULE = ["--wait", "1", "--warmup", "1", "--active", "2", "--system-interval", "0.2"]
+
+# (marker on the job's stdout, or "" for the launcher's start; seconds after it)
+MOMENTS = [
+    ("", 0.0), ("", 0.15), ("M start", 0.0), ("M imported", 0.0),      # before the first step
+    ("M begin 1", 0.0), ("M begin 1", 0.01), ("M step 1", 0.0),        # first step, graph rendering
+    ("M step 1", 0.03), ("M step 1", 0.1),
+    ("M step 3", 0.0), ("M begin 4", 0.0),                              # mid-run, in the window
+    ("M step 4", 0.0), ("M step 4", 0.005), ("M step 4", 0.02),         # trace export
+    ("M step 4", 0.06), ("M step 6", 0.0),
+    ("M done", 0.0), ("M done", 0.1), ("M done", 0.4), ("M done", 1.0),  # shutdown
+]
+
+
+@dataclass
+class Case:
+    index: int
+    marker: str
+    delay: float
+    kill_launcher: bool
+    code: int | None = None
+    run_dir: Path | None = None
+    seen: str = ""
+
+
+def _job_pid(launcher: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()[0])
+    return None
+
+
+def _kill_at(case: Case, script: Path, root: Path) -> Case:
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--root", str(root), "--name", f"k{case.index:02d}",
+                             *SCHEDULE, "--", sys.executable, str(script)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=env(), cwd=PROJECT_ROOT, start_new_session=True, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    reached = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if case.marker and line.strip() == case.marker:
+                reached.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if case.marker:
+            reached.wait(timeout=120)
+        time.sleep(case.delay)
+        target = proc.pid if case.kill_launcher else (_job_pid(proc.pid) or proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+        case.code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    case.seen = lines[-1] if lines else ""
+    return case
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    from app.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.fault("SIGKILL mid-run")
+def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    root = tmp_path / "runs"
+    cases = [Case(i, marker, delay, kill_launcher=i % 2 == 0) for i, (marker, delay) in enumerate(MOMENTS)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = list(pool.map(lambda c: _kill_at(c, script, root), cases))
+    code, out, err = _cli("ls", "--root", str(root), "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert isinstance(listed, (list, dict))
+    by_name = {p.name.split("-")[2]: p for p in root.iterdir() if p.is_dir()}
+    for case in done:
+        where = f"case {case.index} ({case.marker or 'launch'} +{case.delay}s, last output {case.seen!r})"
+        run_dir = by_name.get(f"k{case.index:02d}")
+        if run_dir is None:  # killed before the run was created: nothing may be left half-made
+            assert not case.marker, where
+            continue
+        assert (run_dir / layout.MANIFEST).is_file(), where
+        m = read_manifest(run_dir)
+        if m.status is RunStatus.RUNNING and m.extra.get("job_pid"):
+            _wait_gone(int(m.extra["job_pid"]))  # the orphaned job got SIGTERM: let it flush and go
+            m = read_manifest(run_dir)
+        status = effective_status(m)
+        if case.kill_launcher:
+            assert status in (RunStatus.CRASHED, RunStatus.FINISHED), f"{where}: {status}"
+        else:
+            assert status in (RunStatus.KILLED, RunStatus.FINISHED, RunStatus.CRASHED), f"{where}: {status}"
+            if status is RunStatus.KILLED:
+                assert m.exit_code == case.code == 128 + signal.SIGKILL, where
+        temps = [p for p in run_dir.rglob("*") if layout.is_temp_file(p.name) and layout.CACHE_DIR not in p.parts]
+        if not case.kill_launcher:  # the launcher lived to the end: it removed what the job left
+            assert not temps, f"{where}: {temps}"
+        assert not any(layout.is_temp_file(p.name) for p in layout.list_trace_files(run_dir)), where
+        for name in (layout.METRICS, layout.SYSTEM):
+            read = read_jsonl(run_dir / name)
+            assert not read.skipped, f"{where}: {read.skipped}"
+        for argv in (("analyze", str(run_dir), "--json"), ("advise", str(run_dir))):
+            code, out, err = _cli(*argv)
+            # A partial run: a result, or one clear line saying what is missing -- never a traceback.
+            assert code in (0, 2), f"{where}: {argv[0]} exited {code}: {err}"
+            assert "Traceback" not in err and (code == 0 or err.strip()), f"{where}: {err}"
+        if layout.list_trace_files(run_dir):
+            assert _cli("analyze", str(run_dir), "--json")[0] == 0, where
