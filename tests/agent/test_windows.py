@@ -71,9 +71,27 @@ def test_an_anomaly_window_covers_slow_steps_and_shows_the_slowdown(slowdown_run
     assert all(lines[s].get("profiled") for w in windows for s in w["steps"])
 
 
-def test_the_first_evaluation_outside_windows_gets_a_window(slowdown_run: tuple[Path, Any]) -> None:
-    run_dir, _ = slowdown_run
-    evaluation = [w for w in _windows(run_dir) if w["reason"] == "evaluation"]
+@pytest.fixture(scope="module")
+def evaluation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job without its slowdown and with anomaly capture off (``--anomaly-factor 0``).
+
+    On a loaded machine a noisy spell can open an anomaly window over the evaluation's step (its
+    warm-up or its recording), and then, by design, no evaluation window follows (profiling.py):
+    this run makes the evaluation window the agent's only choice.
+    """
+    root = tmp_path_factory.mktemp("evaluation")
+    proc = torchscope("run", "--name", "evaluation", "--root", str(root), "--wait", "14", "--active", "4",
+                      "--no-graph", "--anomaly-factor", "0", "--system-interval", "0.2", "--",
+                      sys.executable, str(SLOWDOWN_JOB), "--iters", "48", "--slow-from", "1000")
+    assert proc.returncode == 0, proc.stderr
+    return only_run(root)
+
+
+def test_the_first_evaluation_outside_windows_gets_a_window(evaluation_run: Path) -> None:
+    run_dir = evaluation_run
+    windows = _windows(run_dir)
+    assert [(w["reason"], w["steps"]) for w in windows] == [("early", [17, 18, 19, 20]), ("evaluation", [45])]
+    evaluation = [w for w in windows if w["reason"] == "evaluation"]
     assert len(evaluation) == 1 and evaluation[0]["steps"] == [45] and evaluation[0]["evaluation"] is True
     lines = {r["step"]: r for r in read_jsonl(run_dir / layout.METRICS).records}
     assert lines[45].get("evaluation") and lines[45].get("profiled")
@@ -85,6 +103,11 @@ def test_the_first_evaluation_outside_windows_gets_a_window(slowdown_run: tuple[
     # window opened inside the root's call).
     assert sum(n == "nn.Module: head" for n in names) == 2
     settings = read_manifest(run_dir).extra["profiler"]
+    assert settings["evaluation_window"] is True and settings["anomaly_factor"] == 0.0
+
+
+def test_the_default_profiler_settings_are_recorded(slowdown_run: tuple[Path, Any]) -> None:
+    settings = read_manifest(slowdown_run[0]).extra["profiler"]
     assert settings["evaluation_window"] is True and settings["anomaly_factor"] == 2.0
     assert settings["max_anomaly_windows"] == 2
 
