@@ -71,6 +71,26 @@ def test_an_anomaly_window_covers_slow_steps_and_shows_the_slowdown(slowdown_run
     assert all(lines[s].get("profiled") for w in windows for s in w["steps"])
 
 
+def test_analyze_shows_the_anomaly_window_apart_with_its_slowdown(slowdown_run: tuple[Path, Any]) -> None:
+    """The acceptance through the app: ``analyze --json`` labels the anomaly window, its steps read
+    about 3x the typical ones, and the op table is over the typical windows only."""
+    run_dir, _ = slowdown_run
+    proc = torchscope("analyze", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    by_reason = {w["reason"]: w for w in doc["windows"]}
+    anomaly = [w for w in doc["windows"] if w["reason"] == "anomaly" and w["first_step"] >= 30]
+    assert anomaly and anomaly[0]["typical"] is False and by_reason["early"]["typical"] is True
+    assert re.fullmatch(r"anomaly: step [0-9.]+× the running median", anomaly[0]["label"]), anomaly[0]
+    assert 1.8 < anomaly[0]["ratio_to_typical"] < 6, doc["windows"]
+    # Every profiled step stays in the step table; the ops come from the typical traces: fewer calls
+    # of the repeated layer per step than in a slow step (8 against 26 applications).
+    steps = {s["step"] for s in doc["steps"]}
+    assert set(range(anomaly[0]["first_step"], anomaly[0]["last_step"] + 1)) <= steps
+    proc = torchscope("analyze", str(run_dir))
+    assert proc.returncode == 0 and "Profiler windows" in proc.stdout and "anomaly: step" in proc.stdout
+
+
 @pytest.fixture(scope="module")
 def evaluation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same job without its slowdown and with anomaly capture off (``--anomaly-factor 0``).
