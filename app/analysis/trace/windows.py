@@ -140,10 +140,12 @@ def compute_window_table(windows: Sequence[ProfiledWindow], steps: pd.DataFrame)
     """One row per window (WINDOW_COLUMNS): its reason and label, whether its steps count as typical,
     its recorded steps (count, first, last), the median duration of those steps in the trace
     (``steps``: a TraceAnalysis step table; NaN when the trace lacks them) and that median over
-    the median of the typical windows' steps (NaN without typical steps: an anomaly window's
-    slowdown reads there)."""
-    typical_numbers = {s for w in windows if not w.anomalous for s in w.steps}
-    base = _median_us(steps, typical_numbers, None)
+    the median of the typical windows' training steps (NaN without typical steps: an anomaly
+    window's slowdown reads there)."""
+    # The typical step: training steps of the other windows (an evaluation window's one step also
+    # ran the evaluation), or any other window's when there are only those.
+    training = {s for w in windows if not w.anomalous and w.reason != "evaluation" for s in w.steps}
+    base = _median_us(steps, training or {s for w in windows if not w.anomalous for s in w.steps}, None)
     rows = []
     for w in windows:
         median = _median_us(steps, set(w.steps), w.rank)
