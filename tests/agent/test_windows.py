@@ -91,6 +91,18 @@ def test_analyze_shows_the_anomaly_window_apart_with_its_slowdown(slowdown_run: 
     assert proc.returncode == 0 and "Profiler windows" in proc.stdout and "anomaly: step" in proc.stdout
 
 
+@pytest.mark.slow
+def test_the_run_page_names_the_anomaly_window_apart(slowdown_run: tuple[Path, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.app.helpers import assert_clean, open_app, texts
+    run_dir, _ = slowdown_run
+    at = open_app(monkeypatch, run_dir.parent, run=run_dir.name)
+    assert_clean(at)
+    shown = texts(at.warning)
+    assert "Anomaly-triggered profiler windows" in shown and "anomaly: step" in shown, shown
+    assert "the breakdown, operator and kernel tables use the other windows only" in shown
+
+
 @pytest.fixture(scope="module")
 def evaluation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same job without its slowdown and with anomaly capture off (``--anomaly-factor 0``).
