@@ -246,6 +246,15 @@ def test_a_lasting_slowdown_triggers_once_and_each_slow_spell_once() -> None:
     assert _judge(SlowSteps(0), spells) == []  # 0: off
 
 
+def test_the_running_median_is_the_median() -> None:
+    import statistics
+    from collections import deque
+
+    from profiler_agent.anomaly import _median
+    for values in ([3.0], [1.0, 9.0], [5.0, 1.0, 4.0], [2.0, 8.0, 1.0, 7.0, 3.0, 3.0]):
+        assert _median(deque(values)) == statistics.median(values)
+
+
 def test_a_lone_spike_does_not_trigger() -> None:
     assert _judge(SlowSteps(2.0), [1.0] * 10 + [9.0] + [1.0] * 5 + [9.0] + [1.0]) == []
 
