@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--rank {args.rank}: {path} has traces of ranks {ranks}")
     # Cached traces also cache their analysis next to them (steps, breakdown, op/kernel tables):
     # a second `analyze` of an unchanged trace reads no event.
-    windows = read_run_windows(path)
+    windows = tuple(w for w in read_run_windows(path) if args.rank is None or w.rank in (None, args.rank))
     analysis = analyze_run_traces(traces, windows, use_cache=not args.no_cache)
     table = compute_window_table(windows, analysis.steps) if windows else None
     if args.json:
