@@ -91,6 +91,14 @@ def test_analyze_shows_the_anomaly_window_apart_with_its_slowdown(slowdown_run: 
     assert proc.returncode == 0 and "Profiler windows" in proc.stdout and "anomaly: step" in proc.stdout
 
 
+def test_diff_leaves_the_anomaly_windows_steps_out_of_its_op_deltas(slowdown_run: tuple[Path, Any]) -> None:
+    run_dir, _ = slowdown_run
+    proc = torchscope("diff", str(run_dir), str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    notes = [n for n in json.loads(proc.stdout)["notes"] if "anomaly-triggered window" in n]
+    assert len(notes) == 2 and "anomaly: step" in notes[0], notes  # baseline and candidate
+
+
 @pytest.mark.slow
 def test_the_run_page_names_the_anomaly_window_apart(slowdown_run: tuple[Path, Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
