@@ -5,6 +5,7 @@
     python -m benchmarks.fixed_cost --agent-args ""        # the defaults (profiler window, graph)
     python -m benchmarks.fixed_cost --also /tmp/old-checkout  # a second wrapped side: another checkout's agent
     python -m benchmarks.fixed_cost --components --also /tmp/old-checkout --pairs 10  # the parts changed, alone
+    python -m benchmarks.fixed_cost --imports --also /tmp/old-checkout --pairs 9  # import CPU, in-process
 
 Each pair runs the same tiny training job (a 32->64->8 MLP on 16 in-memory samples, one CPU
 thread) twice: once as ``python job.py`` and once as ``python -m app run --no-profile --no-graph
@@ -157,6 +158,40 @@ def measure_components(before: Path, rounds: int) -> dict[str, dict[str, dict[st
     return out
 
 
+# Import costs measured inside one process (process_time around the import, after its set-up):
+# far steadier than whole-process differences, whose torch import alone varies by tens of ms.
+IMPORTS: dict[str, tuple[str, str]] = {
+    "agent after torch (job process: activation)": ("import torch", "import profiler_agent.activation"),
+    "launcher (torchscope run process, no torch)": ("pass", "import profiler_agent.launcher"),
+    "runformat in the launcher (after options, environment)": (
+        "import subprocess, threading, ctypes, signal, profiler_agent.options, profiler_agent.environment",
+        "import profiler_agent.runformat"),
+    "psutil + a first sample (sampler thread, after torch)": (
+        "import torch", "import psutil; p = psutil.Process(); p.cpu_percent(None); psutil.cpu_percent(None); "
+                        "p.children(recursive=True); psutil.virtual_memory()"),
+}
+
+
+def measure_imports(before: Path | None, rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Min and median CPU milliseconds of each IMPORTS entry, in this checkout (and ``before``)."""
+    homes = {"after": ROOT} | ({"before": before.resolve()} if before is not None else {})
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, (setup, part) in IMPORTS.items():
+        code = (f"import time\n{setup}\nt = time.process_time()\n{part}\n"
+                "print((time.process_time() - t) * 1e3)")
+        samples: dict[str, list[float]] = {side: [] for side in homes}
+        for i in range(rounds):
+            for side in homes if i % 2 == 0 else reversed(list(homes)):
+                env = _env(homes[side])
+                proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=env["PYTHONPATH"],
+                                      capture_output=True, text=True, check=True)
+                samples[side].append(float(proc.stdout.split()[-1]))
+        out[name] = {side: {"cpu_ms_min": round(min(v), 1), "cpu_ms_median": round(statistics.median(v), 1)}
+                     for side, v in samples.items()}
+        print(f"  {name}: {out[name]}", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=10)
@@ -171,8 +206,15 @@ def main() -> None:
                         help="PYTHONDONTWRITEBYTECODE=1 for the jobs: every module of the checkout compiled each time")
     parser.add_argument("--components", action="store_true",
                         help="instead: the parts changed in issue 11's second round, this checkout vs --also DIR")
+    parser.add_argument("--imports", action="store_true",
+                        help="instead: import CPU time of the agent's parts, in-process (with --also: before/after)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
+    if args.imports:
+        found = measure_imports(args.also, args.pairs)
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=1))
+        return
     if args.components:
         if args.also is None:
             parser.error("--components needs --also DIR (the checkout before)")

@@ -11,7 +11,6 @@ separate slow spells give one each.
 """
 from __future__ import annotations
 
-import statistics
 from collections import deque
 
 __all__ = ["SlowSteps", "HISTORY_STEPS", "MIN_HISTORY_STEPS", "CONFIRM_STEPS"]
@@ -19,6 +18,13 @@ __all__ = ["SlowSteps", "HISTORY_STEPS", "MIN_HISTORY_STEPS", "CONFIRM_STEPS"]
 HISTORY_STEPS = 32  # the running median is over this many recent training steps
 MIN_HISTORY_STEPS = 8  # no judgement before this many: the median of a few noisy steps says little
 CONFIRM_STEPS = 2  # slow steps in a row that make a slow spell
+
+
+def _median(values: deque[float]) -> float:
+    # Not statistics.median: importing statistics (fractions, decimal) costs ~4 ms of the job's start-up.
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 class SlowSteps:
@@ -37,7 +43,7 @@ class SlowSteps:
             return None
         ratio = None
         if len(self._history) >= MIN_HISTORY_STEPS:
-            median = statistics.median(self._history)
+            median = _median(self._history)
             if median > 0 and step_time_s > self.factor * median:
                 ratio = step_time_s / median
         self._history.append(step_time_s)

@@ -24,14 +24,16 @@ import pandas as pd
 
 from app.analysis.trace.steps import DEVICE_CATEGORIES
 from app.analysis.trace.summary import TraceAnalysis
+from app.analysis.trace.windows import compute_window_table
 from app.errors import UsageError
 from app.presentation.analyze_json import analysis_to_json
 from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_seconds, format_us
 from app.workspace import refs
+from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
 from app.workspace.run_summary import has_traces, load_run_summary
-from app.workspace.traces import analyze_trace_set, load_trace_set
+from app.workspace.traces import load_trace_set
 
 HELP = "analyse profiler traces: steps, time breakdown, top ops and kernels, memory peaks"
 
@@ -131,6 +133,21 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
     return "\n".join(out)
 
 
+def format_windows(windows: pd.DataFrame) -> str:
+    """The profiler windows of a run: why each was taken, its steps, its median step (× the typical)."""
+    def ratio(v: Any) -> str:
+        return "" if pd.isna(v) else f"{v:.2f}×"
+    rows = windows.assign(step_range=[f"{a}–{b}" if a != b else f"{a}" for a, b in
+                                      zip(windows["first_step"], windows["last_step"])])
+    out = ["Profiler windows", _table(rows, [
+        ("REASON", "label", str), ("STEPS", "step_range", str),
+        ("MEDIAN STEP", "median_step_us", lambda v: "" if pd.isna(v) else format_us(v)),
+        ("× TYPICAL", "ratio_to_typical", ratio)])]
+    if (~windows["typical"]).any() and windows["typical"].any():
+        out.append("  breakdown, ops and kernels above: typical windows only (anomaly windows left out)")
+    return "\n".join(out)
+
+
 def format_run_summary(summary: dict[str, Any]) -> str:
     """The run part of the text output: headline step time and final values, labelled by rule."""
     out = [f"run {terminal_text(summary['name'], MAX_CELL_CHARS)} ({terminal_text(summary['id'], MAX_CELL_CHARS)})"]
@@ -169,14 +186,18 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--rank {args.rank}: {path} has traces of ranks {ranks}")
     # Cached traces also cache their analysis next to them (steps, breakdown, op/kernel tables):
     # a second `analyze` of an unchanged trace reads no event.
-    analysis = analyze_trace_set(traces, use_cache=not args.no_cache)
+    windows = tuple(w for w in read_run_windows(path) if args.rank is None or w.rank in (None, args.rank))
+    analysis = analyze_run_traces(traces, windows, use_cache=not args.no_cache)
+    table = compute_window_table(windows, analysis.steps) if windows else None
     if args.json:
-        doc = analysis_to_json(analysis)
+        doc = analysis_to_json(analysis, windows=table)
         if summary is not None:
             doc["run"] = summary
         json.dump(doc, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         text = format_text(analysis, args.top)
+        if table is not None:
+            text += "\n\n" + format_windows(table)
         print(format_run_summary(summary) + "\n\n" + text if summary is not None else text)
     return 0

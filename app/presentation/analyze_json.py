@@ -4,7 +4,14 @@
 
     {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
      "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}},
-     "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}]}
+     "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}],
+     "windows": [{reason, label, detail, rank, trace, evaluation, typical, steps, first_step, last_step,
+                  median_step_us, ratio_to_typical}]}
+
+``windows`` is there only for a run whose manifest records its profiler windows: why each was
+taken (``early``, ``evaluation``, ``anomaly``, ...), and whether its steps count as typical. With
+anomaly windows, ``ops`` and ``kernels`` are over the other windows' traces only; ``steps`` keeps
+every profiled step.
 
 Field names are stable. Pure: takes an analysis, returns a dict.
 """
@@ -31,9 +38,10 @@ def _records(df: pd.DataFrame, cols: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def analysis_to_json(analysis: TraceAnalysis, *, max_ops: int | None = None,
-                     max_kernels: int | None = None) -> dict[str, Any]:
+                     max_kernels: int | None = None, windows: pd.DataFrame | None = None) -> dict[str, Any]:
     """The CLI document of ``analysis`` (see the module docstring); ``max_ops``/``max_kernels``
-    bound the op and kernel lists."""
+    bound the op and kernel lists; ``windows`` (app.analysis.trace.windows.compute_window_table)
+    adds the ``windows`` list."""
     ops = analysis.ops if max_ops is None else analysis.ops.head(max_ops)
     kernels = analysis.kernels if max_kernels is None else analysis.kernels.head(max_kernels)
     return {
@@ -43,4 +51,4 @@ def analysis_to_json(analysis: TraceAnalysis, *, max_ops: int | None = None,
         "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
         "memory": analysis.memory,
         "ranks": _records(analysis.rank_skew, list(analysis.rank_skew.columns)),
-    }
+    } | ({"windows": _records(windows, list(windows.columns))} if windows is not None else {})

@@ -14,8 +14,9 @@ import streamlit as st
 from app.analysis.trace.summary import TraceAnalysis
 from app.data.trace import TraceTables
 from app.workspace import artifacts
+from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
 from app.workspace.signatures import run_signature
-from app.workspace.traces import analyze_trace_set, load_trace_set
+from app.workspace.traces import load_trace_set
 
 __all__ = [
     "run_signature",
@@ -49,7 +50,8 @@ def cached_traces(path: str | os.PathLike[str]) -> list[TraceTables]:
 
 @st.cache_resource(max_entries=64, ttl=900, show_spinner=False)
 def _analysis(path: str, sig: tuple[float, ...]) -> TraceAnalysis:
-    return analyze_trace_set(cached_traces(path))
+    # Breakdown, ops and kernels over the typical windows (anomaly windows apart: profiled_windows).
+    return analyze_run_traces(cached_traces(path), read_run_windows(path))
 
 
 def cached_trace_analysis(path: str | os.PathLike[str]) -> TraceAnalysis:

@@ -11,9 +11,12 @@ import streamlit as st
 from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.trace.modules import compute_module_table
 from app.analysis.trace.ops import compute_annotation_table, compute_op_table
+from app.analysis.trace.windows import compute_window_table, split_traces
 from app.errors import TorchscopeError
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
+from app.workspace.profiled_windows import read_run_windows
+from app.workspace.sides import run_windows
 from app.workspace.traces import ingest_trace, uncached_trace_files
 
 __all__ = [
@@ -44,7 +47,30 @@ def load_trace_analysis(ctx: RunContext) -> Any | None:
         return None
     ingest_with_progress(ctx.run.trace_files)
     with st.spinner("Analysing the run's traces…"):
-        return cached_trace_analysis(ctx.run_dir)
+        analysis = cached_trace_analysis(ctx.run_dir)
+    render_anomaly_windows(ctx, analysis)
+    return analysis
+
+
+def render_anomaly_windows(ctx: RunContext, analysis: Any) -> None:
+    """Name the run's anomaly-triggered profiler windows, apart from the typical tables."""
+    windows = run_windows(ctx.run)
+    table = compute_window_table(windows, analysis.steps) if windows else None
+    if table is None or table["typical"].all():
+        return
+    lines = []
+    for w in table[~table["typical"]].itertuples(index=False):
+        ratio = "" if pd.isna(w.ratio_to_typical) else f": its steps take {w.ratio_to_typical:.1f}× the typical one"
+        lines.append(f"- **{w.label}**, steps {w.first_step}–{w.last_step}{ratio}")
+    kept = "the breakdown, operator and kernel tables use the other windows only" if table["typical"].any() \
+        else "no other window was profiled, so the tables below are these steps"
+    st.warning("Anomaly-triggered profiler windows (steps the agent profiled because they were slow); "
+               f"{kept}.\n" + "\n".join(lines))
+
+
+def _typical_traces(path: str) -> list[Any]:
+    """The run's traces without those of anomaly windows (all of them when that leaves none)."""
+    return split_traces(cached_traces(path), read_run_windows(path))[0]
 
 
 def ingest_with_progress(paths: list[Path]) -> None:
@@ -86,7 +112,7 @@ def rank_rows(df: pd.DataFrame | None, rank: int | None) -> pd.DataFrame:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _op_table(path: str, sig: tuple[float, ...], rank: int | None, group_by: str | None) -> pd.DataFrame:
-    traces = [t for t in cached_traces(path) if rank is None or t.rank == rank]
+    traces = [t for t in _typical_traces(path) if rank is None or t.rank == rank]
     return compute_op_table(traces, group_by=group_by)
 
 
@@ -101,7 +127,7 @@ def cached_op_table(ctx: RunContext, *, group_by: str | None = None) -> pd.DataF
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _annotation_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    return compute_annotation_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+    return compute_annotation_table([t for t in _typical_traces(path) if rank is None or t.rank == rank])
 
 
 def cached_annotation_table(ctx: RunContext) -> pd.DataFrame:
@@ -112,7 +138,7 @@ def cached_annotation_table(ctx: RunContext) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)
 def _module_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    return compute_module_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+    return compute_module_table([t for t in _typical_traces(path) if rank is None or t.rank == rank])
 
 
 def cached_module_table(ctx: RunContext) -> pd.DataFrame:
@@ -122,7 +148,7 @@ def cached_module_table(ctx: RunContext) -> pd.DataFrame:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _kernel_table(path: str, sig: tuple[float, ...], rank: int | None) -> pd.DataFrame:
-    return compute_kernel_table([t for t in cached_traces(path) if rank is None or t.rank == rank])
+    return compute_kernel_table([t for t in _typical_traces(path) if rank is None or t.rank == rank])
 
 
 def cached_kernel_table(ctx: RunContext) -> pd.DataFrame:

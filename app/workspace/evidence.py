@@ -13,6 +13,8 @@ from app.data import runs as runs_data
 from app.data.trace import TraceTables
 from app.errors import TraceError
 from app.workspace import refs
+from app.workspace.profiled_windows import analyze_run_traces
+from app.workspace.sides import run_windows
 from app.workspace.traces import analyze_trace_set, load_trace_set
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
@@ -41,7 +43,8 @@ def load_run_evidence(run: runs_data.RunData, *, traces: Sequence[TraceTables] |
             traces = []
             problems.append(f"traces not used: {e}")
     if analysis is None and traces:
-        analysis = analyze_trace_set(traces)
+        # The op and kernel tables over the typical windows (anomaly windows apart: profiled_windows).
+        analysis = analyze_run_traces(traces, run_windows(run))
     try:
         module_tree = runs_data.load_module_tree(run.path)
     except rf.CorruptFileError:

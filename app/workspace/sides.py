@@ -15,6 +15,7 @@ from typing import Any
 
 from app.analysis.compare.side import CompareSide, SideKind
 from app.analysis.trace.summary import TraceAnalysis
+from app.analysis.trace.windows import ProfiledWindow, windows_from_profiler
 from app.data.runs import RunData, load_module_tree, load_run
 from app.data.trace import TraceTables
 from app.errors import TraceError, UsageError
@@ -24,7 +25,7 @@ from app.workspace.traces import analyze_trace_set, load_and_analyze, load_trace
 from profiler_agent import runformat as rf
 
 __all__ = ["SideKind", "CompareSide", "TraceLoader", "load_side", "load_group_side", "group_of", "side_from_run",
-           "assemble_run_side", "analyze_side_traces"]
+           "assemble_run_side", "analyze_side_traces", "run_windows"]
 
 # (run folder) -> (its traces, their analysis): the direct loader, or a front end's cached one.
 TraceLoader = Callable[[Path], tuple[tuple[TraceTables, ...], TraceAnalysis]]
@@ -36,6 +37,12 @@ def analyze_side_traces(path: str | os.PathLike[str]) -> tuple[tuple[TraceTables
     Raises TraceError when a trace cannot be read and AnalysisError when it cannot be analysed.
     """
     return load_and_analyze(path)
+
+
+def run_windows(run: RunData) -> tuple[ProfiledWindow, ...]:
+    """The run's profiler windows with their reasons (the manifest's ``profiler.windows``)."""
+    extra = run.manifest.extra
+    return windows_from_profiler(extra.get("profiler") if isinstance(extra, dict) else None)
 
 
 def side_from_run(
@@ -59,6 +66,7 @@ def side_from_run(
         problems=tuple(problems),
         category_peaks=peaks,
         category_peaks_error=peaks_error,
+        windows=run_windows(run),
     )
 
 
@@ -138,4 +146,5 @@ def load_group_side(group: str, root: str | os.PathLike[str] | None = None, *,
     problems = list(first.problems) + [f"{r.manifest.name or r.manifest.id}: {p}" for r in runs[1:] for p in r.problems]
     return CompareSide(label=group, path=first.path, kind=SideKind.RUN, run=runs[0], analysis=first.analysis,
                        traces=first.traces, module_tree=first.module_tree, problems=tuple(problems), replicates=runs,
-                       category_peaks=first.category_peaks, category_peaks_error=first.category_peaks_error)
+                       category_peaks=first.category_peaks, category_peaks_error=first.category_peaks_error,
+                       windows=first.windows)

@@ -29,3 +29,13 @@ def test_the_first_step_path_leaves_psutil_and_importlib_metadata_to_threads() -
                          cwd=PROJECT_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_the_agents_imports_after_torch_leave_out_statistics_and_psutil() -> None:
+    """statistics (fractions, decimal: ~4 ms) and psutil (~10 ms) are not on the job's import path."""
+    code = ("import sys, torch; import profiler_agent.activation; "
+            "print(sorted(m for m in ('statistics', 'fractions', 'psutil', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                         cwd=PROJECT_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -71,9 +71,67 @@ def test_an_anomaly_window_covers_slow_steps_and_shows_the_slowdown(slowdown_run
     assert all(lines[s].get("profiled") for w in windows for s in w["steps"])
 
 
-def test_the_first_evaluation_outside_windows_gets_a_window(slowdown_run: tuple[Path, Any]) -> None:
+def test_analyze_shows_the_anomaly_window_apart_with_its_slowdown(slowdown_run: tuple[Path, Any]) -> None:
+    """The acceptance through the app: ``analyze --json`` labels the anomaly window, its steps read
+    about 3x the typical ones, and the op table is over the typical windows only."""
     run_dir, _ = slowdown_run
-    evaluation = [w for w in _windows(run_dir) if w["reason"] == "evaluation"]
+    proc = torchscope("analyze", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    by_reason = {w["reason"]: w for w in doc["windows"]}
+    anomaly = [w for w in doc["windows"] if w["reason"] == "anomaly" and w["first_step"] >= 30]
+    assert anomaly and anomaly[0]["typical"] is False and by_reason["early"]["typical"] is True
+    assert re.fullmatch(r"anomaly: step [0-9.]+× the running median", anomaly[0]["label"]), anomaly[0]
+    assert 1.8 < anomaly[0]["ratio_to_typical"] < 6, doc["windows"]
+    # Every profiled step stays in the step table; the ops come from the typical traces: fewer calls
+    # of the repeated layer per step than in a slow step (8 against 26 applications).
+    steps = {s["step"] for s in doc["steps"]}
+    assert set(range(anomaly[0]["first_step"], anomaly[0]["last_step"] + 1)) <= steps
+    proc = torchscope("analyze", str(run_dir))
+    assert proc.returncode == 0 and "Profiler windows" in proc.stdout and "anomaly: step" in proc.stdout
+
+
+def test_diff_leaves_the_anomaly_windows_steps_out_of_its_op_deltas(slowdown_run: tuple[Path, Any]) -> None:
+    run_dir, _ = slowdown_run
+    proc = torchscope("diff", str(run_dir), str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    notes = [n for n in json.loads(proc.stdout)["notes"] if "anomaly-triggered window" in n]
+    assert len(notes) == 2 and "anomaly: step" in notes[0], notes  # baseline and candidate
+
+
+@pytest.mark.slow
+def test_the_run_page_names_the_anomaly_window_apart(slowdown_run: tuple[Path, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.app.helpers import assert_clean, open_app, texts
+    run_dir, _ = slowdown_run
+    at = open_app(monkeypatch, run_dir.parent, run=run_dir.name)
+    assert_clean(at)
+    shown = texts(at.warning)
+    assert "Anomaly-triggered profiler windows" in shown and "anomaly: step" in shown, shown
+    assert "the breakdown, operator and kernel tables use the other windows only" in shown
+
+
+@pytest.fixture(scope="module")
+def evaluation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job without its slowdown and with anomaly capture off (``--anomaly-factor 0``).
+
+    On a loaded machine a noisy spell can open an anomaly window over the evaluation's step (its
+    warm-up or its recording), and then, by design, no evaluation window follows (profiling.py):
+    this run makes the evaluation window the agent's only choice.
+    """
+    root = tmp_path_factory.mktemp("evaluation")
+    proc = torchscope("run", "--name", "evaluation", "--root", str(root), "--wait", "14", "--active", "4",
+                      "--no-graph", "--anomaly-factor", "0", "--system-interval", "0.2", "--",
+                      sys.executable, str(SLOWDOWN_JOB), "--iters", "48", "--slow-from", "1000")
+    assert proc.returncode == 0, proc.stderr
+    return only_run(root)
+
+
+def test_the_first_evaluation_outside_windows_gets_a_window(evaluation_run: Path) -> None:
+    run_dir = evaluation_run
+    windows = _windows(run_dir)
+    assert [(w["reason"], w["steps"]) for w in windows] == [("early", [17, 18, 19, 20]), ("evaluation", [45])]
+    evaluation = [w for w in windows if w["reason"] == "evaluation"]
     assert len(evaluation) == 1 and evaluation[0]["steps"] == [45] and evaluation[0]["evaluation"] is True
     lines = {r["step"]: r for r in read_jsonl(run_dir / layout.METRICS).records}
     assert lines[45].get("evaluation") and lines[45].get("profiled")
@@ -85,6 +143,11 @@ def test_the_first_evaluation_outside_windows_gets_a_window(slowdown_run: tuple[
     # window opened inside the root's call).
     assert sum(n == "nn.Module: head" for n in names) == 2
     settings = read_manifest(run_dir).extra["profiler"]
+    assert settings["evaluation_window"] is True and settings["anomaly_factor"] == 0.0
+
+
+def test_the_default_profiler_settings_are_recorded(slowdown_run: tuple[Path, Any]) -> None:
+    settings = read_manifest(slowdown_run[0]).extra["profiler"]
     assert settings["evaluation_window"] is True and settings["anomaly_factor"] == 2.0
     assert settings["max_anomaly_windows"] == 2
 
@@ -189,6 +252,15 @@ def test_a_lasting_slowdown_triggers_once_and_each_slow_spell_once() -> None:
     assert _judge(SlowSteps(2.0), spells) == [12, 19]
     assert _judge(SlowSteps(3.0), spells) == [19]  # 2.5x is below a factor of 3
     assert _judge(SlowSteps(0), spells) == []  # 0: off
+
+
+def test_the_running_median_is_the_median() -> None:
+    import statistics
+    from collections import deque
+
+    from profiler_agent.anomaly import _median
+    for values in ([3.0], [1.0, 9.0], [5.0, 1.0, 4.0], [2.0, 8.0, 1.0, 7.0, 3.0, 3.0]):
+        assert _median(deque(values)) == statistics.median(values)
 
 
 def test_a_lone_spike_does_not_trigger() -> None:

@@ -105,8 +105,8 @@ class _TraceDeltas:
 
 def _windows(a: CompareSide, b: CompareSide) -> tuple[StepWindow, StepWindow]:
     """Each side's typical profiled steps (app.analysis.trace.step_window)."""
-    wa, wb = (typical_steps(getattr(s.analysis, "steps", None), s.run.metrics if s.run is not None else None)
-              for s in (a, b))
+    wa, wb = (typical_steps(getattr(s.analysis, "steps", None), s.run.metrics if s.run is not None else None,
+                            s.windows) for s in (a, b))
     return wa, wb
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.analysis.compare.memory_categories import CategoryPeaks
 from app.analysis.trace.summary import TraceAnalysis
+from app.analysis.trace.windows import ProfiledWindow
 from app.data.runs import RunData
 from app.data.trace import TraceTables
 
@@ -48,6 +49,8 @@ class CompareSide:
     replicates: tuple[RunData, ...] = ()
     category_peaks: CategoryPeaks | None = None
     category_peaks_error: str | None = None
+    # The run's profiler windows (manifest profiler.windows): anomaly-window steps are not typical.
+    windows: tuple[ProfiledWindow, ...] = ()
 
     @property
     def runs(self) -> tuple[RunData, ...]:

@@ -17,16 +17,22 @@ step remains:
   evaluation stall cannot move the mean. With fewer steps nothing is dropped: with two steps
   there is no way to tell which one is typical.
 
+With the run's profiler windows (app.analysis.trace.windows), the steps of anomaly-triggered
+windows are left out first, as long as steps of other windows remain: the agent profiled them
+because they were slow, so they do not stand for a typical step.
+
 The note says which steps were left out and why (see docs/compare.md).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from app.analysis.run.step_time import EVAL_PREFIXES, EVALUATION_KEY
+from app.analysis.trace.windows import ProfiledWindow, anomaly_step_numbers
 
 __all__ = ["OUTLIER_FACTOR", "OUTLIER_MIN_STEPS", "StepWindow", "evaluation_flags", "evaluation_steps", "typical_steps"]
 
@@ -76,11 +82,29 @@ def _fmt_ms(us: float) -> str:
     return f"{us / 1e3:,.2f} ms"
 
 
-def typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None = None) -> StepWindow:
+def typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None = None,
+                  windows: Sequence[ProfiledWindow] = ()) -> StepWindow:
     """The profiled steps that stand for a training step; see the module docstring.
 
     ``steps`` is a TraceAnalysis step table (``step``, ``duration_us``, one row per rank and
-    step); ``metrics`` the run's metrics, or None for a bare trace."""
+    step); ``metrics`` the run's metrics, or None for a bare trace; ``windows`` the run's
+    profiler windows (the manifest's ``profiler.windows``), () when unknown."""
+    anomalous = anomaly_step_numbers(windows)
+    if anomalous and steps is not None and "step" in steps.columns:
+        numbers = pd.to_numeric(steps["step"], errors="coerce")
+        dropped = sorted({int(s) for s in numbers.dropna() if int(s) in anomalous})
+        kept = steps[~numbers.isin(dropped)]
+        if dropped and len(kept):
+            labels = "; ".join(sorted({w.label for w in windows if w.anomalous}))
+            note = (f"profiled step(s) {', '.join(f'#{s}' for s in dropped)} were taken by an anomaly-triggered "
+                    f"window ({labels}) and are left out of the per-step means, the operator and the kernel deltas")
+            rest = _typical_steps(kept, metrics)
+            return StepWindow(rest.steps, tuple(sorted((*dropped, *rest.excluded))),
+                              note + (f"; {rest.note}" if rest.note else ""))
+    return _typical_steps(steps, metrics)
+
+
+def _typical_steps(steps: pd.DataFrame | None, metrics: pd.DataFrame | None) -> StepWindow:
     if steps is None or len(steps) == 0 or "step" not in steps.columns or "duration_us" not in steps.columns:
         return StepWindow(steps if steps is not None else pd.DataFrame())
     numbers = pd.to_numeric(steps["step"], errors="coerce")
