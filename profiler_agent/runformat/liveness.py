@@ -8,7 +8,7 @@ On another host nothing can be checked and the heartbeat alone decides.
 from __future__ import annotations
 
 import os
-import socket
+import platform
 from pathlib import Path
 
 from .schema import Manifest
@@ -51,7 +51,7 @@ def recorded_process_gone(manifest: Manifest) -> bool | None:
     when the start time was recorded.
     """
     pid = manifest.pid
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or manifest.host != socket.gethostname():
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or manifest.host != platform.node():
         return None
     if not _pid_alive(pid):
         return True
