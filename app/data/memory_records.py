@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -97,7 +98,8 @@ def read_record_array(pieces: Iterable[bytes], *, lenient: bool = False) -> np.n
             rows = msgspec.json.decode(batch, type=list[tuple[int, int, int, int]])
         if rows:
             try:
-                arrays.append(np.asarray(rows, dtype=np.int64).reshape(-1, 4))
+                flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=4 * len(rows))
+                arrays.append(flat.reshape(-1, 4))
             except OverflowError:
                 raise msgspec.ValidationError("a number is beyond int64") from None
     if not arrays:

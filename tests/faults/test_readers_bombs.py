@@ -101,3 +101,54 @@ def test_a_gzipped_snapshot_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.
     bomb = write_gzip_bomb(tmp_path / "s.snapshot.pickle", b"", b"\0", 64 << 20)
     with pytest.raises(InflateLimit, match=r"s\.snapshot\.pickle"):
         load_snapshot(bomb)
+
+
+TRACE_IMPORTS = "import app.data.trace, app.data.trace_head, app.data.trace_files\n"
+EVENT = b'{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0, "args": {}}, '
+
+
+@pytest.fixture(scope="module")
+def trace_base_rss() -> int:
+    return baseline_rss_mib(TRACE_IMPORTS)
+
+
+@pytest.mark.fault("decompression bomb")
+def test_a_whitespace_trace_bomb_inflates_in_bounded_pieces(tmp_path: Path, trace_base_rss: int) -> None:
+    # The issue's case: 1.5 MB of gzip inflating to 1.5 GB took 4.3 GB of RSS, though the parser
+    # gives up after 32 MB: each MiB of compressed input was inflated at once.
+    bomb = write_gzip_bomb(tmp_path / "w.pt.trace.json.gz", b'{"traceEvents": [', b" ", 1536 << 20)
+    assert bomb.stat().st_size < 3 << 20
+    out, rss = run_reader(f"""
+        {TRACE_IMPORTS}
+        from pathlib import Path
+        from app.errors import TraceError
+        p = Path({str(bomb)!r})
+        print("META", app.data.trace_head.read_trace_meta(p), app.data.trace_head.read_trace_start(p))
+        print("SCAN", app.data.trace_files.scan_trace_folder(p.parent))
+        try:
+            t = app.data.trace.load_trace(p, cache_dir=Path({str(tmp_path / "cache")!r}))
+            print("LOADED", t.n_events, t.warnings)
+        except TraceError as e:
+            print("REFUSED", e)
+    """, timeout=120)
+    assert "Traceback" not in out and ("REFUSED" in out or "LOADED 0" in out), out
+    assert "w.pt.trace.json.gz" in out.split("SCAN")[-1]
+    assert rss < trace_base_rss + 250, f"peak RSS {rss} MiB (imports alone {trace_base_rss} MiB)"
+
+
+@pytest.mark.fault("decompression bomb")
+def test_a_trace_of_repeated_events_is_refused_beyond_the_limit(tmp_path: Path, trace_base_rss: int) -> None:
+    bomb = write_gzip_bomb(tmp_path / "e.pt.trace.json.gz", b'{"traceEvents": [', EVENT, 256 << 20,
+                           EVENT[:-2] + b"]}")
+    out, rss = run_reader(f"""
+        {TRACE_IMPORTS}
+        from pathlib import Path
+        from app.errors import TraceError
+        try:
+            app.data.trace.load_trace(Path({str(bomb)!r}), cache_dir=Path({str(tmp_path / "cache")!r}))
+            print("LOADED")
+        except TraceError as e:
+            print("REFUSED", e)
+    """, env={"TORCHSCOPE_MAX_INFLATE_MB": "24"}, timeout=120)
+    assert "REFUSED" in out and "24 MiB" in out and "TORCHSCOPE_MAX_INFLATE_MB" in out and "e.pt.trace" in out, out
+    assert rss < trace_base_rss + 250, f"peak RSS {rss} MiB (imports alone {trace_base_rss} MiB)"
