@@ -128,7 +128,10 @@ def _object_problem(head: bytes, whole: bool) -> str | None:
     problem = _decode_problem(head)
     if problem:
         return problem
-    doc = msgspec.json.decode(head)
+    try:
+        doc = msgspec.json.decode(head)
+    except RecursionError:
+        return "a JSON object without a \"traceEvents\" list, nested too deeply to read: not a profiler trace"
     keys = ", ".join(list(doc)[:5]) if isinstance(doc, dict) else ""
     return f"a JSON object without a \"traceEvents\" list (keys: {keys or 'none'}): not a profiler trace"
 
@@ -137,6 +140,8 @@ def _decode_problem(text: bytes) -> str | None:
     """Why ``text`` (a whole file) is not valid JSON; None when it is, or when it only ends early."""
     try:
         msgspec.json.decode(text, type=msgspec.Raw)  # checks the syntax without building objects
+    except RecursionError:  # nested thousands deep: the parser drops such fields and says so
+        return None
     except msgspec.DecodeError as e:
         if "truncated" in str(e):  # a job killed while writing: the parser recovers the events
             return None
