@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from app.data.safe_io import UnsafePath, resolve_inside
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.reader import is_run_dir
 
@@ -237,7 +238,7 @@ def scan_trace_folder(folder: str | os.PathLike[str]) -> FolderScan:
         return FolderScan((), ())
     traces, skipped = [], []
     for f in files:
-        problem = _CACHE.problem(f)
+        problem = _outside(Path(folder), f) or _CACHE.problem(f)
         if problem is None:
             traces.append(f)
         else:
@@ -245,9 +246,19 @@ def scan_trace_folder(folder: str | os.PathLike[str]) -> FolderScan:
     return FolderScan(tuple(traces), tuple(skipped))
 
 
+def _outside(folder: Path, f: Path) -> str | None:
+    """Why ``f`` is not read: a symlink (or one on the way) out of ``folder``; None when it stays inside."""
+    try:
+        resolve_inside(folder, f)
+    except UnsafePath:
+        return f"a link to a file outside {folder}; not followed"
+    return None
+
+
 def _holds_a_trace(folder: Path) -> bool:
     try:
-        return any(f.is_file() and has_trace_suffix(f) and _CACHE.problem(f) is None for f in folder.iterdir())
+        return any(f.is_file() and has_trace_suffix(f) and _outside(folder, f) is None and _CACHE.problem(f) is None
+                   for f in folder.iterdir())
     except OSError:
         return False
 
