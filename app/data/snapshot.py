@@ -29,7 +29,7 @@ from app.data.safe_io import (
     inflate_limit_bytes,
     iter_limited,
     iter_stream_limited,
-    open_inside,
+    read_limited,
     resolve_inside,
 )
 from profiler_agent.runformat.errors import CorruptFileError
@@ -57,11 +57,17 @@ class SnapshotRefusedError(CorruptFileError):
     """A snapshot pickle asks for Python objects other than plain data, so it is not loaded."""
 
 
-class _PlainDataUnpickler(pickle.Unpickler):
+class _PlainDataUnpickler(pickle._Unpickler):
     """Unpickler that builds only dict/list/tuple/set/str/bytes/int/float/bool/None.
 
     Those come from pickle opcodes that need no lookup; everything else (classes, functions,
     ``os.system`` in a REDUCE) goes through find_class or persistent_load, which refuse.
+
+    It is pickle's pure-Python unpickler, on purpose: the C one keeps its memo in an array sized
+    by the largest index a LONG_BINPUT names, so 300 fuzzed bytes made it allocate and clear
+    gigabytes for 30 s; here the memo is a dict (one entry per index), and every length is read
+    from an in-memory file, so nothing is allocated beyond what the file holds. It is about five
+    times slower, which a snapshot opened on demand can afford.
     """
 
     def __init__(self, file: io.BufferedIOBase, path: Path) -> None:
@@ -90,22 +96,15 @@ def load_snapshot(path: str | os.PathLike[str], *, folder: Path | None = None) -
     p = Path(path)
     limit = min(_MAX_SNAPSHOT_BYTES, inflate_limit_bytes())
     try:
-        with (open_inside(folder, p) if folder is not None else open(p, "rb")) as f:
-            if os.fstat(f.fileno()).st_size > limit:
-                raise InflateLimit(p, limit)
-            if f.read(2) == b"\x1f\x8b":
-                f.seek(0)
-                source: io.BufferedIOBase = io.BytesIO(b"".join(iter_stream_limited(f, p, limit)))
-            else:
-                f.seek(0)
-                source = f  # type: ignore[assignment]  # a BinaryIO from open(): a buffered reader
-            data = _PlainDataUnpickler(source, p).load()
-    except (SnapshotRefusedError, InflateLimit, UnsafePath):
+        # In memory (at most the limit): lengths in the pickle are then read from what it holds.
+        source = io.BytesIO(read_limited(p, limit, folder=folder))
+        data = _PlainDataUnpickler(source, p).load()
+    except (CorruptFileError, InflateLimit, UnsafePath):  # SnapshotRefusedError is a CorruptFileError
         raise
     except OSError as e:
         raise CorruptFileError(f"{p}: cannot read the snapshot ({e.strerror or e})") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-            AttributeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
+    except Exception as e:  # noqa: BLE001 - no code runs (find_class refuses): any error is corrupt data
+        # e.g. UnpicklingError, EOFError, OverflowError (a FRAME longer than memory), RecursionError
         raise CorruptFileError(f"{p}: not a readable snapshot pickle ({type(e).__name__}: {e})") from None
     return _check_shape(p, data)
 
