@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import resource
 from collections.abc import Callable, Iterator
@@ -28,7 +29,9 @@ from profiler_agent.runformat.errors import TorchscopeError
 from profiler_agent.runformat.reader import read_jsonl, read_manifest
 
 FUZZ = pytest.mark.fault("fuzzed bytes")
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("FUZZ_N", "100")), deadline=3000, derandomize=not __import__("os").environ.get("FUZZ_N"), database=None,
+# FUZZ_EXAMPLES=2000 hunts with that many random (not derandomized) examples per reader.
+_HUNT = os.environ.get("FUZZ_EXAMPLES")
+SETTINGS = settings(max_examples=int(_HUNT or 100), deadline=3000, derandomize=not _HUNT, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 RSS_GROWTH_MIB = 400  # inputs are a few KiB: a reader that needs more than this amplifies something
 
