@@ -35,6 +35,7 @@ __all__ = [
     "import_traces",
     "mirror_cache_dir",
     "mirror_tb_folder",
+    "mirrored_folder",
 ]
 
 IMPORTED_TAG = "imported"
@@ -268,6 +269,31 @@ def mirror_cache_dir(folder: str | os.PathLike[str]) -> Path:
     return base / "tb-mirror" / digest
 
 
+# Mirror stores built by this process (store → the tb log folder it mirrors), for a mirror made in
+# a folder other than mirror_cache_dir's (tests, and callers that pass cache_dir).
+_BUILT: dict[Path, Path] = {}
+
+
+def mirrored_folder(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The tb log folder whose traces the run's trace links may point into, when ``run_dir`` is a
+    run of a mirror store the app built itself (at ``mirror_cache_dir(folder)``, or by this process);
+    None for every other run, whose files are never followed out of the run folder. A manifest
+    alone cannot make a run a mirror: its store must sit where the app puts that folder's mirror."""
+    store = Path(run_dir).resolve().parent
+    if store in _BUILT:
+        return _BUILT[store]
+    if store.parent.name != "tb-mirror":
+        return None
+    try:
+        source = rf.read_manifest(run_dir).extra.get("imported_from")
+    except rf.TorchscopeError:
+        return None
+    if not isinstance(source, str):
+        return None
+    folder = Path(source).parent
+    return folder.resolve() if mirror_cache_dir(folder).resolve() == store else None
+
+
 def mirror_tb_folder(
     folder: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None
 ) -> Path | None:
@@ -281,6 +307,7 @@ def mirror_tb_folder(
         return None
     store = Path(cache_dir) if cache_dir else mirror_cache_dir(folder)
     store.mkdir(parents=True, exist_ok=True)
+    _BUILT[store.resolve()] = Path(folder).resolve()
     existing: dict[str, tuple[Path, Any]] = {}
     for run_dir, manifest in rf.list_runs(store).runs:
         src = manifest.extra.get("imported_from")

@@ -20,7 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.data import trace_cache
+from app.data import tbprofiler, trace_cache
+from app.data.safe_io import UnsafePath, resolve_inside
 from app.data.trace_columns import TABLES
 from app.data.trace_envelope import TraceFields
 from app.data.trace_files import TRACE_SUFFIXES, find_trace_run_folders, rank_from_name, scan_trace_folder
@@ -364,7 +365,7 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     information (no ``distributedInfo.rank``, no rank in the name) get rank 0; when that gives two
     traces rank 0, each of them carries a warning naming them.
     """
-    paths = list_trace_paths(path)
+    paths, outside = _inside(Path(path), list_trace_paths(path))
     sizes = [f.stat().st_size for f in paths]
     total = sum(sizes)
     done = 0
@@ -377,4 +378,32 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
         out.append(load_trace(f, cache_dir=cache_dir, progress=sub, use_cache=use_cache))
         done += size
     _warn_unranked(out)
+    for t in out:
+        t.warnings.extend(outside)
     return sorted(out, key=lambda t: (t.rank, t.path.name))
+
+
+def _inside(folder: Path, paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """The trace files of ``paths`` that stay inside ``folder`` (the run or folder the user named),
+    and one message per file that is a link out of it (skipped). Raises TraceError when no file
+    is left. A trace file named directly is read wherever it is; a run of the tb-profiler mirror
+    the app builds may link into the tb log folder it mirrors (app.data.tbprofiler.mirrored_folder)."""
+    if not folder.is_dir():
+        return paths, []
+    mirrored = tbprofiler.mirrored_folder(folder) if (folder / layout.MANIFEST).is_file() else None
+    kept, outside = [], []
+    for f in paths:
+        try:
+            try:
+                resolve_inside(folder, f)
+            except UnsafePath:
+                if mirrored is None:
+                    raise
+                resolve_inside(mirrored, f)
+        except UnsafePath as e:
+            outside.append(f"{e} (skipped: a trace in a folder is read only from inside it)")
+        else:
+            kept.append(f)
+    if not kept and outside:
+        raise TraceError("; ".join(outside))
+    return kept, outside

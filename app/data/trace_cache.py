@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from app.data.safe_io import UnsafePath, resolve_inside
 from app.data.trace_columns import TABLES
 from app.data.trace_envelope import TraceFields
 from profiler_agent.runformat import layout
@@ -57,6 +58,17 @@ def _writable(folder: Path) -> bool:
     return os.access(probe, os.W_OK)
 
 
+def _inside_run(run: Path, entry: Path) -> bool:
+    """False when the run's ``.cache`` (or a folder in it) is a link out of the run: entries are
+    written (and stale ones removed) only inside the run; such a run's traces are cached in the
+    default folder instead."""
+    try:
+        resolve_inside(run, entry)
+    except UnsafePath:
+        return False
+    return True
+
+
 def _hash(text: str, n: int) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
 
@@ -74,13 +86,16 @@ def _stem(path: Path) -> str:
 
 def cache_entry_dir(path: Path, cache_dir: Path | None = None) -> Path:
     """Return the folder that holds (or will hold) the cached tables of ``path``."""
+    name = f"{_stem(path)}{_key(path)}"
     if cache_dir is None:
         parent = path.resolve().parent
-        if parent.name == layout.TRACES_DIR and _writable(parent.parent / layout.CACHE_DIR):
-            cache_dir = parent.parent / layout.CACHE_DIR
+        run_cache = parent.parent / layout.CACHE_DIR
+        if parent.name == layout.TRACES_DIR and _writable(run_cache) and _inside_run(parent.parent,
+                                                                                    run_cache / _SUB / name):
+            cache_dir = run_cache
         else:
             cache_dir = default_cache_dir()
-    return Path(cache_dir) / _SUB / f"{_stem(path)}{_key(path)}"
+    return Path(cache_dir) / _SUB / name
 
 
 def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> CachedTrace | None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from app.data.trace_nesting import MAX_NESTING, drop_deep_values
+
 __all__ = ["Event", "KINETO_FIELDS", "EMPTY_RAW", "Undecodable", "NotEvents", "Decoded", "decode_array", "counters_from",
            "UNTYPED"]
 
@@ -88,7 +90,25 @@ class Decoded(list[Event]):
 
 
 def decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Event]:
-    """Decode a JSON array of events: typed fast path, untyped fallback for odd field types."""
+    """Decode a JSON array of events: typed fast path, untyped fallback for odd field types.
+    A field nested too deep for the decoder (RecursionError) is dropped from its event, with a
+    warning (``trace_nesting``). Raises Undecodable, and NotEvents for a non-object element."""
+    try:
+        return _decode_array(data, warnings, path)
+    except RecursionError:
+        pass
+    flat, n = drop_deep_values(data)
+    if n == 0:
+        raise Undecodable("JSON nested too deeply to decode") from None
+    warnings.append(f"{path}: {n:,} event{'s have' if n > 1 else ' has'} a field nested more than "
+                    f"{MAX_NESTING} levels deep; that field was dropped, the rest of the event is kept")
+    try:
+        return _decode_array(flat, warnings, path)
+    except RecursionError:
+        raise Undecodable("JSON nested too deeply to decode") from None
+
+
+def _decode_array(data: bytes | memoryview, warnings: list[str], path: Path) -> list[Event]:
     try:
         return _TYPED.decode(data)
     except msgspec.ValidationError:
@@ -181,6 +201,11 @@ def counters_from(data: bytes | memoryview) -> list[dict[str, Any]]:
         raw = UNTYPED.decode(data)
     except msgspec.DecodeError:
         return []
+    except RecursionError:  # a field nested thousands deep: dropped, as decode_array does
+        try:
+            raw = UNTYPED.decode(drop_deep_values(data)[0])
+        except (msgspec.DecodeError, RecursionError):
+            return []
     out = []
     for e in raw:
         if isinstance(e, dict) and e.get("ph") == "C" and isinstance(e.get("args"), dict):

@@ -57,7 +57,7 @@ def meta_from(header: bytes) -> TraceFields:
     text = header.rstrip().rstrip(b",")
     try:
         doc = UNTYPED.decode(text + b"}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: a field nested thousands deep
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -73,7 +73,7 @@ def tail_meta(tail: bytes, is_object: bool) -> TraceFields | None:
         return None
     try:
         doc = UNTYPED.decode(b"{" + t[1:])
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -101,6 +101,8 @@ def no_events_message(path: Path, buf: bytes) -> str:
     """Why ``buf`` (the whole of a file in which no events array was found) is not a trace."""
     try:
         doc = UNTYPED.decode(buf)
+    except RecursionError:
+        return f"{path}: not a Chrome/Kineto trace: no traceEvents array found (JSON nested too deeply)"
     except msgspec.DecodeError as e:
         if not buf.strip():
             return f"{path}: the file is empty"

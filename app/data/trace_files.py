@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from app.data.safe_io import UnsafePath, resolve_inside
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.reader import is_run_dir
 
@@ -128,7 +129,10 @@ def _object_problem(head: bytes, whole: bool) -> str | None:
     problem = _decode_problem(head)
     if problem:
         return problem
-    doc = msgspec.json.decode(head)
+    try:
+        doc = msgspec.json.decode(head)
+    except RecursionError:
+        return "a JSON object without a \"traceEvents\" list, nested too deeply to read: not a profiler trace"
     keys = ", ".join(list(doc)[:5]) if isinstance(doc, dict) else ""
     return f"a JSON object without a \"traceEvents\" list (keys: {keys or 'none'}): not a profiler trace"
 
@@ -137,6 +141,8 @@ def _decode_problem(text: bytes) -> str | None:
     """Why ``text`` (a whole file) is not valid JSON; None when it is, or when it only ends early."""
     try:
         msgspec.json.decode(text, type=msgspec.Raw)  # checks the syntax without building objects
+    except RecursionError:  # nested thousands deep: the parser drops such fields and says so
+        return None
     except msgspec.DecodeError as e:
         if "truncated" in str(e):  # a job killed while writing: the parser recovers the events
             return None
@@ -232,7 +238,7 @@ def scan_trace_folder(folder: str | os.PathLike[str]) -> FolderScan:
         return FolderScan((), ())
     traces, skipped = [], []
     for f in files:
-        problem = _CACHE.problem(f)
+        problem = _outside(Path(folder), f) or _CACHE.problem(f)
         if problem is None:
             traces.append(f)
         else:
@@ -240,9 +246,19 @@ def scan_trace_folder(folder: str | os.PathLike[str]) -> FolderScan:
     return FolderScan(tuple(traces), tuple(skipped))
 
 
+def _outside(folder: Path, f: Path) -> str | None:
+    """Why ``f`` is not read: a symlink (or one on the way) out of ``folder``; None when it stays inside."""
+    try:
+        resolve_inside(folder, f)
+    except UnsafePath:
+        return f"a link to a file outside {folder}; not followed"
+    return None
+
+
 def _holds_a_trace(folder: Path) -> bool:
     try:
-        return any(f.is_file() and has_trace_suffix(f) and _CACHE.problem(f) is None for f in folder.iterdir())
+        return any(f.is_file() and has_trace_suffix(f) and _outside(folder, f) is None and _CACHE.problem(f) is None
+                   for f in folder.iterdir())
     except OSError:
         return False
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.data.safe_io import InflateLimit, iter_limited
+from profiler_agent.runformat.errors import CorruptFileError
+
 __all__ = ["TraceMeta", "read_trace_meta", "read_trace_start"]
 
 # Bytes of (decompressed) text read to find the metadata Kineto writes before "traceEvents".
@@ -54,18 +57,18 @@ def _open_text_head(path: Path) -> str:
 def _read_tail(path: Path) -> bytes:
     """The last ``_TAIL_BYTES`` of the trace's text. A plain file is read from its end; a gzip
     stream cannot be entered at its end, so it is decompressed in chunks keeping only the last
-    ones (constant memory, ~0.1 s per 30 MB of JSON)."""
+    ones (constant memory, ~0.1 s per 30 MB of JSON); one that inflates beyond the inflate limit
+    (``TORCHSCOPE_MAX_INFLATE_MB``) has no tail here (the parser names the limit when it opens it)."""
     try:
         if not path.name.endswith(".gz"):
             with open(path, "rb") as f:
                 f.seek(max(0, f.seek(0, os.SEEK_END) - _TAIL_BYTES))
                 return f.read()
         tail = b""
-        with gzip.open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                tail = (tail + chunk)[-_TAIL_BYTES:]
+        for chunk in iter_limited(path):
+            tail = (tail + chunk)[-_TAIL_BYTES:]
         return tail
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, CorruptFileError, InflateLimit):
         return b""
 
 
@@ -110,7 +113,7 @@ def read_trace_meta(path: str | os.PathLike[str]) -> TraceMeta:
     prefix = head[:cut].rstrip().rstrip(",")
     try:
         meta = json.loads(prefix + "}") if prefix.lstrip().startswith("{") else {}
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: a header nested thousands deep
         return TraceMeta()
     raw_dist = meta.get("distributedInfo")
     dist: dict[str, Any] = raw_dist if isinstance(raw_dist, dict) else {}

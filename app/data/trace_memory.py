@@ -6,7 +6,6 @@ profiling). Actions and categories are torch's enum positions (torch/profiler/_m
 """
 from __future__ import annotations
 
-import gzip
 import os
 from pathlib import Path
 
@@ -14,7 +13,10 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from app.data.memory_records import NotRecords, read_record_array
+from app.data.safe_io import iter_limited
 from app.errors import TraceError
+from profiler_agent.runformat.errors import CorruptFileError
 
 __all__ = ["RAW_ACTIONS", "RAW_CATEGORIES", "load_memory_timeline_raw"]
 
@@ -31,19 +33,16 @@ def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        recs = msgspec.json.decode(raw, type=list[tuple[float, int, int, int | None]])
-    except (OSError, EOFError) as e:
+        recs = read_record_array(iter_limited(p), lenient=True)
+    except (OSError, CorruptFileError) as e:
         raise TraceError(f"{p}: cannot be read: {e}") from None
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, NotRecords) as e:
         raise TraceError(f"{p}: not a memory timeline (expected a JSON list of "
                          f"[time_ns, action, bytes, category] records): {e}") from None
-    if not recs:
+    if not len(recs):
         return pd.DataFrame(columns=["ts_us", "action", "bytes", "category", "allocated_bytes", "category_bytes"])
-    t, a, b, c = (np.asarray(x) for x in zip(*recs))
-    c = np.array([len(RAW_CATEGORIES) - 1 if v is None else int(v) for v in c])
+    t, a, b, c = recs[:, 0].astype(np.float64), recs[:, 1], recs[:, 2], recs[:, 3]
+    c = np.where(c < 0, len(RAW_CATEGORIES) - 1, c)  # a null category (-1) is "unknown"
     start = t[t >= 0].min() if (t >= 0).any() else 0.0
     ts_us = np.where(t < 0, start, t) / 1e3  # pre-existing memory is shown at the first timestamp
     df = pd.DataFrame({

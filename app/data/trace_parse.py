@@ -360,6 +360,10 @@ def _end_fields(out: ParsedTrace, sink: _Sink, path: Path, tail: bytes, is_objec
     head = b'{"traceEvents":[]' if is_object else b"[]"
     try:
         UNTYPED.decode(head + tail)
+    except RecursionError:
+        out.warnings.append(f"{path}: the fields after the events array are nested too deeply to read "
+                            f"(all {sink.n_events:,} events kept)")
+        return
     except msgspec.DecodeError as e:
         msg = str(e)
         if "truncated" in msg:

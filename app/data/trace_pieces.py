@@ -9,6 +9,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from app.data.safe_io import InflateLimit, inflate_limit_bytes
+from app.errors import TraceError
 
 __all__ = ["Progress", "read_pieces", "line_col", "close_pieces"]
 
@@ -16,51 +20,83 @@ Progress = Callable[[int, int], None]
 
 _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _SLICE_BYTES = 1 << 16  # compressed bytes decompressed at a time
+_OUT_BYTES = 1 << 20  # most decompressed bytes held before they are yielded
 _GZIP_OR_ZLIB = 47  # zlib's wbits for "gzip or zlib header, 32 KiB window"
 
 
 def read_pieces(path: Path, warnings: list[str], progress: Progress | None) -> Iterator[bytes]:
-    """Yield the decompressed bytes of ``path`` in pieces; a broken gzip ends the stream early."""
+    """Yield the decompressed bytes of ``path`` in pieces; a broken gzip ends the stream early.
+
+    A gzip piece is at most about ``_OUT_BYTES`` however well the data compresses (one MiB of
+    zeros inflates to a GB), and the inflated total is capped (``safe_io.inflate_limit_bytes``,
+    ``TORCHSCOPE_MAX_INFLATE_MB``): beyond it TraceError names the file, the limit and the variable.
+    """
     total = path.stat().st_size
     done = 0
     with path.open("rb") as f:
         head = f.read(2)
         f.seek(0)
-        dec = zlib.decompressobj(_GZIP_OR_ZLIB) if head == b"\x1f\x8b" else None
-        while True:
-            raw = f.read(_READ_BYTES)
-            done += len(raw)
+        if head != b"\x1f\x8b":
+            while raw := f.read(_READ_BYTES):
+                done += len(raw)
+                if progress is not None:
+                    progress(done, total)
+                yield raw
             if progress is not None:
                 progress(done, total)
-            if not raw:
-                if dec is not None and not dec.eof:
-                    warnings.append(
-                        f"{path}: the gzip stream is truncated at compressed byte {done:,}; "
-                        "reading what was written before the cut"
-                    )
-                return
-            if dec is None:
-                yield raw
-                continue
-            out: list[bytes] = []
-            # Small slices, so that a corrupt block loses only the bytes after it.
-            for i in range(0, len(raw), _SLICE_BYTES):
-                try:
-                    out.append(dec.decompress(raw[i:i + _SLICE_BYTES]))
-                    while dec.eof and dec.unused_data:  # concatenated gzip members
-                        rest = dec.unused_data
+            return
+        yield from _inflate_pieces(path, f, warnings, progress, total)
+
+
+def _inflate_pieces(path: Path, f: BinaryIO, warnings: list[str], progress: Progress | None,
+                    total: int) -> Iterator[bytes]:
+    cap = inflate_limit_bytes()
+    dec = zlib.decompressobj(_GZIP_OR_ZLIB)
+    done = inflated = 0
+    while True:
+        raw = f.read(_READ_BYTES)
+        done += len(raw)
+        if progress is not None:
+            progress(done, total)
+        if not raw:
+            if not dec.eof:
+                warnings.append(
+                    f"{path}: the gzip stream is truncated at compressed byte {done:,}; "
+                    "reading what was written before the cut"
+                )
+            return
+        out: list[bytes] = []
+        have = 0
+        # Small slices, so that a corrupt block loses only the bytes after it; at most _OUT_BYTES
+        # out of each decompress call, so that a bomb never inflates more than that at once.
+        for i in range(0, len(raw), _SLICE_BYTES):
+            data = raw[i:i + _SLICE_BYTES]
+            try:
+                while data:
+                    chunk = dec.decompress(data, _OUT_BYTES)
+                    data = dec.unconsumed_tail
+                    if dec.eof and dec.unused_data:  # concatenated gzip members
+                        data = dec.unused_data
                         dec = zlib.decompressobj(_GZIP_OR_ZLIB)
-                        out.append(dec.decompress(rest))
-                except zlib.error as e:
-                    at = done - len(raw) + i  # noted first: the reader may stop at the bytes yielded below
-                    warnings.append(f"{path}: the gzip data is corrupt near compressed byte {at:,} ({e}); "
-                                    "reading what was decompressed before it")
-                    if out:
+                    if not chunk:
+                        continue
+                    inflated += len(chunk)
+                    if inflated > cap:
+                        raise TraceError(str(InflateLimit(path, cap)))
+                    out.append(chunk)
+                    have += len(chunk)
+                    if have >= _OUT_BYTES:
                         yield b"".join(out)
-                    return
-            data = b"".join(out)
-            if data:
-                yield data
+                        out, have = [], 0
+            except zlib.error as e:
+                at = done - len(raw) + i  # noted first: the reader may stop at the bytes yielded below
+                warnings.append(f"{path}: the gzip data is corrupt near compressed byte {at:,} ({e}); "
+                                "reading what was decompressed before it")
+                if out:
+                    yield b"".join(out)
+                return
+        if out:
+            yield b"".join(out)
 
 
 def line_col(path: Path, at: int) -> tuple[int, int]:

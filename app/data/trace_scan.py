@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import msgspec
 
 from app.data.trace_decode import UNTYPED
+from app.data.trace_nesting import value_end
 
 __all__ = ["NOT_SPACE", "Scan", "ScanEnd", "scan", "err_at", "err_text"]
 
@@ -84,6 +85,11 @@ def scan(buf: bytearray, pos: int) -> Scan:
             return Scan(objects, others, p, ScanEnd.END)
         try:
             UNTYPED.decode(mv[p:])
+        except RecursionError:  # nested thousands deep: find its end without recursion
+            deep_end = value_end(mv, p)
+            if deep_end is None:
+                return Scan(objects, others, p, ScanEnd.TRUNCATED)
+            end = deep_end
         except msgspec.DecodeError as e:
             msg = str(e)
             if "UTF-8" in msg and mv.obj is buf:

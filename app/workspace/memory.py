@@ -13,6 +13,7 @@ from app.analysis.compare.memory_categories import (
     compare_category_peaks,
     compute_category_peaks,
 )
+from app.data.safe_io import InflateLimit, UnsafePath
 from app.data.snapshot import load_memory_timeline_raw
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.errors import CorruptFileError
@@ -28,7 +29,8 @@ def _rank_of(path: Path) -> int:
 
 def load_category_peaks(run_dir: str | os.PathLike[str]) -> CategoryPeaks | None:
     """The category peaks of a run's memory timelines (lowest rank, every window), or None when
-    the run has none. Unreadable files are skipped and named in ``problems``.
+    the run has none. Unreadable files (corrupt, inflating beyond ``TORCHSCOPE_MAX_INFLATE_MB``, or
+    links out of the run folder) are skipped and named in ``problems``.
 
     Raises CorruptFileError when the run has timelines but none of them can be read.
     """
@@ -41,8 +43,8 @@ def load_category_peaks(run_dir: str | os.PathLike[str]) -> CategoryPeaks | None
     preexisting: dict[Path, int] = {}
     for p in (p for p in files if _rank_of(p) == rank):
         try:
-            raw = load_memory_timeline_raw(p)
-        except CorruptFileError as e:
+            raw = load_memory_timeline_raw(p, folder=Path(run_dir))
+        except (CorruptFileError, InflateLimit, UnsafePath) as e:  # named in problems; the others still count
             problems.append(str(e))
             continue
         tables.append((p, compute_category_peaks(raw)))
@@ -63,7 +65,7 @@ def try_load_category_peaks(run_dir: str | os.PathLike[str] | None) -> tuple[Cat
         return None, None
     try:
         return load_category_peaks(run_dir), None
-    except CorruptFileError as e:
+    except (CorruptFileError, InflateLimit, UnsafePath) as e:
         return None, str(e)
 
 
