@@ -18,6 +18,7 @@ __all__ = [
     "RUN_PAGE",
     "PageSpec",
     "md_escape",
+    "md_message",
     "record_hint",
     "render_sidebar",
     "set_session_defaults",
@@ -88,3 +89,14 @@ def md_escape(text: str) -> str:
     """``text`` with Markdown markup escaped, for user text (run names, tags) inside st.markdown /
     st.title: "[x](https://…)" stays text instead of becoming a link, ":red[x]" stays uncoloured."""
     return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+# Enough to keep a message that quotes user text (an error naming a URL's run) from forming links,
+# images, code spans, colours or formulas, while paths and field names (``schema_version``,
+# ``run.json``) read as written.
+_MD_MESSAGE = re.compile(r"([\\`*\[\]<>$~|])")
+
+
+def md_message(text: str) -> str:
+    """An error message for st.warning / st.error with the Markdown that could form links escaped."""
+    return _MD_MESSAGE.sub(r"\\\1", str(text))

@@ -9,6 +9,11 @@ of these ``ref`` is; the commands then ask the question they need answered:
 - :func:`side_trace_files` (``torchscope diff``): the trace files that make one side;
 - :func:`require_traces` (``torchscope advise``): a bare-traces reference must hold traces.
 
+References typed on the command line are the user's own and may name any path.
+:func:`resolve_store_run` is for references that arrive from elsewhere (the UI's ``?run=`` and
+``?runs=`` query parameters): they resolve to a run inside the store or are refused, so that a
+link cannot make the app read a folder planted outside it.
+
 The messages are the ones each command gave before the resolver was shared (the golden test and
 tests/cli hold them).
 """
@@ -26,8 +31,12 @@ from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat.errors import TorchscopeError
 
-__all__ = ["RefKind", "Ref", "resolve_ref", "resolve_path", "pick_tb_run", "side_trace_files",
-           "require_traces"]
+__all__ = ["RefKind", "Ref", "resolve_ref", "resolve_path", "resolve_store_run", "pick_tb_run",
+           "side_trace_files", "require_traces", "NAME_MAX_BYTES"]
+
+# The longest file name most file systems allow (ext4, xfs, APFS, NTFS in UTF-16 units): a longer
+# reference can name no run folder, and the OS answers a stat of it with ENAMETOOLONG.
+NAME_MAX_BYTES = 255
 
 
 class RefKind(StrEnum):
@@ -71,6 +80,54 @@ def resolve_path(ref: str | os.PathLike[str], root: str | os.PathLike[str] | Non
         return resolve_ref(ref, root).path
     except TorchscopeError:
         raise UsageError(f"{ref}: no such file, folder or run") from None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` as a message quotes it: control characters escaped, at most ``limit`` characters."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def resolve_store_run(ref: str, root: str | os.PathLike[str]) -> Path:
+    """The run folder of the store ``root`` that ``ref`` names: a run id, a name or unique prefix,
+    or a path of a folder inside the store (relative to it, or absolute).
+
+    Unlike :func:`resolve_ref`, ``ref`` is untrusted (a URL's query parameter): an absolute path or
+    a ``..`` leaving the store, a path through a symlink out of it, and a run found next to
+    the server's working folder are all refused. Raises UsageError naming ``ref`` and the store for
+    those and for a reference longer than a file name can be; RunNotFoundError when no run
+    matches; the run format's errors when the folder it names is not a readable run.
+    """
+    text = str(ref)
+    store = Path(root)
+    if "\x00" in text or any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
+                             for part in text.split("/")):
+        raise UsageError(f"run {_shown(text)} ({len(text)} characters): longer than a file name can be, so no run "
+                         f"of the store {store} has it as its folder, id or name")
+    path = Path(text)
+    outside = UsageError(f"run {_shown(text)}: outside the run store {store}; the app opens only the runs of its "
+                         "store (start `torchscope ui --root FOLDER` to browse another one)")
+    try:
+        if path.is_absolute() or len(path.parts) > 1 or text in (".", ".."):
+            folder = (store / path).resolve()  # an absolute path stays itself; links are followed
+            if not _inside(folder, store.resolve()):
+                raise outside
+            if folder == store.resolve():
+                raise UsageError(f"run {_shown(text)}: names the run store {store} itself, not one of its runs")
+            rf.read_manifest(folder)  # raises why the folder is not a readable run
+            return folder
+        found = rf.find_run(text, store)
+        # find_run tries ``ref`` as a path first, relative to the working folder: only a run of
+        # the store itself counts here (lexically: the store's own entries, links included).
+        if Path(os.path.abspath(found)).parent != Path(os.path.abspath(store)):
+            raise outside
+        return found
+    except OSError as e:  # e.g. a folder the server may not read
+        raise UsageError(f"run {_shown(text)}: cannot be opened in the store {store} ({e.strerror or e})") from None
 
 
 def pick_tb_run(path: Path, run: str | None) -> Path:
