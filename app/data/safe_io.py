@@ -48,6 +48,7 @@ __all__ = [
     "resolve_inside",
     "open_inside",
     "iter_limited",
+    "iter_stream_limited",
     "read_limited",
 ]
 
@@ -155,26 +156,33 @@ def iter_limited(path: Path, limit: int | None = None, *, folder: Path | None = 
     too) in chunks of at most ``chunk_bytes``. Raises InflateLimit once more than ``limit`` bytes
     (default :func:`inflate_limit_bytes`) would be yielded, CorruptFileError for corrupt or
     truncated gzip data, OSError, and UnsafePath when ``folder`` is given and the file leaves it."""
-    cap = inflate_limit_bytes() if limit is None else limit
-    done = 0
     with _open(path, folder) as f:
-        head = f.read(2)
-        gz = head == _GZIP_MAGIC
-        if not gz:
-            pending = head
-            while True:
-                data = pending + f.read(chunk_bytes - len(pending))
-                pending = b""
-                if not data:
-                    return
-                done += len(data)
-                if done > cap:
-                    raise InflateLimit(path, cap)
-                yield data
-        yield from _inflate(path, f, head, cap, chunk_bytes)
+        yield from iter_stream_limited(f, path, limit, chunk_bytes=chunk_bytes)
 
 
-def _inflate(path: Path, f: BinaryIO, head: bytes, cap: int, chunk_bytes: int) -> Iterator[bytes]:
+def iter_stream_limited(f: BinaryIO, name: Path | str, limit: int | None = None, *,
+                        chunk_bytes: int = _CHUNK_BYTES) -> Iterator[bytes]:
+    """:func:`iter_limited` for an open binary file (an upload, a member of an archive);
+    ``name`` names it in error messages."""
+    cap = inflate_limit_bytes() if limit is None else limit
+    head = f.read(2)
+    if head == _GZIP_MAGIC:
+        yield from _inflate(name, f, head, cap, chunk_bytes)
+        return
+    done = 0
+    pending = head
+    while True:
+        data = pending + f.read(chunk_bytes - len(pending))
+        pending = b""
+        if not data:
+            return
+        done += len(data)
+        if done > cap:
+            raise InflateLimit(name, cap)
+        yield data
+
+
+def _inflate(path: Path | str, f: BinaryIO, head: bytes, cap: int, chunk_bytes: int) -> Iterator[bytes]:
     dec = zlib.decompressobj(_GZIP_OR_ZLIB)
     raw = head + f.read(_READ_BYTES)
     done = 0

@@ -104,8 +104,10 @@ def resolve_store_run(ref: str, root: str | os.PathLike[str]) -> Path:
     """
     text = str(ref)
     store = Path(root)
-    if "\x00" in text or any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
-                             for part in text.split("/")):
+    if "\x00" in text:
+        raise UsageError(f"run {_shown(text)}: holds a NUL character, which no file name can, so no run of the "
+                         f"store {store} has it as its folder, id or name")
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES for part in text.split("/")):
         raise UsageError(f"run {_shown(text)} ({len(text)} characters): longer than a file name can be, so no run "
                          f"of the store {store} has it as its folder, id or name")
     path = Path(text)
