@@ -104,24 +104,22 @@ def resolve_store_run(ref: str, root: str | os.PathLike[str]) -> Path:
     """
     text = str(ref)
     store = Path(root)
-    if "\x00" in text:
-        raise UsageError(f"run {_shown(text)}: holds a NUL character, which no file name can, so no run of the "
-                         f"store {store} has it as its folder, id or name")
-    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES for part in text.split("/")):
-        raise UsageError(f"run {_shown(text)} ({len(text)} characters): longer than a file name can be, so no run "
-                         f"of the store {store} has it as its folder, id or name")
+    if "\x00" in text or any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
+                             for part in text.split("/")):
+        # No folder can have this name (a stat of it fails with ENAMETOOLONG or ValueError): only a
+        # run's name can match it.
+        named = _store_run_by_name(text, store)
+        if named is not None:
+            return named
+        why = ("holds a NUL character, which no file name can" if "\x00" in text
+               else f"{len(text)} characters, longer than a file name can be")
+        raise UsageError(f"run {_shown(text)}: {why}; no run of the store {store} has it as its id or name")
     path = Path(text)
     outside = UsageError(f"run {_shown(text)}: outside the run store {store}; the app opens only the runs of its "
                          "store (start `torchscope ui --root FOLDER` to browse another one)")
     try:
         if path.is_absolute() or len(path.parts) > 1 or text in (".", ".."):
-            folder = (store / path).resolve()  # an absolute path stays itself; links are followed
-            if not _inside(folder, store.resolve()):
-                raise outside
-            if folder == store.resolve():
-                raise UsageError(f"run {_shown(text)}: names the run store {store} itself, not one of its runs")
-            rf.read_manifest(folder)  # raises why the folder is not a readable run
-            return folder
+            return _store_run_by_path(text, store, outside)
         found = rf.find_run(text, store)
         # find_run tries ``ref`` as a path first, relative to the working folder: only a run of
         # the store itself counts here (lexically: the store's own entries, links included).
@@ -130,6 +128,35 @@ def resolve_store_run(ref: str, root: str | os.PathLike[str]) -> Path:
         return found
     except OSError as e:  # e.g. a folder the server may not read
         raise UsageError(f"run {_shown(text)}: cannot be opened in the store {store} ({e.strerror or e})") from None
+
+
+def _store_run_by_name(text: str, store: Path) -> Path | None:
+    """The run of ``store`` whose id or folder is ``text``, else the newest named ``text``, else the
+    one run whose id or name starts with it; None when there is no such run."""
+    runs = rf.list_runs(store).runs
+    for matches in ([p for p, m in runs if m.id == text or p.name == text], [p for p, m in runs if m.name == text]):
+        if matches:
+            return matches[0]
+    prefix = [p for p, m in runs if m.id.startswith(text) or m.name.startswith(text)]
+    return prefix[0] if len(prefix) == 1 else None
+
+
+def _store_run_by_path(text: str, store: Path, outside: UsageError) -> Path:
+    """A path-like reference: a run folder inside the store (links followed), else a run whose
+    name merely holds a "/" ("lr/2"); raises ``outside`` when it is neither and leaves the store."""
+    base = store.resolve()
+    folder = (store / text).resolve()  # an absolute path stays itself; links are followed
+    inside = _inside(folder, base) and folder != base
+    if inside and rf.is_run_dir(folder):
+        return folder
+    named = _store_run_by_name(text, store)
+    if named is not None:
+        return named
+    if not _inside(folder, base):
+        raise outside
+    if inside and folder.is_dir():
+        rf.read_manifest(folder)  # raises why the folder is not a readable run
+    raise rf.RunNotFoundError(f"{text!r}: no run with that id or name in {store}")
 
 
 def pick_tb_run(path: Path, run: str | None) -> Path:

@@ -17,6 +17,7 @@ from typing import IO
 import pytest
 
 from profiler_agent.runformat import layout
+from tests.browser.hostile import write_hostile_run, write_planted_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = PROJECT_ROOT / "test-output" / "screenshots"
@@ -126,12 +127,22 @@ def browser_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
     except pytest.skip.Exception:
         pass
     build_fixture_store(root)
+    write_hostile_run(root)  # dated a year ago: last in the store, out of the other flows' way
     shared = PROJECT_ROOT.parent / "shared" / "data" / "traces" / "two_ranks"
     if shared.is_dir():
         from app.data.tbprofiler import import_traces
 
         import_traces(shared, root, name="two-ranks")
     return root
+
+
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(a run planted outside the browser store with stdout.log linked to a secret file, the secret)."""
+    base = tmp_path_factory.mktemp("planted_outside")
+    secret = base / "passwd"
+    secret.write_text("root:x:0:0:BROWSER-SECRET-NEVER-SHOWN:/root:/bin/bash\n")
+    return write_planted_run(base / "elsewhere", secret), secret.read_text().strip()
 
 
 @pytest.fixture(scope="session")
