@@ -55,7 +55,11 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
             assert "<script>window.__pwned=2</script>" in panel.inner_text()  # the log, as text
             screenshot(page, "xss_run_logs")
         if name == "Operators":
-            page.wait_for_timeout(500)
+            plot = page.locator('[role="tabpanel"]:visible .js-plotly-plot').first
+            plot.wait_for()
+            ticks = plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")
+            assert any("::op" in t for t in ticks), ticks  # the payload op is drawn (as text)
+            assert page.evaluate(INJECTED) == CLEAN
             screenshot(page, "xss_run_operators")
     page.goto(f"{server}/")
     page.locator('[data-testid="stDataFrame"]').first.wait_for()

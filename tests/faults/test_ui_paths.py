@@ -207,3 +207,30 @@ def test_names_holding_slashes_or_too_long_for_a_file_still_match_by_name(tmp_pa
     long_run = write_run(store, long_name)
     assert resolve_store_run("lr/0.1 ../x", store) == slashed
     assert resolve_store_run(long_name, store) == long_run
+
+
+@pytest.mark.slow
+@pytest.mark.fault("public bind")
+def test_public_bind_locks_the_store_picker(monkeypatch, planted):
+    """Bound to 0.0.0.0, a visitor cannot point the app at another folder of the machine."""
+    from streamlit import config
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.helpers import APP
+
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        monkeypatch.setenv(layout.ROOT_ENV, str(planted["store"]))
+        at = AppTest.from_file(APP, default_timeout=120)
+        at.session_state["root"] = str(planted["outside"].parent)  # what typing in the sidebar would set
+        at.query_params["run"] = planted["outside"].name
+        at.switch_page("app_pages/run.py")
+        at.run()
+        assert not at.exception
+        picker = at.sidebar.text_input(key="root_locked")
+        assert picker.disabled and picker.value == str(planted["store"].resolve())
+        assert at.selectbox(key="run_picker").value != planted["outside"].name
+        assert SECRET not in _everything(at)
+    finally:
+        config.set_option("server.address", before)
