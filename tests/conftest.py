@@ -20,6 +20,7 @@ import pytest
 
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
+from tests import process_tree
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -222,3 +223,38 @@ def module_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(trace_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
         yield
+
+
+# --- No process left behind: the suite fails when something it started outlives it ---------------
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Mark everything this session starts (the variable is inherited), so a server orphaned to
+    init is still known as the suite's at the end."""
+    os.environ[process_tree.SESSION_ENV] = f"{os.getpid()}-{time.time_ns()}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session (exit status 1) when processes it started are still running, naming them;
+    then kill them, so that they do not outlive it either way."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller checks
+        return
+    marker = os.environ.get(process_tree.SESSION_ENV, "")
+    strays = process_tree.wait_for_strays(os.getpid(), marker)
+    if not strays:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(strays)} process(es) started by the test suite were still running at its end "
+             "(killed now; the fixture or test that started them must stop them):",
+             *(f"  {s}" for s in strays)]
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line's "[100%]"
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True, bold=True)
+        else:
+            print(line, file=sys.stderr)
+    process_tree.kill_strays(strays)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -9,6 +9,7 @@ import streamlit as st
 
 from app.analysis.compare.advice import findings_diff_rows
 from app.analysis.compare.comparison import Comparison
+from app.analysis.compare.side import CompareSide
 from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
 from app.charts.compare import (
     make_delta_bar_figure,
@@ -18,6 +19,8 @@ from app.charts.compare import (
 from app.charts.graph import make_module_diff_dot
 from app.presentation.report import breakdown_display_table
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
+from app.ui.layout import md_message
+from app.workspace.artifacts import UnsafePath, read_run_text
 
 __all__ = ["render_time_tab", "render_ops_tab", "render_kernels_tab", "render_memory_tab", "render_model_tab",
            "render_advisor_tab", "diff_table_display", "DiffKind"]
@@ -187,6 +190,18 @@ def _render_module_graph(cmp: Comparison) -> None:
     st.graphviz_chart(dot, width="stretch")
 
 
+def _graph_dot(side: CompareSide) -> str | None:
+    """The side's backward graph (DOT text); None without one, or (after a warning) for a link out of its run."""
+    run = side.run
+    if run is None or run.graph_dot is None:
+        return None
+    try:
+        return read_run_text(run.path, run.graph_dot)
+    except (UnsafePath, OSError) as e:
+        st.warning(md_message(str(e)))
+        return None
+
+
 def render_model_tab(cmp: Comparison) -> None:
     if len(cmp.modules) == 0:
         st.info("No module tree on either side (graph/modules.json is written by the agent).")
@@ -199,11 +214,9 @@ def render_model_tab(cmp: Comparison) -> None:
         st.caption(", ".join(f"{v} {k}" for k, v in counts.items()) or "Same structure.")
         st.dataframe(cmp.modules, hide_index=True, width="stretch")
         _render_module_graph(cmp)
-    dots = [s.run.graph_dot if s.run is not None else None for s in (cmp.baseline, cmp.candidate)]
-    base_dot, cand_dot = dots
+    base_dot, cand_dot = _graph_dot(cmp.baseline), _graph_dot(cmp.candidate)
     if base_dot is not None and cand_dot is not None:
-        graph = diff_backward_graphs(base_dot.read_text(encoding="utf-8", errors="replace"),
-                                     cand_dot.read_text(encoding="utf-8", errors="replace"))
+        graph = diff_backward_graphs(base_dot, cand_dot)
         st.subheader("Backward graph: autograd nodes whose count changed")
         if len(graph):
             st.dataframe(graph, hide_index=True, width="stretch")

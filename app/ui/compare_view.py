@@ -25,8 +25,9 @@ from app.presentation.report import (
 from app.presentation.units import format_change
 from app.ui.compare_headline import render_headline
 from app.ui.compare_memory import cached_memory_categories
-from app.ui.layout import record_hint
+from app.ui.layout import md_escape, md_message, record_hint
 from app.ui.store import cached_store_view
+from app.workspace.refs import resolve_store_run
 from profiler_agent import runformat as rf
 
 __all__ = ["GROUP_PREFIX", "Selection", "store_groups", "render_selection", "render_options", "render_verdicts",
@@ -76,16 +77,16 @@ def _apply_url(ids: list[str], paths: dict[str, Path], labels: dict[str, str], r
             if ref in ids:
                 chosen.append(ref)
             else:
-                st.warning(f"Group `{ref[len(GROUP_PREFIX):]}` from the URL: no run of the store has this group.")
+                st.warning(f"Group {md_escape(repr(ref[len(GROUP_PREFIX):])[:80])} from the URL: no run of the store has this group.")
             continue
         if ref in ids:
             chosen.append(ref)
             continue
-        try:  # a name, a unique prefix, or a run folder outside the store
-            found = rf.find_run(ref, root)
+        try:  # a name, a unique prefix, or a run folder of the store
+            found = resolve_store_run(ref, root)
             manifest = rf.read_manifest(found)
         except rf.TorchscopeError as e:
-            st.warning(f"Run `{ref}` from the URL: {e}")
+            st.warning(f"Run from the URL: {md_message(str(e))}")
             continue
         extra = st.session_state.setdefault("compare_extra", {})
         extra[found.name] = (str(found), f"{manifest.name} · {found.name}")

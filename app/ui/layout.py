@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
@@ -18,9 +19,11 @@ __all__ = [
     "RUN_PAGE",
     "PageSpec",
     "md_escape",
+    "md_message",
     "record_hint",
     "render_sidebar",
     "set_session_defaults",
+    "store_locked",
     "store_root",
 ]
 
@@ -56,8 +59,29 @@ def set_session_defaults() -> None:
     st.session_state.setdefault("refresh_s", 5)
 
 
+def _configured_root() -> Path:
+    return layout.resolve_root(os.environ.get(layout.ROOT_ENV) or None)
+
+
+def store_locked() -> bool:
+    """True when the server is bound to an address other machines can reach (``torchscope ui
+    --host 0.0.0.0``): the store is then the one it was started on, and a visitor cannot point
+    the app at another folder of this machine."""
+    address = str(st.get_option("server.address") or "").strip().strip("[]")
+    if not address:  # a bare `streamlit run` (development): Streamlit's own default
+        return False
+    if address.lower() == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return True
+
+
 def store_root() -> Path:
-    """The run store the user is browsing."""
+    """The run store the user is browsing (the configured one when the store is locked)."""
+    if store_locked():
+        return _configured_root()
     return layout.resolve_root(st.session_state.get("root") or None)
 
 
@@ -73,6 +97,11 @@ def record_hint(root: Path) -> str:
 def render_sidebar() -> None:
     """The run store picker, shown on every page."""
     with st.sidebar:
+        if store_locked():
+            st.text_input("Run store", value=str(_configured_root()), disabled=True, key="root_locked",
+                          help="The server is reachable from other machines, so it shows only the store it "
+                          "was started on (`torchscope ui --root FOLDER`).")
+            return
         st.text_input(
             "Run store",
             key="root",
@@ -88,3 +117,14 @@ def md_escape(text: str) -> str:
     """``text`` with Markdown markup escaped, for user text (run names, tags) inside st.markdown /
     st.title: "[x](https://…)" stays text instead of becoming a link, ":red[x]" stays uncoloured."""
     return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+# Enough to keep a message that quotes user text (an error naming a URL's run) from forming links,
+# images, code spans, colours or formulas, while paths and field names (``schema_version``,
+# ``run.json``) read as written.
+_MD_MESSAGE = re.compile(r"([\\`*\[\]<>$~|])")
+
+
+def md_message(text: str) -> str:
+    """An error message for st.warning / st.error with the Markdown that could form links escaped."""
+    return _MD_MESSAGE.sub(r"\\\1", str(text))

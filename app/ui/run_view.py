@@ -10,7 +10,7 @@ import streamlit as st
 from app.data import runs as runs_data
 from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
-from app.ui.layout import md_escape, record_hint
+from app.ui.layout import md_escape, md_message, record_hint
 from app.ui.store import cached_store_view
 from app.ui.tabs import (
     RunContext,
@@ -27,6 +27,7 @@ from app.ui.tabs import (
     system,
     timeline,
 )
+from app.workspace.refs import resolve_store_run
 from profiler_agent import runformat as rf
 
 __all__ = ["RUN_TABS", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
@@ -59,14 +60,14 @@ def render_run_picker(root: Path) -> Path | None:
     if wanted and wanted != st.session_state.get("run_url_seen"):
         st.session_state["run_url_seen"] = wanted
         if wanted not in ids:
-            try:  # a name, a unique prefix, or a run folder (possibly outside the store)
-                found = _find_run(wanted, root)
+            try:  # a name, a unique prefix, or a run folder of the store that the catalog did not list
+                found = resolve_store_run(wanted, root)
                 manifest = rf.read_manifest(found)  # raises why an unlisted folder is not a run
                 if found.name not in ids:
                     st.session_state["run_extra"] = (found.name, str(found), f"{manifest.name} · {found}")
                 wanted = found.name
             except rf.TorchscopeError as e:
-                st.warning(f"Run `{wanted}` from the URL: {e}")
+                st.warning(f"Run from the URL: {md_message(str(e))}")
                 wanted = None
         if wanted:
             st.session_state["run_picker"] = wanted
@@ -82,22 +83,6 @@ def render_run_picker(root: Path) -> Path | None:
         st.query_params["run"] = chosen
         st.session_state["run_url_seen"] = chosen
     return Path(paths[chosen])
-
-
-def _find_run(ref: str, root: Path) -> Path:
-    """rf.find_run, but a folder that exists (a path, or an id in the store) is returned as is.
-
-    find_run only matches runs it can list, so a run with a newer schema_version or a broken
-    run.json, or a folder that is not a run, came back as "no run with that id or name";
-    read_manifest on the folder says what is actually wrong with it.
-    """
-    try:
-        return rf.find_run(ref, root)
-    except rf.RunNotFoundError:
-        for candidate in (Path(ref), root / ref):
-            if candidate.is_dir():
-                return candidate
-        raise
 
 
 def render_run_header(run: runs_data.RunData) -> None:

@@ -9,6 +9,11 @@ of these ``ref`` is; the commands then ask the question they need answered:
 - :func:`side_trace_files` (``torchscope diff``): the trace files that make one side;
 - :func:`require_traces` (``torchscope advise``): a bare-traces reference must hold traces.
 
+References typed on the command line are the user's own and may name any path.
+:func:`resolve_store_run` is for references that arrive from elsewhere (the UI's ``?run=`` and
+``?runs=`` query parameters): they resolve to a run inside the store or are refused, so that a
+link cannot make the app read a folder planted outside it.
+
 The messages are the ones each command gave before the resolver was shared (the golden test and
 tests/cli hold them).
 """
@@ -26,8 +31,12 @@ from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat.errors import TorchscopeError
 
-__all__ = ["RefKind", "Ref", "resolve_ref", "resolve_path", "pick_tb_run", "side_trace_files",
-           "require_traces"]
+__all__ = ["RefKind", "Ref", "resolve_ref", "resolve_path", "resolve_store_run", "pick_tb_run",
+           "side_trace_files", "require_traces", "NAME_MAX_BYTES"]
+
+# The longest file name most file systems allow (ext4, xfs, APFS, NTFS in UTF-16 units): a longer
+# reference can name no run folder, and the OS answers a stat of it with ENAMETOOLONG.
+NAME_MAX_BYTES = 255
 
 
 class RefKind(StrEnum):
@@ -71,6 +80,83 @@ def resolve_path(ref: str | os.PathLike[str], root: str | os.PathLike[str] | Non
         return resolve_ref(ref, root).path
     except TorchscopeError:
         raise UsageError(f"{ref}: no such file, folder or run") from None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` as a message quotes it: control characters escaped, at most ``limit`` characters."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def resolve_store_run(ref: str, root: str | os.PathLike[str]) -> Path:
+    """The run folder of the store ``root`` that ``ref`` names: a run id, a name or unique prefix,
+    or a path of a folder inside the store (relative to it, or absolute).
+
+    Unlike :func:`resolve_ref`, ``ref`` is untrusted (a URL's query parameter): an absolute path or
+    a ``..`` leaving the store, a path through a symlink out of it, and a run found next to
+    the server's working folder are all refused. Raises UsageError naming ``ref`` and the store for
+    those and for a reference longer than a file name can be; RunNotFoundError when no run
+    matches; the run format's errors when the folder it names is not a readable run.
+    """
+    text = str(ref)
+    store = Path(root)
+    if "\x00" in text or any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
+                             for part in text.split("/")):
+        # No folder can have this name (a stat of it fails with ENAMETOOLONG or ValueError): only a
+        # run's name can match it.
+        named = _store_run_by_name(text, store)
+        if named is not None:
+            return named
+        why = ("holds a NUL character, which no file name can" if "\x00" in text
+               else f"{len(text)} characters, longer than a file name can be")
+        raise UsageError(f"run {_shown(text)}: {why}; no run of the store {store} has it as its id or name")
+    path = Path(text)
+    outside = UsageError(f"run {_shown(text)}: outside the run store {store}; the app opens only the runs of its "
+                         "store (start `torchscope ui --root FOLDER` to browse another one)")
+    try:
+        if path.is_absolute() or len(path.parts) > 1 or text in (".", ".."):
+            return _store_run_by_path(text, store, outside)
+        found = rf.find_run(text, store)
+        # find_run tries ``ref`` as a path first, relative to the working folder: only a run of
+        # the store itself counts here (lexically: the store's own entries, links included).
+        if Path(os.path.abspath(found)).parent != Path(os.path.abspath(store)):
+            raise outside
+        return found
+    except OSError as e:  # e.g. a folder the server may not read
+        raise UsageError(f"run {_shown(text)}: cannot be opened in the store {store} ({e.strerror or e})") from None
+
+
+def _store_run_by_name(text: str, store: Path) -> Path | None:
+    """The run of ``store`` whose id or folder is ``text``, else the newest named ``text``, else the
+    one run whose id or name starts with it; None when there is no such run."""
+    runs = rf.list_runs(store).runs
+    for matches in ([p for p, m in runs if m.id == text or p.name == text], [p for p, m in runs if m.name == text]):
+        if matches:
+            return matches[0]
+    prefix = [p for p, m in runs if m.id.startswith(text) or m.name.startswith(text)]
+    return prefix[0] if len(prefix) == 1 else None
+
+
+def _store_run_by_path(text: str, store: Path, outside: UsageError) -> Path:
+    """A path-like reference: a run folder inside the store (links followed), else a run whose
+    name merely holds a "/" ("lr/2"); raises ``outside`` when it is neither and leaves the store."""
+    base = store.resolve()
+    folder = (store / text).resolve()  # an absolute path stays itself; links are followed
+    inside = _inside(folder, base) and folder != base
+    if inside and rf.is_run_dir(folder):
+        return folder
+    named = _store_run_by_name(text, store)
+    if named is not None:
+        return named
+    if not _inside(folder, base):
+        raise outside
+    if inside and folder.is_dir():
+        rf.read_manifest(folder)  # raises why the folder is not a readable run
+    raise rf.RunNotFoundError(f"{text!r}: no run with that id or name in {store}")
 
 
 def pick_tb_run(path: Path, run: str | None) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -11,10 +12,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from profiler_agent.runformat import layout
+from tests.browser.hostile import write_hostile_run, write_planted_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = PROJECT_ROOT / "test-output" / "screenshots"
@@ -37,11 +40,53 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the server and everything in its process group (it runs in a session of its own):
+    SIGTERM, then SIGKILL after 20 s. No test leaves a server running."""
+    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; SIGKILL whatever else of its group is left
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        break
+    proc.wait(timeout=10)
+
+
 def start_server(root: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start `streamlit run app/streamlit_app.py` on ``root``; return (process, base URL) once healthy."""
+    """Start `streamlit run app/streamlit_app.py` on ``root``; return (process, base URL) once healthy.
+
+    Its output goes to ``home``/streamlit.log (a pipe nobody reads would block the server once full)."""
     port = _free_port()
     env = {**os.environ, layout.ROOT_ENV: str(root), "HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.Popen(
+    log = home / "streamlit.log"
+    with open(log, "wb") as out:
+        proc = _popen_server(port, env, out)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            stop_server(proc)
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return proc, url
+        except OSError:
+            time.sleep(0.3)
+    stop_server(proc)
+    raise RuntimeError("streamlit did not become healthy in 90 s:\n" + log.read_text(errors="replace")[-3000:])
+
+
+def _popen_server(port: int, env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -59,26 +104,13 @@ def start_server(root: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
             "--server.fileWatcherType",
             "none",
         ],
-        stdout=subprocess.PIPE,
+        stdout=out,
         stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
         env=env,
         cwd=PROJECT_ROOT,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{out[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise RuntimeError("streamlit did not become healthy in 90 s")
 
 
 @pytest.fixture(scope="session")
@@ -95,12 +127,22 @@ def browser_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
     except pytest.skip.Exception:
         pass
     build_fixture_store(root)
+    write_hostile_run(root)  # dated a year ago: last in the store, out of the other flows' way
     shared = PROJECT_ROOT.parent / "shared" / "data" / "traces" / "two_ranks"
     if shared.is_dir():
         from app.data.tbprofiler import import_traces
 
         import_traces(shared, root, name="two-ranks")
     return root
+
+
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(a run planted outside the browser store with stdout.log linked to a secret file, the secret)."""
+    base = tmp_path_factory.mktemp("planted_outside")
+    secret = base / "passwd"
+    secret.write_text("root:x:0:0:BROWSER-SECRET-NEVER-SHOWN:/root:/bin/bash\n")
+    return write_planted_run(base / "elsewhere", secret), secret.read_text().strip()
 
 
 @pytest.fixture(scope="session")
@@ -111,11 +153,7 @@ def server(browser_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from app.charts.graph import make_module_icicle_figure, make_svg_figure
 from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree
 from app.ui.tabs import RunContext
+from app.workspace.artifacts import read_run_bytes, read_run_text
 
 __all__ = ["TITLE", "render", "MAX_DRAWN_NODES", "format_flops", "graph_height_px"]
 
@@ -51,17 +52,18 @@ _MODULE_COLUMNS = {
 }
 
 
-def _read_text(path: Path) -> str | None:
+def _read_text(ctx: RunContext, path: Path) -> str | None:
+    """The graph file's text; None when too large to draw. Raises UnsafePath for a link out of the run."""
     if path.stat().st_size > _MAX_TEXT_BYTES:
         return None
-    return path.read_text(encoding="utf-8", errors="replace")
+    return read_run_text(ctx.run.path, path)
 
 
 def _render_downloads(ctx: RunContext, dot: Path | None, svg: Path | None) -> None:
     cols = st.columns(3)
     for col, path, mime in ((cols[0], dot, "text/vnd.graphviz"), (cols[1], svg, "image/svg+xml")):
         if path is not None:
-            col.download_button(f"Download {path.suffix[1:].upper()}", data=lambda p=path: p.read_bytes(),
+            col.download_button(f"Download {path.suffix[1:].upper()}", data=lambda p=path: read_run_bytes(ctx.run.path, p),
                                 file_name=path.name, mime=mime, key=ctx.key(f"graph_dl_{path.suffix}"),
                                 on_click="ignore")
     cols[2].caption("Open the SVG in a browser tab, or the DOT with `xdot` / `dot -Tpdf`.")
@@ -96,8 +98,8 @@ def _render_graph(ctx: RunContext) -> None:
     if dot_path is None and svg_path is None:
         st.info(_NO_GRAPH_HELP)
         return
-    dot = _read_text(dot_path) if dot_path is not None else None
-    svg = _read_text(svg_path) if svg_path is not None else None
+    dot = _read_text(ctx, dot_path) if dot_path is not None else None
+    svg = _read_text(ctx, svg_path) if svg_path is not None else None
     size = compute_graph_size(dot) if dot is not None else None
     if size is not None:
         st.caption(f"{size.nodes:,} nodes, {size.edges:,} edges: the autograd functions, tensors saved for "

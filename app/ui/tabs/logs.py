@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app.ui.layout import md_message
 from app.ui.tabs import RunContext
-from app.workspace.artifacts import read_text_artifact
+from app.workspace.artifacts import UnsafePath, read_text_artifact
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -22,11 +23,22 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(parts[-lines:])
 
 
+def _read(ctx: RunContext, name: str) -> str | None:
+    """The tail of the run's log ``name``; None (after a warning) for a link out of the run."""
+    try:
+        return read_text_artifact(ctx.run.path, name, max_bytes=_TAIL_BYTES)
+    except UnsafePath as e:  # a planted run's logs/stdout.log -> /etc/passwd is never shown
+        st.warning(md_message(str(e)))
+    except OSError as e:
+        st.warning(md_message(f"{ctx.run.path / name}: cannot be read ({e.strerror or e})"))
+    return None
+
+
 def render(ctx: RunContext) -> None:
     """Traceback first (when the job failed), then stdout and stderr tails, then agent errors."""
     run = ctx.run
     shown = False
-    tb = read_text_artifact(run.path, layout.TRACEBACK_LOG, max_bytes=_TAIL_BYTES)
+    tb = _read(ctx, layout.TRACEBACK_LOG)
     status = str(run.status)
     if status in (rf.RunStatus.FAILED, rf.RunStatus.CRASHED, rf.RunStatus.KILLED):
         code = run.manifest.exit_code
@@ -37,7 +49,7 @@ def render(ctx: RunContext) -> None:
         shown = True
     lines = st.slider("Lines", 20, 2000, 200, step=20, key=ctx.key("logs_lines"))
     for title, name in (("stdout", layout.STDOUT_LOG), ("stderr", layout.STDERR_LOG)):
-        text = read_text_artifact(run.path, name, max_bytes=_TAIL_BYTES)
+        text = _read(ctx, name)
         if text is None:
             continue
         st.subheader(title)

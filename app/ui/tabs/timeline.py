@@ -13,6 +13,7 @@ from app.ui.cache import cached_traces
 from app.ui.deep_cache import cached_step_windows
 from app.ui.tabs import RunContext
 from app.ui.trace_view import NO_TRACE_HINT
+from app.workspace.artifacts import read_run_bytes
 from profiler_agent.runformat import layout
 
 __all__ = ["TITLE", "render", "has_traces"]
@@ -52,7 +53,7 @@ def _render_download(ctx: RunContext, path: Path) -> None:
     c1, c2 = st.columns([1, 3])
     if size <= _MAX_DOWNLOAD_BYTES:
         c1.download_button(
-            "Download raw trace", data=lambda: path.read_bytes(), file_name=path.name,
+            "Download raw trace", data=lambda: read_run_bytes(ctx.run.path, path), file_name=path.name,
             mime="application/gzip" if path.name.endswith(".gz") else "application/json",
             key=ctx.key(f"timeline_dl_{path.name}"), on_click="ignore",
         )
