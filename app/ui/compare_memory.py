@@ -152,7 +152,8 @@ def _snapshots_diff(cmp: Comparison) -> pd.DataFrame | None:
     if a is None or b is None or not a.snapshot_files or not b.snapshot_files:
         return None
 
-    return diff_largest_allocations(load_snapshot(a.snapshot_files[-1]), load_snapshot(b.snapshot_files[-1]))
+    return diff_largest_allocations(load_snapshot(a.snapshot_files[-1], folder=a.path),
+                                    load_snapshot(b.snapshot_files[-1], folder=b.path))
 
 
 def render_memory_tab(cmp: Comparison) -> None:

@@ -70,13 +70,14 @@ def cached_step_windows(run_dir: str | os.PathLike[str], index: int) -> pd.DataF
 
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)
-def _snapshot(path: str, sig: tuple[float, int]) -> dict[str, Any]:
-    return artifacts.load_snapshot(path)
+def _snapshot(path: str, folder: str, sig: tuple[float, int]) -> dict[str, Any]:
+    return artifacts.load_snapshot(path, folder=Path(folder))
 
 
-def cached_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A CUDA allocator snapshot, read with the restricted unpickler (treat as read-only)."""
-    return _snapshot(str(path), file_signature(path))
+def cached_snapshot(path: str | os.PathLike[str], run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A CUDA allocator snapshot of the run in ``run_dir``, read with the restricted unpickler
+    (treat as read-only); a link out of the run is refused (UnsafePath)."""
+    return _snapshot(str(path), str(run_dir), file_signature(path))
 
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner=False)
@@ -100,13 +101,14 @@ def cached_uploaded_categories(data: bytes, name: str) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=8, ttl=900, show_spinner=False)
-def _recorded_categories(path: str, mtime: float) -> pd.DataFrame:
-    return artifacts.load_memory_timeline_raw(path)
+def _recorded_categories(path: str, folder: str, mtime: float) -> pd.DataFrame:
+    return artifacts.load_memory_timeline_raw(path, folder=Path(folder))
 
 
-def cached_recorded_categories(path: str) -> pd.DataFrame:
-    """The raw ``export_memory_timeline`` records of a file the agent wrote into the run."""
-    return _recorded_categories(path, os.path.getmtime(path))
+def cached_recorded_categories(path: str, run_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """The raw ``export_memory_timeline`` records of a file the agent wrote into the run in
+    ``run_dir`` (a link out of the run is refused)."""
+    return _recorded_categories(path, str(run_dir), os.path.getmtime(path))
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner=False)

@@ -152,7 +152,7 @@ def _render_snapshot(ctx: RunContext) -> None:
         pos = st.selectbox("Snapshot", range(len(files)), index=len(files) - 1, key=ctx.key("memory_snapshot"),
                            format_func=lambda i: files[i].name)
     try:
-        snap = cached_snapshot(files[pos])
+        snap = cached_snapshot(files[pos], ctx.run_dir)
     except TorchscopeError as e:
         st.error(str(e))
         return
@@ -217,7 +217,7 @@ def _render_categories(ctx: RunContext) -> None:
         chosen = st.selectbox("Memory timeline (one per profiler window and rank)", names,
                               key=ctx.key("memory_categories_file")) if len(names) > 1 else names[0]
         source = chosen
-        raw = cached_recorded_categories(str(recorded[names.index(chosen)]))
+        raw = cached_recorded_categories(str(recorded[names.index(chosen)]), ctx.run_dir)
     else:
         upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
                                   key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
