@@ -91,7 +91,7 @@ def test_identical_code_is_same_and_a_large_change_is_judged(tmp_path: Path) -> 
     b = write_steps_run(tmp_path, "b", _series(0.105, n=400, seed=7))
     cmp = diff_sides(_side(a), _side(b))
     assert cmp.headline.ci95[0] > 1.0 and cmp.headline.verdict == "same"
-    assert any("within the 10% limit" in r for r in cmp.headline.reasons)
+    assert any(f"within the {compare_estimators.RUN_TO_RUN_MARGIN:.0%} limit" in r for r in cmp.headline.reasons)
     assert evaluate_gates(cmp, 0.0, None)[0] == []  # never fails a gate on run-to-run noise
     c = write_steps_run(tmp_path, "c", _series(0.126, n=400, seed=8))
     assert diff_sides(_side(a), _side(c)).headline.verdict == "slower"
@@ -131,13 +131,13 @@ def test_a_level_shift_in_a_short_run_does_not_hide_a_twofold_speedup(tmp_path: 
 
 def test_an_interval_too_wide_for_the_band_is_inconclusive_not_same(tmp_path: Path) -> None:
     # noisy 12-step runs of the same code: the interval holds 1 and also +-30 %; "same" would
-    # claim the change is within 10 %, which these steps cannot show
+    # claim the change is within the run-to-run margin, which these steps cannot show
     a = write_steps_run(tmp_path, "a", _series(0.1, n=12, sigma=0.35, seed=21))
     b = write_steps_run(tmp_path, "b", _series(0.1, n=12, sigma=0.35, seed=22))
     o = CompareOptions(warmup_steps=0)
     h = diff_sides(_side(a), _side(b), o).headline
     lo, hi = h.ci95
-    assert lo < 1.0 < hi and max(hi, 1 / lo) > 1.1
+    assert lo < 1.0 < hi and max(hi, 1 / lo) - 1 > compare_estimators.RUN_TO_RUN_MARGIN
     assert h.verdict == "inconclusive" and any("too wide" in r for r in h.reasons), h.reasons
     assert diff_sides(_side(b), _side(a), o).headline.verdict == "inconclusive"
     # the same code with steadier steps: the interval fits in the band, and it is "same"
@@ -265,7 +265,7 @@ def test_group_sides_use_replicates_and_the_hierarchical_interval(tmp_path: Path
     # a 6 % change with small run-to-run spread: judged with replicates (2 % threshold) ...
     assert h.verdict == "faster" and h.ci95[1] < 1.0
     assert cmp.step_sets["headline"].baseline == 3 * 45  # kept steps of every run (5 warm-up each)
-    # ... while one run per side would stay within the 10 % run-to-run margin
+    # ... while one run per side would stay within the run-to-run margin
     single = diff_sides(CompareSide(label="b0", path=a.path, kind=SideKind.RUN, run=a.replicates[1]),
                         CompareSide(label="o0", path=b.path, kind=SideKind.RUN, run=b.replicates[1]))
     assert single.headline.verdict == "same"
