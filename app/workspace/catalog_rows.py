@@ -94,6 +94,7 @@ def load_run_row(
     """
     run_dir = Path(run_dir)
     manifest = rf.read_manifest(run_dir)
+    rf.remove_orphaned_temp_files(run_dir, manifest)  # left by a SIGKILLed launcher; no writer is left
     metrics = rf.read_samples(run_dir / layout.METRICS)
     system = rf.read_samples(run_dir / layout.SYSTEM)
     row = row_from_records(

@@ -48,6 +48,7 @@ from .writer import (
     create_run,
     new_run_id,
     release_status_space,
+    remove_orphaned_temp_files,
     remove_temp_files,
     reserve_status_space,
     update_manifest,
@@ -94,6 +95,7 @@ __all__ = [
     "add_artifact",
     "reserve_status_space",
     "release_status_space",
+    "remove_orphaned_temp_files",
     "remove_temp_files",
     "update_manifest_final",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .schema import Manifest
 
-__all__ = ["PID_START_FIELD", "process_start_ticks", "recorded_process_gone"]
+__all__ = ["PID_START_FIELD", "pid_alive", "process_start_ticks", "recorded_process_gone"]
 
 PID_START_FIELD = "pid_start_ticks"  # run.json: /proc/<pid>/stat start time of ``pid`` (clock ticks since boot)
 
@@ -28,7 +28,7 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -53,7 +53,7 @@ def recorded_process_gone(manifest: Manifest) -> bool | None:
     pid = manifest.pid
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or manifest.host != platform.node():
         return None
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return True
     recorded = manifest.extra.get(PID_START_FIELD)
     if isinstance(recorded, int) and not isinstance(recorded, bool):

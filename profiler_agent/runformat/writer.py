@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from . import layout
 from .errors import CorruptFileError, NotARunError
-from .liveness import PID_START_FIELD, process_start_ticks
+from .liveness import PID_START_FIELD, pid_alive, process_start_ticks, recorded_process_gone
 from .schema import Artifact, Manifest, RunStatus, manifest_from_dict, manifest_to_dict
 
 try:  # POSIX only; on other systems updates are atomic but unlocked.
@@ -42,6 +42,8 @@ __all__ = [
     "release_status_space",
     "update_manifest_final",
     "remove_temp_files",
+    "remove_orphaned_temp_files",
+    "ORPHAN_TEMP_AGE_S",
 ]
 
 
@@ -266,10 +268,10 @@ def update_manifest_final(
         release_status_space(run_dir)
 
 
-def remove_temp_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+def remove_temp_files(run_dir: str | os.PathLike[str], *, older_than: float | None = None) -> list[Path]:
     """Remove writers' temporary files (``layout.is_temp_file``) from the run folder and its artifact
     folders, not from the readers' cache; returns what was removed. Call it only when no writer of
-    the run is left (the job has ended)."""
+    the run is left (the job has ended). ``older_than``: only files last modified before that time."""
     run_dir = Path(run_dir)
     removed: list[Path] = []
     folders = [run_dir, *(run_dir / d for d in (layout.TRACES_DIR, layout.MEMORY_DIR, layout.GRAPH_DIR,
@@ -282,9 +284,33 @@ def remove_temp_files(run_dir: str | os.PathLike[str]) -> list[Path]:
         for entry in entries:
             if layout.is_temp_file(entry.name) and not entry.is_symlink() and entry.is_file():
                 with contextlib.suppress(OSError):
+                    if older_than is not None and entry.stat().st_mtime >= older_than:
+                        continue
                     entry.unlink()
                     removed.append(entry)
     return removed
+
+
+# A temporary file of a dead run is left this long before a reader removes it (a job told to stop
+# by its launcher's death still flushes for a few seconds).
+ORPHAN_TEMP_AGE_S = 120.0
+
+
+def remove_orphaned_temp_files(run_dir: str | os.PathLike[str], manifest: Manifest, *,
+                               now: float | None = None) -> list[Path]:
+    """Remove the temporary files a SIGKILLed launcher left behind, once nothing can write them.
+
+    Only for a run still recorded as running whose launcher is known gone on this host
+    (``liveness.recorded_process_gone``), whose job process (run.json ``job_pid``) is gone too,
+    and only files older than ``ORPHAN_TEMP_AGE_S``. Readers ignore such files anyway; this keeps
+    them from piling up (the catalog calls it when it lists a run). Returns what was removed.
+    """
+    if manifest.status is not RunStatus.RUNNING or recorded_process_gone(manifest) is not True:
+        return []
+    job = manifest.extra.get("job_pid")
+    if isinstance(job, int) and not isinstance(job, bool) and job > 0 and pid_alive(job):
+        return []
+    return remove_temp_files(run_dir, older_than=(time.time() if now is None else now) - ORPHAN_TEMP_AGE_S)
 
 
 def write_manifest(run_dir: str | os.PathLike[str], manifest: Manifest) -> None:
