@@ -69,7 +69,11 @@ def test_a_lost_dataloader_worker_fails_the_run_with_the_jobs_code(tmp_path: Pat
                 return torch.randn(16), i % 4
     """).replace("\n", "\n    "), batches="torch.utils.data.DataLoader(Data(), batch_size=8, num_workers=1)")
     res, run_dir = _wrapped(tmp_path / "runs", script)
-    assert res.returncode == 1 and "DataLoader worker" in res.stderr, res.stderr
+    # torch reports the lost worker in one of two ways, by a race: its own "DataLoader worker
+    # (pid N) is killed" error, or a ConnectionResetError while it fetches the dead worker's
+    # shared-memory tensor. Either way the job fails with exit code 1, as it would unwrapped.
+    assert res.returncode == 1, res.stderr
+    assert "DataLoader worker" in res.stderr or "ConnectionResetError" in res.stderr, res.stderr
     m = read_manifest(run_dir)
     assert m.status is RunStatus.FAILED and m.exit_code == 1
     assert read_jsonl(run_dir / layout.METRICS).records  # the steps before the loss are kept
