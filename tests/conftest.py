@@ -21,6 +21,7 @@ import pytest
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from tests import process_tree
+from tests.faults import summary as fault_summary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -258,3 +259,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     process_tree.kill_strays(strays)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- The fault suite's tally, for every test marked fault("class") (tests/faults/summary.py) -----
+
+pytest_runtest_makereport = fault_summary.pytest_runtest_makereport
+pytest_terminal_summary = fault_summary.pytest_terminal_summary

@@ -115,6 +115,7 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
         pytest.skip(f"the sample comparison was not judged faster on this run: {shown[:300]}")
 
 
+@pytest.mark.fault("XSS payload")
 def test_hostile_run_names_stay_text(monkeypatch, make_run) -> None:
     evil = "[click](http://evil.example) <img src=x onerror=alert(1)>"
     base = make_run("base", step_time_s=0.05)

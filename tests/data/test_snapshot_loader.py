@@ -42,6 +42,7 @@ def test_fixture_loads_as_plain_data() -> None:
     assert snap["segments"][0]["segment_pool_id"] == (0, 0)  # tuples are plain data
 
 
+@pytest.mark.fault("hostile pickle")
 def test_hostile_pickle_is_refused_and_not_executed(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     path = tmp_path / "rank0.1.snapshot.pickle"
@@ -55,6 +56,7 @@ def test_hostile_pickle_is_refused_and_not_executed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 5])
+@pytest.mark.fault("hostile pickle")
 def test_any_class_is_refused_whatever_the_protocol(tmp_path: Path, protocol: int) -> None:
     path = tmp_path / "s.snapshot.pickle"
     path.write_bytes(pickle.dumps({"segments": [Path("/x")]}, protocol=protocol))

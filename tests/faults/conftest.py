@@ -1,58 +1,14 @@
-"""The fault and hostile-input suite: every test here is marked ``@pytest.mark.fault("class")``.
-
-At the end of the session a summary table (fault class, cases, outcomes) is printed in the
-terminal summary and written to ``test-output/faults_summary.md``, so a reader of CI's output
-sees at once which classes of faults and bad input are covered and how they came out.
-docs/faults.md says what the product promises under each class.
-"""
+"""The fault and hostile-input suite: every test here is marked ``@pytest.mark.fault("class")``
+(the tally and its summary table are in tests/faults/summary.py, installed by tests/conftest.py
+for the whole session, so fault cases elsewhere count too)."""
 from __future__ import annotations
-
-from collections import defaultdict
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-_OUTCOMES: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-SUMMARY = Path(__file__).resolve().parents[2] / "test-output" / "faults_summary.md"
-
-
-def fault_class(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("fault")
-    return str(marker.args[0]) if marker and marker.args else None
+from tests.faults.summary import fault_class
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/faults/" in item.nodeid.replace("\\", "/") and fault_class(item) is None:
             raise pytest.UsageError(f"{item.nodeid}: tests in tests/faults need @pytest.mark.fault('class')")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
-    outcome = yield
-    report = outcome.get_result()
-    cls = fault_class(item)
-    if cls is None:
-        return
-    if report.when == "call" or (report.when == "setup" and not report.passed):
-        _OUTCOMES[cls][report.outcome] += 1
-
-
-def summary_table() -> str:
-    rows = ["| fault class | cases | passed | failed | skipped |", "| --- | --- | --- | --- | --- |"]
-    for cls in sorted(_OUTCOMES):
-        c = _OUTCOMES[cls]
-        total = sum(c.values())
-        rows.append(f"| {cls} | {total} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('skipped', 0)} |")
-    return "\n".join(rows)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _OUTCOMES:
-        return
-    table = summary_table()
-    terminalreporter.write_sep("=", "fault and hostile-input suite")
-    terminalreporter.write_line(table)
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    SUMMARY.write_text("# Fault and hostile-input suite\n\n" + table + "\n", encoding="utf-8")

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults import conftest
+from tests.faults import summary
 
 
 @pytest.mark.fault("suite bookkeeping")
 def test_the_summary_table_lists_each_class_with_its_counts() -> None:
-    conftest._OUTCOMES["example class"]["passed"] += 2
-    conftest._OUTCOMES["example class"]["failed"] += 1
+    summary._OUTCOMES["example class"]["passed"] += 2
+    summary._OUTCOMES["example class"]["failed"] += 1
     try:
-        table = conftest.summary_table()
+        table = summary.summary_table()
         assert "| example class | 3 | 2 | 1 | 0 |" in table
     finally:
-        del conftest._OUTCOMES["example class"]
+        del summary._OUTCOMES["example class"]
