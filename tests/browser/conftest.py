@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -18,6 +16,7 @@ import pytest
 
 from profiler_agent.runformat import layout
 from tests.browser.hostile import write_hostile_run, write_planted_run
+from tests.servers import wait_healthy
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = PROJECT_ROOT / "test-output" / "screenshots"
@@ -69,20 +68,11 @@ def start_server(root: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = home / "streamlit.log"
     with open(log, "wb") as out:
         proc = _popen_server(port, env, out)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            stop_server(proc)
-            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
+    why = wait_healthy(proc, port, 90)
+    if why is None:
+        return proc, f"http://127.0.0.1:{port}"
     stop_server(proc)
-    raise RuntimeError("streamlit did not become healthy in 90 s:\n" + log.read_text(errors="replace")[-3000:])
+    raise RuntimeError(f"streamlit {why}:\n{log.read_text(errors='replace')[-3000:]}")
 
 
 def _popen_server(port: int, env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:

@@ -15,6 +15,7 @@ import pytest
 from app.cli import build_parser
 from app.cli.ui_cmd import APP_SCRIPT, build_command
 from profiler_agent.runformat import layout
+from tests.servers import wait_healthy
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -66,16 +67,9 @@ def test_ui_serves_the_app(fixture_store, tmp_path, browser):
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.fail("torchscope ui did not come up in 60 s")
+        why = wait_healthy(proc, port, 60)
+        if why is not None:
+            pytest.fail(f"torchscope ui {why}")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
             assert r.status == 200
         if browser:

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from app.cli import build_parser
 from app.cli.ui_cmd import public_bind_warning, server_urls
 from tests.process_tree import descendants
+from tests.servers import wait_healthy
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,16 +69,9 @@ def _start_ui(store: Path, home: Path, *argv: str) -> tuple[subprocess.Popen[byt
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        assert proc.poll() is None, log.read_text()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.3)
-    pytest.fail("torchscope ui did not come up in 90 s:\n" + log.read_text())
+    why = wait_healthy(proc, port, 90)
+    if why is not None:
+        pytest.fail(f"torchscope ui {why}:\n" + log.read_text())
 
 
 def _stop_all(proc: subprocess.Popen[bytes], pids: list[int]) -> None:
