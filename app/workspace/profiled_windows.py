@@ -22,7 +22,13 @@ from app.data.trace import TraceTables
 from app.workspace.traces import analyze_trace_set
 from profiler_agent import runformat as rf
 
-__all__ = ["read_run_windows", "analyze_run_traces"]
+__all__ = ["manifest_windows", "read_run_windows", "analyze_run_traces"]
+
+
+def manifest_windows(manifest: rf.Manifest) -> tuple[ProfiledWindow, ...]:
+    """The profiler windows with their reasons recorded in ``manifest`` (``profiler.windows``)."""
+    extra = manifest.extra
+    return windows_from_profiler(extra.get("profiler") if isinstance(extra, dict) else None)
 
 
 def read_run_windows(path: str | os.PathLike[str]) -> tuple[ProfiledWindow, ...]:
@@ -31,10 +37,9 @@ def read_run_windows(path: str | os.PathLike[str]) -> tuple[ProfiledWindow, ...]
     if not Path(path).is_dir() or not rf.is_run_dir(path):
         return ()
     try:
-        extra = rf.read_manifest(path).extra
+        return manifest_windows(rf.read_manifest(path))
     except rf.RunFormatError:
         return ()
-    return windows_from_profiler(extra.get("profiler") if isinstance(extra, dict) else None)
 
 
 def analyze_run_traces(traces: Sequence[TraceTables], windows: Sequence[ProfiledWindow], *,

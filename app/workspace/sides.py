@@ -15,12 +15,13 @@ from typing import Any
 
 from app.analysis.compare.side import CompareSide, SideKind
 from app.analysis.trace.summary import TraceAnalysis
-from app.analysis.trace.windows import ProfiledWindow, windows_from_profiler
+from app.analysis.trace.windows import ProfiledWindow
 from app.data.runs import RunData, load_module_tree, load_run
 from app.data.trace import TraceTables
 from app.errors import TraceError, UsageError
 from app.workspace import refs
 from app.workspace.memory import try_load_category_peaks
+from app.workspace.profiled_windows import manifest_windows
 from app.workspace.traces import analyze_trace_set, load_and_analyze, load_trace_files
 from profiler_agent import runformat as rf
 
@@ -41,8 +42,7 @@ def analyze_side_traces(path: str | os.PathLike[str]) -> tuple[tuple[TraceTables
 
 def run_windows(run: RunData) -> tuple[ProfiledWindow, ...]:
     """The run's profiler windows with their reasons (the manifest's ``profiler.windows``)."""
-    extra = run.manifest.extra
-    return windows_from_profiler(extra.get("profiler") if isinstance(extra, dict) else None)
+    return manifest_windows(run.manifest)
 
 
 def side_from_run(
