@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from . import procfs
+
 __all__ = ["JobCpu", "StepCpu", "read_proc_stat", "job_root_pid"]
 
 _PROC_STAT = "/proc/stat"
@@ -45,11 +47,7 @@ class CpuTimes(NamedTuple):  # tuples, not frozen dataclasses: built twice per s
     steal_s: float | None  # None where the kernel does not report it
 
 
-def _ticks() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return 100.0
+_ticks = procfs.ticks
 
 
 def read_proc_stat(fd: int, tick: float) -> CpuTimes | None:
@@ -93,27 +91,12 @@ def job_root_pid(owner_pid: int | None) -> int:
     return me
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2:].split()  # fields from the 3rd (state) on
+_stat_fields = procfs.stat_fields
 
 
 def _parent_of(pid: int) -> int | None:
     fields = _stat_fields(pid)
-    return int(fields[1]) if fields and len(fields) > 1 else None
-
-
-def _main_thread_children(pid: int) -> list[int]:
-    # Needs CONFIG_PROC_CHILDREN (most distributions); children forked by other threads wait for the rescan.
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(x) for x in f.read().split()]
-    except (OSError, ValueError):
-        return []
+    return int(fields[1]) if fields and len(fields) > 1 else None  # ppid
 
 
 class JobCpu:
@@ -136,7 +119,7 @@ class JobCpu:
 
     def sample(self, *, rescan: bool = True) -> None:
         """Read the job tree's CPU now; never raises. ``rescan=False``: follow /proc's children
-        links only, never the full scan (psutil, ~50 ms with its import: not on the job's thread)."""
+        links only, never the full scan of /proc (milliseconds on a busy host: not on the job's thread)."""
         with self._lock, contextlib.suppress(Exception):
             now = time.perf_counter()
             total = 0.0
@@ -172,18 +155,20 @@ class JobCpu:
             if pid in seen:
                 continue
             seen.add(pid)
-            stack.extend(_main_thread_children(pid))
+            stack.extend(procfs.main_thread_children(pid))
         return seen
 
 
 def _scan_descendants(root: int) -> list[int]:
-    try:
+    if procfs.available():
+        return procfs.scan_descendants(root)
+    try:  # pragma: no cover - off Linux there is no /proc stat to read either
         import psutil
     except ImportError:  # pragma: no cover - psutil is a dependency of torchscope
         return []
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):  # pragma: no cover
         return [p.pid for p in psutil.Process(root).children(recursive=True)]
-    return []
+    return []  # pragma: no cover
 
 
 class _Reading(NamedTuple):

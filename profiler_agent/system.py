@@ -17,11 +17,13 @@ from typing import Any
 
 import torch
 
+from . import procfs
 from .contention import JobCpu
 from .failures import FailureLog
 from .runformat import JsonlWriter, layout
 
-# psutil costs ~9 ms to import: the sampler thread loads it (_load_psutil), off the job's start-up path.
+# Off Linux the figures come from psutil (~9 ms to import), loaded by the sampler thread
+# (_load_psutil), off the job's start-up path. On Linux they come from /proc (procfs).
 psutil: Any = None
 
 __all__ = ["SystemSampler", "read_system_sample"]
@@ -40,11 +42,58 @@ def _load_psutil() -> bool:
 
 
 class _ProcessTree:
-    """Keeps psutil.Process objects alive between samples: cpu_percent needs the previous reading.
+    """This process and its descendants (DataLoader workers), read from /proc between samples.
 
-    Finding children scans all of /proc (milliseconds of CPU on a busy host), so the list of
-    children is refreshed only every ``rescan_s`` seconds; known children are sampled each time.
+    CPU % needs the previous reading of each process, so the readings are kept. Finding
+    descendants scans all of /proc (milliseconds of CPU on a busy host), so the list is refreshed
+    only every ``rescan_s`` seconds; known children are sampled each time.
     """
+
+    def __init__(self, rescan_s: float = 10.0) -> None:
+        self.rescan_s = rescan_s
+        self.last_scan = float("-inf")
+        self.me = os.getpid()
+        self.cpu = procfs.ProcessCpu()
+        self.machine = procfs.MachineCpu()
+        self.cpu.sample(self.me)  # the first reading of each counter is meaningless (0.0)
+        self.machine.percent()
+        self.children: list[int] = []
+
+    def sample(self) -> dict[str, Any]:
+        cpu, rss = self.cpu.sample(self.me) or (0.0, 0)
+        if time.monotonic() - self.last_scan >= self.rescan_s:
+            self.last_scan = time.monotonic()
+            self.children = procfs.scan_descendants(self.me)
+        child_cpu = 0.0
+        child_rss = 0
+        alive: list[int] = []
+        for pid in self.children:
+            reading = self.cpu.sample(pid)
+            if reading is None:
+                continue
+            child_cpu += reading[0]
+            child_rss += reading[1]
+            alive.append(pid)
+        self.children = alive
+        self.cpu.forget_except({self.me, *alive})
+        out: dict[str, Any] = {
+            "cpu_percent": round(cpu, 1),
+            "rss_bytes": rss,
+            "children": len(alive),
+            "children_cpu_percent": round(child_cpu, 1),
+            "children_rss_bytes": child_rss,
+        }
+        machine_cpu = self.machine.percent()
+        if machine_cpu is not None:
+            out["system_cpu_percent"] = machine_cpu
+        used = procfs.machine_memory_used()
+        if used is not None:
+            out["system_memory_used_bytes"] = used
+        return out
+
+
+class _PsutilTree:  # pragma: no cover - off Linux
+    """The same figures through psutil where there is no /proc."""
 
     def __init__(self, rescan_s: float = 10.0) -> None:
         self.rescan_s = rescan_s
@@ -52,7 +101,7 @@ class _ProcessTree:
         self.me = psutil.Process(os.getpid())
         self.me.cpu_percent(None)
         psutil.cpu_percent(None)  # the first reading of each counter is meaningless (0.0)
-        self.children: dict[int, psutil.Process] = {}
+        self.children: dict[int, Any] = {}
 
     def sample(self) -> dict[str, Any]:
         with self.me.oneshot():
@@ -60,7 +109,7 @@ class _ProcessTree:
             rss = self.me.memory_info().rss
         child_cpu = 0.0
         child_rss = 0
-        alive: dict[int, psutil.Process] = {}
+        alive: dict[int, Any] = {}
         candidates = list(self.children.values())
         if time.monotonic() - self.last_scan >= self.rescan_s:
             self.last_scan = time.monotonic()
@@ -85,11 +134,18 @@ class _ProcessTree:
         }
 
 
-def read_system_sample(tree: _ProcessTree | None = None) -> dict[str, Any]:
+def _new_tree() -> _ProcessTree | _PsutilTree | None:
+    if procfs.available():
+        return _ProcessTree()
+    return _PsutilTree() if _load_psutil() else None  # pragma: no cover - off Linux
+
+
+def read_system_sample(tree: _ProcessTree | _PsutilTree | None = None) -> dict[str, Any]:
     """Return one sample (CPU, RSS, GPU) of this process; a helper for tests and the API."""
     sample: dict[str, Any] = {}
-    if _load_psutil():
-        sample.update((tree or _ProcessTree()).sample())
+    tree = tree or _new_tree()
+    if tree is not None:
+        sample.update(tree.sample())
     sample.update(_cuda_sample())
     return sample
 
@@ -142,7 +198,7 @@ class SystemSampler:
     def _loop(self) -> None:
         writer: JsonlWriter | None = None
         try:
-            tree = _ProcessTree() if _load_psutil() else None
+            tree = _new_tree()
             writer = JsonlWriter(self._path)
             while not self._stop.wait(self._interval):
                 if self._job_cpu is not None:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from app.analysis.trace.step_window import evaluation_steps as _logged_evaluation_steps
 from app.analysis.trace.step_window import typical_steps
+from app.analysis.trace.windows import anomaly_step_numbers
 from app.presentation.units import format_percent
 
 from .model import MissingEvidence, RunEvidence, Severity, Weight
@@ -184,15 +185,16 @@ def evaluation_step_numbers(ev: RunEvidence) -> set[int]:
 
 def training_steps(ev: RunEvidence, steps: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``steps`` that stand for a training step: evaluation steps (see
-    evaluation_step_numbers) left out while others remain; for a bare trace, typical_steps's
-    outliers (steps > 2× the median) left out."""
+    evaluation_step_numbers) and steps only an anomaly-triggered window recorded (they were
+    profiled because they were slow) left out while others remain; for a bare trace,
+    typical_steps's outliers (steps > 2× the median) left out."""
     if len(steps) == 0 or "step" not in steps.columns:
         return steps
     if not ev.has_run:
         return typical_steps(steps, None).steps
-    evals = evaluation_step_numbers(ev)
+    untypical = evaluation_step_numbers(ev) | anomaly_step_numbers(ev.windows)
     numbers = pd.to_numeric(steps["step"], errors="coerce")
-    kept = steps[~numbers.isin(evals)]
+    kept = steps[~numbers.isin(untypical)]
     return kept if len(kept) else steps
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.analysis.trace.summary import TraceAnalysis, analyze_traces
+from app.analysis.trace.windows import windows_from_profiler
 from app.data.runs import RunData
 from app.data.trace import TraceTables
 
@@ -48,4 +49,5 @@ def evidence_from_run(run: RunData, *, traces: Sequence[TraceTables] = (), analy
         world_size=m.world_size, metrics=run.metrics, system=run.system, traces=tuple(traces),
         analysis=analysis, module_tree=module_tree, problems=tuple(found),
         threads=dict(m.extra.get("threads") or {}) if isinstance(m.extra.get("threads"), dict) else {},
+        windows=windows_from_profiler(m.extra.get("profiler")),
     )

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.trace.summary import TraceAnalysis
+from app.analysis.trace.windows import ProfiledWindow
 from app.data.trace import TraceTables
 
 __all__ = ["Severity", "Finding", "Weight", "RunEvidence", "MissingEvidence", "Advice", "SEVERITY_ORDER"]
@@ -169,6 +170,9 @@ class RunEvidence:
     # The manifest's ``threads``: intra_op, inter_op, cpu_count, affinity_cpus (docs/run-format.md).
     threads: Mapping[str, Any] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    # The manifest's profiler windows with their reasons; steps only anomaly windows recorded are
+    # not typical training steps (common.training_steps leaves them out).
+    windows: tuple[ProfiledWindow, ...] = ()
 
     @cached_property
     def steps(self) -> pd.DataFrame:

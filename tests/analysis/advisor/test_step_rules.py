@@ -2,6 +2,8 @@
 stragglers, CPU threads — each fires on a run with the problem and stays silent on one without."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -12,6 +14,7 @@ from app.analysis.advisor.launch import launch_bound
 from app.analysis.advisor.optimizer import optimizer_expensive
 from app.analysis.advisor.threads import cpu_threads
 from app.analysis.advisor.utilization import low_device_utilization
+from app.analysis.trace.windows import ANOMALY, ProfiledWindow
 from tests.analysis.advisor.factory import events, evidence, kernel_step, metrics, steps, trace
 
 
@@ -159,3 +162,16 @@ def test_data_loading_step_leaves_out_a_profiled_evaluation_step():
     assert f.evidence["step_ms"] == pytest.approx(10.0)
     assert f.evidence["dataloader_share"] == pytest.approx(0.3)
     assert "out of 10.00 ms" in f.explanation
+
+
+def test_data_loading_step_leaves_out_steps_only_an_anomaly_window_recorded():
+    # Steps 2 and 3 were profiled because they were slow (an anomaly window): they are not the
+    # typical training step "out of X ms" describes. A step an early window also recorded stays.
+    st = steps(dataloader=3000)
+    st.loc[st["step"].isin([2, 3]), ["duration_us", "cpu_exec_us"]] = [100_000.0, 97_000.0]
+    m = pd.DataFrame({"step": [0, 1, 2, 3], "rank": 0, "step_time_s": [0.01, 0.01, 0.1, 0.1]})
+    windows = (ProfiledWindow("early", (0, 1)), ProfiledWindow(ANOMALY, (2, 3), detail="3.1x"))
+    [f] = data_loading_bound(replace(evidence(steps_df=st, metrics_df=m), windows=windows))
+    assert f.evidence["step_ms"] == pytest.approx(10.0)
+    without = data_loading_bound(evidence(steps_df=st, metrics_df=m))
+    assert without and without[0].evidence["step_ms"] > 10.0  # the test can fail: slow steps counted
