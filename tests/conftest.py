@@ -264,4 +264,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # --- The fault suite's tally, for every test marked fault("class") (tests/faults/summary.py) -----
 
 pytest_runtest_makereport = fault_summary.pytest_runtest_makereport
+pytest_runtest_logreport = fault_summary.pytest_runtest_logreport
 pytest_terminal_summary = fault_summary.pytest_terminal_summary

@@ -27,12 +27,19 @@ def fault_class(item: pytest.Item) -> str | None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     outcome = yield
-    report = outcome.get_result()
     cls = fault_class(item)
+    if cls is not None:  # travels with the report, so an xdist controller sees it too
+        outcome.get_result().user_properties.append(("fault class", cls))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Count a case once: where the tests run serially, and on xdist's controller (which replays
+    each worker's reports; the workers' own counts are never printed)."""
+    cls = next((v for k, v in report.user_properties if k == "fault class"), None)
     if cls is None:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        _OUTCOMES[cls][report.outcome] += 1
+        _OUTCOMES[str(cls)][report.outcome] += 1
 
 
 def summary_table() -> str:
