@@ -25,7 +25,7 @@ def progress_step_time(run_dir: Path) -> float | None:
     """A quick median step time of a run just recorded, for a progress line only (a verdict uses
     the comparison's own step sets): rank 0, no profiled or evaluation steps, the first step
     (one-off costs) left out; None without step times."""
-    times = [r["step_time_s"] for r in rf.read_jsonl(run_dir / layout.METRICS).records
+    times = [r["step_time_s"] for r in rf.read_samples(run_dir / layout.METRICS).records
              if isinstance(r.get("step_time_s"), (int, float)) and r.get("rank", 0) == 0
              and not r.get("profiled") and not r.get("evaluation")]
     return float(np.median(times[1:] or times)) if times else None

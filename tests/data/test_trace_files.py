@@ -55,7 +55,7 @@ def test_chrome_array_form_is_a_trace(tmp_path):
         ("foo.json", b'{"foo": 1}', 'without a "traceEvents" list (keys: foo)'),
         ("bad.json", b'{"traceEvents": [{"name": "x", "ph": "X", ts: 1}]}', "invalid JSON"),
         ("empty.json", b"", "the file is empty"),
-        ("empty.json.gz", gzip.compress(b""), "the file is empty"),
+        ("empty.json.gz", gzip.compress(b"", mtime=0), "the file is empty"),
         ("spaces.json", b"  \n ", "the file is empty"),
         ("mem.json", b"[[-1, 1, 4096, 0], [10, 2, 512, 3]]", "memory timeline"),
         ("list.json", b"[1, 2, 3]", "not a list of trace events"),
