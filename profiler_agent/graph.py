@@ -34,7 +34,7 @@ __all__ = ["compute_module_flops", "describe_module_tree", "make_backward_dot", 
            "write_backward_graph", "write_module_tree"]
 
 MODULE_TREE_FORMAT = 1
-GRAPH_SVG_SKIPPED = "graph_svg_skipped"  # run.json: why graph/backward.svg is missing
+GRAPH_SVG_SKIPPED = layout.GRAPH_SVG_SKIPPED  # run.json: why graph/backward.svg is missing
 
 
 def compute_module_flops(module: torch.nn.Module, output_shape: tuple[int, ...] | None) -> int:

@@ -65,6 +65,7 @@ TRACEBACK_LOG = f"{LOGS_DIR}/traceback.txt"
 GRAPH_DOT = f"{GRAPH_DIR}/backward.dot"
 GRAPH_SVG = f"{GRAPH_DIR}/backward.svg"
 MODULE_TREE = f"{GRAPH_DIR}/modules.json"
+GRAPH_SVG_SKIPPED = "graph_svg_skipped"  # run.json key: why graph/backward.svg is missing
 
 # Space the launcher sets aside at the start so that the final status fits on a full disk.
 STATUS_RESERVE = ".status-reserve"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from profiler_agent.runformat import layout
+from profiler_agent.runformat import layout, update_manifest
 from tests.app.helpers import texts
 
 SNAPSHOT = Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle"
@@ -276,6 +276,16 @@ def test_graph_dot_only_uses_graphviz_chart(graph_run) -> None:  # noqa: ANN001
     at = open_tab(graph_run, "graph")
     assert_ok(at)
     assert at.get("graphviz_chart")
+    assert "No SVG picture" not in texts(at.caption)  # the manifest gives no reason: nothing claimed
+
+
+def test_graph_says_why_the_svg_is_missing(graph_run) -> None:  # noqa: ANN001
+    (graph_run / layout.GRAPH_SVG).unlink(missing_ok=True)
+    reason = "graphviz's `dot` was not found on PATH: the graph is kept as DOT only"
+    update_manifest(graph_run, lambda m: m.replace(extra={**m.extra, layout.GRAPH_SVG_SKIPPED: reason}))
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    assert f"No SVG picture: {reason}" in texts(at.caption)
 
 
 def test_graph_without_artifacts_explains(make_run) -> None:  # noqa: ANN001

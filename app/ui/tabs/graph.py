@@ -12,6 +12,7 @@ from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree
 from app.ui.tabs import RunContext
 from app.workspace.artifacts import read_run_bytes, read_run_text
+from profiler_agent.runformat import layout
 
 __all__ = ["TITLE", "render", "MAX_DRAWN_NODES", "format_flops", "graph_height_px"]
 
@@ -98,6 +99,9 @@ def _render_graph(ctx: RunContext) -> None:
     if dot_path is None and svg_path is None:
         st.info(_NO_GRAPH_HELP)
         return
+    skipped = ctx.run.manifest.extra.get(layout.GRAPH_SVG_SKIPPED)
+    if svg_path is None and isinstance(skipped, str):
+        st.caption(f"No SVG picture: {skipped}. Install graphviz (`apt-get install graphviz`) for the next run.")
     dot = _read_text(ctx, dot_path) if dot_path is not None else None
     svg = _read_text(ctx, svg_path) if svg_path is not None else None
     size = compute_graph_size(dot) if dot is not None else None
