@@ -235,7 +235,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[process_tree.SESSION_ENV] = f"{os.getpid()}-{time.time_ns()}"
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)  # after session fixtures and xdist have stopped their processes
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the session (exit status 1) when processes it started are still running, naming them;
     then kill them, so that they do not outlive it either way."""
