@@ -21,6 +21,7 @@ import pandas as pd
 from app.analysis.trace.categories import (
     ANNOTATION_CATS,
     COMM_OP_NAMES,
+    DEVICE_CATEGORIES,
     OP_CATS,
     cat_in,
     communication_kernel_mask,
@@ -28,7 +29,8 @@ from app.analysis.trace.categories import (
 )
 from app.analysis.trace.distributed import compute_overlap
 from app.analysis.trace.intervals import event_spans
-from app.analysis.trace.steps import compute_steps
+from app.analysis.trace.step_spans import find_steps
+from app.analysis.trace.step_views import device_view
 from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["CollectiveArrival", "StepTimes", "RankStepSummary", "COLLECTIVE_COLUMNS", "compute_collective_table",
@@ -164,10 +166,15 @@ def summaries_from_tables(steps: pd.DataFrame, overlap: pd.DataFrame,
 
 def summarize_rank(trace: TraceTables) -> RankStepSummary | None:
     """The RankStepSummary of one rank's trace (what a parallel-ingest worker sends back), or
-    None when the trace has no step."""
-    steps = compute_steps([trace])
-    if steps.empty:
+    None when the trace has no step. The same as summaries_from_tables over analyze's tables,
+    without the training-loop view, which the summary does not use."""
+    spans = find_steps(trace.events)
+    if len(spans.steps) == 0:
         return None
+    dv = device_view(trace.events, spans)
+    steps = pd.DataFrame({"rank": int(trace.rank), "step": spans.steps.astype(int), "start_us": spans.start,
+                          "end_us": spans.end, "duration_us": spans.end - spans.start}
+                         | {f"{c}_us": dv[c] for c in DEVICE_CATEGORIES})
     got = summaries_from_tables(steps, compute_overlap([trace], steps), compute_collective_table([trace], steps))
     return got[int(trace.rank)]
 

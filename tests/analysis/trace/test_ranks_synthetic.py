@@ -65,3 +65,19 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         write_rank_set(tmp_path, 4, slow_rank=4)
     with pytest.raises(ValueError, match="cause 'disk'"):
         write_rank_set(tmp_path, 4, slow_rank=0, cause="disk")
+
+
+def test_diff_names_the_change_in_stragglers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from app.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_rank_set(a, 4, slow_rank=1, steps=3, kernels_per_step=3, seed=4)
+    write_rank_set(b, 4, slow_rank=3, steps=3, kernels_per_step=3, seed=5)
+    main(["diff", str(a), str(b), "--json", "--no-advice", "--resamples", "1000"])
+    change = json.loads(capsys.readouterr().out)["stragglers"]
+    assert change["change"] == "moved"
+    assert change["baseline"]["rank"] == 1 and change["candidate"]["rank"] == 3
+    assert change["candidate"]["cause"] == "compute"
+    assert {r["rank"] for r in change["ranks"][:2]} == {1, 3}
