@@ -124,7 +124,8 @@ def straggler_change_sentence(change: Mapping[str, Any], baseline: str = "baseli
 def comparison_stragglers(cmp: Comparison) -> dict[str, Any] | None:
     """``diff_stragglers`` of the two sides' rank summaries, or None when neither side's traces
     hold two ranks (the ``stragglers`` part of ``diff --json``, the Compare page's sentence)."""
-    rows = [side.analysis.rank_summary if side.analysis is not None else [] for side in (cmp.baseline, cmp.candidate)]
+    # getattr: sides built by hand (tests, `ab`) may carry an analysis-like object without ranks
+    rows = [getattr(side.analysis, "rank_summary", None) or [] for side in (cmp.baseline, cmp.candidate)]
     if max(len(r) for r in rows) < 2:
         return None
     return diff_stragglers(rows[0], rows[1])
