@@ -121,13 +121,13 @@ def compute_collective_table(traces: TraceSet, steps: pd.DataFrame) -> pd.DataFr
         df = pd.DataFrame({"rank": int(t.rank), "name": ev["name"].astype(str).to_numpy()[mask],
                            "start_us": s, "end_us": e}).sort_values("start_us", kind="stable", ignore_index=True)
         st = steps[steps["rank"] == t.rank].sort_values("start_us")
-        lo, hi = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)
-        i = np.searchsorted(lo, df["start_us"].to_numpy(float), side="right") - 1
-        inside = (i >= 0) & (df["start_us"].to_numpy(float) < hi[np.clip(i, 0, None)]) if len(lo) else i < -1
-        step = pd.array(np.where(inside, st["step"].to_numpy(int)[np.clip(i, 0, None)] if len(lo) else 0, 0),
-                        dtype="Int64")
-        step[~inside] = pd.NA
-        df["step"] = step
+        lo, hi, numbers = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float), st["step"].to_numpy(np.int64)
+        at = df["start_us"].to_numpy(float)
+        i = np.searchsorted(lo, at, side="right") - 1
+        j = np.clip(i, 0, None)
+        inside = (i >= 0) & (at < hi[j]) if len(lo) else np.zeros(len(at), bool)
+        step = np.where(inside, numbers[j], 0) if len(lo) else np.zeros(len(at), np.int64)
+        df["step"] = pd.arrays.IntegerArray(step.astype(np.int64), ~inside)
         df["index"] = df.groupby([df["step"].fillna(-1), "name"], sort=False).cumcount().astype(int)
         frames.append(df)
     if not frames:
