@@ -248,7 +248,10 @@ def _causes(means: dict[int, dict[str, float]], floor_s: float) -> dict[int, tup
     out: dict[int, tuple[str | None, float | None]] = dict.fromkeys(ranks, (None, None))
     if len(ranks) < 2:
         return out
-    table = np.array([[means[r][c] for c in CAUSES] for r in ranks], float)
+    # host work: runtime calls, host ops the device waits for, and Python between ops (no op covers it)
+    cause_time = {r: {"dataloader": m["dataloader"], "compute": m["compute"], "host": m["host"] + m["other"]}
+                  for r, m in means.items()}
+    table = np.array([[cause_time[r][c] for c in CAUSES] for r in ranks], float)
     for i, r in enumerate(ranks):
         others = np.nanmedian(np.delete(table, i, axis=0), axis=0)
         excess = table[i] - others
