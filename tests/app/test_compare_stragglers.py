@@ -9,6 +9,8 @@ from app.data.tbprofiler import import_traces
 from benchmarks.gen_ranks import write_rank_set
 from tests.app.helpers import assert_clean, open_app, texts
 
+pytestmark = pytest.mark.slow
+
 
 def test_compare_says_the_straggler_moved(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     root = tmp_path / "runs"
