@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['seconds']:6.2f} s wall, {r['cpu_seconds']:6.2f} s CPU, {r['peak_rss_mb']:5.0f} MB peak, "
                   f"found {r['found']} (score {r['top_score']:.2f}){extra}"), flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"command": " ".join(["python -m benchmarks.ranks", *(argv or sys.argv[1:])]),
+        given = argv if argv is not None else sys.argv[1:]
+        public = [a for i, a in enumerate(given) if a != "--workdir" and (i == 0 or given[i - 1] != "--workdir")]
+        args.out.write_text(json.dumps({"command": " ".join(["python -m benchmarks.ranks", *public]),
                                         "cpus": os.cpu_count(), "results": results}, indent=1) + "\n")
     return 0
 
