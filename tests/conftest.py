@@ -183,6 +183,35 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# The 4-rank DDP job of the torchrun tests: rank SLOW_DDP_RANK computes this much longer each step.
+SLOW_DDP_RANK = 2
+SLOW_DDP_MS = 150
+
+
+@pytest.fixture(scope="session")
+def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(store root, run folder) of a real 4-rank job: ``torchscope run -- torchrun --nproc_per_node 4
+    tests/agent/ddp_job.py`` (gloo on CPU, 6 steps, 3 profiled) with rank SLOW_DDP_RANK slowed.
+
+    Skips when torchrun is not installed next to this python.
+    """
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not installed next to this python")
+    root = tmp_path_factory.mktemp("ddp_store")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
+    args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "ddp", "--wait", "1", "--warmup", "1",
+            "--active", "3", "--", torchrun, "--standalone", "--nproc_per_node", "4",
+            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", "6", "--lr", "0.2",
+            "--slow-rank", str(SLOW_DDP_RANK), "--slow-ms", str(SLOW_DDP_MS)]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"torchscope run -- torchrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    runs = rf.list_runs(root).runs
+    assert len(runs) == 1, f"expected one run in {root}, found {[p.name for p, _ in runs]}"
+    return root, runs[0][0]
+
+
 @pytest.fixture
 def make_run(tmp_path: Path) -> Callable[..., Path]:
     """Factory: ``make_run(name, **kwargs)`` writes a run into a fresh store at ``tmp_path / "runs"``."""

@@ -27,6 +27,7 @@ from app.analysis.trace.summary import TraceAnalysis
 from app.analysis.trace.windows import compute_window_table
 from app.errors import UsageError
 from app.presentation.analyze_json import analysis_to_json
+from app.presentation.ranks_text import RANK_TEXT_HEADERS, rank_text_rows, straggler_sentence
 from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_seconds, format_us
@@ -120,6 +121,7 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
             ("STEP", "step", str), ("RANKS", "ranks", str), ("SLOWEST", "slowest_rank", str),
             ("TIME", "slowest_us", format_us), ("FASTEST", "fastest_rank", str), ("TIME ", "fastest_us", format_us),
             ("SPREAD", "spread_us", format_us)])]
+    out += _rank_lines(analysis, top)
     if len(analysis.overlap) and analysis.overlap["communication_us"].sum() > 0:
         out += ["", "Computation / communication overlap", _table(analysis.overlap, [
             ("RANK", "rank", str), ("STEP", "step", str), ("COMPUTE", "computation_us", format_us),
@@ -131,6 +133,22 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
             out.append(f"  {dev}: allocated {m['peak_allocated_bytes'] / 2**20:,.1f} MiB, "
                        f"reserved {m['peak_reserved_bytes'] / 2**20:,.1f} MiB")
     return "\n".join(out)
+
+
+def _rank_lines(analysis: TraceAnalysis, top: int) -> list[str]:
+    """The per-rank table (highest straggler score first) and the straggler sentence, for ≥ 2 ranks."""
+    rows = analysis.rank_summary
+    if len(rows) < 2:
+        return []
+    shown = rank_text_rows(rows, top)
+    out = ["", "Ranks (per step; straggler score 0-1: how often and how late the rank is last to arrive)",
+           text_table(RANK_TEXT_HEADERS, shown, numbers_right=True)]
+    if len(rows) > len(shown):
+        out.append(f"  … {len(rows) - len(shown)} more ranks (--top, or --json for all)")
+    sentence = straggler_sentence(rows)
+    if sentence:
+        out.append(sentence)
+    return out
 
 
 def format_windows(windows: pd.DataFrame) -> str:

@@ -5,6 +5,9 @@
     {"traces": [{path, rank, events, warnings}], "steps": [...], "ops": [...] (self_us desc),
      "kernels": [...], "memory": {device: {peak_allocated_bytes, peak_reserved_bytes}},
      "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}],
+     "rank_summary": [{rank, steps, step_time_s, compute_s, communication_s, overlap_s, overlap_share,
+                       dataloader_s, host_s, other_s, straggler_score, last_share, late_s, sync_points,
+                       basis, clock_offset_s, cause, cause_excess_s}],
      "windows": [{reason, label, detail, rank, trace, evaluation, typical, steps, first_step, last_step,
                   median_step_us, ratio_to_typical}]}
 
@@ -22,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from app.analysis.trace.ranks import RANK_SUMMARY_KEYS
 from app.analysis.trace.summary import TraceAnalysis
 from app.presentation.jsonable import to_jsonable
 
@@ -51,4 +55,5 @@ def analysis_to_json(analysis: TraceAnalysis, *, max_ops: int | None = None,
         "kernels": _records(kernels, ["name", "calls", "total_us", "mean_us", "share"]),
         "memory": analysis.memory,
         "ranks": _records(analysis.rank_skew, list(analysis.rank_skew.columns)),
+        "rank_summary": [{k: to_jsonable(row[k], digits=9) for k in RANK_SUMMARY_KEYS} for row in analysis.rank_summary],
     } | ({"windows": _records(windows, list(windows.columns))} if windows is not None else {})

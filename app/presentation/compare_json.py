@@ -20,6 +20,7 @@ from app.analysis.compare.memory_categories import (
 )
 from app.analysis.compare.side import CompareSide
 from app.presentation.jsonable import to_jsonable
+from app.presentation.ranks_text import comparison_stragglers
 
 __all__ = ["JSON_SCHEMA", "comparison_to_json", "json_number", "table_records"]
 
@@ -141,7 +142,13 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
         "sign_note": cmp.sign_note or None,
         "contention": _contention(cmp),
         "notes": list(cmp.notes) + list(cats.notes),
-    }
+    } | _stragglers(cmp)
+
+
+def _stragglers(cmp: Comparison) -> dict[str, Any]:
+    """``{"stragglers": ...}`` when a side's traces hold two ranks or more, else nothing (docs/compare.md)."""
+    change = comparison_stragglers(cmp)
+    return {} if change is None else {"stragglers": to_jsonable(change, digits=9)}
 
 
 def _contention(cmp: Comparison) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from app.presentation.comparison_text import (
     verdict_rows,
     with_spread,
 )
+from app.presentation.ranks_text import comparison_stragglers, straggler_change_sentence
 from app.presentation.terminal import MAX_CELL_CHARS, terminal_lines, terminal_text
 from app.presentation.text_table import text_table
 
@@ -57,6 +58,9 @@ def format_verdict_text(cmp: Comparison, *, top: int = 10,
     if cats.available:
         parts += ["", "memory by category (torch memory timeline; at the total peak, and each category's own peak):",
                   text_table(CATEGORY_HEADER, category_rows(cats))]
+    stragglers = comparison_stragglers(cmp)
+    sentence = straggler_change_sentence(stragglers, "baseline", "candidate") if stragglers else None
+    parts += ["", sentence] if sentence else []
     parts += [""] + [f"note: {n}" for n in [*cmp.notes, *cats.notes] if n not in (cmp.load_warning, cmp.sign_note)]
     # Names reach the sentences too (headline, notes, config): each label is replaced by its safe
     # form wherever it occurs, then every line is made safe for a terminal.

@@ -15,6 +15,7 @@ from app.analysis.compare.tables import OpGrouping
 from app.analysis.run.final_value import final_label
 from app.analysis.stats.ratio import Verdict
 from app.charts.compare import figures_to_html, make_report_figures
+from app.presentation.ranks_text import comparison_stragglers, straggler_change_sentence
 from app.presentation.report import (
     format_ratio,
     format_report_html,
@@ -242,6 +243,15 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
         for note in cmp.notes:
             if note != shown:
                 st.caption(_plain(f"{cmp.candidate.label}: {note}"))
+        _render_stragglers(cmp)
+
+
+def _render_stragglers(cmp: Comparison) -> None:
+    """The change in stragglers (multi-rank sides only): one sentence, as in ``torchscope diff``."""
+    change = comparison_stragglers(cmp)
+    sentence = straggler_change_sentence(change, cmp.baseline.label, cmp.candidate.label) if change else None
+    if sentence:
+        st.info(_plain(sentence))
 
 
 def render_exports(cmp: Comparison, advice: list[dict[str, str]] | None = None) -> None:

@@ -17,28 +17,21 @@ DDP_JOB = Path(__file__).with_name("ddp_job.py")
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_write_into_one_run(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this python")
-    proc = torchscope("run", "--root", str(tmp_path), "--name", "ddp", "--wait", "1", "--warmup", "1",
-                      "--active", "2", "--", torchrun, "--standalone", "--nproc_per_node", "2", str(DDP_JOB),
-                      "--steps", "6", "--lr", "0.2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run(tmp_path)
+def test_torchrun_ranks_write_into_one_run(ddp_store: tuple[Path, Path]) -> None:
+    _, run_dir = ddp_store  # 4 ranks, 6 steps, --lr 0.2, one rank slowed (tests/conftest.py)
     m = read_manifest(run_dir)
-    assert m.status is RunStatus.FINISHED and m.world_size == 2
+    assert m.status is RunStatus.FINISHED and m.world_size == 4
     assert m.config["lr"] == 0.2 and "nproc_per_node" not in m.config  # the job's args, not torchrun's
     rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "loss" in r]
-    for rank in (0, 1):
+    for rank in range(4):
         assert [r["step"] for r in rows if r["rank"] == rank] == list(range(6))
     assert all(r["samples"] == 6 for r in rows)
     traces = layout.list_trace_files(run_dir)
     ranks = sorted(layout.rank_from_worker(layout.TRACE_FILE_RE.match(t.name)["worker"]) for t in traces)
-    assert ranks == [0, 1]
+    assert ranks == [0, 1, 2, 3]
     with gzip.open(traces[0], "rt") as f:
         doc = json.load(f)
-    assert doc.get("distributedInfo", {}).get("world_size") == 2
+    assert doc.get("distributedInfo", {}).get("world_size") == 4
     assert json.loads((run_dir / layout.MODULE_TREE).read_text())["root"]["type"] == "DistributedDataParallel"
 
 

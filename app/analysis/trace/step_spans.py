@@ -78,43 +78,71 @@ def _with_corr(ev: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return c, s, s + ev["dur_us"].to_numpy(float)[has]
 
 
-def _device_links(ev: pd.DataFrame) -> pd.DataFrame:
-    """Runtime calls with the span of the device events they launched (joined on correlation id)."""
+@dataclass(frozen=True)
+class _Links:
+    """Runtime calls (first one per correlation id, in event order) joined with the span and count
+    of the device events they launched."""
+
+    rt_start: np.ndarray
+    rt_end: np.ndarray
+    dev_min: np.ndarray
+    dev_max: np.ndarray
+    n: np.ndarray
+    corr: np.ndarray
+
+
+def _group_min_max(inv: np.ndarray, size: int, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group (``inv`` indexes groups), the min of ``lo`` and the max of ``hi``, skipping NaN
+    as pandas does (NaN only where a group has nothing else)."""
+    mn, mx = np.full(size, np.nan), np.full(size, np.nan)
+    np.fmin.at(mn, inv, lo)
+    np.fmax.at(mx, inv, hi)
+    return mn, mx
+
+
+def _device_links(ev: pd.DataFrame) -> _Links:
+    """Runtime calls with the span of the device events they launched (joined on correlation id).
+
+    numpy only: this runs once per trace and rank, and pandas' groupby/join cost more than the
+    work on a small trace."""
     dc, ds, de = _with_corr(ev, is_device_activity(ev))
     rc, rs, re_ = _with_corr(ev, is_runtime(ev))
     if len(dc) == 0 or len(rc) == 0:
-        return pd.DataFrame(columns=["rt_start", "rt_end", "dev_min", "dev_max", "n", "corr"])
-    d = pd.DataFrame({"c": dc, "s": ds, "e": de}).groupby("c").agg(dev_min=("s", "min"), dev_max=("e", "max"),
-                                                                   n=("s", "size"))
-    r = pd.DataFrame({"c": rc, "rs": rs, "re": re_}).drop_duplicates("c")
-    j = r.join(d, on="c", how="inner")
-    return pd.DataFrame({"rt_start": j["rs"].to_numpy(float), "rt_end": j["re"].to_numpy(float),
-                         "dev_min": j["dev_min"].to_numpy(float), "dev_max": j["dev_max"].to_numpy(float),
-                         "n": j["n"].to_numpy(int), "corr": j["c"].to_numpy(np.int64)})
+        e = np.array([])
+        return _Links(e, e, e, e, np.array([], int), np.array([], np.int64))
+    keys, inv = np.unique(dc, return_inverse=True)
+    dmin, dmax = _group_min_max(inv, len(keys), ds, de)
+    count = np.bincount(inv, minlength=len(keys))
+    first = np.sort(np.unique(rc, return_index=True)[1])  # drop duplicate runtime correlations, keep the first
+    rc, rs, re_ = rc[first], rs[first], re_[first]
+    pos = np.clip(np.searchsorted(keys, rc), 0, len(keys) - 1)
+    hit = keys[pos] == rc
+    pos = pos[hit]
+    return _Links(rs[hit], re_[hit], dmin[pos], dmax[pos], count[pos].astype(int), rc[hit])
 
 
 def _adjust_to_device(ev: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Apply torch-tb-profiler's device-side step adjustment; return (start, end, steps kept)."""
     links = _device_links(ev)
     n_steps = len(start)
-    if links.empty or n_steps == 0:
+    if len(links.corr) == 0 or n_steps == 0:
         return start, end, n_steps
-    idx = np.searchsorted(start, links["rt_start"].to_numpy(), side="right") - 1
-    inside = (idx >= 0) & (links["rt_end"].to_numpy() <= end[np.clip(idx, 0, None)])
-    inside &= links["rt_start"].to_numpy() >= start[np.clip(idx, 0, None)]
-    matched = links[inside].assign(step=idx[inside])
-    if matched.empty:
+    idx = np.searchsorted(start, links.rt_start, side="right") - 1
+    inside = (idx >= 0) & (links.rt_end <= end[np.clip(idx, 0, None)])
+    inside &= links.rt_start >= start[np.clip(idx, 0, None)]
+    if not inside.any():
         return start, end, n_steps
-    per = matched.groupby("step").agg(dmin=("dev_min", "min"), dmax=("dev_max", "max"), n=("n", "sum"))
+    step = idx[inside]
     dmin = np.full(n_steps, float(sys.maxsize))
     dmax = np.full(n_steps, -float(sys.maxsize))
     count = np.zeros(n_steps, int)
-    dmin[per.index] = per["dmin"].to_numpy()
-    dmax[per.index] = per["dmax"].to_numpy()
-    count[per.index] = per["n"].to_numpy()
+    present = np.unique(step)
+    mn, mx = _group_min_max(step, n_steps, links.dev_min[inside], links.dev_max[inside])
+    dmin[present], dmax[present] = mn[present], mx[present]
+    np.add.at(count, step, links.n[inside])
     prev_end = float(start[0])
     if count[0] > 0:  # device work launched before the first step and finished before its first kernel
-        unmatched_end = _unmatched_device_ends(ev, matched)
+        unmatched_end = _unmatched_device_ends(ev, links.corr[inside])
         before = unmatched_end[unmatched_end < dmin[0]]
         if len(before):
             prev_end = max(prev_end, float(before.max()))
@@ -135,12 +163,12 @@ def _adjust_to_device(ev: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> t
     return new_start, new_end, keep
 
 
-def _unmatched_device_ends(ev: pd.DataFrame, matched: pd.DataFrame) -> np.ndarray:
+def _unmatched_device_ends(ev: pd.DataFrame, matched_corr: np.ndarray) -> np.ndarray:
     """Ends of device events not launched from inside any step."""
     dev = is_device_activity(ev)
     corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)[dev]
     ends = (ev["ts_us"].to_numpy(float) + ev["dur_us"].to_numpy(float))[dev]
-    return np.asarray(ends[~np.isin(corr, matched["corr"].to_numpy(np.int64))], dtype=float)
+    return np.asarray(ends[~np.isin(corr, matched_corr)], dtype=float)
 
 
 def find_steps(events: pd.DataFrame) -> StepSpans:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -17,6 +18,7 @@ from app.analysis.trace.breakdown import compute_breakdown
 from app.analysis.trace.distributed import compute_overlap, compute_rank_skew
 from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.trace.ops import compute_op_table
+from app.analysis.trace.ranks import compute_collective_table, rank_summary, summaries_from_tables
 from app.analysis.trace.steps import compute_steps
 from app.data.trace import TraceTables
 
@@ -26,11 +28,11 @@ __all__ = ["TraceAnalysis", "analyze_traces", "compute_analysis_tables", "analys
 # Bump when what analyze_traces computes changes. The workspace's cache of the tables
 # (app.workspace.traces) is also keyed by a digest of ANALYSIS_MODULES' source.
 ANALYSIS_VERSION = 1
-ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap")
+ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap", "collectives")
 # The analysis modules whose code the tables depend on (module names under app.analysis).
 ANALYSIS_MODULES = ("trace.steps", "trace.breakdown", "trace.ops", "trace.kernels", "memory.events",
                     "trace.distributed", "trace.summary", "trace.categories", "trace.intervals", "trace.step_spans",
-                    "trace.step_views", "trace.event_tree", "trace.op_modules")
+                    "trace.step_views", "trace.event_tree", "trace.op_modules", "trace.ranks")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,16 @@ class TraceAnalysis:
     rank_skew: pd.DataFrame  # per step number: slowest/fastest rank (empty for one rank)
     overlap: pd.DataFrame  # per (rank, step): computation/communication overlap (empty without kernels)
     from_cache: bool = field(default=False, compare=False)  # the tables were read from the analysis cache
+    # per rank, its collective calls (app.analysis.trace.ranks.COLLECTIVE_COLUMNS)
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False)
+
+    @cached_property
+    def rank_summary(self) -> list[dict[str, Any]]:
+        """Per rank: step time, breakdown, straggler score and cause (app.analysis.trace.ranks.rank_summary)."""
+        if self.steps.empty:
+            return []
+        colls = self.collectives if len(self.collectives.columns) else compute_collective_table([], self.steps)
+        return rank_summary(summaries_from_tables(self.steps, self.overlap, colls))
 
     @property
     def memory(self) -> dict[str, dict[str, int]]:
@@ -73,6 +85,7 @@ def compute_analysis_tables(traces: Sequence[TraceTables]) -> dict[str, pd.DataF
         "memory_peaks": compute_memory_peaks(traces),
         "rank_skew": compute_rank_skew(steps),
         "overlap": compute_overlap(traces, steps),
+        "collectives": compute_collective_table(traces, steps),
     }
 
 
@@ -90,5 +103,5 @@ def analysis_from_tables(traces: Sequence[TraceTables], tables: Mapping[str, pd.
                 for t in traces],
         steps=tables["steps"], breakdown=tables["breakdown"], ops=tables["ops"], kernels=tables["kernels"],
         memory_peaks=tables["memory_peaks"], rank_skew=tables["rank_skew"], overlap=tables["overlap"],
-        from_cache=from_cache,
+        from_cache=from_cache, collectives=tables.get("collectives", pd.DataFrame()),
     )

@@ -24,6 +24,7 @@ from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figu
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes, format_seconds
 from app.ui.cache import cached_trace_analysis
+from app.ui.rank_view import render_rank_section
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
 
@@ -262,3 +263,4 @@ def render(ctx: RunContext) -> None:
     _render_headline(ctx)
     _render_step_times(ctx)
     _render_breakdown(ctx)
+    render_rank_section(ctx)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("module_trace_cache")  # one trace cache pe
 def test_to_json_document() -> None:
     a = analyze_traces(load_traces(TINY))
     doc = json.loads(json.dumps(analysis_to_json(a)))
-    assert set(doc) == {"traces", "steps", "ops", "kernels", "memory", "ranks"}
+    assert set(doc) == {"traces", "steps", "ops", "kernels", "memory", "ranks", "rank_summary"}
     assert doc["ranks"] == []  # one rank
+    assert [r["rank"] for r in doc["rank_summary"]] == [0] and doc["rank_summary"][0]["straggler_score"] is None
     assert doc["traces"][0]["rank"] == 0 and doc["traces"][0]["events"] > 1000
     assert [list(s) for s in doc["steps"]] == [JSON_STEP_KEYS] * 3
     assert doc["kernels"] == []  # CPU only
