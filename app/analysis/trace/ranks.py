@@ -1,0 +1,329 @@
+"""Cross-rank analysis: per-rank step summaries, straggler scores and the slowest rank's cause (analysis layer, pure).
+
+Two steps, so that a worker can summarise its own rank and only the summary travels:
+
+- ``summarize_rank(trace)`` reduces one rank's events to a small ``RankStepSummary``: per step its
+  boundaries and breakdown (compute, communication, overlap, data loading, host), and each
+  collective instance it took part in (name, step, entry and exit in the rank's own clock);
+- ``rank_summary(per_rank)`` compares the summaries of all ranks: per rank step time, breakdown,
+  clock offset and a **straggler score** in 0–1, and names the cause (data loading, compute, host)
+  of a rank that is late. docs/trace-engine.md ("Ranks and stragglers") defines every number.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.analysis.trace.categories import (
+    ANNOTATION_CATS,
+    COMM_OP_NAMES,
+    OP_CATS,
+    cat_in,
+    communication_kernel_mask,
+    name_mask,
+)
+from app.analysis.trace.distributed import compute_overlap
+from app.analysis.trace.intervals import event_spans
+from app.analysis.trace.steps import compute_steps
+from app.data.trace import TraceSet, TraceTables
+
+__all__ = ["CollectiveArrival", "StepTimes", "RankStepSummary", "COLLECTIVE_COLUMNS", "compute_collective_table",
+           "summaries_from_tables", "summarize_rank", "rank_summary", "find_straggler", "diff_stragglers",
+           "STRAGGLER_MIN", "CAUSES", "RANK_SUMMARY_KEYS"]
+
+
+@dataclass(frozen=True)
+class CollectiveArrival:
+    """One collective call on one rank, in that rank's own clock (µs).
+
+    ``(step, name, index)`` identifies the same collective instance on every rank: ``index`` counts
+    the calls of ``name`` within ``step`` (``step`` is None outside every step; ``index`` then counts
+    over the trace). ``start_us`` is when the rank entered it (its arrival), ``end_us`` when it left.
+    """
+
+    name: str
+    step: int | None
+    index: int
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """One step of one rank (µs, the rank's clock). ``compute_us`` is device work (kernels, copies)
+    or, in a trace without device work, host ops; ``host_us`` is the rest of host overhead (runtime
+    calls, plus host ops when the device does the compute); ``communication_us`` is collective time
+    (kernels or host ops) not already counted as compute; ``overlap_us`` is compute and collective
+    kernels running at the same time."""
+
+    step: int
+    start_us: float
+    end_us: float
+    compute_us: float
+    communication_us: float
+    overlap_us: float
+    dataloader_us: float
+    host_us: float
+    other_us: float
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class RankStepSummary:
+    """What cross-rank analysis needs of one rank: its steps and its collective calls.
+
+    Small (a few numbers per step and per collective) and picklable, so that parallel ingest sends
+    this instead of events. ``device`` says whether ``compute_us`` is device time.
+    """
+
+    rank: int
+    steps: tuple[StepTimes, ...]
+    collectives: tuple[CollectiveArrival, ...]
+    device: bool = False
+
+
+# --- one rank: events → summary -------------------------------------------------------------------
+
+COLLECTIVE_COLUMNS = ["rank", "name", "step", "index", "start_us", "end_us"]
+
+
+def _collective_mask(ev: pd.DataFrame) -> np.ndarray:
+    """Collective kernels when the trace has any (a rank waits for its peers inside the kernel),
+    else collective host ops (``gloo:all_reduce``…: a CPU job waits inside them)."""
+    kern = communication_kernel_mask(ev)
+    if kern.any():
+        return kern
+    host = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"})
+    return np.asarray(host & name_mask(ev, COMM_OP_NAMES.__contains__), dtype=bool)
+
+
+def compute_collective_table(traces: TraceSet, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, its collective calls (COLLECTIVE_COLUMNS, µs in the rank's clock), by start.
+
+    ``step`` is the step (of ``steps``, compute_steps' table) whose span holds the call's start,
+    <NA> outside every step; ``index`` counts the calls of ``name`` within that step."""
+    frames = []
+    for t in traces:
+        ev = t.events
+        mask = _collective_mask(ev)
+        if not mask.any():
+            continue
+        s, e = event_spans(ev, mask)
+        df = pd.DataFrame({"rank": int(t.rank), "name": ev["name"].astype(str).to_numpy()[mask],
+                           "start_us": s, "end_us": e}).sort_values("start_us", kind="stable", ignore_index=True)
+        st = steps[steps["rank"] == t.rank].sort_values("start_us")
+        lo, hi = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)
+        i = np.searchsorted(lo, df["start_us"].to_numpy(float), side="right") - 1
+        inside = (i >= 0) & (df["start_us"].to_numpy(float) < hi[np.clip(i, 0, None)]) if len(lo) else i < -1
+        step = pd.array(np.where(inside, st["step"].to_numpy(int)[np.clip(i, 0, None)] if len(lo) else 0, 0),
+                        dtype="Int64")
+        step[~inside] = pd.NA
+        df["step"] = step
+        df["index"] = df.groupby([df["step"].fillna(-1), "name"], sort=False).cumcount().astype(int)
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame({"rank": pd.Series(dtype=int), "name": pd.Series(dtype=str),
+                             "step": pd.Series(dtype="Int64"), "index": pd.Series(dtype=int),
+                             "start_us": pd.Series(dtype=float), "end_us": pd.Series(dtype=float)})
+    return pd.concat(frames, ignore_index=True)[COLLECTIVE_COLUMNS]
+
+
+def summaries_from_tables(steps: pd.DataFrame, overlap: pd.DataFrame,
+                          collectives: pd.DataFrame) -> dict[int, RankStepSummary]:
+    """One RankStepSummary per rank of the step table (compute_steps), the overlap table
+    (distributed.compute_overlap) and the collective table (compute_collective_table)."""
+    out: dict[int, RankStepSummary] = {}
+    over = ({(int(r), int(s)): float(o) for r, s, o in zip(overlap["rank"], overlap["step"], overlap["overlap_us"])}
+            if len(overlap) else {})
+    by_rank = dict(tuple(collectives.groupby("rank", sort=False))) if len(collectives) else {}
+    for rank, g in steps.groupby("rank", sort=True):
+        device = bool((g["kernel_us"] + g["memcpy_us"] + g["memset_us"]).sum() > 0)
+        rows = []
+        for r in g.sort_values("start_us").itertuples(index=False):
+            dev = r.kernel_us + r.memcpy_us + r.memset_us
+            rows.append(StepTimes(
+                step=int(r.step), start_us=float(r.start_us), end_us=float(r.end_us),
+                compute_us=float(dev if device else r.cpu_exec_us), communication_us=float(r.communication_us),
+                overlap_us=over.get((int(rank), int(r.step)), 0.0), dataloader_us=float(r.dataloader_us),
+                host_us=float(r.runtime_us + (r.cpu_exec_us if device else 0.0)), other_us=float(r.other_us)))
+        c = by_rank.get(rank)
+        colls = () if c is None else tuple(
+            CollectiveArrival(name=str(n), step=None if pd.isna(s) else int(s), index=int(i), start_us=float(a),
+                              end_us=float(b))
+            for n, s, i, a, b in zip(c["name"], c["step"], c["index"], c["start_us"], c["end_us"]))
+        out[int(rank)] = RankStepSummary(rank=int(rank), steps=tuple(rows), collectives=colls, device=device)
+    return out
+
+
+def summarize_rank(trace: TraceTables) -> RankStepSummary | None:
+    """The RankStepSummary of one rank's trace (what a parallel-ingest worker sends back), or
+    None when the trace has no step."""
+    steps = compute_steps([trace])
+    if steps.empty:
+        return None
+    got = summaries_from_tables(steps, compute_overlap([trace], steps), compute_collective_table([trace], steps))
+    return got[int(trace.rank)]
+
+
+# --- all ranks: summaries → per-rank rows ---------------------------------------------------------
+
+STRAGGLER_MIN = 0.5  # the highest score names "the straggler" only from this on
+CAUSES = ("dataloader", "compute", "host")
+RANK_SUMMARY_KEYS = ["rank", "steps", "step_time_s", "compute_s", "communication_s", "overlap_s", "overlap_share",
+                     "dataloader_s", "host_s", "other_s", "straggler_score", "last_share", "late_s", "sync_points",
+                     "basis", "clock_offset_s", "cause", "cause_excess_s"]
+
+
+def _per_step_means(s: RankStepSummary) -> dict[str, float]:
+    n = len(s.steps)
+    def mean(attr: str) -> float:
+        return sum(getattr(t, attr) for t in s.steps) / n / 1e6 if n else float("nan")
+    return {"compute": mean("compute_us"), "communication": mean("communication_us"), "overlap": mean("overlap_us"),
+            "dataloader": mean("dataloader_us"), "host": mean("host_us"), "other": mean("other_us")}
+
+
+def _collective_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
+    """One row per (rank, collective instance present on ≥ 2 ranks): ``wait_us`` = exit − entry
+    on the rank's own clock, ``end_us``, and the instance ``key``."""
+    rows = [(r, -1 if c.step is None else c.step, c.name, c.index, c.start_us, c.end_us)
+            for r, s in per_rank.items() for c in s.collectives]
+    df = pd.DataFrame(rows, columns=["rank", "step", "name", "index", "start_us", "end_us"])
+    if df.empty:
+        return df.assign(key=pd.Series(dtype=int), wait_us=pd.Series(dtype=float))
+    df["key"] = df.groupby(["step", "name", "index"], sort=False).ngroup()
+    df = df[df.groupby("key")["rank"].transform("nunique") >= 2]
+    return df.assign(wait_us=df["end_us"] - df["start_us"])
+
+
+def _step_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
+    """Without collectives, the step boundaries: a rank that is busy longer (step − communication)
+    reaches the boundary later, so ``wait_us`` is minus its busy time (clock-free too)."""
+    rows = [(r, t.step, -(t.duration_us - t.communication_us)) for r, s in per_rank.items() for t in s.steps]
+    df = pd.DataFrame(rows, columns=["rank", "key", "wait_us"])
+    return df[df.groupby("key")["rank"].transform("nunique") >= 2] if len(df) else df
+
+
+def _lateness(sync: pd.DataFrame, floor_us: float) -> pd.DataFrame:
+    """Per rank: straggler score, how often last, mean lateness, instances (see the module docstring)."""
+    g = sync.groupby("key")["wait_us"]
+    med, low = g.transform("median"), g.transform("min")
+    late = (med - sync["wait_us"]).clip(lower=0.0)
+    denom = np.maximum(med - low, floor_us)
+    last = (sync["wait_us"] == low) & (med - low >= floor_us)
+    t = pd.DataFrame({"rank": sync["rank"], "late": late, "denom": denom, "last": last.astype(float)})
+    per = t.groupby("rank").agg(late=("late", "sum"), denom=("denom", "sum"), last=("last", "mean"),
+                                n=("late", "size"), mean_late=("late", "mean"))
+    per["score"] = (per["late"] / per["denom"]).clip(0.0, 1.0)
+    return per
+
+
+def _clock_offsets(sync: pd.DataFrame) -> dict[int, float]:
+    """Per rank, the median of (its exit − the instance's median exit) over collective instances:
+    exits are simultaneous on every rank, so this is its clock's offset (µs)."""
+    if sync.empty or "end_us" not in sync:
+        return {}
+    dev = sync["end_us"] - sync.groupby("key")["end_us"].transform("median")
+    return {int(r): float(v) for r, v in dev.groupby(sync["rank"]).median().items()}
+
+
+def _causes(means: dict[int, dict[str, float]], floor_s: float) -> dict[int, tuple[str | None, float | None]]:
+    """Per rank, the CAUSES category where it spends most more than the median of the other ranks
+    (per step), when that excess is at least ``floor_s``."""
+    ranks = sorted(means)
+    out: dict[int, tuple[str | None, float | None]] = dict.fromkeys(ranks, (None, None))
+    if len(ranks) < 2:
+        return out
+    table = np.array([[means[r][c] for c in CAUSES] for r in ranks], float)
+    for i, r in enumerate(ranks):
+        others = np.nanmedian(np.delete(table, i, axis=0), axis=0)
+        excess = table[i] - others
+        if np.all(np.isnan(excess)):
+            continue
+        j = int(np.nanargmax(excess))
+        if excess[j] >= floor_s:
+            out[r] = (CAUSES[j], float(excess[j]))
+    return out
+
+
+def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: float = 0.01) -> list[dict[str, Any]]:
+    """Per rank (by rank): step time, per-step breakdown, straggler score and cause (RANK_SUMMARY_KEYS).
+
+    Times are seconds per step (``step_time_s`` the median step); ``straggler_score`` is None when
+    no collective instance or step is shared with another rank. ``min_spread_frac`` × the median
+    step is the noise floor: an instance whose arrivals spread less counts as nobody's fault.
+    docs/trace-engine.md ("Ranks and stragglers") defines each number.
+    """
+    per_rank = {int(r): s for r, s in per_rank.items() if s.steps}
+    durations = [t.duration_us for s in per_rank.values() for t in s.steps]
+    floor_us = max(min_spread_frac * float(np.median(durations)), 1.0) if durations else 1.0
+    sync, basis = _collective_sync(per_rank), "collective"
+    if sync.empty:
+        sync, basis = _step_sync(per_rank), "step"
+    late = _lateness(sync, floor_us) if len(sync) else pd.DataFrame()
+    offsets = _clock_offsets(sync)
+    means = {r: _per_step_means(s) for r, s in per_rank.items()}
+    causes = _causes(means, floor_us * 2 / 1e6)
+    rows = []
+    for r in sorted(per_rank):
+        s, m = per_rank[r], means[r]
+        has = r in late.index
+        cause, excess = causes[r]
+        rows.append({
+            "rank": r, "steps": len(s.steps),
+            "step_time_s": float(np.median([t.duration_us for t in s.steps])) / 1e6,
+            "compute_s": m["compute"], "communication_s": m["communication"], "overlap_s": m["overlap"],
+            "overlap_share": m["overlap"] / m["communication"] if m["communication"] > 0 else None,
+            "dataloader_s": m["dataloader"], "host_s": m["host"], "other_s": m["other"],
+            "straggler_score": float(late.at[r, "score"]) if has else None,
+            "last_share": float(late.at[r, "last"]) if has else None,
+            "late_s": float(late.at[r, "mean_late"]) / 1e6 if has else None,
+            "sync_points": int(late.at[r, "n"]) if has else 0,
+            "basis": basis if has else None,
+            "clock_offset_s": offsets[r] / 1e6 if r in offsets else None,
+            "cause": cause, "cause_excess_s": excess,
+        })
+    return rows
+
+
+def find_straggler(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The row of rank_summary with the highest straggler score, when it is at least STRAGGLER_MIN."""
+    scored = [r for r in rows if r.get("straggler_score") is not None]
+    if not scored:
+        return None
+    top = max(scored, key=lambda r: (r["straggler_score"], -r["rank"]))
+    return top if top["straggler_score"] >= STRAGGLER_MIN else None
+
+
+def diff_stragglers(baseline: Sequence[Mapping[str, Any]], candidate: Sequence[Mapping[str, Any]],
+                    *, top: int = 10) -> dict[str, Any]:
+    """How the stragglers changed between two rank_summary lists.
+
+    Returns ``baseline`` / ``candidate`` ({rank, straggler_score, cause} of find_straggler, or None),
+    ``change`` (``none``, ``resolved``, ``new``, ``same_rank``, ``moved``) and ``ranks``: the ranks
+    of both sides with their scores and the change, largest change first (at most ``top``)."""
+    a, b = find_straggler(baseline), find_straggler(candidate)
+    if a is None and b is None:
+        change = "none"
+    elif b is None:
+        change = "resolved"
+    elif a is None:
+        change = "new"
+    else:
+        change = "same_rank" if a["rank"] == b["rank"] else "moved"
+    sa = {r["rank"]: r.get("straggler_score") for r in baseline}
+    sb = {r["rank"]: r.get("straggler_score") for r in candidate}
+    both = [(r, sa[r], sb[r]) for r in sorted(sa.keys() & sb.keys()) if sa[r] is not None and sb[r] is not None]
+    ranks = sorted(({"rank": r, "baseline_score": x, "candidate_score": y, "delta": y - x} for r, x, y in both),
+                   key=lambda d: (-abs(d["delta"]), d["rank"]))[:top]
+
+    def brief(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if row is None else {"rank": row["rank"], "straggler_score": row["straggler_score"],
+                                         "cause": row["cause"]}
+    return {"baseline": brief(a), "candidate": brief(b), "change": change, "ranks": ranks}
