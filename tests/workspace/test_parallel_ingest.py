@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,8 @@ from app.cli.ingest_options import FilesProgress
 from app.data import trace_cache
 from app.errors import TraceError, UsageError
 from app.workspace import ingest
-from app.workspace.ingest import IngestMode, plan_ingest, rank_step_summaries
+from app.workspace import traces as ws_traces
+from app.workspace.ingest import IngestMode, RankIngest, plan_ingest, rank_step_summaries
 from app.workspace.traces import uncached_trace_files
 from benchmarks.gen_ranks import write_rank_set
 
@@ -43,41 +45,60 @@ def dask_scheduler() -> Iterator[str]:
         cluster.close()
 
 
-def _analyze_json(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+@pytest.fixture(scope="module", autouse=True)
+def _no_resource_tracker() -> Iterator[None]:
+    """A spawned pool starts multiprocessing's resource tracker, which lives as long as this
+    process: stop it after the module (it is started again if anything needs it)."""
+    yield
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def _analyze_collecting(folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                        *extra: str) -> tuple[dict[str, Any], list[RankIngest]]:
+    """``analyze FOLDER --json`` in this process, and the summaries its parallel ingest returned."""
+    got: list[RankIngest] = []
+
+    def spy(paths: list[Path], **kwargs: Any) -> list[RankIngest]:
+        got.extend(ingest.prefetch_traces(paths, **kwargs))
+        return got
+
+    monkeypatch.setattr(ws_traces, "prefetch_traces", spy)
     capsys.readouterr()
     assert main(["analyze", str(folder), "--json", *extra]) == 0
-    return json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out), sorted(got, key=lambda r: r.rank)
 
 
 @pytest.mark.slow
 def test_dask_and_local_paths_give_identical_results(rank_set: list[Path], dask_scheduler: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The acceptance test: both paths ingest the 64-rank set cold; same summaries, same document."""
     folder = rank_set[0].parent
     monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "dask-cache"))
-    via_dask = ingest.ingest_files(rank_set, scheduler=dask_scheduler)
-    assert {r.worker for r in via_dask} and not any(r.from_cache for r in via_dask)
-    doc_dask = _analyze_json(folder, capsys, "--scheduler", dask_scheduler)  # every file is cached now
+    doc_dask, via_dask = _analyze_collecting(folder, capsys, monkeypatch, "--scheduler", dask_scheduler)
 
     monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "local-cache"))
-    monkeypatch.setenv(ingest.WORKERS_ENV, "2")  # tiny files: the automatic choice would stay serial
-    assert len(uncached_trace_files(rank_set)) == N_RANKS
-    doc_local = _analyze_json(folder, capsys)  # the default path: prefetch_traces over a local pool
-    assert len(uncached_trace_files(rank_set)) == 0
-    via_local = ingest.ingest_files(rank_set)  # served from the caches the pool wrote
-    assert all(r.from_cache for r in via_local)
+    monkeypatch.setenv(ingest.WORKERS_ENV, "2")  # tiny files: the automatic plan would stay in this process
+    doc_local, via_local = _analyze_collecting(folder, capsys, monkeypatch)
+    assert not uncached_trace_files(rank_set)  # the pool's workers wrote every rank's cache entry
 
     assert [r.rank for r in via_dask] == list(range(N_RANKS))
+    assert len({r.worker for r in via_local}) == 2 and not any(r.from_cache for r in via_dask + via_local)
     assert via_dask == via_local  # rank, events, warnings and the RankStepSummary (steps, collectives)
     assert doc_dask == doc_local
-    assert len(doc_local["traces"]) == N_RANKS  # type: ignore[arg-type]
+    assert len(doc_local["traces"]) == N_RANKS
     # cross-rank analysis from the summaries alone finds the slowed rank ...
     rows = rank_summary(rank_step_summaries(via_dask))
-    assert find_straggler(rows) is not None and find_straggler(rows)["rank"] == SLOW_RANK  # type: ignore[index]
-    # ... and the summaries' steps are those of the set analysis, computed from the events
-    steps = [s for s in doc_local["steps"] if s["rank"] == SLOW_RANK]  # type: ignore[union-attr, index]
+    straggler = find_straggler(rows)
+    assert straggler is not None and straggler["rank"] == SLOW_RANK
+    # ... and the summaries' steps are those the set analysis computed from the events
     summary = via_local[SLOW_RANK].summary
-    assert summary is not None and [s["duration_us"] for s in steps] == [s.duration_us for s in summary.steps]
+    steps = [s["duration_us"] for s in doc_local["steps"] if s["rank"] == SLOW_RANK]
+    assert summary is not None and steps == [s.duration_us for s in summary.steps]
 
 
 def test_a_bad_file_is_named_through_dask(tmp_path: Path, dask_scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
