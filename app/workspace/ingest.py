@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import multiprocessing
 import os
+import platform
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -126,7 +127,7 @@ def ingest_one(path: str, cache_dir: str | None, use_cache: bool = True) -> Rank
         path=str(t.path), rank=int(t.rank), size_bytes=t.path.stat().st_size, n_events=int(t.n_events),
         warnings=tuple(t.warnings), summary=summarize_rank(t),
         cache_entry=str(t.cache_entry) if t.cache_entry is not None else None, from_cache=t.from_cache,
-        seconds=time.perf_counter() - started, worker=f"{os.uname().nodename}:{os.getpid()}")
+        seconds=time.perf_counter() - started, worker=f"{platform.node()}:{os.getpid()}")
 
 
 # --- settings a front end gives for everything its command ingests --------------------------------------------
@@ -265,12 +266,13 @@ def _dask_client(address: str) -> tuple[Any, Any]:  # (Client, as_completed): An
     try:
         from distributed import Client, as_completed
     except ImportError:
-        raise UsageError(f"--scheduler {address}: Dask's distributed package is not installed "
-                         "(pip install 'dask[distributed]'), or unset " + SCHEDULER_ENV) from None
+        raise UsageError(f"Dask scheduler {address}: Dask's distributed package is not installed "
+                         f"(pip install 'dask[distributed]'); or drop --scheduler / {SCHEDULER_ENV}") from None
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False), as_completed  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError, ValueError, TypeError) as e:
-        raise UsageError(f"--scheduler {address}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
+        raise UsageError(f"Dask scheduler {address}: cannot be reached ({type(e).__name__}: {e}); "
+                         f"check --scheduler / {SCHEDULER_ENV}") from None
 
 
 def _run_dask(tasks: Sequence[_Task], sizes: Sequence[int], address: str, tally: _Tally) -> list[RankIngest]:

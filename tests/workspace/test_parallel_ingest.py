@@ -137,7 +137,7 @@ def test_scheduler_errors_name_the_address(tmp_path: Path, monkeypatch: pytest.M
     address = "tcp://127.0.0.1:9"  # discard port: nothing listens there
     assert main(["analyze", str(files[0]), "--json", "--scheduler", address]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--scheduler {address}: cannot reach the Dask scheduler" in err
+    assert err.count("\n") == 1 and f"Dask scheduler {address}: cannot be reached" in err
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if dask were not installed
     with pytest.raises(UsageError, match=r"not installed \(pip install 'dask\[distributed\]'\)"):
         ingest.ingest_files(files, scheduler=address)

@@ -21,6 +21,7 @@ import pandas as pd
 from app.analysis.trace.categories import (
     ANNOTATION_CATS,
     COMM_OP_NAMES,
+    DEVICE_CATEGORIES,
     OP_CATS,
     cat_in,
     communication_kernel_mask,
@@ -28,12 +29,13 @@ from app.analysis.trace.categories import (
 )
 from app.analysis.trace.distributed import compute_overlap
 from app.analysis.trace.intervals import event_spans
-from app.analysis.trace.steps import compute_steps
+from app.analysis.trace.step_spans import find_steps
+from app.analysis.trace.step_views import device_view
 from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["CollectiveArrival", "StepTimes", "RankStepSummary", "COLLECTIVE_COLUMNS", "compute_collective_table",
            "summaries_from_tables", "summarize_rank", "rank_summary", "find_straggler", "diff_stragglers",
-           "STRAGGLER_MIN", "CAUSES", "RANK_SUMMARY_KEYS"]
+           "STRAGGLER_MIN", "STRAGGLER_MIN_LATE", "CAUSES", "RANK_SUMMARY_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -164,17 +166,23 @@ def summaries_from_tables(steps: pd.DataFrame, overlap: pd.DataFrame,
 
 def summarize_rank(trace: TraceTables) -> RankStepSummary | None:
     """The RankStepSummary of one rank's trace (what a parallel-ingest worker sends back), or
-    None when the trace has no step."""
-    steps = compute_steps([trace])
-    if steps.empty:
+    None when the trace has no step. The same as summaries_from_tables over analyze's tables,
+    without the training-loop view, which the summary does not use."""
+    spans = find_steps(trace.events)
+    if len(spans.steps) == 0:
         return None
+    dv = device_view(trace.events, spans)
+    steps = pd.DataFrame({"rank": int(trace.rank), "step": spans.steps.astype(int), "start_us": spans.start,
+                          "end_us": spans.end, "duration_us": spans.end - spans.start}
+                         | {f"{c}_us": dv[c] for c in DEVICE_CATEGORIES})
     got = summaries_from_tables(steps, compute_overlap([trace], steps), compute_collective_table([trace], steps))
     return got[int(trace.rank)]
 
 
 # --- all ranks: summaries → per-rank rows ---------------------------------------------------------
 
-STRAGGLER_MIN = 0.5  # the highest score names "the straggler" only from this on
+STRAGGLER_MIN = 0.5  # the highest score names "the straggler" only from this on ...
+STRAGGLER_MIN_LATE = 0.02  # ... and only when it is late by this share of its step time on average
 CAUSES = ("dataloader", "compute", "host")
 RANK_SUMMARY_KEYS = ["rank", "steps", "step_time_s", "compute_s", "communication_s", "overlap_s", "overlap_share",
                      "dataloader_s", "host_s", "other_s", "straggler_score", "last_share", "late_s", "sync_points",
@@ -278,8 +286,10 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
         rows.append({
             "rank": r, "steps": len(s.steps),
             "step_time_s": float(np.median([t.duration_us for t in s.steps])) / 1e6,
-            "compute_s": m["compute"], "communication_s": m["communication"], "overlap_s": m["overlap"],
-            "overlap_share": m["overlap"] / m["communication"] if m["communication"] > 0 else None,
+            "compute_s": m["compute"], "communication_s": m["communication"],
+            # compute/communication overlap needs device kernels; a CPU-only trace has none to measure
+            "overlap_s": m["overlap"] if s.device else None,
+            "overlap_share": m["overlap"] / m["communication"] if s.device and m["communication"] > 0 else None,
             "dataloader_s": m["dataloader"], "host_s": m["host"], "other_s": m["other"],
             "straggler_score": float(late.at[r, "score"]) if has else None,
             "last_share": float(late.at[r, "last"]) if has else None,
@@ -293,12 +303,15 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
 
 
 def find_straggler(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The row of rank_summary with the highest straggler score, when it is at least STRAGGLER_MIN."""
+    """The row of rank_summary with the highest straggler score, when that is at least STRAGGLER_MIN
+    and the rank is on average late by at least STRAGGLER_MIN_LATE of its step time (so that
+    noise between balanced ranks names nobody)."""
     scored = [r for r in rows if r.get("straggler_score") is not None]
-    if not scored:
+    if len(scored) < 2:
         return None
     top = max(scored, key=lambda r: (r["straggler_score"], -r["rank"]))
-    return top if top["straggler_score"] >= STRAGGLER_MIN else None
+    late_enough = (top.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (top.get("step_time_s") or 0.0)
+    return top if top["straggler_score"] >= STRAGGLER_MIN and late_enough else None
 
 
 def diff_stragglers(baseline: Sequence[Mapping[str, Any]], candidate: Sequence[Mapping[str, Any]],
@@ -317,9 +330,9 @@ def diff_stragglers(baseline: Sequence[Mapping[str, Any]], candidate: Sequence[M
         change = "new"
     else:
         change = "same_rank" if a["rank"] == b["rank"] else "moved"
-    sa = {r["rank"]: r.get("straggler_score") for r in baseline}
-    sb = {r["rank"]: r.get("straggler_score") for r in candidate}
-    both = [(r, sa[r], sb[r]) for r in sorted(sa.keys() & sb.keys()) if sa[r] is not None and sb[r] is not None]
+    sa = {r["rank"]: float(r["straggler_score"]) for r in baseline if r.get("straggler_score") is not None}
+    sb = {r["rank"]: float(r["straggler_score"]) for r in candidate if r.get("straggler_score") is not None}
+    both = [(r, sa[r], sb[r]) for r in sorted(sa.keys() & sb.keys())]
     ranks = sorted(({"rank": r, "baseline_score": x, "candidate_score": y, "delta": y - x} for r, x, y in both),
                    key=lambda d: (-abs(d["delta"]), d["rank"]))[:top]
 
