@@ -60,9 +60,17 @@ def make_rank_set(out: Path, n_files: int, mb: float) -> list[Path]:
     return paths
 
 
+def _cpu_s() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _child(args: argparse.Namespace) -> int:
     """One measurement in this (fresh) process; prints one JSON line."""
     os.environ["TORCHSCOPE_CACHE"] = str(args.cache)
+    import app.workspace.traces  # noqa: F401  (the readers and the analysis: their import is not the ingest)
+
+    imports = _cpu_s()
     files = sorted(Path(args.dir).glob("rank*.pt.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
     if args.child == "analysis":
         from app.workspace.traces import analyze_trace_set, load_trace_set
@@ -79,8 +87,8 @@ def _child(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - t0
         out = {"ingest_s": wall, "task_s": sum(r.seconds for r in results), "files": len(results),
                "workers_seen": len({r.worker for r in results})}
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    out["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    out["cpu_s"] = _cpu_s()  # this process and its reaped children (the pool's workers)
+    out["import_cpu_s"] = imports
     print(json.dumps(out))
     return 0
 
@@ -136,14 +144,19 @@ def main(argv: list[str] | None = None) -> int:
         analysis = _measure(folder, "analysis", 1, work / f"cache-{a.workers[0]}")
         base = runs[min(runs)]
         per_file = base["ingest_s"] / a.files * min(runs)
+        # CPU seconds per file of the in-process run: the cost on a core of its own (on a shared
+        # machine the wall figure is mostly waiting for a core)
+        per_file_cpu = (base["cpu_s"] - base["import_cpu_s"]) / a.files
         scaling = {w: {"speedup": base["ingest_s"] / r["ingest_s"],
                        "efficiency": base["ingest_s"] / r["ingest_s"] / (w / min(runs))} for w, r in runs.items()}
         eff = scaling[max(runs)]["efficiency"]
         scale = 50.0 / size_mb  # the estimate is for 50 MB ranks: cost linear in bytes (docs/trace-engine.md)
         est = estimate(per_file * scale, analysis["analysis_s"] / a.files * scale, eff)
+        est_cpu = estimate(per_file_cpu * scale, (analysis["cpu_s"] - analysis["import_cpu_s"]) / a.files * scale, 1.0)
         doc = {"files": a.files, "file_mb": size_mb, "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                "runs": runs, "scaling": scaling, "analysis": analysis, "per_file_s": per_file,
-               "estimate_1000_ranks_32_workers_50mb": est}
+               "per_file_cpu_s": per_file_cpu, "estimate_1000_ranks_32_workers_50mb": est,
+               "estimate_from_cpu_s_dedicated_cores": est_cpu}
         print(json.dumps(doc, indent=2))
         if a.out is not None:
             a.out.parent.mkdir(parents=True, exist_ok=True)
