@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 from app.analysis.advisor import SEVERITY_ORDER, Advice, Severity, advise, describe_weight, get_rule
+from app.cli.ingest_options import add_ingest_arguments, ingest_context
 from app.errors import UsageError
 from app.presentation.terminal import terminal_lines
 from app.workspace.evidence import load_evidence
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", choices=[s.value for s in Severity], default=None,
                         help="exit 1 when a finding of this severity or worse exists")
     parser.add_argument("--verbose", "-v", action="store_true", help="also list rules that could not look, and why")
+    add_ingest_arguments(parser)
 
 
 class _SafeLines:
@@ -69,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
                 get_rule(r)
             except KeyError as e:
                 raise UsageError(str(e.args[0])) from None
-    advice = advise(load_evidence(args.run, root=args.root), rules=args.rule)
+    with ingest_context(args):  # many rank files: parsed in parallel (local cores or --scheduler)
+        evidence = load_evidence(args.run, root=args.root)
+    advice = advise(evidence, rules=args.rule)
     if args.json:
         json.dump(advice.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

@@ -25,6 +25,7 @@ import pandas as pd
 from app.analysis.trace.steps import DEVICE_CATEGORIES
 from app.analysis.trace.summary import TraceAnalysis
 from app.analysis.trace.windows import compute_window_table
+from app.cli.ingest_options import add_ingest_arguments, ingest_context
 from app.errors import UsageError
 from app.presentation.analyze_json import analysis_to_json
 from app.presentation.ranks_text import RANK_TEXT_HEADERS, rank_text_rows, straggler_sentence
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=15, help="rows of the op and kernel tables (text output)")
     parser.add_argument("--root", help="run store, to resolve a run id or name")
     parser.add_argument("--no-cache", action="store_true", help="parse the traces again, ignoring the cache")
+    add_ingest_arguments(parser)
 
 
 class _Bar:
@@ -194,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
         return _print_run_only(summary, args.json, f"{path} has no profiler traces")
     bar = _Bar()
     try:
-        traces = load_trace_set(path, progress=bar, use_cache=not args.no_cache)
+        with ingest_context(args):  # many rank files: parsed in parallel (local cores or --scheduler)
+            traces = load_trace_set(path, progress=bar, use_cache=not args.no_cache)
     finally:
         bar.close()
     if args.rank is not None:

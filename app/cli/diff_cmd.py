@@ -26,6 +26,7 @@ from typing import Any
 from app.analysis.compare.advice import diff_side_advice
 from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
 from app.analysis.compare.tables import OpGrouping
+from app.cli.ingest_options import add_ingest_arguments, ingest_context
 from app.errors import TorchscopeError, UsageError
 from app.presentation.compare_json import comparison_to_json
 from app.presentation.report import format_verdict_text
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 when the peak memory grew by more than PCT %%")
     parser.add_argument("--fail-if-inconclusive", action="store_true",
                         help="exit 3 when the headline verdict is inconclusive (default: exit 0 with a warning)")
+    add_ingest_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
@@ -188,7 +190,9 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise UsageError(f"--{flag.replace('_', '-')} {value}: expected a percentage >= 0")
-    return report(load_comparison(args), args)
+    with ingest_context(args):  # the sides' rank files: parsed in parallel (local cores or --scheduler)
+        cmp = load_comparison(args)
+    return report(cmp, args)
 
 
 def report(cmp: Comparison, args: argparse.Namespace, *, extra_json: dict[str, Any] | None = None,

@@ -31,7 +31,7 @@ from app.data.trace_pieces import Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
 
-__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
+__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
 
 
@@ -381,6 +381,11 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     for t in out:
         t.warnings.extend(outside)
     return sorted(out, key=lambda t: (t.rank, t.path.name))
+
+
+def readable_trace_paths(path: str | os.PathLike[str]) -> list[Path]:
+    """The trace files ``load_traces(path)`` reads: ``list_trace_paths`` less links out of the folder."""
+    return _inside(Path(path), list_trace_paths(path))[0]
 
 
 def _inside(folder: Path, paths: list[Path]) -> tuple[list[Path], list[str]]:

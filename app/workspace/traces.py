@@ -28,8 +28,9 @@ from app.analysis.trace.summary import (
 )
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
-from app.data.trace import Progress, TraceTables, load_trace, load_traces
+from app.data.trace import Progress, TraceTables, load_trace, load_traces, readable_trace_paths
 from app.errors import TraceError
+from app.workspace.ingest import prefetch_traces
 
 __all__ = ["uncached_trace_files", "ingest_trace", "load_trace_set", "load_trace_files", "analyze_trace_set", "load_and_analyze", "analysis_version",
            "analysis_folder"]
@@ -70,12 +71,18 @@ def ingest_trace(path: Path, *, progress: Progress | None = None) -> TraceTables
 def load_trace_set(path: str | os.PathLike[str], *, progress: Progress | None = None,
                    use_cache: bool = True) -> list[TraceTables]:
     """One TraceTables per trace under ``path`` (a run folder, trace file or folder of traces),
-    sorted by (rank, file name). Raises TraceError for a file that cannot be read as a trace."""
+    sorted by (rank, file name). Raises TraceError for a file that cannot be read as a trace.
+
+    Many files the cache lacks are first parsed in parallel (app.workspace.ingest: local processes,
+    or the Dask cluster of the current ``ingest_settings``); the set is then opened from the cache."""
+    prefetch_traces(readable_trace_paths(path), use_cache=use_cache)
     return load_traces(path, progress=progress, use_cache=use_cache)
 
 
 def load_trace_files(files: Sequence[Path]) -> list[TraceTables]:
-    """The traces of ``files`` loaded together (one run's ranks or workers), sorted by (rank, name)."""
+    """The traces of ``files`` loaded together (one run's ranks or workers), sorted by (rank, name);
+    many uncached files are parsed in parallel first, as in ``load_trace_set``."""
+    prefetch_traces([p for f in files for p in readable_trace_paths(f)])
     return sorted((t for f in files for t in load_traces(f)), key=lambda t: (t.rank, t.path.name))
 
 
