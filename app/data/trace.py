@@ -14,22 +14,23 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeAlias
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from app.data import tbprofiler, trace_cache
 from app.data.safe_io import UnsafePath, resolve_inside
-from app.data.trace_columns import TABLES
-from app.data.trace_envelope import TraceFields
 from app.data.trace_files import TRACE_SUFFIXES, find_trace_run_folders, rank_from_name, scan_trace_folder
-from app.data.trace_memory import load_memory_timeline_raw
-from app.data.trace_parse import parse_trace_file
-from app.data.trace_pieces import Progress
+from app.data.trace_kinds import TABLES, Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
+
+# pandas, pyarrow and the parser are imported where they are used, not here: a trace opened from
+# the cache whose analysis is cached too (a warm `torchscope analyze`) needs none of them, and
+# pandas alone costs ~0.3 s and ~100 MB at start-up (docs/trace-engine.md, "A CLI that starts fast").
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from app.data.trace_envelope import TraceFields
 
 __all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
@@ -149,8 +150,18 @@ def _warn_unranked(traces: list[TraceTables]) -> None:
         t.warnings.append(f"{t.path}: {msg}")
 
 
+def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """``export_memory_timeline``'s raw records of ``path`` (app.data.trace_memory, imported when used)."""
+    from app.data.trace_memory import load_memory_timeline_raw as load
+
+    return load(path)
+
+
 def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
     """Convert and drop the Arrow table, freeing its buffers as columns are converted (peak memory)."""
+    import pandas as pd
+    import pyarrow as pa
+
     table = tables.pop(name)
     # Integer columns with nulls stay integers (Int64) instead of turning into floats.
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get, ignore_metadata=True,
@@ -159,6 +170,8 @@ def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
 
 def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table:
     """Drop X events without a timestamp, clamp bad durations to 0, sort by (ts, -dur)."""
+    import pyarrow.compute as pc
+
     n = events.num_rows
     if n == 0:
         return events
@@ -179,6 +192,8 @@ def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table
 
 
 def _sorted(table: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
     if table.num_rows == 0 or "ts_us" not in table.column_names:
         return table
     if table["ts_us"].null_count:
@@ -187,6 +202,8 @@ def _sorted(table: pa.Table) -> pa.Table:
 
 
 def _ingest(path: Path, progress: Progress | None) -> trace_cache.CachedTrace:
+    from app.data.trace_parse import parse_trace_file
+
     parsed = parse_trace_file(path, progress)
     warnings = list(parsed.warnings)
     events, parsed.events = parsed.events, None  # the sorted copy replaces it: never hold both longer
@@ -255,6 +272,8 @@ def system_memory_pool() -> Iterator[None]:
     (benchmarks/README.md "Trace ingest"). Buffers remember their pool, so tables made inside are
     used and freed normally afterwards."""
     global _pool_users, _pool_saved
+    import pyarrow as pa
+
     with _pool_lock:
         if _pool_users == 0:
             _pool_saved = pa.default_memory_pool()
