@@ -11,6 +11,8 @@ import sys
 import time
 from typing import TextIO
 
+from app.presentation.progress import progress_text
+
 __all__ = ["ProgressBar", "MIN_BYTES", "progress_line"]
 
 MIN_BYTES = 32 << 20  # below this, ingest is quick enough not to need a bar
@@ -19,16 +21,10 @@ _WIDTH = 30
 
 
 def progress_line(label: str, done: int, total: int, elapsed_s: float) -> str:
-    """``label [####......] 120/1,000 MB  3.1s, ETA 22s`` (the ETA once a rate is known)."""
+    """``label [####......] 120 of 1,000 MiB, 3 s, about 22 s left``."""
     frac = min(1.0, done / total) if total else 1.0
     fill = int(frac * _WIDTH)
-    mb = 1 << 20
-    line = f"{label} [{'#' * fill}{'.' * (_WIDTH - fill)}] {done / mb:,.0f}/{total / mb:,.0f} MB  {elapsed_s:.1f}s"
-    if 0 < done < total and elapsed_s > 0.2:
-        line += f", ETA {elapsed_s * (total - done) / done:,.0f}s"
-    elif done >= total:
-        line += ", finishing"
-    return line
+    return f"{label} [{'#' * fill}{'.' * (_WIDTH - fill)}] {progress_text(done, total, elapsed_s)}"
 
 
 class ProgressBar:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from app.data.trace_envelope import TraceFields
+    from app.data.trace_parse import ParsedTrace
+    from app.data.trace_spill import SpilledTable
 
 __all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
@@ -240,20 +242,64 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
                            loader=_cached_loader(p, entry))
     with system_memory_pool():
         try:
-            cached = _ingest(p, progress)
+            if use_cache:  # streamed: the tables go to the cache file sorted, batch by batch
+                streamed = _ingest_into(p, entry, progress)
+                if isinstance(streamed, trace_cache.CachedTrace):
+                    return TraceTables(path=p, rank=trace_rank(p, streamed.meta), meta=streamed.meta,
+                                       warnings=list(streamed.warnings), n_events=streamed.n_events,
+                                       from_cache=False, cache_entry=entry, loader=_cached_loader(p, entry))
+                cached = streamed[0]  # the cache could not be written: the tables are in memory
+            else:
+                cached = _ingest(p, progress)
         except OSError as e:
             raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
         except MemoryError:
             raise TraceError(f"{p}: not enough memory to read this trace") from None
-        written = use_cache and trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings,
-                                                         cached.n_events)
-        t = cached.tables  # _to_pandas pops each table, so its Arrow buffers go as it is converted
+        t = dict(cached.tables)  # _to_pandas pops each table, so its Arrow buffers go as it is converted
         return TraceTables(
             path=p, rank=trace_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
             events=_to_pandas(t, "events"), memory=_to_pandas(t, "memory"), flows=_to_pandas(t, "flows"),
             counters=_to_pandas(t, "counters"), threads=_to_pandas(t, "threads"), n_events=cached.n_events,
-            from_cache=False, cache_entry=entry if written else None,
+            from_cache=False, cache_entry=None,
         )
+
+
+def _ingest_into(path: Path, entry: Path,
+                 progress: Progress | None) -> trace_cache.CachedTrace | tuple[trace_cache.CachedTrace]:
+    """Parse ``path`` into the cache entry ``entry`` in bounded memory (app.data.trace_spill):
+    the tables are kept compressed while the file is read, then sorted and written a batch at a
+    time. Returns the entry's metadata (``tables`` empty: they are in the entry), or, when the
+    entry cannot be written, ``(CachedTrace,)`` with the tables in memory.
+
+    Same tables, warnings and metadata as ``_ingest`` (tests/data/test_trace_spill.py)."""
+    from app.data.trace_parse import parse_trace_file
+
+    parsed = parse_trace_file(path, progress, spill=True)
+    spilled = parsed.spilled
+    assert spilled is not None
+    try:
+        return _write_spilled(path, entry, parsed, spilled)
+    finally:
+        for s in spilled.values():
+            s.close()
+
+
+def _write_spilled(path: Path, entry: Path, parsed: ParsedTrace,
+                   spilled: dict[str, SpilledTable]) -> trace_cache.CachedTrace | tuple[trace_cache.CachedTrace]:
+    warnings = list(parsed.warnings)
+    sources: dict[str, Any] = {
+        "events": spilled["events"].sorted_source(path, warnings, clean=True),
+        "memory": spilled["memory"].sorted_source(path, warnings, clean=False),
+        "flows": spilled["flows"].sorted_source(path, warnings, clean=False),
+        "counters": _sorted(parsed.counters),
+        "threads": spilled["threads"].sorted_source(path, warnings, clean=False),
+    }
+    if parsed.n_events == 0 and not warnings:
+        warnings.append(f"{path}: the trace has no events")
+    if trace_cache.write_cached(entry, sources, parsed.meta, warnings, parsed.n_events):
+        return trace_cache.CachedTrace({}, parsed.meta, warnings, parsed.n_events)
+    tables = {name: src if name == "counters" else src.to_table() for name, src in sources.items()}
+    return (trace_cache.CachedTrace(tables, parsed.meta, warnings, parsed.n_events),)
 
 
 _pool_lock = threading.Lock()
