@@ -5,7 +5,8 @@
 For each size a trace is generated (benchmarks/gen_trace.py: real A100 steps replicated, the size in
 MB of uncompressed JSON) and each case runs as its own process, one after the other, in the same
 run; wall seconds, CPU seconds (user + system, from ``os.wait4``) and the peak resident size
-(``ru_maxrss`` of that child: interpreter and libraries included) are recorded:
+(``ru_maxrss`` of that child: interpreter and libraries included; the driver imports nothing
+heavy and generates the traces in children, so no child starts from a large parent) are recorded:
 
 - ``orjson``: ``python -c "import orjson; orjson.loads(open(f, 'rb').read())"`` — the floor of any
   Python JSON reader, which builds no table;
@@ -93,14 +94,20 @@ def _load_avg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float) -> list[dict]:
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.gen_trace import DEFAULT_SOURCE, generate
+def _generate(trace: Path, mb: float) -> int:
+    """Generate in a child process: the driver stays small, since a child's ``ru_maxrss`` starts
+    from the size of the process it was forked from."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gen_trace", "--mb", str(mb), "--out", str(trace)],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.rsplit(" MB, ", 1)[1].split()[0].replace(",", ""))
 
+
+def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float) -> list[dict]:
     rows = []
     for mb in sizes:
         trace = work / f"big_{mb:g}mb.json"
-        n = generate(DEFAULT_SOURCE, trace, mb)
+        n = _generate(trace, mb)
         size = trace.stat().st_size
         files = [(trace, cases)]
         if mb in gz:

@@ -5,7 +5,9 @@ torch-tb-profiler log folder (one sub-folder per run): with several runs there, 
 picks one, and without it the command stops and lists them (workers of different runs are never
 analysed as one set).
 ``--json`` prints one document (app.presentation.analyze_json; fields in docs/trace-engine.md);
-without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
+without it, readable tables. A progress bar with the time left goes to stderr while a large trace
+is ingested (a terminal only, unless ``--progress``). A warm ``--json`` prints the document stored
+by the last full run (app.workspace.analyze_docs) without importing pandas or the analysis.
 
 For a Torchscope run the document also has ``"run"``: the run's headline step time
 (app.workspace.run_summary) and the final value of each logged metric, the

@@ -2,8 +2,9 @@
 
 ``load_trace`` parses a trace file (``.json`` or ``.json.gz``, torch 1.8 → 2.x, CPU, CUDA, ROCm)
 with the streaming parser in ``trace_parse``, cleans it (drops events without a timestamp,
-clamps negative durations, sorts by time), stores the tables as Arrow IPC files in the cache and
-returns them; later calls read only those files. ``load_traces`` accepts a run folder, a trace file or a
+clamps negative durations, sorts by time) and stores the tables as Arrow IPC files in the cache,
+in bounded memory (``trace_spill``: the tables are never whole in memory during the pass); the
+returned tables, like later calls, read those files when first used. ``load_traces`` accepts a run folder, a trace file or a
 folder of traces (one file per rank/worker, or torch-tb-profiler's one sub-folder per run).
 See docs/architecture.md "Trace tables" for the columns.
 """

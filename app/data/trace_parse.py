@@ -4,7 +4,8 @@ The file is read in bounded pieces (``trace_pieces``: gzip decompressed on the f
 ``traceEvents`` array is cut at event boundaries and each piece is decoded with msgspec into small
 typed structs, turned into Arrow columns (``trace_columns``) and dropped. Peak memory is therefore
 the output columns plus one piece, not the whole JSON object tree (see docs/trace-engine.md for the
-measurements behind this choice).
+measurements behind this choice); with ``spill=True`` the columns themselves are kept compressed
+out of memory (``trace_spill``), which is how ``trace.load_trace`` reads into the cache.
 
 A cut is only accepted when the piece decodes as a JSON array: a cut inside a string or inside a
 nested object can never decode, so validating by decoding is exact. A piece that cannot be cut or
