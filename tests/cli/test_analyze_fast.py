@@ -82,3 +82,9 @@ def test_progress_bar_and_eta() -> None:
     bar(100, 100)
     bar.close()
     assert forced.getvalue().startswith("\rreading traces [") and forced.getvalue().endswith("finishing\n")
+
+
+def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
+    out = _cli(["import", "--help"], tmp_path / "cache", "-X", "importtime")
+    assert out.returncode == 0 and "usage: torchscope import" in out.stdout
+    assert not _imported(out.stderr) & set(_HEAVY)  # `ls`, `diff`... (pandas) were not imported for it
