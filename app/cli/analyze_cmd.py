@@ -5,7 +5,9 @@ torch-tb-profiler log folder (one sub-folder per run): with several runs there, 
 picks one, and without it the command stops and lists them (workers of different runs are never
 analysed as one set).
 ``--json`` prints one document (app.presentation.analyze_json; fields in docs/trace-engine.md);
-without it, readable tables. A progress bar goes to stderr while a large trace is ingested.
+without it, readable tables. A progress bar with the time left goes to stderr while a large trace
+is ingested (a terminal only, unless ``--progress``). A warm ``--json`` prints the document stored
+by the last full run (app.workspace.analyze_docs) without importing pandas or the analysis.
 
 For a Torchscope run the document also has ``"run"``: the run's headline step time
 (app.workspace.run_summary) and the final value of each logged metric, the
@@ -17,29 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from app.analysis.trace.steps import DEVICE_CATEGORIES
-from app.analysis.trace.summary import TraceAnalysis
-from app.analysis.trace.windows import compute_window_table
 from app.cli.ingest_options import add_ingest_arguments, ingest_context
+from app.cli.progress import ProgressBar
 from app.errors import UsageError
-from app.presentation.analyze_json import analysis_to_json
-from app.presentation.ranks_text import RANK_TEXT_HEADERS, rank_text_rows, straggler_sentence
-from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
-from app.presentation.text_table import text_table
-from app.presentation.units import format_seconds, format_us
 from app.workspace import refs
-from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
-from app.workspace.run_summary import has_traces, load_run_summary
-from app.workspace.traces import load_trace_set
+from app.workspace.analyze_docs import AnalyzeDocuments
+
+# The analysis, pandas and the presentation modules are imported in the functions that use them:
+# a warm `analyze --json` prints its stored document without them (app.workspace.analyze_docs).
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from app.analysis.trace.summary import TraceAnalysis
 
 HELP = "analyse profiler traces: steps, time breakdown, top ops and kernels, memory peaks"
-
-_BAR_MIN_BYTES = 32 << 20  # below this, ingest is quick enough not to need a bar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,41 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=15, help="rows of the op and kernel tables (text output)")
     parser.add_argument("--root", help="run store, to resolve a run id or name")
     parser.add_argument("--no-cache", action="store_true", help="parse the traces again, ignoring the cache")
-    add_ingest_arguments(parser)
-
-
-class _Bar:
-    """A one-line progress bar on stderr, only for a terminal and only for large inputs."""
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self.last = 0.0
-        self.started = time.monotonic()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total < _BAR_MIN_BYTES:
-            return
-        now = time.monotonic()
-        if now - self.last < 0.1 and done < total:
-            return
-        self.last = now
-        frac = done / total if total else 1.0
-        width = 30
-        fill = int(frac * width)
-        mb = 1 << 20
-        sys.stderr.write(f"\rreading traces [{'#' * fill}{'.' * (width - fill)}] {done / mb:,.0f}/{total / mb:,.0f} MB "
-                         f"{now - self.started:4.1f}s")
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+    parser.add_argument("--progress", action="store_true",
+                        help="show reading progress with an ETA on stderr even when it is not a terminal")
+    add_ingest_arguments(parser)  # --scheduler (its --progress is the one above)
 
 
 def _table(df: pd.DataFrame, cols: list[tuple[str, str, Any]]) -> str:
+    from app.presentation.text_table import text_table
+
     rows = [[f(getattr(r, k)) for _, k, f in cols] for r in df.itertuples(index=False)]
     return text_table([h for h, _, _ in cols], rows, numbers_right=True)
 
@@ -95,6 +63,9 @@ def _short(name: str, n: int = 60) -> str:
 
 
 def format_text(analysis: TraceAnalysis, top: int) -> str:
+    from app.analysis.trace.steps import DEVICE_CATEGORIES
+    from app.presentation.units import format_us
+
     out = []
     for t in analysis.traces:
         out.append(f"trace {t['path']}  rank {t['rank']}  {t['events']:,} events")
@@ -139,6 +110,9 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
 
 def _rank_lines(analysis: TraceAnalysis, top: int) -> list[str]:
     """The per-rank table (highest straggler score first) and the straggler sentence, for ≥ 2 ranks."""
+    from app.presentation.ranks_text import RANK_TEXT_HEADERS, rank_text_rows, straggler_sentence
+    from app.presentation.text_table import text_table
+
     rows = analysis.rank_summary
     if len(rows) < 2:
         return []
@@ -155,6 +129,10 @@ def _rank_lines(analysis: TraceAnalysis, top: int) -> list[str]:
 
 def format_windows(windows: pd.DataFrame) -> str:
     """The profiler windows of a run: why each was taken, its steps, its median step (× the typical)."""
+    import pandas as pd
+
+    from app.presentation.units import format_us
+
     def ratio(v: Any) -> str:
         return "" if pd.isna(v) else f"{v:.2f}×"
     rows = windows.assign(step_range=[f"{a}–{b}" if a != b else f"{a}" for a, b in
@@ -170,6 +148,9 @@ def format_windows(windows: pd.DataFrame) -> str:
 
 def format_run_summary(summary: dict[str, Any]) -> str:
     """The run part of the text output: headline step time and final values, labelled by rule."""
+    from app.presentation.terminal import MAX_CELL_CHARS, terminal_text
+    from app.presentation.units import format_seconds
+
     out = [f"run {terminal_text(summary['name'], MAX_CELL_CHARS)} ({terminal_text(summary['id'], MAX_CELL_CHARS)})"]
     if summary["step_time_s"] is not None:
         out.append(f"  step time (median, steady state): {format_seconds(summary['step_time_s'])} over "
@@ -191,10 +172,21 @@ def _print_run_only(summary: dict[str, Any], as_json: bool, why: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     path = refs.pick_tb_run(refs.resolve_path(args.path, getattr(args, "root", None)), getattr(args, "run", None))
+    # A warm `--json` of unchanged traces prints the document stored by the last full run.
+    docs = AnalyzeDocuments(path, args.rank) if args.json and not args.no_cache else None
+    if docs is not None and (text := docs.read()) is not None:
+        sys.stdout.write(text)
+        return 0
+    from app.analysis.trace.windows import compute_window_table
+    from app.presentation.analyze_json import analysis_to_json
+    from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
+    from app.workspace.run_summary import has_traces, load_run_summary
+    from app.workspace.traces import load_trace_set
+
     summary = load_run_summary(path, args.rank) if path.is_dir() else None
     if summary is not None and not has_traces(path):
         return _print_run_only(summary, args.json, f"{path} has no profiler traces")
-    bar = _Bar()
+    bar = ProgressBar("reading traces", force=getattr(args, "progress", False))
     try:
         with ingest_context(args):  # many rank files: parsed in parallel (local cores or --scheduler)
             traces = load_trace_set(path, progress=bar, use_cache=not args.no_cache)
@@ -214,8 +206,10 @@ def run(args: argparse.Namespace) -> int:
         doc = analysis_to_json(analysis, windows=table)
         if summary is not None:
             doc["run"] = summary
-        json.dump(doc, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        text = json.dumps(doc, ensure_ascii=False) + "\n"
+        sys.stdout.write(text)
+        if docs is not None:
+            docs.write(traces, text)
     else:
         text = format_text(analysis, args.top)
         if table is not None:

@@ -2,8 +2,9 @@
 
 ``load_trace`` parses a trace file (``.json`` or ``.json.gz``, torch 1.8 → 2.x, CPU, CUDA, ROCm)
 with the streaming parser in ``trace_parse``, cleans it (drops events without a timestamp,
-clamps negative durations, sorts by time), stores the tables as Arrow IPC files in the cache and
-returns them; later calls read only those files. ``load_traces`` accepts a run folder, a trace file or a
+clamps negative durations, sorts by time) and stores the tables as Arrow IPC files in the cache,
+in bounded memory (``trace_spill``: the tables are never whole in memory during the pass); the
+returned tables, like later calls, read those files when first used. ``load_traces`` accepts a run folder, a trace file or a
 folder of traces (one file per rank/worker, or torch-tb-profiler's one sub-folder per run).
 See docs/architecture.md "Trace tables" for the columns.
 """
@@ -14,22 +15,25 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeAlias
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from app.data import tbprofiler, trace_cache
 from app.data.safe_io import UnsafePath, resolve_inside
-from app.data.trace_columns import TABLES
-from app.data.trace_envelope import TraceFields
 from app.data.trace_files import TRACE_SUFFIXES, find_trace_run_folders, rank_from_name, scan_trace_folder
-from app.data.trace_memory import load_memory_timeline_raw
-from app.data.trace_parse import parse_trace_file
-from app.data.trace_pieces import Progress
+from app.data.trace_kinds import TABLES, Progress
 from app.errors import TraceError, UsageError
 from profiler_agent.runformat import layout
+
+# pandas, pyarrow and the parser are imported where they are used, not here: a trace opened from
+# the cache whose analysis is cached too (a warm `torchscope analyze`) needs none of them, and
+# pandas alone costs ~0.3 s and ~100 MB at start-up (docs/trace-engine.md, "A CLI that starts fast").
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from app.data.trace_envelope import TraceFields
+    from app.data.trace_parse import ParsedTrace
+    from app.data.trace_spill import SpilledTable
 
 __all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
@@ -149,8 +153,18 @@ def _warn_unranked(traces: list[TraceTables]) -> None:
         t.warnings.append(f"{t.path}: {msg}")
 
 
+def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """``export_memory_timeline``'s raw records of ``path`` (app.data.trace_memory, imported when used)."""
+    from app.data.trace_memory import load_memory_timeline_raw as load
+
+    return load(path)
+
+
 def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
     """Convert and drop the Arrow table, freeing its buffers as columns are converted (peak memory)."""
+    import pandas as pd
+    import pyarrow as pa
+
     table = tables.pop(name)
     # Integer columns with nulls stay integers (Int64) instead of turning into floats.
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get, ignore_metadata=True,
@@ -159,6 +173,8 @@ def _to_pandas(tables: dict[str, pa.Table], name: str) -> pd.DataFrame:
 
 def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table:
     """Drop X events without a timestamp, clamp bad durations to 0, sort by (ts, -dur)."""
+    import pyarrow.compute as pc
+
     n = events.num_rows
     if n == 0:
         return events
@@ -179,6 +195,8 @@ def _clean_events(events: pa.Table, path: Path, warnings: list[str]) -> pa.Table
 
 
 def _sorted(table: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
     if table.num_rows == 0 or "ts_us" not in table.column_names:
         return table
     if table["ts_us"].null_count:
@@ -187,6 +205,8 @@ def _sorted(table: pa.Table) -> pa.Table:
 
 
 def _ingest(path: Path, progress: Progress | None) -> trace_cache.CachedTrace:
+    from app.data.trace_parse import parse_trace_file
+
     parsed = parse_trace_file(path, progress)
     warnings = list(parsed.warnings)
     events, parsed.events = parsed.events, None  # the sorted copy replaces it: never hold both longer
@@ -223,20 +243,64 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
                            loader=_cached_loader(p, entry))
     with system_memory_pool():
         try:
-            cached = _ingest(p, progress)
+            if use_cache:  # streamed: the tables go to the cache file sorted, batch by batch
+                streamed = _ingest_into(p, entry, progress)
+                if isinstance(streamed, trace_cache.CachedTrace):
+                    return TraceTables(path=p, rank=trace_rank(p, streamed.meta), meta=streamed.meta,
+                                       warnings=list(streamed.warnings), n_events=streamed.n_events,
+                                       from_cache=False, cache_entry=entry, loader=_cached_loader(p, entry))
+                cached = streamed[0]  # the cache could not be written: the tables are in memory
+            else:
+                cached = _ingest(p, progress)
         except OSError as e:
             raise TraceError(f"{p}: cannot be read: {e.strerror or e}") from None
         except MemoryError:
             raise TraceError(f"{p}: not enough memory to read this trace") from None
-        written = use_cache and trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings,
-                                                         cached.n_events)
-        t = cached.tables  # _to_pandas pops each table, so its Arrow buffers go as it is converted
+        t = dict(cached.tables)  # _to_pandas pops each table, so its Arrow buffers go as it is converted
         return TraceTables(
             path=p, rank=trace_rank(p, cached.meta), meta=cached.meta, warnings=list(cached.warnings),
             events=_to_pandas(t, "events"), memory=_to_pandas(t, "memory"), flows=_to_pandas(t, "flows"),
             counters=_to_pandas(t, "counters"), threads=_to_pandas(t, "threads"), n_events=cached.n_events,
-            from_cache=False, cache_entry=entry if written else None,
+            from_cache=False, cache_entry=None,
         )
+
+
+def _ingest_into(path: Path, entry: Path,
+                 progress: Progress | None) -> trace_cache.CachedTrace | tuple[trace_cache.CachedTrace]:
+    """Parse ``path`` into the cache entry ``entry`` in bounded memory (app.data.trace_spill):
+    the tables are kept compressed while the file is read, then sorted and written a batch at a
+    time. Returns the entry's metadata (``tables`` empty: they are in the entry), or, when the
+    entry cannot be written, ``(CachedTrace,)`` with the tables in memory.
+
+    Same tables, warnings and metadata as ``_ingest`` (tests/data/test_trace_spill.py)."""
+    from app.data.trace_parse import parse_trace_file
+
+    parsed = parse_trace_file(path, progress, spill=True)
+    spilled = parsed.spilled
+    assert spilled is not None
+    try:
+        return _write_spilled(path, entry, parsed, spilled)
+    finally:
+        for s in spilled.values():
+            s.close()
+
+
+def _write_spilled(path: Path, entry: Path, parsed: ParsedTrace,
+                   spilled: dict[str, SpilledTable]) -> trace_cache.CachedTrace | tuple[trace_cache.CachedTrace]:
+    warnings = list(parsed.warnings)
+    sources: dict[str, Any] = {
+        "events": spilled["events"].sorted_source(path, warnings, clean=True),
+        "memory": spilled["memory"].sorted_source(path, warnings, clean=False),
+        "flows": spilled["flows"].sorted_source(path, warnings, clean=False),
+        "counters": _sorted(parsed.counters),
+        "threads": spilled["threads"].sorted_source(path, warnings, clean=False),
+    }
+    if parsed.n_events == 0 and not warnings:
+        warnings.append(f"{path}: the trace has no events")
+    if trace_cache.write_cached(entry, sources, parsed.meta, warnings, parsed.n_events):
+        return trace_cache.CachedTrace({}, parsed.meta, warnings, parsed.n_events)
+    tables = {name: src if name == "counters" else src.to_table() for name, src in sources.items()}
+    return (trace_cache.CachedTrace(tables, parsed.meta, warnings, parsed.n_events),)
 
 
 _pool_lock = threading.Lock()
@@ -255,6 +319,8 @@ def system_memory_pool() -> Iterator[None]:
     (benchmarks/README.md "Trace ingest"). Buffers remember their pool, so tables made inside are
     used and freed normally afterwards."""
     global _pool_users, _pool_saved
+    import pyarrow as pa
+
     with _pool_lock:
         if _pool_users == 0:
             _pool_saved = pa.default_memory_pool()

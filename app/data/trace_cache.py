@@ -13,18 +13,23 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.data.safe_io import UnsafePath, resolve_inside
-from app.data.trace_columns import TABLES
-from app.data.trace_envelope import TraceFields
+from app.data.trace_kinds import TABLES
 from profiler_agent.runformat import layout
 
-__all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "CachedTrace", "cache_entry_dir", "read_cached",
-           "read_cached_meta", "read_cached_table", "write_cached", "default_cache_dir"]
+if TYPE_CHECKING:  # pyarrow is imported where tables are read or written: reading an entry's
+    import pyarrow as pa  # metadata (a warm `analyze`) needs none of it
+
+    from app.data.trace_envelope import TraceFields
+
+__all__ = ["CACHE_VERSION", "CACHE_ENV", "TABLES", "SUFFIX", "BatchSource", "CachedTrace", "cache_entry_dir", "read_cached",
+           "read_cached_meta", "read_cached_table", "write_cached", "default_cache_dir", "read_entry_document",
+           "write_entry_document"]
 
 # Bump when the parser, the kept fields or the table schemas change.
 CACHE_VERSION = 7  # 7: bad input read element by element (entries made by 6 may hold fewer events)
@@ -103,6 +108,8 @@ def read_cached(entry: Path, columns: dict[str, list[str]] | None = None) -> Cac
     meta_file = entry / _META
     if not meta_file.is_file():
         return None
+    import pyarrow as pa
+
     try:
         doc = json.loads(meta_file.read_text(encoding="utf-8"))
         if doc.get("cache_version") != CACHE_VERSION:
@@ -130,6 +137,8 @@ def read_cached_meta(entry: Path) -> CachedTrace | None:
 
 def read_cached_table(entry: Path, name: str, columns: list[str] | None = None) -> pa.Table | None:
     """Return one table of an entry, or None when it cannot be read (removed, damaged)."""
+    import pyarrow as pa
+
     try:
         return _read(entry / f"{name}{SUFFIX}", columns)
     except (OSError, ValueError, pa.ArrowException):
@@ -137,21 +146,40 @@ def read_cached_table(entry: Path, name: str, columns: list[str] | None = None) 
 
 
 def _read(path: Path, columns: list[str] | None) -> pa.Table:
+    import pyarrow as pa
+
     with pa.OSFile(str(path), "rb") as src:  # read into memory: nothing keeps the file open
         table = pa.ipc.open_file(src).read_all()
     return table.select(columns) if columns is not None else table
 
 
-def _write(table: pa.Table, path: Path) -> None:
+class BatchSource(Protocol):
+    """A table written a record batch at a time (``trace_spill``: a big trace's sorted tables are
+    never whole in memory)."""
+
+    schema: Any  # pa.Schema (pyarrow is not imported at module level here)
+
+    def batches(self) -> Iterator[Any]: ...  # pa.RecordBatch
+
+
+def _write(table: pa.Table | BatchSource, path: Path) -> None:
+    import pyarrow as pa
+
     options = pa.ipc.IpcWriteOptions(compression=_COMPRESSION)  # made here: takes the current default pool
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as w:
-        w.write_table(table)
+        if isinstance(table, pa.Table):
+            w.write_table(table)
+        else:
+            for batch in table.batches():
+                w.write_batch(batch)
 
 
-def write_cached(entry: Path, tables: dict[str, pa.Table], meta: TraceFields, warnings: list[str],
-                 n_events: int) -> bool:
+def write_cached(entry: Path, tables: Mapping[str, pa.Table | BatchSource], meta: TraceFields,
+                 warnings: list[str], n_events: int) -> bool:
     """Write an entry atomically and remove older entries of the same file; return False (and
-    leave nothing behind) if the folder is not writable."""
+    leave nothing behind) if the folder is not writable. A table may be a ``BatchSource``."""
+    import pyarrow as pa
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
@@ -172,4 +200,37 @@ def write_cached(entry: Path, tables: dict[str, pa.Table], meta: TraceFields, wa
     for old in entry.parent.glob(f"{stem}*"):
         if old != entry and old.is_dir():  # the file changed or the format moved on
             shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+_DOC_PREFIX = "document-"
+_MAX_DOCS = 8  # documents kept per entry (one per --rank / path named); the oldest go first
+
+
+def read_entry_document(entry: Path, key: str) -> str | None:
+    """A text stored in ``entry`` under ``key`` (``write_entry_document``), or None."""
+    try:
+        return (entry / f"{_DOC_PREFIX}{key}.json").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+
+
+def write_entry_document(entry: Path, key: str, text: str) -> bool:
+    """Store ``text`` in the trace cache entry ``entry`` under ``key``, atomically; False when the
+    entry is gone (its file changed: never re-created) or cannot be written."""
+    if not (entry / _META).is_file():
+        return False
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, entry / f"{_DOC_PREFIX}{key}.json")
+    except OSError:
+        return False
+    try:
+        docs = sorted(entry.glob(f"{_DOC_PREFIX}*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in docs[:-_MAX_DOCS]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
     return True

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.data.trace_decode import EMPTY_RAW, Event
+from app.data.trace_kinds import TABLES
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
            "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table"]
@@ -42,7 +43,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "flows": FLOW_SCHEMA, "counters": COUNTER_SCHEMA,
     "threads": THREAD_SCHEMA,
 }
-TABLES = tuple(TABLE_SCHEMAS)
+assert tuple(TABLE_SCHEMAS) == TABLES, "trace_kinds.TABLES and TABLE_SCHEMAS list the same tables"
 
 # Columns are taken from the structs a group at a time: one C-level getter call per event gives a
 # tuple of the group's fields and Arrow converts the tuples as one struct array (measured ≈ 30 %

@@ -4,7 +4,8 @@ The file is read in bounded pieces (``trace_pieces``: gzip decompressed on the f
 ``traceEvents`` array is cut at event boundaries and each piece is decoded with msgspec into small
 typed structs, turned into Arrow columns (``trace_columns``) and dropped. Peak memory is therefore
 the output columns plus one piece, not the whole JSON object tree (see docs/trace-engine.md for the
-measurements behind this choice).
+measurements behind this choice); with ``spill=True`` the columns themselves are kept compressed
+out of memory (``trace_spill``), which is how ``trace.load_trace`` reads into the cache.
 
 A cut is only accepted when the piece decodes as a JSON array: a cut inside a string or inside a
 nested object can never decode, so validating by decoding is exact. A piece that cannot be cut or
@@ -44,8 +45,10 @@ from app.data.trace_envelope import (
     tail_meta,
     tail_meta_at,
 )
-from app.data.trace_pieces import Progress, close_pieces, line_col, read_pieces
+from app.data.trace_kinds import Progress
+from app.data.trace_pieces import close_pieces, line_col, read_pieces
 from app.data.trace_scan import NOT_SPACE, Scan, ScanEnd, err_at, err_text, scan
+from app.data.trace_spill import SpilledTable
 from app.errors import TraceError
 
 __all__ = ["ParsedTrace", "parse_trace_file", "PIECE_BYTES", "KINETO_FIELDS"]
@@ -80,6 +83,9 @@ class ParsedTrace:
     counters: pa.Table | None = None
     threads: pa.Table | None = None
     n_events: int = 0
+    # With ``spill=True``: events, memory, flows and threads as compressed pieces (the table
+    # attributes are then None; counters stay a table).
+    spilled: dict[str, SpilledTable] | None = None
 
 
 # ---------------------------------------------------------------- pieces of the events array
@@ -93,8 +99,9 @@ class ParsedTrace:
 class _Sink:
     """Collects the Arrow tables of each decoded piece and counts events."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill: bool = False) -> None:
         self.parts: dict[str, list[pa.Table]] = {name: [] for name in _PIECE_TABLES}
+        self.spilled = {name: SpilledTable(TABLE_SCHEMAS[name]) for name in _PIECE_TABLES} if spill else None
         self.counter_rows: list[dict[str, Any]] = []  # ``C`` events' fields, as written
         self.n_events = 0
         self.bad_ts = 0  # events skipped because their ts is not a number
@@ -107,7 +114,10 @@ class _Sink:
         tables, has_counters = columns_from_events(evs)
         for kind, table in tables.items():
             if table.num_rows:
-                self.parts[kind].append(table)
+                if self.spilled is not None:
+                    self.spilled[kind].add(table)
+                else:
+                    self.parts[kind].append(table)
         if has_counters:  # ``C`` events keep arbitrary keys: their piece is decoded again, untyped
             with _closed(buf, end) as data:
                 self.counter_rows.extend(counters_from(data))
@@ -205,14 +215,17 @@ def _finish(buf: bytearray, is_object: bool, warnings: list[str],
 # ---------------------------------------------------------------- the pass over the file
 
 
-def parse_trace_file(path: Path, progress: Progress | None = None) -> ParsedTrace:
-    """Read ``path`` once and return its tables; raise TraceError when nothing can be recovered."""
+def parse_trace_file(path: Path, progress: Progress | None = None, *, spill: bool = False) -> ParsedTrace:
+    """Read ``path`` once and return its tables; raise TraceError when nothing can be recovered.
+
+    ``spill``: keep the tables as compressed pieces (``ParsedTrace.spilled``, app.data.trace_spill)
+    instead of Arrow tables, so that a big trace is never whole in memory."""
     # The pass allocates millions of short-lived objects that hold no reference cycles; the cyclic
     # GC would rescan them again and again (measured: a third of the ingest time at 100 MB).
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Pass(path, progress).run()
+        return _Pass(path, progress, spill).run()
     finally:
         if was_enabled:
             gc.enable()
@@ -221,10 +234,10 @@ def parse_trace_file(path: Path, progress: Progress | None = None) -> ParsedTrac
 class _Pass:
     """One pass over a trace file: the pieces read so far, and what was decoded from them."""
 
-    def __init__(self, path: Path, progress: Progress | None) -> None:
+    def __init__(self, path: Path, progress: Progress | None, spill: bool = False) -> None:
         self.path = path
         self.out = ParsedTrace()
-        self.sink = _Sink()
+        self.sink = _Sink(spill)
         self.pieces = read_pieces(path, self.out.warnings, progress)
         self.head = b""  # the bytes read before the first event was found
         self.started = False  # whether the events array was found
@@ -383,7 +396,8 @@ def _recovered(path: Path, n: int, at: int, why: str) -> str:
 
 
 def _done(out: ParsedTrace, sink: _Sink, path: Path) -> ParsedTrace:
-    for kind in _PIECE_TABLES:
+    out.spilled = sink.spilled
+    for kind in _PIECE_TABLES if sink.spilled is None else ():
         parts = sink.parts[kind]
         # Chunks stay separate (no combine_chunks copy); unified dictionaries make one categorical.
         table = pa.concat_tables(parts).unify_dictionaries() if parts else TABLE_SCHEMAS[kind].empty_table()

@@ -7,16 +7,15 @@ warning, keeping what was decompressed before the damage.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from app.data.safe_io import InflateLimit, inflate_limit_bytes
+from app.data.trace_kinds import Progress
 from app.errors import TraceError
 
 __all__ = ["Progress", "read_pieces", "line_col", "close_pieces"]
-
-Progress = Callable[[int, int], None]
 
 _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _SLICE_BYTES = 1 << 16  # compressed bytes decompressed at a time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from app.analysis.trace.modules import compute_module_table
 from app.analysis.trace.ops import compute_annotation_table, compute_op_table
 from app.analysis.trace.windows import compute_window_table, split_traces
 from app.errors import TorchscopeError
+from app.presentation.progress import progress_text
 from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 from app.workspace.profiled_windows import read_run_windows
@@ -87,11 +89,13 @@ def ingest_with_progress(paths: list[Path]) -> None:
     total = max(1, sum(sizes))
     bar = st.progress(0.0, text="Reading traces for the first time…")
     base = 0
+    started = time.monotonic()
     for path, size in zip(cold, sizes):
         def report(done: int, _total: int, base: int = base, name: str = path.name) -> None:
             bar.progress(min(1.0, (base + done) / total),
-                         text=f"Reading {name} for the first time: {(base + done) / 2**20:,.0f} of "
-                              f"{total / 2**20:,.0f} MiB (compressed); later opens use the cache")
+                         text=f"Reading {name} for the first time: "
+                              f"{progress_text(base + done, total, time.monotonic() - started)} "
+                              "(compressed sizes); later opens use the cache")
 
         try:
             ingest_trace(path, progress=report)

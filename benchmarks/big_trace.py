@@ -1,0 +1,180 @@
+"""Big-trace benchmark: whole processes, cold, as a user runs them — ingest memory and time from 20 MB to 1 GB.
+
+    python -m benchmarks.big_trace --sizes 20 100 300 1000 [--gzip 1000] [--out benchmarks/results/big_trace.json]
+
+For each size a trace is generated (benchmarks/gen_trace.py: real A100 steps replicated, the size in
+MB of uncompressed JSON) and each case runs as its own process, one after the other, in the same
+run; wall seconds, CPU seconds (user + system, from ``os.wait4``) and the peak resident size
+(``ru_maxrss`` of that child: interpreter and libraries included; the driver imports nothing
+heavy and generates the traces in children, so no child starts from a large parent) are recorded:
+
+- ``orjson``: ``python -c "import orjson; orjson.loads(open(f, 'rb').read())"`` — the floor of any
+  Python JSON reader, which builds no table;
+- ``ingest``: ``load_trace(f)`` with an empty cache — parse, clean, sort, write the columnar cache
+  (app/data/trace*.py; the tables are then read from the cache when used);
+- ``analyze_cold``: ``python -m app.cli analyze --json f`` with an empty cache — ingest + analysis;
+- ``analyze_warm``: the same command again — the cached trace, analysis and document;
+- ``hta_json``: HTA's fastest backend (``parse_trace_dataframe``, json) when ``hta`` is installed
+  (``pip install -r benchmarks/requirements.txt``), else left out and said so.
+
+``--gzip SIZE ...`` also measures ``ingest`` of the gzip-compressed trace of those sizes (made with
+level 1). Ratios printed: peak RSS / uncompressed size (goal ≤ 0.40 for the ingest), seconds per
+MB (linear growth), warm analyze / orjson (goal ≤ 0.35). Generated files and caches are
+deleted as soon as their size is done.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ["orjson", "ingest", "analyze_cold", "analyze_warm", "hta_json"]
+
+_SNIPPETS = {
+    "orjson": "import orjson,sys; orjson.loads(open(sys.argv[1],'rb').read())",
+    "ingest": "import sys; from app.data.trace import load_trace; load_trace(sys.argv[1])",
+    "hta_json": ("import sys, logging; logging.disable(logging.WARNING)\n"
+                 "from hta.common.trace_parser import parse_trace_dataframe\n"
+                 "from hta.configs.parser_config import ParserBackend, ParserConfig\n"
+                 "cfg = ParserConfig(ParserConfig.get_minimum_args()); cfg.set_parser_backend(ParserBackend.JSON)\n"
+                 "parse_trace_dataframe(sys.argv[1], cfg)"),
+}
+
+
+def _have_hta() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import hta"], capture_output=True)
+    return probe.returncode == 0
+
+
+def _command(case: str, trace: Path) -> list[str]:
+    if case.startswith("analyze"):
+        return [sys.executable, "-m", "app.cli", "analyze", "--json", str(trace)]
+    return [sys.executable, "-c", _SNIPPETS[case], str(trace)]
+
+
+def _run(case: str, trace: Path, cache: Path, timeout: float) -> dict:
+    env = {**os.environ, "TORCHSCOPE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(_command(case, trace), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = t0 + timeout
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            pid, status, ru = os.wait4(proc.pid, 0)
+            return {"case": case, "error": f"timed out after {timeout:.0f} s"}
+        time.sleep(0.01)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out = {"case": case, "wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+           "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
+    if proc.returncode:
+        out["error"] = err.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    return out
+
+
+def _gzip(src: Path, dst: Path) -> None:
+    with src.open("rb") as f, gzip.open(dst, "wb", compresslevel=1) as g:
+        shutil.copyfileobj(f, g, 1 << 20)
+
+
+def _load_avg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _generate(trace: Path, mb: float) -> int:
+    """Generate in a child process: the driver stays small, since a child's ``ru_maxrss`` starts
+    from the size of the process it was forked from."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gen_trace", "--mb", str(mb), "--out", str(trace)],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.rsplit(" MB, ", 1)[1].split()[0].replace(",", ""))
+
+
+def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float) -> list[dict]:
+    rows = []
+    for mb in sizes:
+        trace = work / f"big_{mb:g}mb.json"
+        n = _generate(trace, mb)
+        size = trace.stat().st_size
+        files = [(trace, cases)]
+        if mb in gz:
+            zipped = trace.with_suffix(".json.gz")
+            _gzip(trace, zipped)
+            files.append((zipped, ["ingest"]))
+        for f, wanted in files:
+            cache = work / f"cache-{f.name}"
+            for case in wanted:  # analyze_warm reuses analyze_cold's cache; ingest has its own
+                c = work / "cache-ingest" if case == "ingest" else cache
+                if case != "analyze_warm":  # cold: an empty cache
+                    shutil.rmtree(c, ignore_errors=True)
+                r = _run(case, f, c, timeout)
+                r.update(trace=f.name, mb=mb, events=n, uncompressed_bytes=size, file_bytes=f.stat().st_size,
+                         load_avg=_load_avg())
+                if "peak_rss_mb" in r:
+                    r["peak_rss_ratio"] = round(r["peak_rss_mb"] * 2**20 / size, 3)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(work / "cache-ingest", ignore_errors=True)
+            if f != trace:
+                f.unlink()
+        trace.unlink()
+    return rows
+
+
+def _table(rows: list[dict]) -> str:
+    orj = {r["mb"]: r for r in rows if r["case"] == "orjson" and "wall_s" in r}
+    lines = ["| trace | case | wall s | CPU s | peak RSS MB | peak / size | vs orjson (wall) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['trace']} | {r['case']} | {r['error']} | | | | |")
+            continue
+        o = orj.get(r["mb"])
+        ratio = f"{r['wall_s'] / o['wall_s']:.2f}×" if o and r["case"] != "orjson" else ""
+        lines.append(f"| {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['peak_rss_mb']:.0f} "
+                     f"| {r['peak_rss_ratio']:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=float, nargs="+", default=[20, 100, 300, 1000], help="MB of uncompressed JSON")
+    ap.add_argument("--gzip", type=float, nargs="*", default=[], help="sizes whose .gz is ingested too")
+    ap.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
+    ap.add_argument("--workdir", type=Path, default=None, help="where traces and caches go (default: a temp folder)")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    cases = list(args.cases)
+    note = None
+    if "hta_json" in cases and not _have_hta():
+        cases.remove("hta_json")
+        note = "hta is not installed (pip install -r benchmarks/requirements.txt): HTA left out"
+        print(note, file=sys.stderr)
+    work = Path(tempfile.mkdtemp(prefix="torchscope-big-", dir=args.workdir))
+    try:
+        rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(_table(rows))
+    if args.out:
+        doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0],
+               "cpus": os.cpu_count(), "note": note, "rows": rows}
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
