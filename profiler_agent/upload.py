@@ -52,7 +52,8 @@ class _Remote:
 
         self.url = check_store_url(url)
         self.local = self.url.startswith("file://")
-        kwargs = {"auto_mkdir": True} if self.local else {}
+        # a file system of its own: fsspec's shared instances would keep settings from before (an endpoint)
+        kwargs = {"auto_mkdir": True} if self.local else {"skip_instance_cache": True}
         self.fs, base = fsspec.core.url_to_fs(self.url, **kwargs)
         self.prefix = f"{str(base).rstrip('/')}/{run_id}"
 
@@ -220,7 +221,8 @@ class Uploader:
         """Stop the thread and upload what is left (run.json last). Returns whether the remote run
         is complete; when it is not, run.json says so and ``torchscope sync`` completes it."""
         self._stop.set()
-        self._thread.join(timeout=60)
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
         _mark(self.run_dir, self.url, "complete", errors=self.errors, last_error=self.last_error)
         if self._pass(_FINAL_BACKOFF_S):
             return True

@@ -128,7 +128,8 @@ class StoreFS:
         if self._fs is None:
             import fsspec
 
-            self._fs, base = fsspec.core.url_to_fs(self.url)
+            # its own instance: fsspec's shared ones keep the settings (endpoint, credentials) they were made with
+            self._fs, base = fsspec.core.url_to_fs(self.url, skip_instance_cache=True)
             self._base = str(base).rstrip("/")
         return self._fs
 
