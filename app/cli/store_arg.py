@@ -38,6 +38,6 @@ def localize_args(args: argparse.Namespace) -> None:
     for name in _REF_ARGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and is_store_url(value):
-            local, mirror = local_ref(value)
-            _warn(mirror)
+            local, ref_mirror = local_ref(value)
+            _warn(ref_mirror)
             setattr(args, name, local)
