@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.data.store_fs import key_problem, open_store
+from app.data.store_fs import StoreError, key_problem, open_store
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.store_url import UnsupportedStoreError, check_store_url, scrub_url
 from tests.conftest import write_run
@@ -38,42 +38,42 @@ def test_file_url_mirror_follows_changes(tmp_path: Path, monkeypatch: pytest.Mon
     assert not (third.root / run_dir.name / layout.STDERR_LOG).exists()
 
 
-def test_second_open_reads_nothing_remote(s3, tmp_path: Path):
+def test_second_open_reads_nothing_remote(s3, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     run_dir = write_run(tmp_path / "local", "base")
     s3.fs().put(str(run_dir), f"{s3.bucket}/runs/{run_dir.name}", recursive=True)
     mark = s3.server.mark()
-    main(["ls", "--root", s3.url, "--json"])
+    assert main(["ls", "--root", s3.url, "--json"]) == 0
     assert len(_gets(s3.server.since(mark))) >= 3  # run.json, metrics.jsonl, system.jsonl, logs
-    mark = s3.server.mark()
-    assert main(["ls", "--root", s3.url, "--json"]) == 0
-    lines = s3.server.since(mark)
-    assert _gets(lines) == [] and len(lines) == 1, lines  # one listing, no object read
-
-
-def test_ls_json_names_the_url(s3, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    run_dir = write_run(tmp_path / "local", "base")
-    s3.fs().put(str(run_dir), f"{s3.bucket}/runs/{run_dir.name}", recursive=True)
-    assert main(["ls", "--root", s3.url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["root"] == s3.url and [r["name"] for r in doc["runs"]] == ["base"]
+    mark = s3.server.mark()
+    store = open_store(s3.url)
+    again = store.mirror()
+    lines = s3.server.since(mark)
+    assert _gets(lines) == [] and len(lines) == 1, lines  # one listing, no object read
+    assert again.fetched == 0 and again.reused >= 3
+    s3.fs().pipe_file(f"{s3.bucket}/runs/{run_dir.name}/{layout.STDOUT_LOG}", b"rewritten\n")
+    mark = s3.server.mark()
+    assert store.mirror().fetched == 1 and len(_gets(s3.server.since(mark))) == 1  # a new ETag: read again
+    assert (store.mirror_dir / run_dir.name / layout.STDOUT_LOG).read_bytes() == b"rewritten\n"
 
 
 HOSTILE = {"../escaped": "it has an empty, '.' or '..' segment", "/abs": "it is an absolute path",
            "run\\..\\..\\win": "it holds a backslash", "a/../../up": "it has an empty, '.' or '..' segment"}
 
 
-def test_hostile_keys_never_leave_the_cache(s3, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_hostile_keys_never_leave_the_cache(s3, tmp_path: Path):
     run_dir = write_run(tmp_path / "local", "base")
     fs = s3.fs()
     fs.put(str(run_dir), f"{s3.bucket}/runs/{run_dir.name}", recursive=True)
     for key in HOSTILE:
         fs.pipe_file(f"{s3.bucket}/runs/{key}", b"evil")
     assert set(HOSTILE) <= set(s3.objects())  # the server really holds those keys
-    assert main(["ls", "--root", s3.url]) == 0
-    captured = capsys.readouterr()
-    assert "base" in captured.out
+    result = open_store(s3.url).mirror()
+    assert (result.root / run_dir.name / layout.MANIFEST).is_file()  # the good run is mirrored
+    warnings = "\n".join(result.warnings)
     for key, why in HOSTILE.items():
-        assert repr(key) in captured.err and why in captured.err, key
+        assert f"skipped the object {key!r}: {why}" in warnings, key
     everything = [p for p in s3.cache.rglob("*") if p.is_file()]
     mirror = open_store(s3.url).mirror_dir
     assert all(mirror in p.parents or p.name == "objects.json" for p in everything), everything
@@ -100,9 +100,24 @@ def test_unsupported_schemes_and_backends_are_refused(tmp_path: Path, monkeypatc
         check_store_url("s3://")
 
 
-def test_credentials_in_a_url_are_never_shown(s3, capsys: pytest.CaptureFixture[str]):
+def test_credentials_in_a_url_are_never_shown(s3, tmp_path: Path):
     assert scrub_url("s3://AKIAX:SeCrEt@bucket/p") == "s3://bucket/p"
-    main(["ls", "--root", f"s3://AKIAX:SeCrEt@{s3.bucket}/runs", "--json"])
-    out = capsys.readouterr()
-    assert "SeCrEt" not in out.out + out.err
+    run_dir = write_run(tmp_path / "local", "base")
+    s3.fs().put(str(run_dir), f"{s3.bucket}/runs/{run_dir.name}", recursive=True)
+    store = open_store(f"s3://AKIAX:SeCrEt@{s3.bucket}/runs")  # the URL's user:password is dropped
+    assert store.url == s3.url and store.mirror().fetched > 0
     assert not any("SeCrEt" in p.read_text(errors="replace") for p in s3.cache.rglob("*") if p.is_file())
+    with pytest.raises(StoreError) as e:
+        open_store(f"s3://AKIAX:SeCrEt@missing-{s3.bucket}/runs").mirror()
+    assert "SeCrEt" not in str(e.value) and f"s3://missing-{s3.bucket}/runs" in str(e.value)
+
+
+def test_import_into_an_s3_store(s3, capsys: pytest.CaptureFixture[str]):
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
+    assert main(["import", str(trace), "--root", s3.url, "--name", "imported", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["runs"]
+    assert row["path"] == f"{s3.url}/{row['id']}"
+    remote = s3.objects()
+    assert json.loads(remote[f"{row['id']}/{layout.MANIFEST}"])["upload"]["state"] == "complete"
+    assert any(k.startswith(f"{row['id']}/traces/") for k in remote)
+    assert [r.name for r in (open_store(s3.url).mirror().root).iterdir()] == [row["id"]]
