@@ -104,6 +104,7 @@ def _gone(pid: int) -> bool:
 JOB = "import time\nfor i in range(600):\n    print('line', i, flush=True)\n    time.sleep(0.05)\n"
 
 
+@pytest.mark.slow
 def test_killed_upload_is_completed_by_sync(s3, capsys: pytest.CaptureFixture[str]):
     # a long interval: after the first pass (the live run's manifest) nothing more goes up until the kill
     env = {**s3.env, "TORCHSCOPE_UPLOAD_INTERVAL_S": "60"}

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
-from app.data.store_fs import StoreError, key_problem, open_store
+from app.data.store_fs import StoreError, StoreFS, key_problem, open_store
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.store_url import UnsupportedStoreError, check_store_url, scrub_url
 from tests.conftest import write_run
@@ -38,7 +39,8 @@ def test_file_url_mirror_follows_changes(tmp_path: Path, monkeypatch: pytest.Mon
     assert not (third.root / run_dir.name / layout.STDERR_LOG).exists()
 
 
-def test_second_open_reads_nothing_remote(s3, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_second_open_reads_nothing_remote(s3, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch):
     run_dir = write_run(tmp_path / "local", "base")
     s3.fs().put(str(run_dir), f"{s3.bucket}/runs/{run_dir.name}", recursive=True)
     mark = s3.server.mark()
@@ -56,6 +58,13 @@ def test_second_open_reads_nothing_remote(s3, tmp_path: Path, capsys: pytest.Cap
     mark = s3.server.mark()
     assert store.mirror().fetched == 1 and len(_gets(s3.server.since(mark))) == 1  # a new ETag: read again
     assert (store.mirror_dir / run_dir.name / layout.STDOUT_LOG).read_bytes() == b"rewritten\n"
+    # the server out of reach: the same store reads from its cache, with a warning
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    offline = StoreFS(s3.url).mirror()
+    assert offline.offline and offline.root == store.mirror_dir and "cannot list the store" in offline.warnings[0]
+    assert (offline.root / run_dir.name / layout.MANIFEST).is_file()
 
 
 HOSTILE = {"../escaped": "it has an empty, '.' or '..' segment", "/abs": "it is an absolute path",
