@@ -57,6 +57,7 @@ __all__ = [
 _INDEX_NAME = "objects.json"
 _MIRROR_DIR = "mirror"
 _INDEX_VERSION = 1
+_BATCH = 256  # objects fetched in one call (concurrently by s3fs, gcsfs, adlfs)
 
 
 class StoreError(TorchscopeError):
@@ -194,23 +195,48 @@ class StoreFS:
                             removed=removed, warnings=tuple(warnings))
 
     def _download(self, fresh: dict[str, str], known: dict[str, str], warnings: list[str]) -> int:
+        """Fetch ``fresh`` objects into the mirror, many at once (fsspec's async backends fetch a
+        batch concurrently); a batch that fails is fetched object by object, so that one
+        unreadable object is one warning."""
         fetched = 0
-        for rel, token in fresh.items():
-            target = self.mirror_dir / rel
-            tmp = target.parent / f".{target.name}.{os.getpid()}.download.tmp"
+        items = list(fresh.items())
+        for start in range(0, len(items), _BATCH):
+            batch = [(rel, tok, tmp) for rel, tok in items[start:start + _BATCH]
+                     if (tmp := self._temp_for(rel, warnings)) is not None]
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                resolve_inside(self.mirror_dir, target.parent)  # a symlinked folder planted in the cache
-                self.fs.get_file(f"{self.base}/{rel}", str(tmp))
-                os.replace(tmp, target)
-            except Exception as e:  # noqa: BLE001 - one unreadable object does not hide the others
+                self.fs.get([f"{self.base}/{rel}" for rel, _, _ in batch], [str(t) for _, _, t in batch])
+                done = [(rel, tok, tmp) for rel, tok, tmp in batch if tmp.is_file()]
+            except Exception:  # noqa: BLE001 - retried one by one below, each failure named
+                done = []
+                for rel, tok, tmp in batch:
+                    try:
+                        self.fs.get_file(f"{self.base}/{rel}", str(tmp))
+                        done.append((rel, tok, tmp))
+                    except Exception as e:  # noqa: BLE001 - any backend error
+                        warnings.append(f"{self.url}: cannot read the object {rel!r} ({_scrub(e)}); skipped")
+            for rel, tok, tmp in done:
+                try:
+                    os.replace(tmp, self.mirror_dir / rel)
+                except OSError as e:
+                    warnings.append(f"{self.url}: cannot write the object {rel!r} into the cache ({e}); skipped")
+                    continue
+                known[rel] = tok
+                fetched += 1
+            for _, _, tmp in batch:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-                warnings.append(f"{self.url}: cannot read the object {rel!r} ({_scrub(e)}); skipped")
-                continue
-            known[rel] = token
-            fetched += 1
         return fetched
+
+    def _temp_for(self, rel: str, warnings: list[str]) -> Path | None:
+        """A temporary file beside the object's place in the mirror (its folder made and checked)."""
+        target = self.mirror_dir / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            resolve_inside(self.mirror_dir, target.parent)  # a symlinked folder planted in the cache
+        except (OSError, UnsafePath) as e:
+            warnings.append(f"{self.url}: cannot place the object {rel!r} in the cache ({e}); skipped")
+            return None
+        return target.parent / f".{target.name}.{os.getpid()}.download.tmp"
 
     def _remove_gone(self, known: dict[str, str], wanted: dict[str, str]) -> int:
         removed = 0

@@ -71,6 +71,8 @@ def test_run_into_s3_is_listed_analyzed_and_diffed(recorded, capsys: pytest.Capt
                  "--resamples", "1000", "--no-advice"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["baseline"]["id"] == doc["candidate"]["id"] == run_dir.name
+    assert main(["advise", run_dir.name, "--root", store.url, "--json"]) == 0
+    assert "findings" in json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.slow

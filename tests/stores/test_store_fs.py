@@ -130,3 +130,15 @@ def test_import_into_an_s3_store(s3, capsys: pytest.CaptureFixture[str]):
     assert json.loads(remote[f"{row['id']}/{layout.MANIFEST}"])["upload"]["state"] == "complete"
     assert any(k.startswith(f"{row['id']}/traces/") for k in remote)
     assert [r.name for r in (open_store(s3.url).mirror().root).iterdir()] == [row["id"]]
+
+
+def test_ui_command_hands_the_url_to_the_app(monkeypatch: pytest.MonkeyPatch):
+    from app.cli import build_parser
+    from app.cli.ui_cmd import build_command
+
+    monkeypatch.delenv(layout.ROOT_ENV, raising=False)
+    args = build_parser("ui").parse_args(["ui", "--root", "s3://bucket/runs/", "--no-browser"])
+    _, env = build_command(args)
+    assert env[layout.ROOT_ENV] == "s3://bucket/runs"  # not a local path "s3:/bucket/runs"
+    with pytest.raises(UnsupportedStoreError):
+        build_command(build_parser("ui").parse_args(["ui", "--root", "ftp://host/runs"]))
