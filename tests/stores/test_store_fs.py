@@ -142,3 +142,18 @@ def test_ui_command_hands_the_url_to_the_app(monkeypatch: pytest.MonkeyPatch):
     assert env[layout.ROOT_ENV] == "s3://bucket/runs"  # not a local path "s3:/bucket/runs"
     with pytest.raises(UnsupportedStoreError):
         build_command(build_parser("ui").parse_args(["ui", "--root", "ftp://host/runs"]))
+
+
+def test_a_symlink_planted_in_the_cache_is_not_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
+    remote = tmp_path / "remote"
+    (remote / "run1").mkdir(parents=True)
+    (remote / "run1" / "run.json").write_text("{}")
+    store = open_store(f"file://{remote}")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store.mirror_dir.mkdir(parents=True)
+    (store.mirror_dir / "run1").symlink_to(outside)
+    result = store.mirror()
+    assert result.fetched == 0 and "cannot place the object 'run1/run.json'" in result.warnings[0]
+    assert list(outside.iterdir()) == []
