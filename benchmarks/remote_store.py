@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def _start_moto() -> tuple[subprocess.Popen[str], str]:
     for line in proc.stdout:
         m = re.search(r"Running on (http://[\d.]+:\d+)", line)
         if m:
+            # keep reading its log (a line per request): a full pipe would stop the server
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
             return proc, m.group(1)
     raise RuntimeError("moto_server did not start")
 

@@ -186,7 +186,8 @@ class StoreFS:
                  if known.get(rel) != tok or not (self.mirror_dir / rel).is_file()}
         fetched = self._download(fresh, known, warnings)
         removed = self._remove_gone(known, wanted)
-        self._write_index(known)
+        if fetched or removed or not (self.cache_dir / _INDEX_NAME).is_file():
+            self._write_index(known)  # an unchanged store rewrites nothing
         return MirrorResult(self.mirror_dir, self.url, fetched=fetched, reused=len(wanted) - len(fresh),
                             removed=removed, warnings=tuple(warnings))
 
