@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .launcher import LaunchRequest, launch
 from .options import add_agent_arguments, options_from_args
@@ -16,7 +15,8 @@ HELP = "run a training command and record it as a run (no code change): torchsco
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the run's naming options and the profiler flags to ``parser``."""
     parser.add_argument("--name", help="run name (default: the script's name)")
-    parser.add_argument("--root", help="run store folder (default: $TORCHSCOPE_RUNS or ./runs)")
+    parser.add_argument("--root", help="run store folder or URL (s3://bucket/prefix, gs://, az://, file://: "
+                        "spooled locally and uploaded as the job runs; default: $TORCHSCOPE_RUNS or ./runs)")
     parser.add_argument("--tags", nargs="*", default=[], help="labels for the run")
     parser.add_argument("--notes", default="", help="free text stored with the run")
     parser.add_argument("--group", metavar="NAME",
@@ -44,7 +44,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     request = LaunchRequest(
         command=tuple(command),
         name=args.name,
-        root=Path(args.root) if args.root else None,
+        root=args.root or None,  # a folder or a store URL (a Path would turn s3:// into s3:/)
         tags=tuple(args.tags or ()),
         notes=args.notes,
         group=group.strip() if group else None,

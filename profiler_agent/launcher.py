@@ -48,6 +48,8 @@ from .runformat import (
     update_manifest,
     update_manifest_final,
 )
+from .runformat.store_url import check_store_url, is_store_url, scrub_url, spool_root
+from .upload import UPLOAD_FIELD, Uploader
 
 __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
 
@@ -68,7 +70,7 @@ class LaunchRequest:
 
     command: tuple[str, ...]
     name: str | None = None
-    root: Path | None = None
+    root: Path | str | None = None  # a local folder, or a store URL (s3://bucket/prefix): spooled and uploaded
     tags: tuple[str, ...] = ()
     notes: str = ""
     group: str | None = None  # replicates of one configuration: run.json "group"
@@ -91,10 +93,15 @@ def launch(request: LaunchRequest) -> int:
     """Run the job instrumented and return its exit code. Raises TorchscopeError without a command."""
     if not request.command:
         raise TorchscopeError("no command to run; usage: torchscope run [options] -- python train.py ...")
-    root = layout.resolve_root(request.root)
+    store_url = _store_url(request.root)
+    # A URL is refused here, before the job starts, when its scheme or backend is missing; a
+    # supported one is recorded in the local spool and uploaded by the launcher (upload.py).
+    root = spool_root(check_store_url(store_url)) if store_url else layout.resolve_root(request.root)
     name = request.name or default_run_name(request.command)
     # "group" stays a top-level field that readers keep in Manifest.extra (old runs lack it).
-    extra = {"group": request.group} if request.group else {}
+    extra: dict[str, object] = {"group": request.group} if request.group else {}
+    if store_url:
+        extra[UPLOAD_FIELD] = {"url": scrub_url(store_url), "state": "uploading", "errors": 0}
     try:
         # git and package versions (~50 ms: subprocesses, importlib.metadata) are filled in beside
         # the job's start-up (_Job.run), not before it: the launcher's cost is every job's cost.
@@ -105,9 +112,16 @@ def launch(request: LaunchRequest) -> int:
         print(f"torchscope run: cannot create a run in {root} ({e}); running the command without recording",
               file=sys.stderr)
         return _run_plain(request.command)
-    print(f"torchscope run: recording {run_dir}", file=sys.stderr)
+    shown = f"{scrub_url(store_url).rstrip('/')}/{run_dir.name} (spooled in {run_dir})" if store_url else run_dir
+    print(f"torchscope run: recording {shown}", file=sys.stderr)
     reserve_status_space(run_dir)  # so that the final status fits even when the job fills the disk
-    return _Job(run_dir, request, t0=manifest.started_at or time.time()).run()
+    return _Job(run_dir, request, t0=manifest.started_at or time.time(), store_url=store_url).run()
+
+
+def _store_url(root: Path | str | None) -> str | None:
+    """The store URL that ``root`` (or $TORCHSCOPE_RUNS when it is None) names, or None for a folder."""
+    value = str(root) if root is not None and str(root) != "" else os.environ.get(layout.ROOT_ENV)
+    return value if value and not isinstance(root, Path) and is_store_url(value) else None
 
 
 def _run_plain(command: tuple[str, ...]) -> int:
@@ -156,8 +170,10 @@ def _die_with_parent() -> None:
 class _Job:
     """One wrapped command from start to final status."""
 
-    def __init__(self, run_dir: Path, request: LaunchRequest, *, t0: float) -> None:
+    def __init__(self, run_dir: Path, request: LaunchRequest, *, t0: float, store_url: str | None = None) -> None:
         self.run_dir = run_dir
+        self.store_url = store_url
+        self.uploader: Uploader | None = None
         self.request = request
         self.t0 = t0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -191,6 +207,8 @@ class _Job:
                                         name="torchscope-describe", daemon=True)
             describe.start()
             heartbeat = Heartbeat(self.run_dir).start()
+            if self.store_url:  # a thread of the launcher: the job's process never uploads
+                self.uploader = Uploader(self.run_dir, self.store_url).start()
             tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
                     self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]
             returncode = self.proc.wait()
@@ -211,6 +229,7 @@ class _Job:
         finally:
             # The status first, handlers back after: a late Ctrl-C must not cut the final write.
             self._finish(status, code)
+            self._finish_upload()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
 
@@ -250,6 +269,22 @@ class _Job:
                 if self.job_exit_code is not None:
                     why += f"; the job itself exited with {self.job_exit_code}"
             _say(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}")
+
+    def _finish_upload(self) -> None:
+        if self.uploader is None:
+            return
+        url = scrub_url(self.store_url or "")
+        try:
+            complete = self.uploader.finish()
+        except Exception as e:  # noqa: BLE001 - the job's exit code matters more than the upload
+            _say(f"torchscope run: upload to {url} failed ({type(e).__name__}); "
+                 f"finish it with: torchscope sync --root {url}")
+            return
+        if complete:
+            _say(f"torchscope run: uploaded → {url.rstrip('/')}/{self.run_dir.name}")
+        else:
+            _say(f"torchscope run: upload to {url} incomplete ({self.uploader.last_error}); the run is "
+                 f"kept in {self.run_dir}; finish it with: torchscope sync --root {url}")
 
     def _asked_to_stop(self) -> bool:
         return any(s in _STOP_SIGNALS for s in self.signals)

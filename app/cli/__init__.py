@@ -37,7 +37,11 @@ COMMAND_MODULES: dict[str, str] = {
     "advise": "app.cli.advise_cmd",
     "report": "app.cli.report_cmd",
     "import": "app.cli.import_cmd",
+    "sync": "app.cli.sync_cmd",
 }
+# Commands that read --root and their references through a store URL's local mirror (store_arg.py);
+# run, import, ui and sync write to or serve the URL themselves.
+LOCALIZED_COMMANDS = frozenset({"ls", "analyze", "advise", "diff", "report"})
 COMMANDS: tuple[str, ...] = tuple(COMMAND_MODULES)
 
 
@@ -87,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest:
         args.command_args = [*getattr(args, "command_args", []), *rest]
     try:
+        if args.command in LOCALIZED_COMMANDS:  # a store URL is read through its local mirror
+            from app.cli.store_arg import localize_args
+
+            localize_args(args)
         return int(args._run(args) or 0)
     except TorchscopeError as e:
         # one line, whatever the message quotes (a folder named with a newline or an ANSI escape)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
+from app.errors import UsageError
 from app.workspace.imports import import_into_store
-from profiler_agent.runformat import layout
+from profiler_agent.runformat import Manifest, layout
+from profiler_agent.runformat.store_url import check_store_url, is_store_url, spool_root
+from profiler_agent.upload import sync_run
 
 HELP = "import a trace file, a folder of traces, a torch-tb-profiler or a TensorBoard log folder as runs"
 
@@ -21,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "scalars as metrics; a folder with traces and event files makes one run with both)",
     )
     parser.add_argument(
-        "--root", help=f"run store to import into (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
+        "--root", help=f"run store folder or URL (s3://bucket/prefix) to import into (default "
+        f"${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
     )
     parser.add_argument(
         "--name", help="run name (default: the file or folder name; with several runs, a prefix)"
@@ -37,20 +43,34 @@ def _when(started_at: float | None) -> str:
     return datetime.fromtimestamp(started_at, UTC).strftime("started %Y-%m-%d %H:%M:%S UTC")
 
 
+def _upload(created: tuple[tuple[Path, Manifest], ...], url: str) -> None:
+    """Upload runs imported into the spool of the store ``url`` (raises UsageError when one fails)."""
+    for run_dir, _ in created:
+        done = sync_run(run_dir, url)
+        if not done.complete:
+            raise UsageError(f"{url}/{run_dir.name}: upload incomplete ({done.failed[0]}); the run is kept in "
+                             f"{run_dir}; finish it with: torchscope sync --root {url}")
+
+
 def run(args: argparse.Namespace) -> int:
-    result = import_into_store(args.path, args.name, args.root)
-    root = result.root
+    target = args.root or os.environ.get(layout.ROOT_ENV) or None
+    url = check_store_url(target) if target and is_store_url(target) else None
+    # A store URL: import into its local spool, then upload (as `torchscope run --root URL` does).
+    result = import_into_store(args.path, args.name, spool_root(url) if url else args.root)
+    if url:
+        _upload(result.created, url)
+    root = url or result.root
     # What was left out goes to stderr in both modes, so that it is seen and --json stays parseable.
     for s in result.skipped:
         print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     if args.json:
-        rows = [{"id": p.name, "name": m.name, "path": str(p), "started_at": m.started_at}
+        rows = [{"id": p.name, "name": m.name, "path": f"{url}/{p.name}" if url else str(p), "started_at": m.started_at}
                 for p, m in result.created]
         skipped = [{"path": str(s.path), "reason": s.reason} for s in result.skipped]
         print(json.dumps({"runs": rows, "skipped": skipped}, indent=2))
     else:
         for p, m in result.created:
-            print(f"imported {p} ({_when(m.started_at)})")
+            print(f"imported {f'{url}/{p.name}' if url else p} ({_when(m.started_at)})")
         left = f"; {len(result.skipped)} file(s) or folder(s) skipped, reasons on stderr" if result.skipped else ""
         print(f"{len(result.created)} run(s) imported into {root}{left}; browse them with: torchscope ui --root {root}")
     return 0

@@ -60,7 +60,8 @@ _GROUP_COLUMN = ("GROUP", "group")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--root", help=f"run store folder (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})"
+        "--root", help=f"run store folder or URL, s3://bucket/prefix (default ${layout.ROOT_ENV} or "
+        f"./{layout.DEFAULT_ROOT})"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
@@ -111,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     store = catalog.load_catalog(args.root)
     records = runs_data.store_records(store)
     if args.json:
-        doc = {"root": str(store.root), "runs": records, "problems": store.problems}
+        # a store URL stays the root shown; its mirror folder is only where it is read from
+        doc = {"root": getattr(args, "store_url", None) or str(store.root), "runs": records,
+               "problems": store.problems}
         print(json.dumps(doc, indent=2, allow_nan=False, default=str))
         return 0
     if records:
@@ -125,10 +128,8 @@ def run(args: argparse.Namespace) -> int:
             if source in sources:
                 print(note, file=sys.stderr)
     else:
-        print(
-            f"no runs in {store.root}; record one with: "
-            f"torchscope run --root {store.root} --name NAME -- python train.py"
-        )
+        shown = getattr(args, "store_url", None) or store.root
+        print(f"no runs in {shown}; record one with: torchscope run --root {shown} --name NAME -- python train.py")
     if store.mirror is not None:
         print(
             f"note: torch-tb-profiler runs of {store.root} are listed read-only from the mirror {store.mirror}",

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from profiler_agent.runformat import layout
+from profiler_agent.runformat.store_url import check_store_url, is_store_url
 
 HELP = "open the dashboard in the browser (streamlit, bound to 127.0.0.1 by default)"
 
@@ -33,7 +34,7 @@ APP_SCRIPT = Path(__file__).resolve().parents[1] / "streamlit_app.py"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root",
-        help=f"run store or torch-tb-profiler log folder "
+        help=f"run store (a folder or a URL: s3://bucket/prefix) or torch-tb-profiler log folder "
         f"(default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT})",
     )
     parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
@@ -47,7 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The streamlit command line and environment for ``args``."""
-    root = layout.resolve_root(args.root).resolve()
+    value = args.root or os.environ.get(layout.ROOT_ENV) or ""
+    # A store URL reaches the app as it is (checked here, before the server starts); the app reads it
+    # through its local mirror (app.workspace.stores).
+    root: str | Path = check_store_url(value) if is_store_url(value) else layout.resolve_root(args.root).resolve()
     cmd = [
         sys.executable,
         "-m",
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     warning = public_bind_warning(args.host, args.port)
     if warning:
         print(warning, file=sys.stderr)
-    if not Path(root).exists():
+    if not is_store_url(root) and not Path(root).exists():
         print(f"note: {root} does not exist yet; the app will show how to record runs", file=sys.stderr)
     received: list[int] = []
     child: list[subprocess.Popen[bytes]] = []

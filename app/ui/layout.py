@@ -10,7 +10,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from profiler_agent.runformat import layout
+from app.workspace import stores
+from profiler_agent.runformat import TorchscopeError, layout
+from profiler_agent.runformat.store_url import is_store_url
 
 __all__ = [
     "COMPARE_PAGE",
@@ -55,12 +57,36 @@ PAGES: tuple[PageSpec, ...] = (
 
 def set_session_defaults() -> None:
     """Global session_state defaults (pages use their own prefixed keys: runs_*, run_*, ...)."""
-    st.session_state.setdefault("root", str(layout.resolve_root(os.environ.get(layout.ROOT_ENV) or None)))
+    st.session_state.setdefault("root", _configured_text())
     st.session_state.setdefault("refresh_s", 5)
 
 
+def _configured_text() -> str:
+    value = os.environ.get(layout.ROOT_ENV) or ""
+    return value if is_store_url(value) else str(layout.resolve_root(value or None))
+
+
 def _configured_root() -> Path:
-    return layout.resolve_root(os.environ.get(layout.ROOT_ENV) or None)
+    return _local_root(os.environ.get(layout.ROOT_ENV) or None)
+
+
+# A store URL is listed again at most this often (the Runs page's auto-refresh reruns every few seconds).
+_MIRROR_MAX_AGE_S = 5.0
+
+
+def _local_root(value: str | None) -> Path:
+    """The folder to read the store ``value`` from: a URL's local mirror (app.workspace.stores), with
+    what mirroring skipped shown in the sidebar; a store that cannot be read stops the page with its error."""
+    if not value or not is_store_url(value):
+        return layout.resolve_root(value or None)
+    try:
+        mirror = stores.local_store(value, max_age_s=_MIRROR_MAX_AGE_S)
+    except TorchscopeError as e:
+        st.error(str(e))
+        st.stop()
+    for w in mirror.warnings[:5]:
+        st.sidebar.warning(w, icon=":material/warning:")
+    return mirror.root
 
 
 def store_locked() -> bool:
@@ -82,7 +108,7 @@ def store_root() -> Path:
     """The run store the user is browsing (the configured one when the store is locked)."""
     if store_locked():
         return _configured_root()
-    return layout.resolve_root(st.session_state.get("root") or None)
+    return _local_root(st.session_state.get("root") or None)
 
 
 def record_hint(root: Path) -> str:
@@ -98,15 +124,15 @@ def render_sidebar() -> None:
     """The run store picker, shown on every page."""
     with st.sidebar:
         if store_locked():
-            st.text_input("Run store", value=str(_configured_root()), disabled=True, key="root_locked",
+            st.text_input("Run store", value=_configured_text(), disabled=True, key="root_locked",
                           help="The server is reachable from other machines, so it shows only the store it "
                           "was started on (`torchscope ui --root FOLDER`).")
             return
         st.text_input(
             "Run store",
             key="root",
-            help=f"Folder of runs (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT}). "
-            "A torch-tb-profiler log folder works too.",
+            help=f"Folder of runs (default ${layout.ROOT_ENV} or ./{layout.DEFAULT_ROOT}), or a store URL "
+            "(s3://bucket/prefix, read through a local cache). A torch-tb-profiler log folder works too.",
         )
 
 

@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+from .store_url import UnsupportedStoreError, is_store_url, scrub_url
+
 __all__ = [
     "MANIFEST",
     "MANIFEST_LOCK",
@@ -161,8 +163,14 @@ def list_memory_timeline_files(run_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """Return the run store folder: ``root`` if given, else $TORCHSCOPE_RUNS, else ./runs."""
-    if root is not None and str(root) != "":
-        return Path(root).expanduser()
-    env = os.environ.get(ROOT_ENV)
-    return Path(env).expanduser() if env else Path(DEFAULT_ROOT)
+    """Return the run store folder: ``root`` if given, else $TORCHSCOPE_RUNS, else ./runs.
+
+    Raises UnsupportedStoreError for a store URL (``s3://...``): a URL is never a local folder
+    (it would become one named ``s3:``); front ends map it to a local mirror or spool first.
+    """
+    value = str(root) if root is not None and str(root) != "" else os.environ.get(ROOT_ENV)
+    if value and is_store_url(value) and not isinstance(root, Path):
+        raise UnsupportedStoreError(
+            f"{scrub_url(value)}: a store URL, not a local folder; this command does not read or write "
+            "remote stores (see docs/stores.md)")
+    return Path(value).expanduser() if value else Path(DEFAULT_ROOT)
