@@ -69,7 +69,7 @@ def _running_sums(tl: pd.DataFrame) -> pd.DataFrame:
     """Fill ``allocated_bytes`` of devices without allocator totals with the running sum of the deltas."""
     estimated = np.zeros(len(tl), bool)
     alloc = tl["allocated_bytes"].to_numpy(float).copy()
-    for _dev, idx in tl.groupby("device", sort=False).indices.items():
+    for idx in tl.groupby("device", sort=False).indices.values():
         if np.isnan(alloc[idx]).all() and (tl["bytes"].to_numpy(float)[idx] != 0).any():
             alloc[idx] = np.cumsum(tl["bytes"].to_numpy(float)[idx])
             estimated[idx] = True
