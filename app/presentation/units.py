@@ -16,7 +16,6 @@ Missing values (None, NaN, ±inf) print as an en dash where the old helper did s
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -178,9 +177,12 @@ def format_shape(shapes: Any, width: int = 60) -> str:
     text = "" if shapes is None else str(shapes).strip()
     if not text or text in ("[]", "nan", "None"):
         return ""
-    try:
-        value = json.loads(text)
-    except ValueError:
+    if "[" not in text and "(" not in text:  # already flat: "32x4" (the module tree's output_shape)
+        dims = text.replace("×", "x").split("x")
+        out = "×".join(d.strip() for d in dims) if all(d.strip().isdigit() for d in dims) else text
+        return out if len(out) <= width else out[: width - 1] + "…"
+    value = _nested_ints(text.replace("(", "[").replace(")", "]"))
+    if value is None:
         return text if len(text) <= width else text[: width - 1] + "…"
     parts: list[str] = []
 
@@ -192,9 +194,36 @@ def format_shape(shapes: Any, width: int = 60) -> str:
             return "(" + ", ".join(inner) + ")" if inner else None
         return None
 
+    if isinstance(value, list) and value and all(isinstance(d, int) for d in value):
+        value = [value]  # one shape, not a list of them
     for v in value if isinstance(value, list) else [value]:
         p = one(v)
         if p:
             parts.append(p)
     out = ", ".join(parts) or "scalar"
     return out if len(out) <= width else out[: width - 1] + "…"
+
+
+def _nested_ints(text: str) -> list[Any] | None:
+    """``[[32, 3], [], 5]`` → nested lists (ints, other tokens as text); None when unbalanced."""
+    stack: list[list[Any]] = [[]]
+    token = ""
+    for ch in text + ",":
+        if ch in "[], \t\n":  # whitespace too: numpy prints [32  4]
+            if token.strip():
+                t = token.strip()
+                stack[-1].append(int(t) if t.lstrip("-").isdigit() else t)
+            token = ""
+            if ch == "[":
+                stack.append([])
+            elif ch == "]":
+                if len(stack) < 2:
+                    return None
+                inner = stack.pop()
+                stack[-1].append(inner)
+        else:
+            token += ch
+    if len(stack) != 1:
+        return None
+    top = stack[0]
+    return top[0] if len(top) == 1 and isinstance(top[0], list) else top
