@@ -33,7 +33,7 @@ def test_agent_keys_have_human_names_and_one_unit() -> None:
     assert d.label == "step time (ms)" and d.scale == 1e3
     assert metric_display("gpu_allocated_bytes").unit == "MiB"
     assert metric_label("my_metric") == "my_metric"  # the user's keys as logged
-    table, names = display_table(pd.DataFrame({"median_step_time_s": [0.05], "peak_memory_bytes": [2 << 20],
+    table, _names = display_table(pd.DataFrame({"median_step_time_s": [0.05], "peak_memory_bytes": [2 << 20],
                                                "config.lr": [0.1]}),
                                  ["median_step_time_s", "peak_memory_bytes", "config.lr"])
     assert list(table.columns) == ["median step time (ms)", "peak memory (MiB)", "lr"]
