@@ -102,7 +102,8 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
         out.append("\nno steps found")
     else:
         # A run without device activity gets no all-zero device columns (--json keeps every field).
-        shown = [c for c in DEVICE_CATEGORIES if device or c not in _DEVICE_ONLY]
+        shown = [c for c in DEVICE_CATEGORIES if device or c not in _DEVICE_ONLY
+                 or (c == "communication" and float(st["communication_us"].fillna(0).sum()) > 0)]  # gloo on CPU
         cols = [("RANK", "rank", str), ("STEP", "step", str), ("DURATION", "duration_us", format_us)]
         cols += [(c.upper().replace("_", " "), f"{c}_us", format_us) for c in shown]
         cols += [(c.upper(), f"{c}_us", format_us) for c in ("forward", "backward", "optimizer")]
@@ -151,7 +152,8 @@ def has_device_activity(analysis: TraceAnalysis) -> bool:
     if len(analysis.kernels):
         return True
     st = analysis.steps
-    return any(f"{c}_us" in st.columns and float(st[f"{c}_us"].fillna(0).sum()) > 0 for c in _DEVICE_ONLY)
+    return any(f"{c}_us" in st.columns and float(st[f"{c}_us"].fillna(0).sum()) > 0
+               for c in _DEVICE_ONLY - {"communication"})  # collectives may be host work (gloo)
 
 
 def _capped_ops(ops: pd.DataFrame) -> str:
