@@ -16,7 +16,6 @@ from app.analysis.run.final_value import final_label
 from app.analysis.stats.ratio import Verdict
 from app.charts.compare import figures_to_html, make_report_figures
 from app.presentation.report import (
-    caution_said,
     format_ratio,
     format_report_html,
     format_report_markdown,
@@ -218,8 +217,8 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     for cmp in comparisons:
         # Many candidates: one line each, the details in the verdict table below.
         render_headline(cmp, compact=len(comparisons) > 2)
-        # Once per candidate: the full headline already lists it when it is one of its reasons.
-        if cmp.load_warning and (len(comparisons) > 2 or not caution_said(cmp)):
+        # Once per candidate: here, and not again among the headline's reasons (compare_headline).
+        if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:
             _metric_row(cmp)

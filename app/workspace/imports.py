@@ -99,8 +99,8 @@ def _replace_run(old: Path, fresh: Path, *, keep_name: bool) -> Path:
         os.replace(aside, old)
         raise
     shutil.rmtree(aside, ignore_errors=True)
-    rf.update_manifest(old, id=manifest.id, **({"name": manifest.name} if keep_name else {}),
-                       notes=manifest.notes)
+    name = manifest.name if keep_name else rf.read_manifest(old).name
+    rf.update_manifest(old, id=manifest.id, name=name, notes=manifest.notes)
     # The columnar cache moved with the traces but is keyed by their old paths: start clean.
     shutil.rmtree(old / layout.CACHE_DIR, ignore_errors=True)
     return old

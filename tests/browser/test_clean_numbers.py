@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.browser.conftest import screenshot
-from tests.browser.test_flows import EXCEPTION, _agent_run_or, _wait_idle
+from tests.browser.test_flows import EXCEPTION, _agent_run_or
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -18,6 +18,12 @@ RAW_NUMBER = re.compile(r"(?<![\d.,])\d{7,}(?![\d.,])")
 DATES = re.compile(r"\b\d{8}-\d{6}\b|\b20\d\d-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?")
 GPU_WORDS = ("Device self", "GPU kernel", "Memcpy", "Memset")
 TABS = ("Overview", "Metrics", "Operators", "System")
+
+
+def _wait_idle(page) -> None:  # noqa: ANN001
+    """test_flows' wait, with room for a cold Run page on a loaded 2-core machine."""
+    page.wait_for_timeout(300)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=400_000)
 
 
 def _visible_text(page) -> str:  # noqa: ANN001
