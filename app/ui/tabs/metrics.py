@@ -80,8 +80,8 @@ def default_curves(keys: list[str]) -> list[str]:
 
 
 def _option_text(key: str) -> str:
-    label = metric_label(key)
-    return label if label == key else f"{label} · {key}"
+    """A curve's name in the pickers: its human name only (the search box also matches raw keys)."""
+    return metric_label(key)
 
 
 def _points_per_rank(metrics: pd.DataFrame, key: str) -> int:
@@ -181,6 +181,8 @@ def _render_curve(ctx: RunContext, key: str, c: _Controls, ranks: list[int]) -> 
     if scale != 1.0:
         curve = curve.assign(value=curve["value"] * scale, smoothed=curve["smoothed"] * scale)
         final = dataclasses.replace(final, value=final.value * scale) if final is not None else None
+    if final is not None:  # its label names the metric as the chart does, never the raw key
+        final = dataclasses.replace(final, key=curve_label(key))
     fig = make_curve_figure(curve, curve_label(key), x_axis=c.x_axis,
                             log_y=c.log_y and bool((curve["value"] > 0).all()), final=final)
     st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
