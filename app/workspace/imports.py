@@ -100,7 +100,7 @@ def _replace_run(old: Path, fresh: Path, *, keep_name: bool) -> Path:
         raise
     shutil.rmtree(aside, ignore_errors=True)
     name = manifest.name if keep_name else rf.read_manifest(old).name
-    rf.update_manifest(old, id=manifest.id, name=name, notes=manifest.notes)
+    rf.update_manifest(old, id=manifest.id, name=name, notes=manifest.notes, tags=manifest.tags)  # the user's edits stay
     # The columnar cache moved with the traces but is keyed by their old paths: start clean.
     shutil.rmtree(old / layout.CACHE_DIR, ignore_errors=True)
     return old
