@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.analysis.curves.smoothing import XAxis
+from app.analysis.curves.smoothing import SHORT_SERIES_POINTS, XAxis
 from app.analysis.run.final_value import FinalValue
 
 __all__ = ["make_curve_figure", "make_rank_band_figure", "X_AXIS_TITLES"]
@@ -38,8 +38,9 @@ def make_curve_figure(
 ) -> go.Figure:
     """Return a figure of ``curve`` (the table of ``compute_curve``) for the metric ``key``.
 
-    Each rank gets one colour: the raw values as a faint line behind, the smoothed values as a
-    solid line. WebGL traces keep 1e5+ points responsive. ``final`` (app.analysis.run.final_value) adds
+    Each rank gets one colour: the raw values as a thinner, lighter line beneath (still easy to
+    see: the raw series is the data), the smoothed values as a solid line over it; with
+    ``smoothed`` equal to the values (no smoothing) only the raw line is drawn, solid. WebGL traces keep 1e5+ points responsive. ``final`` (app.analysis.run.final_value) adds
     a dotted line at the run's final value, labelled as everywhere ("final loss (median of last 4)"):
     the number the Runs page, the Overview and Compare show, which the smoothed curve's end is not.
     """
@@ -65,8 +66,15 @@ def make_curve_figure(
 
 
 def _add_rank_traces(fig: go.Figure, group: pd.DataFrame, key: str, label: str, colour: str, show_raw: bool) -> None:
-    """One rank's lines: the raw values faint behind (when ``show_raw``), the smoothed values solid."""
+    """One rank's lines: the raw values beneath (when ``show_raw``), the smoothed values solid."""
     hover = "step %{customdata}<br>" + key + " %{y:.6g}<extra>" + label + "</extra>"
+    raw, smooth = group["value"].to_numpy(float), group["smoothed"].to_numpy(float)
+    if (raw.shape == smooth.shape and bool(((raw == smooth) | (raw != raw)).all())):
+        fig.add_trace(go.Scattergl(x=group["x"], y=group["value"], customdata=group["step"],
+                                   mode="lines+markers" if len(group) < SHORT_SERIES_POINTS else "lines",
+                                   line={"color": colour, "width": 2}, marker={"size": 5}, name=label,
+                                   legendgroup=label, hovertemplate=hover))
+        return
     if show_raw:
         fig.add_trace(
             go.Scattergl(
@@ -74,7 +82,7 @@ def _add_rank_traces(fig: go.Figure, group: pd.DataFrame, key: str, label: str, 
                 y=group["value"],
                 customdata=group["step"],
                 mode="lines",
-                line={"color": _rgba(colour, 0.25), "width": 1},
+                line={"color": _rgba(colour, 0.45), "width": 1.5},
                 name=f"{label} raw",
                 legendgroup=label,
                 showlegend=False,

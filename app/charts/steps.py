@@ -38,6 +38,8 @@ _FALLBACK = {"loop_dataloader_us": "dataloader_us"}
 # Ranks whose median line gets a text label in the step-time chart (more would overlap).
 _LABELLED_MEDIANS = 4
 _REST = "loop_other_us"
+# Device-side categories: left out of the chart (bar and legend entry) when they are 0 in every step.
+_DEVICE_ONLY = frozenset({"kernel_us", "memcpy_us", "memset_us", "communication_us", "runtime_us"})
 
 
 def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
@@ -152,6 +154,8 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
             continue
         else:
             values = pd.to_numeric(steps[col], errors="coerce").fillna(0.0)
+        if col in _DEVICE_ONLY and not (values > 0).any():
+            continue  # no device activity of this kind (a CPU run): no all-zero legend entry
         ms = values / 1e3
         share = (ms * 1e3 / total * 100).round(1) if total is not None else None
         fig.add_trace(

@@ -64,26 +64,38 @@ def _short(name: str, n: int = 60) -> str:
 
 def format_text(analysis: TraceAnalysis, top: int) -> str:
     from app.analysis.trace.steps import DEVICE_CATEGORIES
-    from app.presentation.units import format_us
+    from app.presentation.terminal import terminal_text
+    from app.presentation.units import format_percent, format_us
 
     out = []
     for t in analysis.traces:
         out.append(f"trace {t['path']}  rank {t['rank']}  {t['events']:,} events")
         out += [f"  warning: {w}" for w in t["warnings"]]
     st = analysis.steps
+    device = has_device_activity(analysis)
     if st.empty:
         out.append("\nno steps found")
     else:
+        # A run without device activity gets no all-zero device columns (--json keeps every field).
+        shown = [c for c in DEVICE_CATEGORIES if device or c not in _DEVICE_ONLY
+                 or (c == "communication" and float(st["communication_us"].fillna(0).sum()) > 0)]  # gloo on CPU
         cols = [("RANK", "rank", str), ("STEP", "step", str), ("DURATION", "duration_us", format_us)]
-        cols += [(c.upper().replace("_", " "), f"{c}_us", format_us) for c in DEVICE_CATEGORIES]
+        cols += [(c.upper().replace("_", " "), f"{c}_us", format_us) for c in shown]
         cols += [(c.upper(), f"{c}_us", format_us) for c in ("forward", "backward", "optimizer")]
-        out += ["", "Steps (device view as torch-tb-profiler's Overview; training-loop view)", _table(st, cols)]
+        view = "device view as torch-tb-profiler's Overview" if device else "no device activity: host time only"
+        out += ["", f"Steps ({view}; training-loop view)", _table(st, cols)]
     ops = analysis.ops.head(top).assign(name=lambda d: d["name"].map(_short))
     if len(ops):
-        out += ["", f"Top {len(ops)} ops by self time", _table(ops, [
+        op_cols: list[tuple[str, str, Any]] = [
             ("OP", "name", str), ("CALLS", "calls", str), ("SELF", "self_us", format_us),
-            ("TOTAL", "total_us", format_us), ("DEVICE", "device_self_us", format_us),
-            ("SHARE", "share", lambda v: f"{v:.1%}")])]
+            ("TOTAL", "total_us", format_us)]
+        if device:
+            op_cols.append(("DEVICE SELF", "device_self_us", format_us))
+        op_cols.append(("% OF STEPS", "share", lambda v: format_percent(float(v))))
+        out += ["", f"Top {len(ops)} ops by self time", _table(ops, op_cols)]
+        capped = _capped_ops(ops)
+        if capped:
+            out.append(f"  {capped}")
     kern = analysis.kernels.head(top).assign(name=lambda d: d["name"].map(_short))
     if len(kern):
         out += ["", f"Top {len(kern)} kernels by total time", _table(kern, [
@@ -103,8 +115,7 @@ def format_text(analysis: TraceAnalysis, top: int) -> str:
     if analysis.memory:
         out += ["", "Memory peaks"]
         for dev, m in analysis.memory.items():
-            out.append(f"  {dev}: allocated {m['peak_allocated_bytes'] / 2**20:,.1f} MiB, "
-                       f"reserved {m['peak_reserved_bytes'] / 2**20:,.1f} MiB")
+            out.append(f"  {terminal_text(dev)}: {_peak_text(m)}")
     return "\n".join(out)
 
 
@@ -125,6 +136,45 @@ def _rank_lines(analysis: TraceAnalysis, top: int) -> list[str]:
     if sentence:
         out.append(sentence)
     return out
+
+
+_DEVICE_ONLY = frozenset({"kernel", "memcpy", "memset", "communication", "runtime"})
+
+
+def has_device_activity(analysis: TraceAnalysis) -> bool:
+    """Whether the traces hold device work (kernels, copies, runtime calls): without it the text
+    output leaves the device columns out."""
+    if len(analysis.kernels):
+        return True
+    st = analysis.steps
+    return any(f"{c}_us" in st.columns and float(st[f"{c}_us"].fillna(0).sum()) > 0
+               for c in _DEVICE_ONLY - {"communication"})  # collectives may be host work (gloo)
+
+
+def _capped_ops(ops: pd.DataFrame) -> str:
+    """The note under the op table for rows whose share is capped (summed over threads)."""
+    if "threads" not in ops.columns:
+        return ""
+    capped = ops[(ops["share"] >= 1.0) & (ops["threads"] > 1)]
+    if not len(capped):
+        return ""
+    names = ", ".join(f"{n} ({t} threads)" for n, t in zip(capped["name"], capped["threads"]))
+    return (f"note: self time is summed over the threads an op ran on; {names} reached the steps' "
+            "duration and show 100 %")
+
+
+def _peak_text(m: dict[str, Any]) -> str:
+    from app.presentation.units import format_bytes
+
+    alloc, reserved = m.get("peak_allocated_bytes"), m.get("peak_reserved_bytes")
+    source = m.get("peak_source")
+    if source == "unknown" or alloc is None:
+        text = "allocated unknown (the trace's memory events carry no totals and no sizes)"
+    elif source == "running_sum":
+        text = f"allocated {format_bytes(alloc)} (running sum of the trace's allocations; growth over the trace)"
+    else:
+        text = f"allocated {format_bytes(alloc)}"
+    return text + (f", reserved {format_bytes(reserved)}" if reserved is not None else ", reserved unknown")
 
 
 def format_windows(windows: pd.DataFrame) -> str:

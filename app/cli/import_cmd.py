@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", help="run name (default: the file or folder name; with several runs, a prefix)"
     )
+    parser.add_argument("--new", action="store_true",
+                        help="make a new run even when this source was imported before (default: update that run)")
+    parser.add_argument("--no-summary", action="store_true",
+                        help="do not analyse the traces at import (faster for a large folder; the Runs list then "
+                             "shows 'in trace' until a run is opened or analysed)")
     parser.add_argument("--json", action="store_true",
                         help='print {"runs": [{"id", "name", "path", "started_at"}], "skipped": [{"path", '
                         '"reason"}]} (started_at: epoch seconds)')
@@ -56,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     target = args.root or os.environ.get(layout.ROOT_ENV) or None
     url = check_store_url(target) if target and is_store_url(target) else None
     # A store URL: import into its local spool, then upload (as `torchscope run --root URL` does).
-    result = import_into_store(args.path, args.name, spool_root(url) if url else args.root)
+    result = import_into_store(args.path, args.name, spool_root(url) if url else args.root,
+                               new=getattr(args, "new", False), summarize=not getattr(args, "no_summary", False))
     if url:
         _upload(result.created, url)
     root = url or result.root
@@ -64,13 +70,15 @@ def run(args: argparse.Namespace) -> int:
     for s in result.skipped:
         print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     if args.json:
-        rows = [{"id": p.name, "name": m.name, "path": f"{url}/{p.name}" if url else str(p), "started_at": m.started_at}
-                for p, m in result.created]
+        rows = [{"id": p.name, "name": m.name, "path": f"{url}/{p.name}" if url else str(p), "started_at": m.started_at,
+                 "updated": p in result.updated} for p, m in result.created]
         skipped = [{"path": str(s.path), "reason": s.reason} for s in result.skipped]
         print(json.dumps({"runs": rows, "skipped": skipped}, indent=2))
     else:
         for p, m in result.created:
-            print(f"imported {f'{url}/{p.name}' if url else p} ({_when(m.started_at)})")
+            verb = "updated" if p in result.updated else "imported"
+            again = " (imported before from the same source; --new makes another run)" if p in result.updated else ""
+            print(f"{verb} {f'{url}/{p.name}' if url else p} ({_when(m.started_at)}){again}")
         left = f"; {len(result.skipped)} file(s) or folder(s) skipped, reasons on stderr" if result.skipped else ""
         print(f"{len(result.created)} run(s) imported into {root}{left}; browse them with: torchscope ui --root {root}")
     return 0

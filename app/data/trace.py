@@ -446,7 +446,22 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     _warn_unranked(out)
     for t in out:
         t.warnings.extend(outside)
-    return sorted(out, key=lambda t: (t.rank, t.path.name))
+    out = sorted(out, key=lambda t: (t.rank, t.path.name))
+    if out and Path(path).is_dir():
+        out[0].warnings.extend(_skipped_trace_files(paths))
+    return out
+
+
+def _skipped_trace_files(paths: list[Path]) -> list[str]:
+    """One message per file left out of the folders ``paths`` were read from that a user would
+    take for a trace: an empty (0-byte) ``*.json[.gz]`` file, or one named ``*.pt.trace.json[.gz]``
+    that is not a readable trace. Other JSON (configs, memory timelines) is left out silently."""
+    out = []
+    for folder in sorted({p.parent for p in paths}):
+        for sk in scan_trace_folder(folder).skipped:
+            if sk.reason == "the file is empty" or ".pt.trace." in sk.path.name:
+                out.append(f"{sk.path}: skipped, {sk.reason}")
+    return out
 
 
 def readable_trace_paths(path: str | os.PathLike[str]) -> list[Path]:

@@ -17,7 +17,7 @@ from app.analysis.compare.memory_categories import (
 )
 from app.presentation.compare_json import compile_counts
 from app.presentation.names import distinct_short_names, short_name
-from app.presentation.units import format_change, format_value, is_finite_number
+from app.presentation.units import format_change, format_shape, format_value, is_finite_number
 
 __all__ = [
     "BREAKDOWN_DISPLAY_COLUMNS",
@@ -229,8 +229,14 @@ def ops_named(ops: pd.DataFrame) -> pd.DataFrame:
         module = ops["module"].astype(str).replace("", "(outside modules)")
         return ops.assign(name=module + " · " + ops["name"].astype(str))
     if "input_shapes" in ops.columns:
-        shapes = ops["input_shapes"].fillna("").astype(str).replace("", "(no shapes)")
-        return ops.assign(name=ops["name"].astype(str) + " " + shapes)
+        raw = ops["input_shapes"].fillna("").astype(str)
+        shapes = raw.map(format_shape)
+        # Formatting leaves out empty and non-tensor entries: where that makes two keys of one op
+        # look the same, those keep the recorded text, so every row stays one matched key.
+        clash = pd.DataFrame({"n": ops["name"].astype(str), "s": shapes, "r": raw}).groupby(["n", "s"])["r"] \
+            .transform("nunique") > 1
+        shapes = shapes.where(~clash, raw).replace("", "(no shapes)")
+        return ops.assign(name=ops["name"].astype(str) + " [" + shapes + "]")
     return ops
 
 

@@ -24,9 +24,40 @@ from app.presentation.comparison_text import (
     verdict_display_table,
 )
 from app.presentation.names import distinct_short_names, short_name
-from app.presentation.units import format_value
+from app.presentation.units import MISSING, format_flops, format_shape, is_finite_number
 
-__all__ = ["format_report_html"]
+__all__ = ["format_report_html", "column_title", "column_cell", "module_display_table"]
+
+
+def column_title(column: str) -> str:
+    """A table column for people, saying its unit: ``baseline_self_us`` → "baseline self (ms)"
+    (its cells are then milliseconds, column_cell), ``candidate_bytes`` → "candidate (MiB)",
+    ``delta_us`` → "Δ (ms)", ``baseline_flops`` → "baseline FLOPs" (cells with their unit: "1.20 GFLOP"),
+    ``baseline_calls`` → "baseline calls"."""
+    c = str(column)
+    unit = ""
+    if c.endswith("_flops"):
+        return c.removesuffix("_flops").replace("_", " ") + " FLOPs"
+    for suffix, u in (("_us", "ms"), ("_bytes", "MiB")):
+        if c.endswith(suffix) or c == suffix[1:]:
+            c, unit = c.removesuffix(suffix).removesuffix(suffix[1:]), u
+    words = c.replace("_", " ").replace("delta", "Δ").strip()
+    return f"{words} ({unit})" if unit else words
+
+
+def column_cell(column: str, v: object) -> str:
+    """A cell of ``column`` in the unit column_title names: µs as ms, bytes as MiB, FLOPs with their unit."""
+    c = str(column)
+    if not is_finite_number(v) or isinstance(v, bool):
+        return MISSING if v is None or (isinstance(v, float) and v != v) else short_name(v, 160)
+    x = float(v)  # type: ignore[arg-type]  # is_finite_number said it converts
+    if c.endswith("_us") or c == "us":
+        return f"{x / 1e3:,.3f}"
+    if c.endswith("_bytes"):
+        return f"{x / (1 << 20):,.2f}"
+    if c.endswith("_flops"):
+        return format_flops(x)
+    return f"{x:,.4g}" if isinstance(v, float) else f"{int(x):,}" if x == int(x) else f"{x:,.4g}"
 
 
 def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
@@ -35,17 +66,56 @@ def _html_table(df: pd.DataFrame, *, top: int | None = None) -> str:
     part = df.head(top) if top else df
     if "name" in part.columns:
         part = part.assign(name=distinct_short_names(part["name"].tolist(), 160))
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in part.columns)
+    head = "".join(f"<th>{html.escape(column_title(c))}</th>" for c in part.columns)
     body = []
     for rec in part.itertuples(index=False):
         cells = []
         for c, v in zip(part.columns, rec, strict=True):
-            text = format_value(v, "us") if str(c).endswith("_us") else format_value(v, "bytes") \
-                if str(c).endswith("_bytes") else (f"{v:.4g}" if isinstance(v, float)
-                                                    else str(v) if c == "name" else short_name(v, 160))
-            cells.append(f"<td>{html.escape(text)}</td>")
+            if str(c).endswith("_shape"):
+                v = format_shape(v) or v
+            text = str(v) if c == "name" else v if isinstance(v, str) and not str(c).endswith(("_us", "_bytes")) \
+                else column_cell(c, v)
+            cells.append(f"<td>{html.escape(str(text) if c == 'name' else short_name(text, 160))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+# More "shape" rows than this in the model table are one batch-size change seen in every module:
+# they are collapsed into one explained row.
+_MAX_SHAPE_ROWS = 5
+
+
+def module_display_table(modules: pd.DataFrame) -> pd.DataFrame:
+    """The model-structure diff for the report: when many modules changed only their output shape
+    (a batch-size change shows in every module), one row says how many and how (the first
+    module's shapes as the example), instead of one row each."""
+    if modules is None or len(modules) == 0 or "change" not in modules.columns:
+        return modules
+    shape = modules[modules["change"].astype(str) == "shape"]
+    if len(shape) <= _MAX_SHAPE_ROWS:
+        return modules
+    first = shape.iloc[0]
+    example = (f"e.g. {first.get('path')}: {format_shape(first.get('baseline_shape'))} → "
+               f"{format_shape(first.get('candidate_shape'))}")
+    why = _batch_note(shape)
+    row = dict.fromkeys(modules.columns, "")
+    row.update({"path": f"{len(shape)} modules", "change": f"output shape changed ({why}; {example})"})
+    rest = modules[modules["change"].astype(str) != "shape"]
+    return pd.concat([rest, pd.DataFrame([row])], ignore_index=True)
+
+
+def _batch_note(shape: pd.DataFrame) -> str:
+    """'only the first dimension (batch size) changed' when it is so for every row, else 'shapes differ'."""
+    def first_dims(text: object) -> tuple[str, str] | None:
+        dims = str(text or "").replace("×", "x").split("x")  # graph_diff's shapes: "32x64"
+        return (dims[0], "x".join(dims[1:])) if dims[0] else None
+    same_rest = True
+    for a, b in zip(shape.get("baseline_shape", []), shape.get("candidate_shape", [])):
+        fa, fb = first_dims(a), first_dims(b)
+        if fa is None or fb is None or fa[1] != fb[1]:
+            same_rest = False
+            break
+    return "only the first dimension, the batch size, changed" if same_rest else "shapes differ"
 
 
 def _rounded(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,7 +147,7 @@ def format_report_html(cmp: Comparison, figures: Sequence[tuple[str, str]] = (),
                   _html_table(pd.DataFrame(category_rows(cats), columns=CATEGORY_HEADER)) if cats.available else "<p class='empty'>no memory timeline in either run "
                   "(record with torchscope run --memory-timeline)</p>"),
                  ("Advisor findings", _html_table(pd.DataFrame(list(advice)))),
-                 ("Model structure", _html_table(cmp.modules)),
+                 ("Model structure", _html_table(module_display_table(cmp.modules))),
                  ("Config and environment that differ", _html_table(cmp.config))]
     title = html.escape(f"{cmp.candidate.label} vs {cmp.baseline.label}")
     body = "".join(f"<h2>{html.escape(t)}</h2>\n{content}\n" for t, content in sections)

@@ -23,6 +23,9 @@ __all__ = [
     "MISSING",
     "format_bytes",
     "format_change",
+    "format_count",
+    "format_flops",
+    "format_shape",
     "format_ms",
     "format_ms_of_us",
     "format_percent",
@@ -138,3 +141,89 @@ def format_change(ratio: Any) -> str | None:
     if not is_finite_number(ratio):
         return None
     return f"{100 * (float(ratio) - 1):+.1f} %"
+
+
+_FLOP_UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+
+
+def format_flops(n: Any) -> str:
+    """134217728 → '134.2 MFLOP', 2.5e12 → '2.50 TFLOP' (decimal units, as FLOPs are quoted); '–' when missing."""
+    if not is_finite_number(n):
+        return MISSING
+    x = float(n)
+    for scale, unit in _FLOP_UNITS:
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:,.2f} {unit}" if abs(v) < 100 else f"{v:,.1f} {unit}"
+    return f"{x:,.0f} FLOP"
+
+
+def format_count(n: Any) -> str:
+    """A count with thousands separators below a million, then 1.3 M / 2.1 B: never '1.3B' for
+    bytes (those go through format_bytes); '–' when missing."""
+    if not is_finite_number(n):
+        return MISSING
+    x = float(n)
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(x) >= scale:
+            return f"{x / scale:,.1f} {unit}"
+    return f"{x:,.0f}" if x == int(x) else f"{x:,.4g}"
+
+
+def format_shape(shapes: Any, width: int = 60) -> str:
+    """Input shapes as recorded (``[[32, 3, 224, 224], [64, 3, 7, 7], [], []]``) for people:
+    ``32×3×224×224, 64×3×7×7`` (empty entries, non-tensor arguments, left out; ``scalar`` for a
+    0-d tensor when it is the only one), cut to ``width`` with "…"; '' when nothing was recorded."""
+    text = "" if shapes is None else str(shapes).strip()
+    if not text or text in ("[]", "nan", "None"):
+        return ""
+    if "[" not in text and "(" not in text:  # already flat: "32x4" (the module tree's output_shape)
+        dims = text.replace("×", "x").split("x")
+        out = "×".join(d.strip() for d in dims) if all(d.strip().isdigit() for d in dims) else text
+        return out if len(out) <= width else out[: width - 1] + "…"
+    value = _nested_ints(text.replace("(", "[").replace(")", "]"))
+    if value is None:
+        return text if len(text) <= width else text[: width - 1] + "…"
+    parts: list[str] = []
+
+    def one(v: Any) -> str | None:
+        if isinstance(v, list) and all(isinstance(d, int) for d in v):
+            return "×".join(str(d) for d in v) if v else None
+        if isinstance(v, list):
+            inner = [p for p in (one(x) for x in v) if p]
+            return "(" + ", ".join(inner) + ")" if inner else None
+        return None
+
+    if isinstance(value, list) and value and all(isinstance(d, int) for d in value):
+        value = [value]  # one shape, not a list of them
+    for v in value if isinstance(value, list) else [value]:
+        p = one(v)
+        if p:
+            parts.append(p)
+    out = ", ".join(parts) or "scalar"
+    return out if len(out) <= width else out[: width - 1] + "…"
+
+
+def _nested_ints(text: str) -> list[Any] | None:
+    """``[[32, 3], [], 5]`` → nested lists (ints, other tokens as text); None when unbalanced."""
+    stack: list[list[Any]] = [[]]
+    token = ""
+    for ch in text + ",":
+        if ch in "[], \t\n":  # whitespace too: numpy prints [32  4]
+            if token.strip():
+                t = token.strip()
+                stack[-1].append(int(t) if t.lstrip("-").isdigit() else t)
+            token = ""
+            if ch == "[":
+                stack.append([])
+            elif ch == "]":
+                if len(stack) < 2:
+                    return None
+                inner = stack.pop()
+                stack[-1].append(inner)
+        else:
+            token += ch
+    if len(stack) != 1:
+        return None
+    top = stack[0]
+    return top[0] if len(top) == 1 and isinstance(top[0], list) else top

@@ -99,8 +99,10 @@ def render_headline(cmp: Comparison, *, compact: bool = False) -> Headline:
                         "covered by the interval.")
     if view.method:
         st.caption(_plain(f"Method: {view.method}"))
-    if view.reasons:
-        st.markdown("\n".join(f"- {_plain(r)}" for r in view.reasons))
+    # The machine-load caution has its own warning box under the verdict (compare_view): once per candidate.
+    reasons = [r for r in view.reasons if not cmp.load_warning or r != cmp.load_warning]
+    if reasons:
+        st.markdown("\n".join(f"- {_plain(r)}" for r in reasons))
     for what, which in step_set_lines(cmp):
         st.caption(_plain(f"{what}: {which}"))
     if cmp.sign_note:

@@ -21,6 +21,7 @@ from app.charts.compare import (
 )
 from app.data.runs import RunData
 from app.data.store_rows import run_group
+from app.presentation.names import display_table
 from app.ui.layout import RUN_PAGE
 
 # The curves tab's grouping by replicate group (torchscope run --group NAME) rather than a config key.
@@ -87,6 +88,10 @@ def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] 
         return
     outcomes = [o for o in SWEEP_OUTCOMES if o in table.columns and table[o].notna().any()]
     numeric_axes = [c for c in varying if pd.api.types.is_numeric_dtype(table[c])]
+    # Human names and one unit per quantity (ms, MiB) for the charts and the table alike.
+    table, names = display_table(table, [*varying, *SWEEP_OUTCOMES])
+    outcomes = [names.get(o, o) for o in outcomes]
+    numeric_axes = [names.get(c, c) for c in numeric_axes]
     if not numeric_axes:
         st.info("No numeric hyperparameter varies across these runs (config keys logged by the agent).")
     c1, c2 = st.columns(2)
@@ -104,9 +109,11 @@ def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] 
             if st.button(f"Open run {run_id}", key="compare_open_run"):
                 st.switch_page(RUN_PAGE, query_params={"run": run_id})
     st.dataframe(table, hide_index=True, width="stretch", column_config={
-        "final_loss": st.column_config.NumberColumn(
+        names.get("final_loss", "final loss"): st.column_config.NumberColumn(
             "final loss (median of last 10 %)", format="%.4g",
             help="median of the last 10 % (1-20) of rank 0's loss values, as everywhere (docs/app.md, "
                  "\"Final values\")"),
-        "median_step_time_s": st.column_config.NumberColumn(
-            "step time (median, steady state) (s)", format="%.4f")})
+        names.get("median_step_time_s", "median step time (ms)"): st.column_config.NumberColumn(
+            "step time (median, steady state) (ms)", format="%.2f"),
+        names.get("peak_memory_bytes", "peak memory (MiB)"): st.column_config.NumberColumn(format="%.1f"),
+        "path": None})

@@ -218,6 +218,7 @@ def render_verdicts(comparisons: list[Comparison]) -> None:
     for cmp in comparisons:
         # Many candidates: one line each, the details in the verdict table below.
         render_headline(cmp, compact=len(comparisons) > 2)
+        # Once per candidate: here, and not again among the headline's reasons (compare_headline).
         if cmp.load_warning:
             st.warning(_plain(f"Machine load: {cmp.load_warning}"), icon="⚠️")
         if len(comparisons) <= 2:

@@ -69,25 +69,47 @@ def compute_step_ops(traces: TraceSet, key: str | None = None) -> pd.DataFrame:
 
 
 def compute_step_kernels(traces: TraceSet) -> pd.DataFrame:
-    """Per (rank, step, name): ``calls``, ``total_us`` of the device kernels that start in the
-    step's device span. Empty when no trace has steps."""
+    """Per (rank, step, name): ``calls``, ``total_us`` of the device kernels, counting only the
+    part of each kernel inside the step's device span (the step breakdown's rule), so a kernel
+    that starts in a step and runs on after the profiled steps does not count whole for every
+    step. A call is counted in the step holding its start. Empty when no trace has steps."""
     frames = []
     for t in traces:
         spans = find_steps(t.events)
         if not len(spans.steps):
             continue
         k = t.events.loc[is_kernel(t.events), ["name", "ts_us", "dur_us"]]
-        idx = _assign(k["ts_us"].to_numpy(float), spans.start, spans.end)
-        k = k[idx >= 0]
-        frames.append(pd.DataFrame({"rank": int(t.rank), "step": spans.steps.astype(int)[idx[idx >= 0]],
-                                    "name": k["name"].astype(str).to_numpy(), "total_us": k["dur_us"].to_numpy(float)}))
+        frames.append(_kernel_time_per_step(k, spans.start, spans.end, spans.steps.astype(int), int(t.rank)))
     cols = [*STEP_KEYS, "name", "calls", "total_us"]
+    frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
     ev = pd.concat(frames, ignore_index=True)
-    g = ev.groupby([*STEP_KEYS, "name"], sort=False).agg(calls=("total_us", "size"),
+    g = ev.groupby([*STEP_KEYS, "name"], sort=False).agg(calls=("calls", "sum"),
                                                           total_us=("total_us", "sum")).reset_index()
     return g[cols]
+
+
+def _kernel_time_per_step(k: pd.DataFrame, start: np.ndarray, end: np.ndarray, steps: np.ndarray,
+                          rank: int) -> pd.DataFrame:
+    """One row per (kernel, step it overlaps): ``calls`` (1 in the step holding its start),
+    ``total_us`` (its time inside that step). Steps do not overlap (step_spans)."""
+    order = np.argsort(start, kind="stable")
+    s, e, num = start[order], end[order], steps[order]
+    ks = k["ts_us"].to_numpy(float)
+    ke = ks + k["dur_us"].to_numpy(float)
+    first = np.clip(np.searchsorted(e, ks, side="right"), 0, len(s))  # first step ending after the start
+    last = np.searchsorted(s, ke, side="right") - 1  # last step starting before (or at) the end
+    names = k["name"].astype(str).to_numpy()
+    n = np.clip(last - first + 1, 0, None)  # steps each kernel overlaps: usually 0 or 1
+    if not n.sum():
+        return pd.DataFrame(columns=[*STEP_KEYS, "name", "calls", "total_us"])
+    ki = np.repeat(np.arange(len(ks)), n)
+    si = first[ki] + (np.arange(len(ki)) - np.repeat(np.cumsum(n) - n, n))
+    inside = np.clip(np.minimum(ke[ki], e[si]) - np.maximum(ks[ki], s[si]), 0, None)
+    holds_start = (s[si] <= ks[ki]) & (ks[ki] < e[si])
+    return pd.DataFrame({"rank": rank, "step": num[si], "name": names[ki],
+                         "calls": holds_start.astype(int), "total_us": inside})
 
 
 def reduce_steps(table: pd.DataFrame, kept: pd.DataFrame, keys: list[str], values: Sequence[str],

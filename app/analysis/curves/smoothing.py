@@ -6,6 +6,7 @@ the benchmark share it.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -22,7 +23,23 @@ __all__ = [
     "compute_curve",
     "BAND_COLUMNS",
     "compute_rank_band",
+    "SHORT_SERIES_POINTS",
+    "DEFAULT_SMOOTHING",
+    "smooth_by_default",
 ]
+
+# Below this many points per rank a series is drawn unsmoothed by default: an EMA of 5 values
+# mostly shows its own warm-up (a 5-point val_loss ending at 0.617 was drawn near 5.5).
+SHORT_SERIES_POINTS = 50
+DEFAULT_SMOOTHING = 0.6
+# The learning rate follows a schedule, not noise: smoothing it only blurs the schedule's steps.
+_LR_KEY = re.compile(r"^(?:lr|learning_rate)(?:_\d+)?$|(?:^|[/_.])(?:lr|learning_rate)$", re.IGNORECASE)
+
+
+def smooth_by_default(key: str, n_points: int) -> bool:
+    """Whether the Metrics tab smooths ``key`` by default: not the learning rate (``lr``,
+    ``lr_1``, ``learning_rate``, ``…/lr``), not a series of fewer than SHORT_SERIES_POINTS points."""
+    return n_points >= SHORT_SERIES_POINTS and not _LR_KEY.search(key)
 
 # Columns of the metrics table that are coordinates, not curves.
 INDEX_COLUMNS = ("step", "time", "rank", "tb_step")  # tb_step: a SummaryWriter's global_step

@@ -11,19 +11,30 @@ __all__ = [
     "DEVICE_CATEGORIES", "LOOP_CATEGORIES", "LOOP_PHASES", "KERNEL_CATS", "MEMCPY_CATS", "MEMSET_CATS",
     "RUNTIME_CATS", "OP_CATS", "ANNOTATION_CATS", "COMM_OP_NAMES", "cat_in", "name_mask", "is_host_op",
     "is_kernel", "is_device_activity", "is_runtime", "dataloader_mask", "communication_kernel_mask",
+    "KNOWN_CATS", "unknown_category_notes",
 ]
 
 DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 LOOP_CATEGORIES = ("forward", "backward", "optimizer")
 LOOP_PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 
-KERNEL_CATS = frozenset({"kernel"})
+# Kineto's on-device kernels: CUDA/ROCm/XPU "kernel"; MTIA's "mtia_ccp_events" (MTIA_CCP_EVENTS,
+# an alias of CONCURRENT_KERNEL in libkineto's ActivityType.h).
+KERNEL_CATS = frozenset({"kernel", "mtia_ccp_events"})
 MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
 MEMSET_CATS = frozenset({"gpu_memset", "memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "mtia_runtime", "glow_runtime", "xpu_runtime",
                           "privateuse1_runtime"})
 OP_CATS = frozenset({"cpu_op", "operator"})
 ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
+# Every other category Kineto writes (libkineto ActivityType names) and the trace's own ("Trace",
+# flow events): a category outside KNOWN_CATS may be device work of a kind not understood here,
+# and analyze says so (unknown_category_notes) instead of counting it as 0 device time silently.
+KNOWN_CATS = (KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS | RUNTIME_CATS | OP_CATS | ANNOTATION_CATS | frozenset({
+    "external_correlation", "cuda_driver", "cpu_instant_event", "python_function", "python", "overhead",
+    "mtia_insight", "mtia_counters", "mtia_workloadd", "cuda_sync", "cuda_event", "cuda_profiler_range",
+    "hpu_op", "xpu_driver", "collective_comm", "privateuse1_driver", "trace", "ac2g", "fwdbwd", "async",
+    "forward_backward", "gpu_op"}))
 # torch-tb-profiler's names of collective ops (trace.py NcclOpNameSet / GlooOpNameSet).
 COMM_OP_NAMES = frozenset(f"{lib}:{op}" for lib in ("nccl", "gloo")
                           for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
@@ -83,3 +94,13 @@ def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndar
     if not by_name:
         return np.asarray(kern & by_ext, dtype=bool)
     return np.asarray(kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl"))), dtype=bool)
+
+
+def unknown_category_notes(ev: pd.DataFrame) -> list[str]:
+    """One sentence per event category outside KNOWN_CATS (its count and name, and that its time
+    is not counted as device activity); [] when every category is understood."""
+    cats = ev["cat"].astype(str).str.lower()
+    counts = cats[~cats.isin(KNOWN_CATS) & (cats != "") & (cats != "nan")].value_counts()
+    return [f"{int(n):,} events of category {c!r} (a device or activity kind Torchscope does not understand) "
+            "are not counted as device time: kernel, copy and device idle figures leave them out"
+            for c, n in counts.items()]

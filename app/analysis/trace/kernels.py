@@ -99,17 +99,23 @@ def _launched_in(ev: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
     return np.asarray((launch >= lo) & (launch < hi), dtype=bool)
 
 
-def compute_temporal_breakdown(traces: TraceSet, *, drop_last_step: bool = True) -> pd.DataFrame:
+def compute_temporal_breakdown(traces: TraceSet, *, drop_last_step: bool = True,
+                               launched_only: bool = False) -> pd.DataFrame:
     """Per rank, as HTA's ``get_temporal_breakdown``: ``span_us`` (first device event start to last
     end), ``compute_us`` (union of non-collective kernels), ``non_compute_us`` (collectives and
     memcpy/memset not under a compute kernel), ``idle_us`` (nothing running), and their shares.
 
-    HTA leaves out the device work launched in the last ProfilerStep (``drop_last_step``).
+    HTA leaves out the device work launched in the last ProfilerStep (``drop_last_step``), and
+    with it every device event whose launch is not recorded; ``launched_only=True`` leaves those
+    out too, to reproduce HTA's figures (docs/trace-engine.md, "Comparison with HTA"). By default
+    they count: they are device time.
     """
     rows = []
     for t in traces:
         ev = t.events
         work = is_kernel(ev) | cat_in(ev, MEMCPY_CATS | MEMSET_CATS)
+        if launched_only:
+            work &= _launched_in(ev, -np.inf, np.inf)
         spans = find_steps(ev)
         if drop_last_step and spans.source == StepSource.PROFILER_STEP and len(spans.steps) > 1:
             work &= ~_launched_in(ev, float(spans.host_start[-1]), float(spans.host_end[-1]))

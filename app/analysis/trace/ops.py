@@ -8,10 +8,16 @@ Definitions (the same as ``torch.profiler``'s ``key_averages()``):
 - ``device_self_us`` is the time of the kernels, memcpys and memsets (linked by correlation id)
   launched by the op's runtime calls: those carrying the op's External id, as torch and
   torch-tb-profiler link them, else (older traces) those directly inside the op;
-- ``share`` is ``self_us`` over the summed duration of the trace's steps;
+- ``share`` is ``self_us`` over the summed duration of the trace's steps (every ``ProfilerStep#N``
+  of the profiled window, the trailing ones the step table drops included), capped at 1:
+  ``self_us`` sums the op's threads, so an op running on several threads at once (gloo's
+  ``gloo:all_reduce`` on two worker threads, ``synchronizeStream``) can hold more than the steps'
+  wall time; ``threads`` says on how many threads the op ran, and a capped share is one whose
+  summed self time reached the steps' duration (front ends say so next to the table);
 - when the trace has ``ProfilerStep#N`` steps, host events are cut to the profiled window (first
-  step's start to last step's end): only the time inside counts and events wholly outside are
-  not rows. The profiler stops inside the last step's enclosing ranges (a training loop steps it
+  step's start to last step's end, trailing steps the step table drops included: a single run's
+  op table covers the whole profiled window, as ``key_averages()`` does, while ``diff``'s op deltas
+  average the kept steps): only the time inside counts and events wholly outside are not rows. The profiler stops inside the last step's enclosing ranges (a training loop steps it
   from ``optimizer.step``), so an uncut ``Optimizer.step#…`` range counted the profiler's stop
   and trace export (781 ms on the baseline sample). ``key_averages()`` has no such cut; it agrees
   on every event inside the steps;
@@ -59,7 +65,7 @@ __all__ = ["OP_COLUMNS", "HOST_CATS", "GROUPINGS", "COMM_ANNOTATION_PREFIXES", "
            "compute_annotation_table", "compute_op_events", "compute_op_events_with_scopes",
            "is_op_row", "is_annotation_row", "is_user_annotation", "step_total_us", "profiled_window"]
 
-OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category"]
+OP_COLUMNS = ["name", "calls", "self_us", "total_us", "device_self_us", "mean_us", "share", "category", "threads"]
 HOST_CATS = (OP_CATS | ANNOTATION_CATS | RUNTIME_CATS | {"python", "cuda_driver"}) - {"gpu_user_annotation"}
 GROUPINGS = (None, "shape", "module")
 # Names c10d's process groups give the profiler ranges of their collectives (ProcessGroupNCCL,
@@ -123,9 +129,12 @@ def compute_op_events_with_scopes(events: pd.DataFrame, *, modules: bool = True,
 
 
 def _range_name(n: str) -> bool:
-    """torch-tb-profiler's ``is_operator_node`` name exclusions (ranges older torch recorded as ``cpu_op``)."""
+    """torch-tb-profiler's ``is_operator_node`` name exclusions (ranges older torch recorded as
+    ``cpu_op``), and ``## name ##`` ranges (torch's ``## forward ##``/``## backward ##`` style
+    annotations, whatever category a trace gives them)."""
     return (n.startswith("Optimizer.") or n in _EXCLUDED_OP_NAMES
-            or (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__")))
+            or (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
+            or (len(n) > 4 and n.startswith("##") and n.endswith("##")))
 
 
 def is_user_annotation(ev: pd.DataFrame) -> np.ndarray:
@@ -179,18 +188,22 @@ def step_total_us(trace: TraceTables) -> float:
 
 def profiled_window(trace: TraceTables) -> tuple[float, float] | None:
     """(first step's host start, last step's host end) when the trace has ``ProfilerStep#N``
-    steps, else None (optimizer-step or whole-trace steps are no profiling window)."""
+    steps, trailing steps the step table drops included, else None (optimizer-step or
+    whole-trace steps are no profiling window)."""
     return _steps_and_window(trace)[1]
 
 
 def _steps_and_window(trace: TraceTables) -> tuple[float, tuple[float, float] | None]:
+    """(steps' summed duration, profiled window). The window holds every ProfilerStep#N, the
+    trailing ones the step table drops (step_spans rule 3) included, and so does the duration
+    (their host time): the op table covers the whole profiled window, as key_averages() does."""
     spans = find_steps(trace.events)
     if not len(spans.start):
         return 0.0, None
-    total = float(np.sum(spans.end - spans.start))
+    total = float(np.sum(spans.end - spans.start)) + spans.dropped_host_us
     if spans.source != StepSource.PROFILER_STEP:
         return total, None
-    return total, (float(np.min(spans.host_start)), float(np.max(spans.host_end)))
+    return total, spans.profiled_host
 
 
 def compute_op_table(traces: TraceSet, group_by: str | None = None, *, steps_us: float | None = None) -> pd.DataFrame:
@@ -217,11 +230,12 @@ def compute_annotation_table(traces: TraceSet, *, steps_us: float | None = None)
 
 def _aggregate(traces: TraceSet, rows: Callable[[pd.DataFrame], np.ndarray], group_by: str | None, steps_us: float | None) -> pd.DataFrame:
     frames, total_steps = [], 0.0
-    for t in traces:
+    for i, t in enumerate(traces):
         total, window = _steps_and_window(t)
         ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
         keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)
-        frames.append(ev[keep])
+        # a thread is (trace, pid, tid): threads of different ranks are different threads
+        frames.append(ev[keep].assign(thread=lambda d, i=i: str(i) + "/" + d["pid"].astype(str) + "/" + d["tid"].astype(str)))
         total_steps += total if steps_us is None else 0.0
     if steps_us is not None:
         total_steps = steps_us
@@ -234,11 +248,13 @@ def _aggregate(traces: TraceSet, rows: Callable[[pd.DataFrame], np.ndarray], gro
     # Group on the categorical codes (cheap); only the grouped rows are turned into plain strings.
     g = ev.groupby(keys, sort=False, observed=True).agg(
         calls=("dur_us", "size"), self_us=("self_us", "sum"), total_us=("dur_us", "sum"),
-        device_self_us=("device_self_us", "sum"), category=("cat", "first")).reset_index()
+        device_self_us=("device_self_us", "sum"), category=("cat", "first"),
+        threads=("thread", "nunique")).reset_index()
     for k in keys + ["category"]:
         g[k] = g[k].astype(str)
     g["mean_us"] = g["total_us"] / g["calls"]
     denom = total_steps if total_steps > 0 else float(g["self_us"].sum()) or 1.0
-    g["share"] = g["self_us"] / denom
+    g["share"] = (g["self_us"] / denom).clip(upper=1.0)  # summed over threads: capped (module docstring)
     g["calls"] = g["calls"].astype(int)
+    g["threads"] = g["threads"].astype(int)
     return g[cols].sort_values(["self_us", "name"], ascending=[False, True], ignore_index=True)

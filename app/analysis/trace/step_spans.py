@@ -9,7 +9,9 @@ Step boundaries follow torch-tb-profiler's Overview (``event_parser.StepParser``
    each step is stretched to end when the last such device event ends, and starts no earlier than
    the previous step's end (device time is what a step really costs);
 3. trailing steps that launched no device work (or < 80 % of the previous step's) are dropped,
-   because the profiler stopped before their kernels were recorded.
+   because the profiler stopped before their kernels were recorded. They are dropped from the
+   step breakdown only: ``profiled_host`` keeps the host span of every ``ProfilerStep#N``, the
+   window a single run's op table covers (as ``key_averages()`` does).
 """
 from __future__ import annotations
 
@@ -44,6 +46,11 @@ class StepSpans:
     start: np.ndarray
     end: np.ndarray
     source: StepSource
+    # (first start, last end) of every ProfilerStep#N host span, dropped trailing steps included;
+    # None for optimizer-step or whole-trace steps (no profiling window).
+    profiled_host: tuple[float, float] | None = None
+    # summed host duration of the dropped trailing steps (µs), 0 when none was dropped
+    dropped_host_us: float = 0.0
 
 
 def _host_steps(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, StepSource]:
@@ -178,4 +185,6 @@ def find_steps(events: pd.DataFrame) -> StepSpans:
     order = np.argsort(hs, kind="stable")
     steps, hs, he = steps[order], hs[order], he[order]
     s, e, keep = _adjust_to_device(events, hs, he)
-    return StepSpans(steps[:keep], hs[:keep], he[:keep], s[:keep], e[:keep], source)
+    window = (float(np.min(hs)), float(np.max(he))) if source == StepSource.PROFILER_STEP and len(hs) else None
+    dropped = float(np.sum(he[keep:] - hs[keep:])) if keep < len(hs) else 0.0
+    return StepSpans(steps[:keep], hs[:keep], he[:keep], s[:keep], e[:keep], source, window, dropped)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from app.analysis.memory.events import compute_memory_peaks
 from app.analysis.trace.breakdown import compute_breakdown
+from app.analysis.trace.categories import unknown_category_notes
 from app.analysis.trace.distributed import compute_overlap, compute_rank_skew
 from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.trace.ops import compute_op_table
@@ -27,8 +28,9 @@ __all__ = ["TraceAnalysis", "analyze_traces", "compute_analysis_tables", "analys
 
 # Bump when what analyze_traces computes changes. The workspace's cache of the tables
 # (app.workspace.traces) is also keyed by a digest of ANALYSIS_MODULES' source.
-ANALYSIS_VERSION = 1
-ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap", "collectives")
+ANALYSIS_VERSION = 2
+ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap", "collectives",
+                   "notes")
 # The analysis modules whose code the tables depend on (module names under app.analysis).
 ANALYSIS_MODULES = ("trace.steps", "trace.breakdown", "trace.ops", "trace.kernels", "memory.events",
                     "trace.distributed", "trace.summary", "trace.categories", "trace.intervals", "trace.step_spans",
@@ -60,33 +62,47 @@ class TraceAnalysis:
         return rank_summary(summaries_from_tables(self.steps, self.overlap, colls))
 
     @property
-    def memory(self) -> dict[str, dict[str, int]]:
-        """``{device: {peak_allocated_bytes, peak_reserved_bytes}}``; with several ranks the key
-        is ``rank<R>/<device>``."""
+    def memory(self) -> dict[str, dict[str, Any]]:
+        """``{device: {peak_allocated_bytes, peak_reserved_bytes}}`` (None when unknown, with
+        ``peak_source`` when the allocated peak is not the allocator's: app.analysis.memory.events);
+        with several ranks the key is ``rank<R>/<device>``."""
         multi = self.memory_peaks["rank"].nunique() > 1
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for r in self.memory_peaks.itertuples(index=False):
             key = f"rank{r.rank}/{r.device}" if multi else str(r.device)
-            out[key] = {"peak_allocated_bytes": int(r.peak_allocated_bytes),
-                        "peak_reserved_bytes": int(r.peak_reserved_bytes)}
+            out[key] = {"peak_allocated_bytes": _int_or_none(r.peak_allocated_bytes),
+                        "peak_reserved_bytes": _int_or_none(r.peak_reserved_bytes)}
+            source = getattr(r, "peak_source", "allocator")
+            if source != "allocator":
+                out[key]["peak_source"] = str(source)
         return out
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or v != v else int(v)
 
 
 def compute_analysis_tables(traces: Sequence[TraceTables]) -> dict[str, pd.DataFrame]:
     """The ANALYSIS_TABLES of ``traces``, computed from their events."""
     traces = list(traces)
     steps = compute_steps(traces)
-    step_total = float(steps["duration_us"].sum()) if len(steps) else None
     return {
         "steps": steps,
         "breakdown": compute_breakdown(traces, steps),
-        "ops": compute_op_table(traces, steps_us=step_total),
+        "ops": compute_op_table(traces),  # shares of the whole profiled window (ops.py)
         "kernels": compute_kernel_table(traces),
         "memory_peaks": compute_memory_peaks(traces),
         "rank_skew": compute_rank_skew(steps),
         "overlap": compute_overlap(traces, steps),
         "collectives": compute_collective_table(traces, steps),
+        "notes": _analysis_notes(traces),
     }
+
+
+def _analysis_notes(traces: Sequence[TraceTables]) -> pd.DataFrame:
+    """Per rank, what the analysis could not count (unknown event categories), as warnings."""
+    rows = [{"rank": int(t.rank), "message": m} for t in traces for m in unknown_category_notes(t.events)]
+    return pd.DataFrame(rows, columns=["rank", "message"])
 
 
 def analyze_traces(traces: Sequence[TraceTables]) -> TraceAnalysis:
@@ -98,9 +114,13 @@ def analysis_from_tables(traces: Sequence[TraceTables], tables: Mapping[str, pd.
                          from_cache: bool = False) -> TraceAnalysis:
     """The TraceAnalysis of ``traces`` whose ANALYSIS_TABLES are ``tables`` (computed, or read back
     from a cache by the workspace: ``from_cache``)."""
+    notes = tables.get("notes")
+    by_rank: dict[int, list[str]] = {}
+    for r in (notes.itertuples(index=False) if notes is not None else ()):
+        by_rank.setdefault(int(r.rank), []).append(str(r.message))
     return TraceAnalysis(
-        traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events), "warnings": list(t.warnings)}
-                for t in traces],
+        traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events),
+                 "warnings": [*t.warnings, *by_rank.pop(int(t.rank), [])]} for t in traces],
         steps=tables["steps"], breakdown=tables["breakdown"], ops=tables["ops"], kernels=tables["kernels"],
         memory_peaks=tables["memory_peaks"], rank_skew=tables["rank_skew"], overlap=tables["overlap"],
         from_cache=from_cache, collectives=tables.get("collectives", pd.DataFrame()),

@@ -11,6 +11,7 @@ import streamlit as st
 from app.analysis.run.summary import compute_annotations_view, compute_ops_view
 from app.analysis.trace.modules import has_module_ranges
 from app.charts.operators import make_top_modules_figure, make_top_ops_figure
+from app.presentation.units import format_shape
 from app.ui.tabs import RunContext
 from app.ui.trace_view import (
     cached_annotation_table,
@@ -38,8 +39,10 @@ _COLUMNS = {
     ),
     "mean_ms": st.column_config.NumberColumn("Mean (ms)", format="%.4f", help="total time / calls"),
     "pct_of_step": st.column_config.NumberColumn(
-        "% of step", format="%.2f", help="self time / time of the profiled steps"
+        "% of step", format="%.2f", help="self time / time of the profiled steps, at most 100 (self time is "
+                                          "summed over the threads an op ran on)"
     ),
+    "threads": st.column_config.NumberColumn("Threads", format="%d", help="threads the op ran on"),
 }
 
 
@@ -86,8 +89,24 @@ def _table(ops: pd.DataFrame) -> pd.DataFrame:
     for col in ("self_us", "total_us", "device_self_us", "mean_us"):
         if col in ops.columns:
             shown[col.replace("_us", "_ms")] = ops[col] / 1e3
-    shown["pct_of_step"] = ops["pct_of_step"]
+    # Self time sums the op's threads: an op on several threads at once can pass 100 % (capped, explained).
+    shown["pct_of_step"] = pd.to_numeric(ops["pct_of_step"], errors="coerce").clip(upper=100.0)
+    if "threads" in ops.columns and (pd.to_numeric(ops["threads"], errors="coerce") > 1).any():
+        shown["threads"] = ops["threads"]
     return shown
+
+
+def _capped_note(view: pd.DataFrame) -> str:
+    """A sentence naming the ops whose % of step is capped at 100, or ""."""
+    if "threads" not in view.columns:
+        return ""
+    capped = view[(pd.to_numeric(view["pct_of_step"], errors="coerce") > 100) & (view["threads"] > 1)]
+    if not len(capped):
+        return ""
+    names = ", ".join(f"`{n}` ({float(p):.0f} % over {int(t)} threads)"
+                      for n, p, t in zip(capped["name"].head(5), capped["pct_of_step"], capped["threads"]))
+    return (f" {names}: self time summed over several threads passes the steps' wall time, so the "
+            "column shows 100.")
 
 
 def _render_by_shape(ctx: RunContext, text: str) -> None:
@@ -102,6 +121,7 @@ def _render_by_shape(ctx: RunContext, text: str) -> None:
     if text:
         by_shape = by_shape[by_shape["name"].astype(str).str.contains(text, case=False, regex=False)]
     shown = by_shape[["name", "input_shapes"]].copy()
+    shown["input_shapes"] = by_shape["input_shapes"].map(format_shape)
     shown["calls"] = by_shape["calls"]
     shown["self_ms"] = by_shape["self_us"] / 1e3
     shown["total_ms"] = by_shape["total_us"] / 1e3
@@ -219,7 +239,7 @@ def render(ctx: RunContext) -> None:
         pooled = " (all ranks summed)" if ctx.rank is None and len(ctx.ranks) > 1 else ""
         st.caption(f"{len(view)} operators{pooled}; % of step = self time / wall time of the profiled steps. "
                    "`record_function` ranges (`## forward ##`, `Optimizer.step#…`) are not operators: "
-                   "their children are.")
+                   "their children are." + _capped_note(view))
     if st.toggle("Show annotations (record_function ranges)", key=ctx.key("ops_annotations")):
         _render_annotations(ctx, analysis, text)
     if group == Grouping.SHAPE:

@@ -159,9 +159,11 @@ def test_curve_figure_raw_behind_smoothed_and_flat_axis() -> None:
     from app.charts.curves import make_curve_figure
 
     df = _metrics().assign(lr=0.05)
+    noisy = make_curve_figure(compute_curve(df, "loss"), "loss")
+    assert [d.name for d in noisy.data] == ["rank 0 raw", "rank 0", "rank 1 raw", "rank 1"]
+    assert "0.45" in noisy.data[0].line.color  # the raw line is lighter, still visible beneath
     fig = make_curve_figure(compute_curve(df, "lr"), "lr")
-    assert [d.name for d in fig.data] == ["rank 0 raw", "rank 0", "rank 1 raw", "rank 1"]
-    assert "0.25" in fig.data[0].line.color  # the raw line is faint
+    assert [d.name for d in fig.data] == ["rank 0", "rank 1"]  # smoothed == raw: one solid line each
     lo, hi = fig.layout.yaxis.range
     assert lo < 0.05 < hi and hi - lo > 0.001  # a constant is drawn flat, not as rounding noise
     only_smoothed = make_curve_figure(compute_curve(df, "loss", ranks=[0]), "loss", show_raw=False, log_y=True)
