@@ -153,12 +153,14 @@ def _label_trace(timeline: Timeline, y: np.ndarray) -> go.Scatter | None:
     x, ys, texts = slice_labels(timeline, y)
     if not texts:
         return None
-    return go.Scatter(x=x, y=ys, text=texts, mode="text", textposition="middle center", hoverinfo="skip",
-                      textfont={"size": 10, "color": "#111111"}, showlegend=False, name="names", cliponaxis=True)
+    # WebGL like the slices: plotly draws its WebGL canvas above the SVG layer, where text would hide.
+    return go.Scattergl(x=x, y=ys, text=texts, mode="text", textposition="middle center", hoverinfo="skip",
+                        textfont={"size": 10, "color": "#111111"}, showlegend=False, name="names")
 
 
-def _flow_trace(timeline: Timeline, offsets: dict[str, int]) -> go.Scatter | None:
-    """Launch → device-event arrows: a line per flow with an arrow head at the device event."""
+def _flow_trace(timeline: Timeline, offsets: dict[str, int]) -> go.Scattergl | None:
+    """Launch → device-event arrows: a line per flow with a triangle at the device event
+    (WebGL, above the slices; pointing down or up the way the arrow goes)."""
     flows = timeline.flows
     if flows.empty:
         return None
@@ -170,9 +172,11 @@ def _flow_trace(timeline: Timeline, offsets: dict[str, int]) -> go.Scatter | Non
     ys[0::3], ys[1::3] = y0, y1
     sizes = np.zeros(3 * n)
     sizes[1::3] = 9
-    return go.Scatter(x=xs, y=ys, mode="lines+markers", name="launch → kernel", connectgaps=False,
-                      hoverinfo="skip", line={"width": 1, "color": _FLOW_COLOUR},
-                      marker={"symbol": "arrow", "angleref": "previous", "size": sizes, "color": _FLOW_COLOUR})
+    symbols = np.full(3 * n, "circle", dtype=object)
+    symbols[1::3] = np.where(y1 <= y0, "triangle-down", "triangle-up")
+    return go.Scattergl(x=xs, y=ys, mode="lines+markers", name="launch → kernel", connectgaps=False,
+                        hoverinfo="skip", line={"width": 1, "color": _FLOW_COLOUR},
+                        marker={"symbol": symbols, "size": sizes, "color": _FLOW_COLOUR})
 
 
 def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.Figure:
@@ -194,7 +198,7 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
     height = int(min(_MAX_HEIGHT, max(300, 130 + rows * _ROW_PX)))
     width_px = float(max(2.0, min(14.0, (height - 130) / rows * 0.72)))
     span_ms = (timeline.end_us - timeline.start_us) / 1000.0
-    traces: list[go.Scattergl | go.Scatter] = []
+    traces: list[go.Scattergl] = []
     cats = sorted(events["cat"].unique()) if len(events) else []
     for i, cat in enumerate(cats):
         mask = (events["cat"] == cat).to_numpy()
@@ -202,9 +206,11 @@ def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.
                                    span_ms=span_ms, width_px=width_px)
     extra = [_label_trace(timeline, y), _flow_trace(timeline, offsets)]
     fig = go.Figure(data=traces + [t for t in extra if t is not None])
-    for tick in ticks[1:]:  # a thin rule between lanes
-        fig.add_hline(y=-(tick - 0.5), line={"width": 1, "color": "rgba(120,120,120,0.35)"})
+    # A thin rule between lanes, as plain layout shapes (add_hline validates each: 0.1 s a line).
+    rules = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": -(t - 0.5), "y1": -(t - 0.5),
+              "line": {"width": 1, "color": "rgba(120,120,120,0.35)"}} for t in ticks[1:]]
     fig.update_layout(
+        shapes=rules,
         title={"text": html.escape(title), "x": 0.01} if title else None,
         height=height,
         # Room above the plot for the title and the legend row, so neither covers the first lane.

@@ -214,13 +214,15 @@ def compute_timeline(
         inside, per_event = inside[keep], per_event[keep]
     total = len(inside)
     laid = _laid_out(inside, per_event)
+    arrows = _flows(laid, start_us, min(MAX_FLOWS, max_events // 10)) if flows else pd.DataFrame(columns=FLOW_COLUMNS)
     folded = 0
     if max_depth is not None:
         deep = laid["depth"].to_numpy() >= max(1, max_depth)
         folded = int(deep.sum())
         laid = laid[~deep]
+        for col in ("from_depth", "to_depth"):  # a folded launch points from its outermost drawn parent's row
+            arrows[col] = np.minimum(arrows[col].to_numpy(np.int64), max(1, max_depth) - 1)
     resolution = (end_us - start_us) / width_px
-    arrows = _flows(laid, start_us, min(MAX_FLOWS, max_events // 10)) if flows else pd.DataFrame(columns=FLOW_COLUMNS)
     laid = laid.assign(ts_us=np.maximum(laid["ts_us"].to_numpy(np.float64), start_us),
                        end_us=np.minimum((laid["ts_us"] + laid["dur_us"]).to_numpy(np.float64), end_us))
     merged = merge_subpixel(laid[["lane", "depth", "name", "cat", "ts_us", "end_us", "dur_us", "input_shapes"]],

@@ -2,6 +2,7 @@
 lane filters, flow arrows and the chosen range as a trace file (UI layer)."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -136,7 +137,7 @@ def _view(ctx: RunContext, index: int, start: float, end: float, columns: Any) -
                                 placeholder="e.g. GPU, stream 7, autograd").strip()
     levels = c3.select_slider("Nesting levels", _LEVELS, value="all", key=ctx.key("timeline_levels"),
                               help="1 collapses every lane to its outermost slices.")
-    flows = c4.toggle("Launch → kernel arrows", key=ctx.key("timeline_flows"),
+    flows = c4.toggle("Launch arrows", key=ctx.key("timeline_flows"),
                       help="An arrow from each CUDA/HIP launch to the kernel or copy it started "
                            "(matched by correlation id), for the longest device events in view.")
     hidden = tuple(str(h) for h in st.session_state.get(ctx.key("timeline_hidden"), ()))
@@ -172,7 +173,7 @@ def _export(ctx: RunContext, trace: Any, start: float, end: float) -> None:
         try:
             return export_trace_range(ctx.run.path, trace.path, start, end)
         except (TorchscopeError, OSError, ValueError) as e:  # shown in the file rather than as a traceback
-            return f'{{"traceEvents": [], "error": {str(e)!r}}}'.replace("'", '"').encode()
+            return json.dumps({"traceEvents": [], "error": str(e)}).encode()
 
     st.download_button(
         "Download this range (Chrome trace JSON)", data=data, file_name=name, mime="application/json",
@@ -208,7 +209,7 @@ def render(ctx: RunContext) -> None:
         help="The same steps on every rank, each block of lanes starting at that rank's first step.")
     token = f"{index}_{steps}_{together}"
     zs, ze = _zoom(ctx, start, end, cached_activity_span(ctx.run_dir, index, start, end), token)
-    view = _view(ctx, index, zs, ze, st.columns([2, 2, 2, 1]))
+    view = _view(ctx, index, zs, ze, st.columns([2, 2, 2, 1.5]))
     steps_text = "whole trace" if steps is None else (f"step {steps[0]}" if steps[0] == steps[1]
                                                        else f"steps {steps[0]}–{steps[1]}")
     where = "all ranks" if together else f"rank {trace.rank}"

@@ -162,3 +162,8 @@ def test_range_export_parses_keeps_metadata_and_only_the_range() -> None:
     assert len(doc["traceEvents"]) == 8  # the source is not touched
     with pytest.raises(ValueError):
         select_trace_range(doc, 5.0, 5.0)
+
+
+def test_flow_arrows_survive_folding() -> None:
+    tl = compute_timeline(EVENTS, THREADS, 0.0, 200.0, flows=True, max_depth=1)
+    assert len(tl.flows) == 1 and tl.flows.iloc[0]["from_depth"] == 0  # from the outermost row drawn
