@@ -27,10 +27,12 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
     names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
     assert names[:1] == ["Overview"] and "Timeline" in names and "Config" in names, names
     for i, name in enumerate(names):
+        panel = page.locator('[role="tabpanel"]:visible')
         if i:
             page.get_by_role("tab", name=name, exact=True).click()
+            # the panel of a tab not open before is empty until the page's rerun has built it
+            panel.locator('[data-testid="stElementContainer"]').first.wait_for()
             _ready(page)
-        panel = page.locator('[role="tabpanel"]:visible')
         # only the open tab is built: every other panel is empty
         assert page.locator('[role="tabpanel"]:not(:visible) [data-testid="stMarkdown"]').count() == 0, name
         assert panel.locator('[data-testid="stElementContainer"]').count() > 0, f"tab {name} is empty"
@@ -58,6 +60,8 @@ def _check_timeline(page, panel, prefix: str) -> None:  # noqa: ANN001
         assert "M" in phases and "X" in phases, phases  # metadata kept, the range's events in
 
 
+# The first of these may also record the session's sample runs (minutes on a loaded machine).
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("prefix", ["agent", "gpu", "ranks"])
 def test_every_tab(page, server, browser_store, prefix: str) -> None:  # noqa: ANN001
     """One flow per kind of run (each within the per-test timeout on a loaded machine)."""
