@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.compare.advice import findings_diff_rows
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run
 from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
@@ -110,6 +109,8 @@ def _advisor(detail, *, export: bool) -> None:  # noqa: ANN001 - a Comparison
             st.warning(f"The advisor could not run: {e}")
         return
     if export:
+        from app.analysis.compare.advice import findings_diff_rows  # the advisor loads with its tab only
+
         render_exports(detail, findings_diff_rows(advice))
     else:
         render_advisor_tab(advice)

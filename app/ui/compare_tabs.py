@@ -7,7 +7,6 @@ from enum import StrEnum
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare.advice import findings_diff_rows
 from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.side import CompareSide
 from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
@@ -233,6 +232,8 @@ def render_model_tab(cmp: Comparison) -> None:
 
 
 def render_advisor_tab(diff) -> None:  # noqa: ANN001 - advisor.FindingsDiff
+    from app.analysis.compare.advice import findings_diff_rows  # the advisor loads with its tab only
+
     rows = findings_diff_rows(diff)
     c1, c2, c3 = st.columns(3)
     c1.metric("Resolved", len(diff.resolved))
