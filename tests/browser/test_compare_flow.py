@@ -16,6 +16,8 @@ EXCEPTION = '[data-testid="stException"]'
 def _wait_idle(page) -> None:  # noqa: ANN001
     page.wait_for_timeout(300)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+    # and the script has finished (the status widget may not show yet on a loaded machine)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def _pair(store) -> str:  # noqa: ANN001

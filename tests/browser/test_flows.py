@@ -20,6 +20,8 @@ def _wait_idle(page) -> None:  # noqa: ANN001
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
     )
+    # and the script has finished (the status widget may not show yet on a loaded machine)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001
