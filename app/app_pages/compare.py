@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.analysis.compare.advice import findings_diff_rows
 from app.errors import TorchscopeError
 from app.ui.cache import cached_run
 from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
@@ -78,36 +77,43 @@ def _body() -> None:
                             key="compare_detail")
         detail = comparisons[pick]
     runs = _side_runs([detail.baseline] + [c.candidate for c in comparisons])
-    advice, advice_error = None, ""
+    # Only the open tab is built (the tabs track their state, bound to ?compare_tab=…): the
+    # advisor's diff, the sweep's store scan and every figure wait until their tab is opened.
+    renderers = {
+        "Where the time went": lambda: render_time_tab(detail),
+        "Operators": lambda: render_ops_tab(detail),
+        "Kernels": lambda: render_kernels_tab(detail),
+        "Memory": lambda: render_memory_tab(detail),
+        "Model": lambda: render_model_tab(detail),
+        "Curves": lambda: render_curves_tab(runs),
+        "Config": lambda: render_config_tab(runs),
+        "Sweep": lambda: render_sweep_tab(runs, _store_runs(root) if st.session_state.get(
+            "compare_sweep_scope", "").startswith("every") else None),
+        "Advisor": lambda: _advisor(detail, export=False),
+        "Export": lambda: _advisor(detail, export=True),
+    }
+    for container, title in zip(st.tabs(_TABS, key="compare_tab", bind="query-params"), _TABS, strict=True):
+        if container.open is not False:
+            with container:
+                renderers[title]()
+
+
+def _advisor(detail, *, export: bool) -> None:  # noqa: ANN001 - a Comparison
+    """The Advisor tab (findings resolved, remaining, new) or the Export tab (which lists them)."""
     try:
         advice = cached_findings_diff(detail.baseline.path, detail.candidate.path)
     except TorchscopeError as e:
-        advice_error = str(e)
-    tabs = st.tabs(_TABS)
-    with tabs[0]:
-        render_time_tab(detail)
-    with tabs[1]:
-        render_ops_tab(detail)
-    with tabs[2]:
-        render_kernels_tab(detail)
-    with tabs[3]:
-        render_memory_tab(detail)
-    with tabs[4]:
-        render_model_tab(detail)
-    with tabs[5]:
-        render_curves_tab(runs)
-    with tabs[6]:
-        render_config_tab(runs)
-    with tabs[7]:
-        render_sweep_tab(runs, _store_runs(root) if st.session_state.get("compare_sweep_scope", "").startswith(
-            "every") else None)
-    with tabs[8]:
-        if advice is not None:
-            render_advisor_tab(advice)
+        if export:
+            render_exports(detail, [])
         else:
-            st.warning(f"The advisor could not run: {advice_error}")
-    with tabs[9]:
-        render_exports(detail, findings_diff_rows(advice) if advice is not None else [])
+            st.warning(f"The advisor could not run: {e}")
+        return
+    if export:
+        from app.analysis.compare.advice import findings_diff_rows  # the advisor loads with its tab only
+
+        render_exports(detail, findings_diff_rows(advice))
+    else:
+        render_advisor_tab(advice)
 
 
 def main() -> None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 # Parameters that start with "_" are not hashed by st.cache_*; the signatures are passed
 # without underscore on purpose so that they are part of the cache key.
 import os
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import streamlit as st
 
@@ -23,6 +27,7 @@ __all__ = [
     "cached_run",
     "cached_traces",
     "cached_trace_analysis",
+    "cached_figure",
 ]
 
 
@@ -57,3 +62,31 @@ def _analysis(path: str, sig: tuple[float, ...]) -> TraceAnalysis:
 def cached_trace_analysis(path: str | os.PathLike[str]) -> TraceAnalysis:
     """The TraceAnalysis (steps, breakdown, ops, kernels, memory) of a run or trace path."""
     return _analysis(str(path), run_signature(path))
+
+
+# Figures of a cached result (a Comparison from compare_cache, whose cache is bounded), built
+# once per view and dropped with the result: a rerun for another widget or a tab switch redraws
+# them from memory. Keyed by the result's identity, which finalize() forgets before it is reused.
+_FIGURES_PER_OWNER = 16
+_figures: dict[int, dict[Hashable, Any]] = {}
+_figures_lock = threading.Lock()
+
+
+def cached_figure(owner: object, view: Hashable, build: Callable[[], Any]) -> Any:
+    """``build()`` once per ``owner`` (an object from a bounded st.cache_resource, e.g. a
+    Comparison) and ``view`` (what else the figure depends on), then the same figure while the
+    owner lives; at most 16 views per owner. Treat the figure as read-only."""
+    key = id(owner)
+    with _figures_lock:
+        views = _figures.get(key)
+        if views is None:
+            views = _figures[key] = {}
+            weakref.finalize(owner, _figures.pop, key, None)
+        fig = views.get(view)
+    if fig is None:
+        fig = build()
+        with _figures_lock:
+            if len(views) >= _FIGURES_PER_OWNER:
+                views.pop(next(iter(views)))
+            views[view] = fig
+    return fig

@@ -9,12 +9,10 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from app.analysis.advisor import FindingsDiff
-from app.analysis.compare.advice import diff_side_advice
 from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
 from app.analysis.compare.side import CompareSide
 from app.analysis.compare.tables import OpGrouping
@@ -22,6 +20,9 @@ from app.analysis.trace.summary import TraceAnalysis
 from app.data.trace import TraceTables
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.workspace.sides import assemble_run_side, load_group_side
+
+if TYPE_CHECKING:  # the advisor is imported when its diff is first asked for (the Advisor tab), not with the page
+    from app.analysis.advisor import FindingsDiff
 
 __all__ = ["cached_side", "cached_group_side", "cached_comparison", "cached_side_comparison",
            "cached_findings_diff", "options_key", "SideRef"]
@@ -109,6 +110,8 @@ def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: Compa
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
 def _findings_diff(base: str, cand: str, sig: tuple[Any, ...]) -> FindingsDiff:
+    from app.analysis.compare.advice import diff_side_advice
+
     diff: FindingsDiff = diff_side_advice(cached_side(base), cached_side(cand))  # analysis types it Any today
     return diff
 

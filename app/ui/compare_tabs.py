@@ -7,7 +7,6 @@ from enum import StrEnum
 import pandas as pd
 import streamlit as st
 
-from app.analysis.compare.advice import findings_diff_rows
 from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.side import CompareSide
 from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
@@ -18,6 +17,7 @@ from app.charts.compare import (
 )
 from app.charts.graph import make_module_diff_dot
 from app.presentation.report import breakdown_display_table
+from app.ui.cache import cached_figure
 from app.ui.compare_memory import render_memory_tab  # the Memory tab lives in its own module
 from app.ui.layout import md_message
 from app.workspace.artifacts import UnsafePath, read_run_text
@@ -102,8 +102,9 @@ def _labels(cmp: Comparison) -> tuple[str, str]:
 
 def render_time_tab(cmp: Comparison) -> None:
     b, c = _labels(cmp)
-    st.plotly_chart(make_step_time_figure({b: cmp.step_times[0], c: cmp.step_times[1]}), width="stretch",
-                    key="compare_steps_fig")
+    st.plotly_chart(cached_figure(cmp, "steps", lambda: make_step_time_figure({b: cmp.step_times[0],
+                                                                             c: cmp.step_times[1]})),
+                    width="stretch", key="compare_steps_fig")
     st.caption("Step set of the headline: the steady-state steps (filled; warm-up, profiled and evaluation steps "
                "hollow and left out). The dashed lines are each side's median, the numbers the headline compares.")
     note = getattr(cmp, "sign_note", "")
@@ -115,8 +116,8 @@ def render_time_tab(cmp: Comparison) -> None:
     view = st.radio("View", ["device", "phase"], horizontal=True, key="compare_view",
                     format_func=lambda v: {"device": "kernels / copies / CPU / data loading",
                                            "phase": "forward / backward / optimizer"}[v])
-    st.plotly_chart(make_waterfall_figure(cmp.breakdown, view=view, steps=cmp.breakdown_steps), width="stretch",
-                    key="compare_waterfall")
+    st.plotly_chart(cached_figure(cmp, ("waterfall", view), lambda: make_waterfall_figure(
+        cmp.breakdown, view=view, steps=cmp.breakdown_steps)), width="stretch", key="compare_waterfall")
     ms = st.column_config.NumberColumn(format="%.2f")
     st.dataframe(breakdown_display_table(cmp, view), hide_index=True, width="stretch",
                  column_config={"baseline (ms/step)": ms, "candidate (ms/step)": ms,
@@ -142,6 +143,12 @@ def _filtered(table: pd.DataFrame, key: str) -> pd.DataFrame:
     return out
 
 
+def _filter_state(key: str) -> tuple[str, tuple[str, ...]]:
+    """What _filtered(…, key) filtered by (the figure of the filtered table depends on it)."""
+    return (str(st.session_state.get(f"{key}_filter", "")),
+            tuple(st.session_state.get(f"{key}_change", ("both", "added", "removed"))))
+
+
 def render_ops_tab(cmp: Comparison) -> None:
     if len(cmp.ops) == 0:
         st.info("Operator diffs need profiler traces on both sides.")
@@ -154,9 +161,9 @@ def render_ops_tab(cmp: Comparison) -> None:
                 "`torch.profiler.profile(with_stack=True)`.")
     chart = ops.assign(op=ops["module"].astype(str).replace("", "(outside modules)") + " · " + ops["name"].astype(str)
                        ) if by_module else ops
-    st.plotly_chart(make_delta_bar_figure(chart, label_col="op" if by_module else "name",
-                                          title="Operators: host self-time change per step"), width="stretch",
-                    key="compare_ops_fig")
+    st.plotly_chart(cached_figure(cmp, ("ops", _filter_state("compare_ops")), lambda: make_delta_bar_figure(
+        chart, label_col="op" if by_module else "name", title="Operators: host self-time change per step")),
+        width="stretch", key="compare_ops_fig")
     shown, config, unit = diff_table_display(ops, DiffKind.OPS)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
     st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
@@ -168,8 +175,8 @@ def render_kernels_tab(cmp: Comparison) -> None:
         st.info("No device kernels on either side (CPU-only traces, or no traces).")
         return
     kernels = _filtered(cmp.kernels, "compare_kernels")
-    st.plotly_chart(make_delta_bar_figure(kernels, title="Kernels: time change per step"), width="stretch",
-                    key="compare_kernels_fig")
+    st.plotly_chart(cached_figure(cmp, ("kernels", _filter_state("compare_kernels")), lambda: make_delta_bar_figure(
+        kernels, title="Kernels: time change per step")), width="stretch", key="compare_kernels_fig")
     shown, config, unit = diff_table_display(kernels, DiffKind.KERNELS)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
     st.caption(f"Times ({unit}) and calls are per profiled step (each side divided by its own number of steps), "
@@ -225,6 +232,8 @@ def render_model_tab(cmp: Comparison) -> None:
 
 
 def render_advisor_tab(diff) -> None:  # noqa: ANN001 - advisor.FindingsDiff
+    from app.analysis.compare.advice import findings_diff_rows  # the advisor loads with its tab only
+
     rows = findings_diff_rows(diff)
     c1, c2, c3 = st.columns(3)
     c1.metric("Resolved", len(diff.resolved))

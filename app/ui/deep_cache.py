@@ -3,6 +3,7 @@ categories, module tree (UI layer; the pure functions they wrap know nothing of 
 from __future__ import annotations
 
 import os
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,15 @@ import streamlit as st
 from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.memory.events import compute_memory_timeline
 from app.analysis.memory.snapshot import compute_trace_allocations
-from app.analysis.trace.timeline import compute_step_windows
+from app.analysis.trace.timeline import (
+    SHAPE_BOUND,
+    Timeline,
+    combine_timelines,
+    compute_activity_span,
+    compute_step_windows,
+    compute_timeline,
+)
+from app.charts.timeline import make_timeline_figure
 from app.ui.cache import cached_run, cached_traces
 from app.workspace import artifacts
 from app.workspace.signatures import file_signature, run_signature
@@ -23,6 +32,9 @@ __all__ = [
     "cached_curve",
     "cached_rank_band",
     "cached_step_windows",
+    "cached_activity_span",
+    "TimelineView",
+    "cached_timeline_figure",
     "cached_snapshot",
     "cached_memory_categories",
     "cached_uploaded_categories",
@@ -67,6 +79,79 @@ def _step_windows(run_dir: str, sig: tuple[float, ...], index: int) -> pd.DataFr
 def cached_step_windows(run_dir: str | os.PathLike[str], index: int) -> pd.DataFrame:
     """Step windows of the ``index``-th trace of the run (see compute_step_windows)."""
     return _step_windows(str(run_dir), run_signature(run_dir), index)
+
+
+@st.cache_data(max_entries=32, ttl=900, show_spinner=False)
+def _activity_span(run_dir: str, sig: tuple[float, ...], index: int, start_us: float, end_us: float
+                   ) -> tuple[float, float]:
+    return compute_activity_span(cached_traces(run_dir)[index].events, start_us, end_us)
+
+
+def cached_activity_span(run_dir: str | os.PathLike[str], index: int, start_us: float, end_us: float
+                         ) -> tuple[float, float]:
+    """Where the work of [start_us, end_us] of the ``index``-th trace lies (compute_activity_span)."""
+    return _activity_span(str(run_dir), run_signature(run_dir), index, float(start_us), float(end_us))
+
+
+@dataclass(frozen=True)
+class TimelineView:
+    """What the Timeline tab draws: a window of the ``index``-th trace (absolute µs), or with
+    ``steps`` those steps on every rank, zoomed to ``zoom_us`` (µs from each rank's first step
+    start); the filters and drawing options of app.analysis.trace.timeline.compute_timeline."""
+
+    run_dir: str
+    index: int
+    start_us: float
+    end_us: float
+    name_contains: str = ""
+    lane_contains: str = ""
+    hidden_lanes: tuple[str, ...] = ()
+    max_depth: int | None = None
+    flows: bool = False
+    lane_slice: tuple[int, int] | None = None
+    steps: tuple[int, int] | None = None
+    zoom_us: tuple[float, float] | None = None
+    title: str = ""
+
+
+def _layout(view: TimelineView) -> tuple[Timeline, list[int]]:
+    traces = cached_traces(view.run_dir)
+    options: dict[str, Any] = {"name_contains": view.name_contains, "lane_contains": view.lane_contains,
+                               "hidden_lanes": view.hidden_lanes, "max_depth": view.max_depth, "flows": view.flows}
+    if view.steps is None or view.zoom_us is None:
+        trace = traces[view.index]
+        return compute_timeline(trace.events, trace.threads, view.start_us, view.end_us, lane_slice=view.lane_slice,
+                                **options), []
+    parts, missing = [], []
+    per_rank = max(1, SHAPE_BOUND // len(traces))
+    first, last = view.steps
+    for i, t in enumerate(traces):
+        windows = _step_windows(view.run_dir, run_signature(view.run_dir), i)
+        rows = windows[(windows["step"] >= first) & (windows["step"] <= last)]
+        if rows.empty:
+            missing.append(t.rank)
+            continue
+        origin = float(rows["start_us"].min())
+        parts.append(compute_timeline(t.events, t.threads, origin + view.zoom_us[0], origin + view.zoom_us[1],
+                                      max_events=per_rank, lane_prefix=f"rank {t.rank} · ", **options))
+    if not parts:
+        raise ValueError(f"steps {first}–{last} are in no trace of the run")
+    return combine_timelines(parts), missing
+
+
+# A figure is built once per run state and view and kept: switching tabs or moving an unrelated
+# widget redraws it from memory. Figures of a few thousand shapes are small (~1 MB); keep a few.
+@st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
+def _timeline_figure(sig: tuple[float, ...], key: tuple[Any, ...]) -> tuple[Timeline, Any, list[int]]:
+    view = TimelineView(*key)
+    timeline, missing = _layout(view)
+    return timeline, make_timeline_figure(timeline, title=view.title or None), missing
+
+
+def cached_timeline_figure(view: TimelineView) -> tuple[Timeline, Any, list[int]]:
+    """(timeline, its plotly figure, ranks without the view's steps) of ``view``, laid out once per
+    run state and view (bounded, at most SHAPE_BOUND shapes each). Treat the figure as read-only."""
+    return _timeline_figure(run_signature(view.run_dir), astuple(view))
 
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)

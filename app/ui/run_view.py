@@ -30,7 +30,7 @@ from app.ui.tabs import (
 from app.workspace.refs import resolve_store_run
 from profiler_agent import runformat as rf
 
-__all__ = ["RUN_TABS", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
+__all__ = ["RUN_TABS", "TAB_PARAM", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
 
 # The Run page's tabs, in the order shown.
 RUN_TABS: tuple[Tab, ...] = (overview, findings, metrics, operators, kernels, timeline, memory, graph, system, logs,
@@ -138,12 +138,28 @@ def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
     )
 
 
-def render_tabs(ctx: RunContext) -> None:
-    """Every tab of RUN_TABS, in order; a project error in one tab is shown inside it only."""
-    tabs = st.tabs([m.TITLE for m in RUN_TABS])
-    for tab, module in zip(tabs, RUN_TABS, strict=True):
-        with tab:
+# The open tab's label is kept in the URL under this name (``?run=…&run_tab=Timeline``), so a
+# link opens that tab; the first tab leaves it out.
+TAB_PARAM = "run_tab"
+
+
+def render_tabs(ctx: RunContext, tabs: tuple[Tab, ...] = RUN_TABS) -> Tab:
+    """The tab strip of ``tabs`` (RUN_TABS by default) with only the open tab built.
+
+    Streamlit builds every ``st.tabs`` panel on every run unless the tabs track their state; here
+    they do (bound to the ``run_tab`` query parameter), so a visit builds one tab and a tab switch
+    reruns the page for the newly opened one only. A project error in that tab is shown inside it.
+    Returns the tab module that was built.
+    """
+    containers = st.tabs([m.TITLE for m in tabs], key=TAB_PARAM, bind="query-params")
+    built = tabs[0]
+    for container, module in zip(containers, tabs, strict=True):
+        if container.open is False:  # None would mean "not tracked": then build it, as before
+            continue
+        built = module
+        with container:
             try:
                 module.render(ctx)
             except rf.TorchscopeError as e:
                 st.error(str(e))
+    return built

@@ -78,3 +78,15 @@ def texts(elements) -> str:  # noqa: ANN001 - an AppTest ElementList
 def assert_clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
+
+
+def show_tab(at: AppTest, title: str, *, key: str = "run_tab") -> Any:
+    """The tab labelled ``title``, opened first: the Run and Compare pages build only the open tab
+    (their ``st.tabs`` track state under ``key``: ``run_tab`` or ``compare_tab``), so another tab is
+    opened by setting that key and running the script again, as a click in the browser does."""
+    labels = [t.label for t in at.tabs]
+    current = at.session_state[key] if key in at.session_state else (labels[0] if labels else None)
+    if current != title:
+        at.session_state[key] = title
+        at.run()
+    return next(t for t in at.tabs if t.label == title)

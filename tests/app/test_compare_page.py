@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout
-from tests.app.helpers import APP, assert_clean, texts
+from tests.app.helpers import APP, assert_clean, show_tab, texts
 
 PAGE = "app_pages/compare.py"
 
@@ -21,7 +21,7 @@ def open_compare(monkeypatch: pytest.MonkeyPatch, root, runs: str | None = None)
 
 
 def _tab(at: AppTest, title: str):  # noqa: ANN202
-    return next(t for t in at.tabs if t.label == title)
+    return show_tab(at, title, key="compare_tab")  # only the open tab is built
 
 
 def test_url_selects_baseline_and_candidate_and_shows_verdict(monkeypatch, fixture_store) -> None:
@@ -98,14 +98,17 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     advisor = _tab(at, "Advisor")
     assert not advisor.warning, texts(advisor.warning)
     assert {m.label for m in advisor.metric} == {"Resolved", "Remaining", "New"}
+    _tab(at, "Where the time went")  # only the open tab is built: open each before using its widgets
     at.radio(key="compare_view").set_value("phase").run()
     assert_clean(at)
+    _tab(at, "Curves")
     at.selectbox(key="compare_group_by").set_value("seed").run()
     assert_clean(at)
     at.radio(key="compare_by").set_value("shape").run()
     assert_clean(at)
     assert "input_shapes" in _tab(at, "Operators").dataframe[0].value.columns
     assert "Peak memory" in texts(_tab(at, "Memory").markdown)
+    _tab(at, "Export")
     at.button(key=next(b.key for b in at.button if b.key and b.key.startswith("compare_build_html"))).click().run()
     assert_clean(at)
     # the timing claim last (the tabs above hold under any load): never "slower"; "faster" unless

@@ -1,11 +1,11 @@
 """The Run page's Findings tab with AppTest: findings on a real GPU trace, a clean run, agent runs."""
 from __future__ import annotations
 
-from tests.app.helpers import assert_clean, open_app, texts
+from tests.app.helpers import assert_clean, open_app, show_tab, texts
 
 
 def _tab(at, title):  # noqa: ANN001, ANN202
-    return next(t for t in at.tabs if t.label == title)
+    return show_tab(at, title)  # only the open tab is built
 
 
 def test_gpu_trace_findings_ordered_with_evidence_and_fix(monkeypatch, imported_store):

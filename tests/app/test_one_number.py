@@ -19,7 +19,7 @@ from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import APP, assert_clean, open_app
+from tests.app.helpers import APP, assert_clean, open_app, show_tab
 
 
 def _noisy_run(make_run):  # noqa: ANN001, ANN202
@@ -89,7 +89,7 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
 
     at = open_app(monkeypatch, root, run="noisy")
     assert_clean(at)
-    overview = next(t for t in at.tabs if t.label == "Overview")
+    overview = show_tab(at, "Overview")
     tiles = {m.label: m.value for m in overview.metric}
     assert tiles["Final loss (median of last 4)"] == f"{loss.value:.4g}"
     assert tiles[STEP_TIME_LABEL] == format_seconds(step.value_s)
@@ -98,7 +98,7 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     assert _chart_median_texts(at)[0] == f"rank 0 median {rank0.value_s * 1e3:.2f} ms"
     assert f"slowest rank per step {step.value_s * 1e3:.2f} ms" in _chart_median_texts(at)[-1]
 
-    metrics_tab = next(t for t in at.tabs if t.label == "Metrics")  # the loss curve's final line (rank 0)
+    metrics_tab = show_tab(at, "Metrics")  # the loss curve's final line (rank 0)
     assert f"final loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
 
     from app.analysis.compare.comparison import CompareOptions, diff_sides
@@ -151,5 +151,5 @@ def test_single_rank_chart_median_is_the_tile(monkeypatch, make_run):  # noqa: A
     at = open_app(monkeypatch, run_dir.parent, run="one")
     assert_clean(at)
     assert _chart_median(at) == f"median {step.value_s * 1e3:.2f} ms"
-    tiles = {m.label: m.value for m in next(t for t in at.tabs if t.label == "Overview").metric}
+    tiles = {m.label: m.value for m in show_tab(at, "Overview").metric}
     assert tiles[STEP_TIME_LABEL] == format_seconds(step.value_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from app.presentation.units import format_bytes, format_value
 from app.workspace.sides import load_side
 from profiler_agent.runformat import list_runs
-from tests.app.helpers import assert_clean, open_app
+from tests.app.helpers import assert_clean, open_app, show_tab
 from tests.app.test_compare_page import open_compare
 
 
@@ -17,7 +17,7 @@ def test_cpu_sample_runs_show_the_traced_tensor_peak_everywhere(monkeypatch, sam
     traced = int(load_side(base).analysis.memory_peaks["peak_allocated_bytes"].max())
     at = open_app(monkeypatch, sample_store, run=base.name, timeout=180)
     assert_clean(at)
-    overview = next(t for t in at.tabs if t.label == "Overview")
+    overview = show_tab(at, "Overview")
     tiles = {m.label: m for m in overview.metric}
     assert "Peak memory (CPU tensors)" in tiles, list(tiles)  # not RSS: the run has traces
     assert tiles["Peak memory (CPU tensors)"].value == format_bytes(traced)

@@ -13,7 +13,7 @@ from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import assert_clean, open_app
+from tests.app.helpers import assert_clean, open_app, show_tab
 
 
 def _tricky_run(make_run):  # noqa: ANN001, ANN202
@@ -62,7 +62,7 @@ def test_runs_page_ls_and_overview_show_one_step_time(monkeypatch, make_run, cap
 
     at = open_app(monkeypatch, root, run="tricky")
     assert_clean(at)
-    overview = next(t for t in at.tabs if t.label == "Overview")
+    overview = show_tab(at, "Overview")
     tiles = {m.label: m for m in overview.metric}
     assert tiles[STEP_TIME_LABEL].value == shown
     assert "4 warm-up, 3 profiled, 1 evaluation" in tiles[STEP_TIME_LABEL].help

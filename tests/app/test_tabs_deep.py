@@ -129,18 +129,29 @@ def test_metrics_without_metrics_explains(make_run) -> None:  # noqa: ANN001
 # -- Timeline -------------------------------------------------------------------------------
 
 
-def test_timeline_of_real_gpu_trace_with_budget_message(imported_store) -> None:  # noqa: ANN001
+def test_timeline_of_real_gpu_trace_with_level_of_detail(imported_store) -> None:  # noqa: ANN001
     _, runs = imported_store
     at = open_tab(runs["gpu-control"], "timeline")
     assert_ok(at)
     assert len(charts(at)) == 1
-    steps = at.selectbox(key="t_timeline_step").options
-    assert len(steps) == 6 and steps[0].startswith("step 1009 · ") and steps[0].endswith(" ms")
-    at.select_slider(key="t_timeline_budget").set_value(5_000).run()
+    steps = at.select_slider(key="t_timeline_steps")
+    assert len(steps.options) == 6 and steps.value == (1009, 1009)
+    caption = texts(at.caption)
+    assert "shapes (at most 5,000)" in caption and "merged into paler slices" in caption
+    at.select_slider(key="t_timeline_steps").set_value((1009, 1011)).run()  # three steps at once
     assert_ok(at)
-    warning = texts(at.warning)
-    assert "Showing the 5,000 longest of" in warning and "hidden" in warning
-    assert at.get("download_button")
+    assert "steps 1009–1011" in charts(at)[0].proto.spec
+    at.select_slider(key="t_timeline_levels").set_value("1").run()
+    assert_ok(at)
+    assert "nested events are folded" in texts(at.caption)
+    at.toggle(key="t_timeline_flows").set_value(True).run()
+    assert_ok(at)
+    assert "launch → kernel" in charts(at)[0].proto.spec
+    at.text_input(key="t_timeline_lane_filter").set_value("GPU").run()
+    assert_ok(at)
+    assert "main thread" not in charts(at)[0].proto.spec
+    buttons = {b.proto.label for b in at.get("download_button")}
+    assert {"Download this range (Chrome trace JSON)", "Download raw trace"} <= buttons
     assert "ui.perfetto.dev" in texts(at.caption)
 
 
@@ -163,7 +174,7 @@ def test_timeline_name_filter(imported_store) -> None:  # noqa: ANN001
     at.text_input(key="t_timeline_filter").set_value("NCCL").run()
     assert_ok(at)
     caption = texts(at.caption)
-    shown = int(caption.split(" events in ")[0].replace(",", "").split()[-1])
+    shown = int(caption.split(" of ")[0].replace(",", "").split()[-1])  # "N of M events in K lanes"
     assert 0 < shown < 1000
     at.text_input(key="t_timeline_filter").set_value("no-such-op-xyz").run()
     assert_ok(at)

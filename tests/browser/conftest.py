@@ -118,11 +118,14 @@ def browser_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         pass
     build_fixture_store(root)
     write_hostile_run(root)  # dated a year ago: last in the store, out of the other flows' way
-    shared = PROJECT_ROOT.parent / "shared" / "data" / "traces" / "two_ranks"
-    if shared.is_dir():
+    shared = PROJECT_ROOT.parent / "shared" / "data" / "traces"
+    if (shared / "two_ranks").is_dir():
         from app.data.tbprofiler import import_traces
 
-        import_traces(shared, root, name="two-ranks")
+        import_traces(shared / "two_ranks", root, name="two-ranks")
+        gpu = shared / "gpu_before_after" / "control.json.gz"
+        if gpu.is_file():  # one A100 trace: the every-tab flow of an imported GPU trace
+            import_traces(gpu, root, name="gpu-control")
     return root
 
 

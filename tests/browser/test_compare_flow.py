@@ -16,6 +16,8 @@ EXCEPTION = '[data-testid="stException"]'
 def _wait_idle(page) -> None:  # noqa: ANN001
     page.wait_for_timeout(300)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+    # and the script has finished (the status widget may not show yet on a loaded machine)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def _pair(store) -> str:  # noqa: ANN001
@@ -47,7 +49,7 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     assert names[0] == "Where the time went" and names[-1] == "Export", names
     for i, name in enumerate(names):
         page.get_by_role("tab").nth(i).click()
-        page.wait_for_timeout(300)
+        _wait_idle(page)  # only the open tab is built: a click reruns the page for it
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         screenshot(page, f"compare_{i + 1:02d}_{name.lower().replace(' ', '_')}")
     with page.expect_download() as info:

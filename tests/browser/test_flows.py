@@ -1,4 +1,5 @@
-"""Main flows in a real headless Chromium: Runs catalog → a run → every tab, with screenshots."""
+"""Main flows in a real headless Chromium: Runs catalog → a run, with screenshots (every tab of
+every kind of run: test_every_tab_flow.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def _wait_idle(page) -> None:  # noqa: ANN001
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
     )
+    # and the script has finished (the status widget may not show yet on a loaded machine)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001
@@ -36,18 +39,6 @@ def test_runs_catalog(page, server):  # noqa: ANN001
     screenshot(page, "runs_catalog_filtered")
 
 
-def _visit_tabs(page, prefix: str) -> list[str]:  # noqa: ANN001
-    tabs = page.get_by_role("tab")
-    names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
-    assert names[:1] == ["Overview"] and "Config" in names, names
-    for i, name in enumerate(names):
-        page.get_by_role("tab").nth(i).click()  # tabs switch in the browser: no script rerun
-        page.wait_for_timeout(300)
-        assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
-        screenshot(page, f"{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
-    return names
-
-
 def _agent_run_or(store, name: str) -> str:  # noqa: ANN001
     """The id of the agent-recorded sample run called ``name`` when there is one, else ``name``."""
     from profiler_agent import runformat as rf
@@ -56,25 +47,6 @@ def _agent_run_or(store, name: str) -> str:  # noqa: ANN001
         if m.name == name and "sample" in m.tags:
             return path.name
     return name
-
-
-def test_run_page_every_tab(page, server, browser_store):  # noqa: ANN001
-    run = _agent_run_or(browser_store, "baseline")
-    page.goto(f"{server}/run?run={run}")
-    page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
-    assert page.locator(EXCEPTION).count() == 0
-    # Overview's step-time chart (from metrics) is a real plotly chart
-    page.locator(".js-plotly-plot").first.wait_for()
-    assert page.locator(".js-plotly-plot").count() >= 1
-    names = _visit_tabs(page, "run_baseline")
-    for name in ("Overview", "Operators", "Kernels", "System", "Logs", "Config"):
-        assert name in names
-    # the System tab draws its charts
-    page.get_by_role("tab", name="System").click()
-    _wait_idle(page)
-    panel = page.locator('[role="tabpanel"]:visible')
-    assert panel.locator(".js-plotly-plot").count() >= 2
 
 
 def test_imported_gpu_two_rank_run(page, server):  # noqa: ANN001
@@ -111,23 +83,3 @@ def test_open_run_from_catalog(page, server):  # noqa: ANN001
     assert "/run" in page.url and "run=" in page.url
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "run_opened_from_catalog")
-
-
-def test_imported_gpu_timeline_lanes_are_named(page, server):  # noqa: ANN001
-    page.goto(f"{server}/run?run=two-ranks")
-    page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
-    page.get_by_role("tab", name="Timeline").click()
-    _wait_idle(page)
-    panel = page.locator('[role="tabpanel"]:visible')
-    plot = panel.locator(".js-plotly-plot").first
-    plot.wait_for()
-    # SVG text has no innerText: read textContent
-    ticks = [t.strip() for t in plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")]
-    assert ticks and ticks[0].startswith("main thread (tid "), ticks
-    assert any(t.startswith("GPU 0 · stream ") for t in ticks), ticks
-    assert not [t for t in ticks if re.search(r"-\d", t)], ticks  # never a bare negative thread id
-    legend = plot.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
-    assert "kernel" in legend and "CPU op" in legend, legend
-    assert page.locator(EXCEPTION).count() == 0
-    screenshot(page, "run_two_ranks_timeline")

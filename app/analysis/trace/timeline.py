@@ -2,25 +2,37 @@
 
 Input is the ``events``/``threads`` tables of ``app.data.trace.TraceTables``. Lanes are host
 threads and device streams, named and ordered by ``app.analysis.trace.lanes``; nested host ops
-get a depth so that they stack like in Perfetto. A browser draws a few tens of thousands of
-rectangles smoothly, so :func:`compute_timeline` keeps the longest ``max_events`` and reports
-what it dropped.
+get a depth so that they stack like in Perfetto. :func:`compute_timeline` is the one place of
+level of detail: slices narrower than a pixel at the current zoom are merged per row and the
+result never holds more than ``max_events`` shapes (``SHAPE_BOUND``, 5,000, by default), whatever
+the trace's size; it says what it merged, folded and left out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from app.analysis.trace.lanes import DEVICE_CATEGORIES, compute_lane_labels
 from app.analysis.trace.lanes import text_values as _text
+from app.analysis.trace.timeline_detail import (
+    MAX_FLOWS,
+    SHAPE_BOUND,
+    bound_shapes,
+    compute_flows,
+    merge_subpixel,
+)
 
 __all__ = [
     "STEP_PATTERN",
     "DEVICE_CATEGORIES",
     "TIMELINE_COLUMNS",
+    "FLOW_COLUMNS",
+    "SHAPE_BOUND",
     "Timeline",
+    "compute_activity_span",
     "compute_step_windows",
     "compute_timeline",
     "combine_timelines",
@@ -34,17 +46,22 @@ _HOST_OP_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"}
 # The profiler's own "PyTorch Profiler (0)" span covers the whole trace: a lane of no news.
 _PROFILER_SPAN_CATEGORIES = frozenset({"Trace"})
 
-TIMELINE_COLUMNS = ["lane", "depth", "name", "cat", "start_ms", "dur_us", "input_shapes"]
+TIMELINE_COLUMNS = ["lane", "depth", "name", "cat", "start_ms", "end_ms", "dur_us", "input_shapes", "count"]
+FLOW_COLUMNS = ["from_lane", "from_depth", "from_ms", "to_lane", "to_depth", "to_ms"]
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """The drawable events of one window.
+    """The drawable shapes of one window.
 
-    ``events`` has TIMELINE_COLUMNS: ``start_ms`` is relative to ``start_us``; ``lanes`` lists
-    lane names top to bottom (host threads, then device streams); ``total_events`` events
-    overlapped the window, ``hidden_events`` of them were dropped (all no longer than
-    ``hidden_max_dur_us``) to stay within the drawing budget.
+    ``events`` has TIMELINE_COLUMNS, one row per shape: ``start_ms``/``end_ms`` are relative to
+    ``start_us`` and clipped to the window, ``dur_us`` is the event's own duration (a merged
+    shape's span), ``count`` the events a shape stands for (1 for a real slice; more for a run
+    of slices narrower than ``resolution_us``, merged). ``lanes`` lists the lanes drawn, top to
+    bottom (host threads, then device streams); ``all_lanes`` every lane of the window before
+    the lane filter, ``matched_lanes`` how many passed it (``lanes`` may be a page of them). Of the ``total_events`` events in the window, ``folded_events`` were nested
+    deeper than the chosen depth and ``hidden_events`` (none wider than ``hidden_max_dur_us``)
+    did not fit the shape bound. ``flows`` (FLOW_COLUMNS) are launch → device-event arrows.
     """
 
     events: pd.DataFrame
@@ -54,10 +71,27 @@ class Timeline:
     total_events: int
     hidden_events: int
     hidden_max_dur_us: float
+    folded_events: int = 0
+    resolution_us: float = 0.0
+    all_lanes: tuple[str, ...] = ()
+    matched_lanes: int = 0
+    flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_COLUMNS))
 
     @property
     def shown_events(self) -> int:
-        return self.total_events - self.hidden_events
+        """Events drawn, alone or inside a merged shape."""
+        return self.total_events - self.hidden_events - self.folded_events
+
+    @property
+    def merged_events(self) -> int:
+        """Events drawn inside merged shapes (``count`` > 1)."""
+        counts = self.events["count"]
+        return int(counts[counts > 1].sum())
+
+    @property
+    def shapes(self) -> int:
+        """Shapes the figure draws: slices (merged or not) and flow arrows."""
+        return len(self.events) + len(self.flows)
 
 
 def compute_step_windows(events: pd.DataFrame) -> pd.DataFrame:
@@ -133,52 +167,123 @@ def compute_timeline(
     start_us: float,
     end_us: float,
     *,
-    max_events: int = 20_000,
+    max_events: int = SHAPE_BOUND,
+    width_px: int = 1600,
     name_contains: str = "",
     lane_prefix: str = "",
+    lanes: Collection[str] | None = None,
+    lane_contains: str = "",
+    hidden_lanes: Collection[str] = (),
+    lane_slice: tuple[int, int] | None = None,
+    max_depth: int | None = None,
+    flows: bool = False,
 ) -> Timeline:
-    """Return the events overlapping [start_us, end_us] laid out in lanes, at most
-    ``max_events`` of them (the longest; shorter ones are counted in ``hidden_events``). The
-    profiler's own whole-trace span (category "Trace") is left out. ``name_contains`` keeps
-    only events whose name contains it (case-insensitive); ``lane_prefix`` is put before every
-    lane name (e.g. "rank 3 · " when several ranks are drawn together).
+    """Return the events overlapping [start_us, end_us] laid out in lanes, as at most
+    ``max_events`` shapes (slices and flow arrows together), whatever the trace's size.
 
-    Raises ValueError when the window is empty or max_events < 1.
+    Slices narrower than a pixel of a ``width_px`` wide drawing are merged per row
+    (timeline_detail.merge_subpixel); the widest shapes are kept if that is still too many. The
+    profiler's own whole-trace span (category "Trace") is left out. ``name_contains`` keeps only
+    events whose name contains it (case-insensitive); ``lanes`` keeps only those lanes (names
+    without ``lane_prefix``), ``lane_contains`` only lanes whose name contains it, ``hidden_lanes``
+    leaves those out, and ``lane_slice`` = (a, b) then draws the lanes a..b-1 of what is left (a
+    page of lanes: ``matched_lanes`` says how many there are); ``max_depth`` draws that many nesting levels per lane (1: the
+    outermost slices only); ``flows`` adds launch → device-event arrows; ``lane_prefix`` is put
+    before every lane name (e.g. "rank 3 · " when several ranks are drawn together).
+
+    Raises ValueError when the window is empty, max_events < 1 or width_px < 1.
     """
     if not end_us > start_us:
         raise ValueError(f"timeline window must have end_us > start_us, got [{start_us}, {end_us}]")
-    if max_events < 1:
-        raise ValueError(f"max_events must be positive, got {max_events}")
+    if max_events < 1 or width_px < 1:
+        raise ValueError(f"max_events and width_px must be positive, got {max_events} and {width_px}")
     ends = events["ts_us"] + events["dur_us"].fillna(0.0)
     work = ~events["cat"].isin(_PROFILER_SPAN_CATEGORIES)
     if name_contains:
         work &= _name_matches(events["name"], name_contains)
     inside = events[(events["ts_us"] < end_us) & (ends > start_us) & work]
-    total = len(inside)
-    inside, hidden_max = _longest(inside, max_events)
     lane_labels = compute_lane_labels(inside, threads)
-    frame = _laid_out(inside, lane_labels.per_event)
-    frame["start_ms"] = (frame["ts_us"] - start_us) / 1000.0
+    all_lanes = tuple(lane_labels.order)
+    order = _chosen_lanes(all_lanes, lanes, lane_contains, hidden_lanes)
+    matched = len(order)
+    if lane_slice is not None:
+        order = order[max(0, lane_slice[0]):max(0, lane_slice[1])]
+    per_event = lane_labels.per_event
+    if len(order) < len(all_lanes):
+        keep = per_event.isin(set(order)).to_numpy()
+        inside, per_event = inside[keep], per_event[keep]
+    total = len(inside)
+    laid = _laid_out(inside, per_event)
+    arrows = _flows(laid, start_us, min(MAX_FLOWS, max_events // 10)) if flows else pd.DataFrame(columns=FLOW_COLUMNS)
+    folded = 0
+    if max_depth is not None:
+        deep = laid["depth"].to_numpy() >= max(1, max_depth)
+        folded = int(deep.sum())
+        laid = laid[~deep]
+        for col in ("from_depth", "to_depth"):  # a folded launch points from its outermost drawn parent's row
+            arrows[col] = np.minimum(arrows[col].to_numpy(np.int64), max(1, max_depth) - 1)
+    resolution = (end_us - start_us) / width_px
+    laid = laid.assign(ts_us=np.maximum(laid["ts_us"].to_numpy(np.float64), start_us),
+                       end_us=np.minimum((laid["ts_us"] + laid["dur_us"]).to_numpy(np.float64), end_us))
+    merged = merge_subpixel(laid[["lane", "depth", "name", "cat", "ts_us", "end_us", "dur_us", "input_shapes"]],
+                            resolution)
+    shown, hidden, hidden_max = bound_shapes(merged, max_events - len(arrows))
+    frame = shown.assign(start_ms=(shown["ts_us"] - start_us) / 1000.0, end_ms=(shown["end_us"] - start_us) / 1000.0)
+    frame = frame.sort_values(["lane", "start_ms", "depth"], kind="stable")
     if lane_prefix:
         frame["lane"] = lane_prefix + frame["lane"]
+        for col in ("from_lane", "to_lane"):
+            arrows[col] = lane_prefix + arrows[col].astype(str)
     return Timeline(
         events=frame[TIMELINE_COLUMNS].reset_index(drop=True),
-        lanes=[lane_prefix + lane for lane in lane_labels.order],
+        lanes=[lane_prefix + lane for lane in order],
         start_us=float(start_us),
         end_us=float(end_us),
         total_events=total,
-        hidden_events=total - len(frame),
+        hidden_events=hidden,
         hidden_max_dur_us=hidden_max,
+        folded_events=folded,
+        resolution_us=float(resolution),
+        all_lanes=all_lanes,
+        matched_lanes=matched,
+        flows=arrows,
     )
 
 
-def _longest(inside: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
-    """The ``max_events`` longest events (in their order) and the longest duration left out (0 when none)."""
-    if len(inside) <= max_events:
-        return inside, 0.0
-    order = np.argsort(-inside["dur_us"].to_numpy(np.float64), kind="stable")
-    hidden_max = float(inside["dur_us"].iloc[order[max_events:]].max())
-    return inside.iloc[np.sort(order[:max_events])], hidden_max
+def _chosen_lanes(all_lanes: tuple[str, ...], lanes: Collection[str] | None, contains: str,
+                  hidden: Collection[str]) -> list[str]:
+    """The lanes that pass the filters, in drawing order."""
+    wanted = set(lanes) if lanes is not None else None
+    gone, needle = set(hidden), contains.strip().lower()
+    return [lane for lane in all_lanes
+            if (wanted is None or lane in wanted) and lane not in gone and needle in lane.lower()]
+
+
+def _flows(laid: pd.DataFrame, start_us: float, max_flows: int) -> pd.DataFrame:
+    """Launch → device-event arrows of the window, in ms from its start (FLOW_COLUMNS)."""
+    found = compute_flows(laid, max_flows) if max_flows > 0 else pd.DataFrame()
+    if found.empty:
+        return pd.DataFrame(columns=FLOW_COLUMNS)
+    return pd.DataFrame({
+        "from_lane": found["from_lane"], "from_depth": found["from_depth"],
+        "from_ms": (found["from_us"] - start_us) / 1000.0, "to_lane": found["to_lane"],
+        "to_depth": found["to_depth"], "to_ms": (found["to_us"] - start_us) / 1000.0,
+    })[FLOW_COLUMNS]
+
+
+def compute_activity_span(events: pd.DataFrame, start_us: float, end_us: float) -> tuple[float, float]:
+    """(first start, last end) of the work inside [start_us, end_us], clipped to it: every event
+    but the ``ProfilerStep#N`` markers and the profiler's own span. A step of 13 s whose work
+    took 1.5 ms (a trace that slept inside its step) gets the 1.5 ms, so a view can open on the
+    work instead of a blank band. The window itself when it holds no such event."""
+    ends = events["ts_us"] + events["dur_us"].fillna(0.0)
+    work = ~events["cat"].isin(_PROFILER_SPAN_CATEGORIES).to_numpy() & _step_numbers(events["name"]).isna().to_numpy()
+    inside = work & (events["ts_us"] < end_us).to_numpy() & (ends > start_us).to_numpy()
+    if not inside.any():
+        return float(start_us), float(end_us)
+    lo = max(float(start_us), float(events["ts_us"].to_numpy()[inside].min()))
+    hi = min(float(end_us), float(ends.to_numpy()[inside].max()))
+    return (lo, hi) if hi > lo else (float(start_us), float(end_us))
 
 
 def _laid_out(inside: pd.DataFrame, lanes: pd.Series) -> pd.DataFrame:
@@ -191,6 +296,8 @@ def _laid_out(inside: pd.DataFrame, lanes: pd.Series) -> pd.DataFrame:
             "ts_us": inside["ts_us"].to_numpy(np.float64),
             "dur_us": inside["dur_us"].fillna(0.0).to_numpy(np.float64),
             "input_shapes": _text(inside["input_shapes"]) if "input_shapes" in inside.columns else "",
+            "correlation": (pd.to_numeric(inside["correlation"], errors="coerce").to_numpy(np.float64)
+                            if "correlation" in inside.columns else np.nan),
         }
     )
     frame = frame.sort_values(["lane", "ts_us", "dur_us"], ascending=[True, True, False], kind="stable")
@@ -218,6 +325,7 @@ def combine_timelines(timelines: list[Timeline]) -> Timeline:
     of the window; counts add up, ``start_us`` is 0 and ``end_us`` the longest window."""
     if not timelines:
         raise ValueError("combine_timelines needs at least one timeline")
+    flows = [t.flows for t in timelines if len(t.flows)]
     return Timeline(
         events=pd.concat([t.events for t in timelines], ignore_index=True),
         lanes=[lane for t in timelines for lane in t.lanes],
@@ -226,6 +334,11 @@ def combine_timelines(timelines: list[Timeline]) -> Timeline:
         total_events=sum(t.total_events for t in timelines),
         hidden_events=sum(t.hidden_events for t in timelines),
         hidden_max_dur_us=max(t.hidden_max_dur_us for t in timelines),
+        folded_events=sum(t.folded_events for t in timelines),
+        resolution_us=max(t.resolution_us for t in timelines),
+        all_lanes=tuple(dict.fromkeys(lane for t in timelines for lane in t.all_lanes)),
+        matched_lanes=sum(t.matched_lanes for t in timelines),
+        flows=pd.concat(flows, ignore_index=True) if flows else pd.DataFrame(columns=FLOW_COLUMNS),
     )
 
 

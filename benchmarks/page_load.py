@@ -1,0 +1,190 @@
+"""Page loads in a real browser, each next to an empty Streamlit page loaded in the same run (benchmark).
+
+    python -m benchmarks.page_load [--root STORE] [--run baseline] [--compare baseline,optimized] [--rounds 3]
+
+Two servers of the same streamlit run side by side: the app on a copy of the store, and a page
+whose whole script is one ``st.write``. Headless Chromium (Playwright) then times, in each round:
+
+- ``empty``: the empty page, loaded three times (the median is the round's yardstick);
+- ``run_page``: the first visit of the run's Run page, caches cold (the store is a fresh copy
+  without ``.cache`` folders and the server has not seen the run), after the Runs page was
+  opened once: the server is up and its modules are imported, as when a user arrives from the
+  Runs page;
+- ``tab_switch``: a click on another tab (Operators) of that page, until its table is drawn;
+- ``compare``: the Compare page of the two runs (the second run's caches cold).
+
+A page is ready when Streamlit's script is no longer running (``data-test-script-state`` is
+``notRunning``) and the page's expected element is visible. Reported: each time in seconds and
+its ratio to the round's empty page; the goals of issue 16 are run_page ≤ 3×, tab_switch ≤ 1×,
+compare ≤ 4×. Without ``--root`` the sample runs are recorded first (``sample_models.record``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]
+GOALS = {"run_page": 3.0, "tab_switch": 1.0, "compare": 4.0}
+_READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
+_TIMEOUT_MS = 300_000
+
+
+def _server(script: Path, store: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``streamlit run SCRIPT`` on a free port, as the browser tests start the app; (process, URL)."""
+    from tests.browser.conftest import _free_port
+    from tests.servers import wait_healthy
+
+    port = _free_port()
+    env = {**os.environ, "TORCHSCOPE_RUNS": str(store), "HOME": str(home), "PYTHONPATH": str(ROOT)}
+    with open(home / f"{script.stem}.log", "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1",
+             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
+            start_new_session=True)
+    why = wait_healthy(proc, port, 120)
+    if why is not None:
+        from tests.browser.conftest import stop_server
+
+        stop_server(proc)
+        raise RuntimeError(f"streamlit on {script.name}: {why}")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _timed(action: Callable[[], None], ready: Callable[[], None]) -> float:
+    t = time.perf_counter()
+    action()
+    ready()
+    return time.perf_counter() - t
+
+
+def _visit(browser, url: str, expect: Callable[[object], None]) -> float:  # noqa: ANN001 - a Playwright browser
+    context = browser.new_context(viewport={"width": 1440, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(_TIMEOUT_MS)
+    try:
+        return _timed(lambda: page.goto(url), lambda: (expect(page), page.wait_for_selector(_READY)))
+    finally:
+        context.close()
+
+
+def _run_page_and_tab(browser, url: str) -> tuple[float, float]:  # noqa: ANN001
+    context = browser.new_context(viewport={"width": 1440, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(_TIMEOUT_MS)
+    try:
+        def first_ready() -> None:
+            page.get_by_role("tab", name="Overview").wait_for()
+            page.locator("[role='tabpanel']:visible .js-plotly-plot").first.wait_for()
+            page.wait_for_selector(_READY)
+
+        cold = _timed(lambda: page.goto(url), first_ready)
+
+        def tab_ready() -> None:
+            page.locator("[role='tabpanel']:visible [data-testid='stDataFrame']").first.wait_for()
+            page.wait_for_selector(_READY)
+
+        switch = _timed(lambda: page.get_by_role("tab", name="Operators").click(), tab_ready)
+        return cold, switch
+    finally:
+        context.close()
+
+
+def _fresh_store(source: Path, into: Path) -> Path:
+    store = into / "store"
+    shutil.copytree(source, store, symlinks=True)
+    for cache in list(store.rglob(".cache")):
+        shutil.rmtree(cache, ignore_errors=True)
+    return store
+
+
+def _round(browser, source: Path, run: str, pair: str, work: Path) -> dict[str, float]:  # noqa: ANN001
+    from tests.browser.conftest import stop_server
+
+    store = _fresh_store(source, work)
+    empty_script = work / "empty_page.py"
+    empty_script.write_text('import streamlit as st\n\nst.write("empty page")\n')
+    app, app_url = _server(ROOT / "app" / "streamlit_app.py", store, work)
+    empty, empty_url = _server(empty_script, store, work)
+    try:
+        _visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for())  # both servers warmed the
+        _visit(browser, f"{app_url}/", lambda p: p.get_by_role("heading", name="Runs").wait_for())  # same way
+        empties = [_visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for()) for _ in range(3)]
+        cold, switch = _run_page_and_tab(browser, f"{app_url}/run?run={run}")
+        compare = _visit(browser, f"{app_url}/compare?runs={pair}",
+                         lambda p: p.locator("[data-testid='stDataFrame']").first.wait_for())
+    finally:
+        stop_server(app)
+        stop_server(empty)
+    return {"empty": statistics.median(empties), "run_page": cold, "tab_switch": switch, "compare": compare}
+
+
+def _record_samples(into: Path) -> Path:
+    store = into / "samples"
+    subprocess.run([sys.executable, "-m", "sample_models.record", "--root", str(store), "--steps", "20"],
+                   check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    return store
+
+
+def _run_id(store: Path, name: str) -> str:
+    from profiler_agent import runformat as rf
+
+    for path, manifest in rf.list_runs(store).runs:
+        if name in (manifest.name, path.name):
+            return path.name
+    raise SystemExit(f"no run named {name!r} in {store}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, help="a run store (default: record the sample runs)")
+    parser.add_argument("--run", default="baseline", help="the run whose Run page is timed")
+    parser.add_argument("--compare", default="baseline,optimized", help="the two runs compared")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="page_load_") as tmp:
+        source = args.root or _record_samples(Path(tmp))
+        run = _run_id(source, args.run)
+        pair = ",".join(_run_id(source, r) for r in args.compare.split(","))
+        rows = []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                for i in range(args.rounds):
+                    work = Path(tmp) / f"round{i}"
+                    work.mkdir()
+                    rows.append(_round(browser, source, run, pair, work))
+                    r = rows[-1]
+                    print(f"round {i + 1}: empty {r['empty']:.2f} s · " + " · ".join(
+                        f"{k} {r[k]:.2f} s ({r[k] / r['empty']:.1f}×)" for k in GOALS), flush=True)
+            finally:
+                browser.close()
+    print(f"\n{'page':<12} {'median s':>9} {'× empty':>8} {'goal':>6}")
+    print(f"{'empty':<12} {statistics.median(r['empty'] for r in rows):>9.2f}")
+    ok = True
+    for k, goal in GOALS.items():
+        ratio = statistics.median(r[k] / r["empty"] for r in rows)
+        ok &= ratio <= goal
+        print(f"{k:<12} {statistics.median(r[k] for r in rows):>9.2f} {ratio:>7.1f}× {goal:>5.0f}×"
+              f"{'' if ratio <= goal else '  over'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Every tab of an agent run, an imported GPU trace and a multi-rank trace in a real headless
+Chromium, one tab built per click, with screenshots under test-output/screenshots (issue 16)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import screenshot
+from tests.browser.test_flows import _agent_run_or
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+EXCEPTION = '[data-testid="stException"]'
+_READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+def _ready(page) -> None:  # noqa: ANN001
+    page.wait_for_timeout(150)  # a click's rerun request reaches the server first
+    page.wait_for_selector(_READY, timeout=180_000)
+
+
+def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
+    tabs = page.get_by_role("tab")
+    names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
+    assert names[:1] == ["Overview"] and "Timeline" in names and "Config" in names, names
+    for i, name in enumerate(names):
+        panel = page.locator('[role="tabpanel"]:visible')
+        if i:
+            page.get_by_role("tab", name=name, exact=True).click()
+            # the panel of a tab not open before is empty until the page's rerun has built it
+            panel.locator('[data-testid="stElementContainer"]').first.wait_for()
+            _ready(page)
+        # only the open tab is built: every other panel is empty
+        assert page.locator('[role="tabpanel"]:not(:visible) [data-testid="stMarkdown"]').count() == 0, name
+        assert panel.locator('[data-testid="stElementContainer"]').count() > 0, f"tab {name} is empty"
+        assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
+        if name == "Timeline":
+            _check_timeline(page, panel, prefix)
+        screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
+    return names
+
+
+def _check_timeline(page, panel, prefix: str) -> None:  # noqa: ANN001
+    plot = panel.locator(".js-plotly-plot").first
+    plot.wait_for()
+    ticks = [t.strip() for t in plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")]
+    assert ticks and not [t for t in ticks if re.search(r"tid -\d", t)], ticks  # never a bare negative id
+    if prefix != "agent":
+        assert any(t.startswith(("GPU ", "rank ")) or "GPU" in t for t in ticks), ticks
+        # names are written on the slices wide enough for them
+        labels = plot.evaluate("el => el.data.filter(t => t.mode === 'text').map(t => t.text.length)")
+        assert labels and labels[0] > 0, "no slice is labelled"
+        with page.expect_download() as info:
+            panel.get_by_role("button", name="Download this range (Chrome trace JSON)").click()
+        doc = json.loads(Path(info.value.path()).read_text(encoding="utf-8"))
+        phases = {e.get("ph") for e in doc["traceEvents"]}
+        assert "M" in phases and "X" in phases, phases  # metadata kept, the range's events in
+
+
+# The first of these may also record the session's sample runs (minutes on a loaded machine).
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("prefix", ["agent", "gpu", "ranks"])
+def test_every_tab(page, server, browser_store, prefix: str) -> None:  # noqa: ANN001
+    """One flow per kind of run (each within the per-test timeout on a loaded machine)."""
+    run = {"agent": _agent_run_or(browser_store, "baseline"), "gpu": "gpu-control", "ranks": "two-ranks"}[prefix]
+    page.goto(f"{server}/run?run={run}")
+    page.get_by_role("tab", name="Overview").wait_for()
+    _ready(page)
+    names = _every_tab(page, prefix)
+    assert len(names) >= 10
+    if prefix == "agent":
+        page.get_by_role("tab", name="System").click()
+        _ready(page)
+        assert page.locator('[role="tabpanel"]:visible .js-plotly-plot').count() >= 2
+    if prefix == "ranks":  # a deep link opens the tab it names
+        page.goto(f"{server}/run?run={run}&run_tab=Timeline")
+        page.locator('[role="tabpanel"]:visible .js-plotly-plot').first.wait_for()
+        _ready(page)
+        assert page.get_by_role("tab", name="Timeline").get_attribute("aria-selected") == "true"
