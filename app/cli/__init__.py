@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, str] = {
     "advise": "app.cli.advise_cmd",
     "report": "app.cli.report_cmd",
     "import": "app.cli.import_cmd",
+    "query": "app.cli.query_cmd",
 }
 COMMANDS: tuple[str, ...] = tuple(COMMAND_MODULES)
 
@@ -75,9 +76,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `torchscope run` must start the job fast: the other commands' modules import pandas and
-    # friends (~0.7 s), which a launcher never needs.
-    parser = build_parser("run" if argv[:1] == ["run"] else None)
+    # Only the named command's module is imported: `torchscope run` must start the job fast, and
+    # `ls` on an indexed store imports no pandas (the other commands' modules do, ~0.7 s).
+    parser = build_parser(argv[0] if argv[:1] and argv[0] in COMMAND_MODULES else None)
     # `torchscope run [opts] -- cmd ...`: everything after `--` is the user's command, untouched.
     args, rest = parser.parse_known_args(argv) if argv[:1] == ["run"] else (parser.parse_args(argv), [])
     if not getattr(args, "_run", None):
