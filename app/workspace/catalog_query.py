@@ -30,7 +30,7 @@ from app.errors import UsageError
 from app.workspace import catalog_listing
 
 __all__ = ["RunSelector", "parse_selector", "select_rows", "load_runs_table", "query_runs", "QUERY_METRICS",
-           "QUERY_STATS", "select_run_paths", "group_columns", "load_history_side"]
+           "QUERY_STATS", "select_run_paths", "group_columns", "load_history_side", "sweep_table"]
 
 # The headline numbers a grouped query aggregates (one value per run, from the catalog row).
 QUERY_METRICS = ("step_time_s", "samples_per_s", "peak_memory_bytes", "final_loss")
@@ -184,8 +184,12 @@ def load_history_side(query: str, root: str | os.PathLike[str] | None = None, *,
 
 
 def _column(values: list[Any]) -> pd.Series:
-    """Numbers (not booleans) as float64, anything else as text (None stays missing)."""
+    """Whole numbers as int64 when every run has one, numbers (not booleans) as float64, anything
+    else as text (None stays missing)."""
     present = [v for v in values if v is not None]
+    if present and len(present) == len(values) and all(
+            isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63 for v in present):
+        return pd.Series(values, dtype="int64")
     if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         return pd.Series([float(v) if v is not None else math.nan for v in values], dtype="float64")
     return pd.Series([_config_text(v) if v is not None else None for v in values], dtype="object")
@@ -272,3 +276,21 @@ def query_runs(table: pd.DataFrame, *, by: Sequence[str] = (), metrics: Sequence
 
 def _first_line(text: str) -> str:
     return re.split(r"\n", text.strip(), maxsplit=1)[0]
+
+
+def sweep_table(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The Compare page's sweep table (app.analysis.compare.many_runs.compute_sweep_table's columns:
+    id, name, path, config.*, SWEEP_OUTCOMES) of the runs of ``table`` (load_runs_table), read from
+    the index instead of every run's files, and the config columns that vary. ``best_loss`` is not
+    in the index (empty)."""
+    out = pd.DataFrame({"id": table["id"], "name": table["name"], "path": table["path"]})
+    for col in [c for c in table.columns if c.startswith("config.")]:
+        out[col] = pd.to_numeric(table[col], errors="coerce") if table[col].dtype == object and \
+            pd.to_numeric(table[col], errors="coerce").notna().sum() == table[col].notna().sum() else table[col]
+    out["median_step_time_s"] = table["step_time_s"]
+    out["samples_per_s"] = table["samples_per_s"]
+    out["final_loss"] = table["final_loss"]
+    out["best_loss"] = math.nan
+    out["peak_memory_bytes"] = table["peak_memory_bytes"]
+    varying = [c for c in out.columns if c.startswith("config.") and out[c].astype(str).nunique() > 1]
+    return out, varying
