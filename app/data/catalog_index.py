@@ -38,7 +38,7 @@ INDEX_FORMAT = 1
 INDEX_DIR = ".torchscope"
 INDEX_FILE = "catalog.sqlite3"
 _CACHE_ENV = "TORCHSCOPE_CACHE"  # the same variable as app.data.trace_cache.CACHE_ENV
-_BUSY_MS = 10_000
+_BUSY_MS = 5_000
 
 # (st_mtime_ns, st_size, st_ino) of a run's manifest.
 Signature = tuple[int, int, int]
