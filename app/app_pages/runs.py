@@ -9,6 +9,7 @@ import streamlit as st
 from app.ui.layout import store_root
 from app.ui.runs_view import (
     render_empty_store,
+    page_display,
     render_filters,
     render_pager,
     render_runs_table,
@@ -38,7 +39,7 @@ def _catalog(root: Path) -> None:
     page_note = f" · rows {first + 1}–{end}" if end - first < len(matching) else ""
     st.caption(f"{len(matching)} of {len(table)} runs in `{view.store.root}`{page_note}")
     shown = matching.iloc[first:end]
-    positions = render_runs_table(shown)
+    positions = render_runs_table(shown, page_display(view, matching, first, end))
     selected = shown.iloc[positions]
     read_only = (
         set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()

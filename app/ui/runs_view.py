@@ -20,6 +20,7 @@ __all__ = [
     "render_runs_table",
     "render_pager",
     "filter_view",
+    "page_display",
     "PAGE_SIZES",
     "render_selection_actions",
     "display_table",
@@ -32,7 +33,7 @@ _ROW_PX = 35
 _MAX_VISIBLE_ROWS = 25
 # Rows per page of the runs table: a store of 10,000 runs sends one page to the browser, not 10,000 rows.
 PAGE_SIZES = (25, 50, 100, 200, 500)
-_DEFAULT_PAGE_SIZE = 100
+_DEFAULT_PAGE_SIZE = 50
 
 _COLUMN_CONFIG = {
     "status": st.column_config.TextColumn(
@@ -198,9 +199,22 @@ def render_pager(n_rows: int) -> tuple[int, int]:
     return first, min(first + size, n_rows)
 
 
-def render_runs_table(table: pd.DataFrame) -> list[int]:
-    """Show the table; return positions (in ``table``) of the selected rows."""
-    shown = display_table(table)
+def page_display(view: StoreView, rows: pd.DataFrame, first: int, end: int) -> pd.DataFrame:
+    """:func:`display_table` of ``rows[first:end]`` (rows from :func:`filter_view`), remembered per view
+    and page: a rerun (any click) re-sends the page without rebuilding it."""
+    key = ("page", id(rows), first, end)
+    hit = view.memo.get(key)
+    if isinstance(hit, pd.DataFrame):
+        return hit
+    out = display_table(rows.iloc[first:end])
+    view.memo[key] = out
+    return out
+
+
+def render_runs_table(table: pd.DataFrame, shown: pd.DataFrame | None = None) -> list[int]:
+    """Show the table (``shown``: its display_table, when already made); return positions (in
+    ``table``) of the selected rows."""
+    shown = display_table(table) if shown is None else shown
     event = st.dataframe(
         shown,
         key="runs_table",

@@ -145,6 +145,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_two_processes_writing_the_index_at_once(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(6):
         write_run(store, f"more{i}", steps=5, logs=False)

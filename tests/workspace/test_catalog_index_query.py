@@ -105,6 +105,7 @@ def test_diff_gates_a_candidate_against_recent_history(tmp_path: Path, capsys: p
     assert "exactly one CANDIDATE" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_runs_page_pages_and_filters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tests.app.helpers import assert_clean, open_app, texts
 
