@@ -8,8 +8,8 @@ import streamlit as st
 
 from app.ui.layout import store_root
 from app.ui.runs_view import (
-    render_empty_store,
     page_display,
+    render_empty_store,
     render_filters,
     render_pager,
     render_runs_table,

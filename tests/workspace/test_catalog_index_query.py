@@ -11,7 +11,13 @@ import pytest
 from app.cli import main
 from app.errors import UsageError
 from app.workspace.catalog import load_catalog
-from app.workspace.catalog_query import load_runs_table, parse_selector, query_runs, select_run_paths, sweep_table
+from app.workspace.catalog_query import (
+    load_runs_table,
+    parse_selector,
+    query_runs,
+    select_run_paths,
+    sweep_table,
+)
 from profiler_agent import runformat as rf
 from tests.conftest import write_run
 
