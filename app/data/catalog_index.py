@@ -192,6 +192,21 @@ class CatalogIndex:
         except sqlite3.DatabaseError:
             return None
 
+    def listing_with_records(self) -> tuple[dict[str, ListingEntry], dict[str, tuple[bool, str | None, str]]] | None:
+        """:meth:`listing` and :meth:`records` in one pass over the table (what ``ls --json`` reads)."""
+        try:
+            cur = self._conn.execute("SELECT folder, mtime_ns, size, ino, manifest_status, steps_source, started_at, "
+                                     "listing_level, record_text, problems_json FROM runs")
+            new = ListingEntry._make
+            listing: dict[str, ListingEntry] = {}
+            records: dict[str, tuple[bool, str | None, str]] = {}
+            for f, m, s, i, st, src, t, lvl, text, probs in cur:
+                listing[f] = new(((m, s, i), st, src, t))
+                records[f] = (bool(lvl), text, probs)
+            return listing, records
+        except sqlite3.DatabaseError:
+            return None
+
     def records(self) -> dict[str, tuple[bool, str | None, str]] | None:
         """Folder → (listing-level problem, record text, problems JSON) of every entry; None when unreadable."""
         try:

@@ -110,6 +110,7 @@ class Refreshed:
     scan: Scan
     index: CatalogIndex | None
     known: Mapping[str, ListingEntry] = field(default_factory=dict)
+    records: Mapping[str, tuple[bool, str | None, str]] | None = None  # read with the listing (ls --json)
     reused: set[str] = field(default_factory=set)
     computed: dict[str, IndexEntry] = field(default_factory=dict)
     stale_in_trace: list[str] = field(default_factory=list)
@@ -159,23 +160,28 @@ def open_index(root: Path) -> CatalogIndex | None:
 
 
 def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
-            use_index: bool = True) -> Refreshed:
+            use_index: bool = True, with_records: bool = False) -> Refreshed:
     """Scan the store and bring its index up to date (see the module docstring).
 
-    ``reindex``: recompute every run. Raises RunStoreNotFoundError."""
+    ``reindex``: recompute every run; ``with_records``: read the stored ``ls --json`` records in the
+    same pass. Raises RunStoreNotFoundError."""
     scan = scan_store(root)
     index = open_index(scan.root) if use_index else None
     known: Mapping[str, ListingEntry] = {}
+    records = None
     if index is not None and not reindex:
-        got = index.listing()
+        got = index.listing_with_records() if with_records else index.listing()
         if got is None:  # readable header, unreadable pages: start again
             index.close()
             path = catalog_index_path(scan.root)
             _remove_index(path)
             index = open_index(scan.root)
             got = {}
-        known = got
-    out = Refreshed(scan=scan, index=index, known=known)
+        if isinstance(got, tuple):
+            known, records = got
+        else:
+            known = got
+    out = Refreshed(scan=scan, index=index, known=known, records=records)
     todo: list[str] = []
     for folder, sig in scan.signatures.items():
         hit = known.get(folder)
@@ -259,7 +265,10 @@ def record_texts(done: Refreshed) -> tuple[list[RecordItem], list[str], list[str
     """(``ls --json`` records newest first, listing problems in folder order, row problems in
     folder order) of a refreshed scan, without pandas when nothing changed."""
     scan = done.scan
-    stored = (done.index.records() if done.index is not None and done.reused else None) or {}
+    if done.records is not None:
+        stored = done.records
+    else:
+        stored = (done.index.records() if done.index is not None and done.reused else None) or {}
     sources = done.known
     started: dict[str, float | None] = {}
     texts: dict[str, str] = {}
@@ -369,7 +378,7 @@ def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float
                        reindex: bool = False, mirror_of: MirrorOf | None = None) -> RecordListing:
     """The store's (and its tb-profiler mirror's) runs as ``ls --json`` records: the same runs,
     order and problems as app.workspace.catalog.load_catalog. Raises RunStoreNotFoundError."""
-    done = refresh(root, now=now, reindex=reindex)
+    done = refresh(root, now=now, reindex=reindex, with_records=True)
     try:
         items, listing_p, row_p = record_texts(done)
     finally:
@@ -378,7 +387,7 @@ def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float
     tb_runs, mirror = tb_mirror(scan, mirror_of)
     problems = explain(listing_p + row_p, scan, tb_runs, mirror)
     if mirror is not None:
-        more = refresh(mirror, now=now, reindex=reindex)
+        more = refresh(mirror, now=now, reindex=reindex, with_records=True)
         try:
             m_items, m_listing, m_rows = record_texts(more)
         finally:

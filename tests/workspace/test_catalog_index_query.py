@@ -129,3 +129,24 @@ def test_runs_page_pages_and_filters(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     at.multiselect(key="runs_tag_filter").select("odd").run()  # 15 runs: one page, back to the first
     assert_clean(at)
     assert len(at.dataframe[0].value) == 15 and set(at.dataframe[0].value["tags"]) == {"odd"}
+
+
+@pytest.mark.slow
+def test_compare_sweep_of_every_run_uses_the_index_query(monkeypatch: pytest.MonkeyPatch, sweep_store: Path) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.helpers import APP, assert_clean
+
+    monkeypatch.setenv("TORCHSCOPE_RUNS", str(sweep_store))
+    names = sorted(p.name for p in sweep_store.iterdir() if "-s0-" in p.name or "-s1-" in p.name)
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["runs"] = ",".join(names)
+    at.switch_page("app_pages/compare.py")
+    at.run()
+    at.radio(key="compare_sweep_scope").set_value("every run in the store").run()
+    at.multiselect(key="compare_sweep_by").select("batch_size").run()
+    assert_clean(at)
+    grouped = next(d.value for d in at.dataframe if {"batch_size", "runs"} <= set(d.value.columns))
+    want = query_runs(load_runs_table(sweep_store), by=["batch_size"])
+    assert list(grouped["runs"]) == list(want["runs"]) == [6, 6, 1]
+    assert list(grouped["step_time_s"]) == pytest.approx(list(want["step_time_s"]), nan_ok=True)
