@@ -117,21 +117,21 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return text_table([h for h, _ in columns], rows, rule=False, strip=True)
 
 
-def json_document(root: str, records: list[str], problems: list[str]) -> str:
+def json_document(root: str, runs_text: str, problems: list[str]) -> str:
     """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` with the runs
-    given as their printed texts (each ``json.dumps(record, indent=2)``), so that 10,000 stored
-    records are joined, not encoded again."""
-    runs = "[]" if not records else "[\n" + ",\n".join(
-        "    " + text.replace("\n", "\n    ") for text in records) + "\n  ]"
+    array given as its printed text (catalog_listing.runs_json_text), so that 10,000 stored records
+    are joined, not encoded again."""
     probs = json.dumps(problems, indent=2, allow_nan=False, default=str).replace("\n", "\n  ")
-    return f'{{\n  "root": {json.dumps(root)},\n  "runs": {runs},\n  "problems": {probs}\n}}'
+    return f'{{\n  "root": {json.dumps(root)},\n  "runs": {runs_text},\n  "problems": {probs}\n}}'
 
 
 def run(args: argparse.Namespace) -> int:
-    listing = catalog_listing.list_store_records(args.root, reindex=bool(getattr(args, "reindex", False)))
+    reindex = bool(getattr(args, "reindex", False))
     if args.json:
-        sys.stdout.write(json_document(str(listing.root), listing.records, listing.problems) + "\n")
+        root, runs_text, problems = catalog_listing.list_store_json(args.root, reindex=reindex)
+        sys.stdout.write(json_document(str(root), runs_text, problems) + "\n")
         return 0
+    listing = catalog_listing.list_store_records(args.root, reindex=reindex)
     records = [json.loads(text) for text in listing.records]
     if records:
         sources = listing.steps_sources

@@ -58,6 +58,10 @@ CREATE TABLE IF NOT EXISTS runs (
     name TEXT, status TEXT, tags TEXT, grp TEXT,
     config_json TEXT, finals_json TEXT
 );
+-- The last whole `ls --json` listing, keyed by a digest of every folder's signature: a store
+-- where nothing changed is printed from here (one row, no per-run work).
+CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), key TEXT NOT NULL,
+    runs_text TEXT NOT NULL, problems_json TEXT NOT NULL);
 """
 _COLUMNS = ("folder", "mtime_ns", "size", "ino", "manifest_status", "steps_source", "started_at", "listing_level",
             "row_json", "record_text", "problems_json", "name", "status", "tags", "grp", "config_json", "finals_json")
@@ -171,6 +175,7 @@ class CatalogIndex:
             if any(meta.get(k) != v for k, v in want.items()):
                 with _transaction(conn):
                     conn.execute("DELETE FROM runs")
+                    conn.execute("DELETE FROM snapshot")
                     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(want.items()))
             # A cheap check that the table pages are readable; a malformed page raises DatabaseError here.
             conn.execute("SELECT count(*) FROM runs").fetchone()
@@ -257,6 +262,27 @@ class CatalogIndex:
             if isinstance(row, dict) and isinstance(config, dict) and isinstance(finals, dict):
                 out.append((folder, row, config, finals))
         return out
+
+    def snapshot(self, key: str) -> tuple[str, list[str]] | None:
+        """(runs text, problems) of the last listing when it was made for ``key``, else None."""
+        try:
+            got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
+            if got is None or got[0] != key:
+                return None
+            problems = json.loads(got[2])
+        except (sqlite3.DatabaseError, ValueError):
+            return None
+        return (got[1], [str(p) for p in problems]) if isinstance(problems, list) else None
+
+    def write_snapshot(self, key: str, runs_text: str, problems: list[str]) -> bool:
+        """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written."""
+        try:
+            with _transaction(self._conn):
+                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?, ?)",
+                                   (key, runs_text, _dumps(problems)))
+        except sqlite3.DatabaseError:
+            return False
+        return True
 
     def write(self, entries: Iterable[IndexEntry], removed: Iterable[str] = ()) -> bool:
         """Store ``entries`` and forget the ``removed`` folders in one transaction; False when the

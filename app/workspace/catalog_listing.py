@@ -27,7 +27,8 @@ from profiler_agent.runformat import errors as rf_errors
 from profiler_agent.runformat import layout
 
 __all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "record_texts", "PATH_SENTINEL",
-           "not_a_run_problem"]
+           "not_a_run_problem", "rows_of", "tb_mirror", "explain", "RecordListing", "list_store_records",
+           "list_store_json", "runs_json_text"]
 
 _APP = Path(__file__).resolve().parents[1]
 # The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
@@ -160,12 +161,12 @@ def open_index(root: Path) -> CatalogIndex | None:
 
 
 def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
-            use_index: bool = True, with_records: bool = False) -> Refreshed:
-    """Scan the store and bring its index up to date (see the module docstring).
+            use_index: bool = True, with_records: bool = False, scan: Scan | None = None) -> Refreshed:
+    """Scan the store (or take ``scan``) and bring its index up to date (see the module docstring).
 
     ``reindex``: recompute every run; ``with_records``: read the stored ``ls --json`` records in the
     same pass. Raises RunStoreNotFoundError."""
-    scan = scan_store(root)
+    scan = scan or scan_store(root)
     index = open_index(scan.root) if use_index else None
     known: Mapping[str, ListingEntry] = {}
     records = None
@@ -372,15 +373,18 @@ class RecordListing:
     steps_sources: list[str]
     problems: list[str]
     mirror: Path | None
+    cacheable: bool = False  # depends only on the scanned signatures (list_store_json's snapshot)
 
 
 def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float | None = None,
-                       reindex: bool = False, mirror_of: MirrorOf | None = None) -> RecordListing:
+                       reindex: bool = False, mirror_of: MirrorOf | None = None,
+                       scan: Scan | None = None) -> RecordListing:
     """The store's (and its tb-profiler mirror's) runs as ``ls --json`` records: the same runs,
     order and problems as app.workspace.catalog.load_catalog. Raises RunStoreNotFoundError."""
-    done = refresh(root, now=now, reindex=reindex, with_records=True)
+    done = refresh(root, now=now, reindex=reindex, with_records=True, scan=scan)
     try:
         items, listing_p, row_p = record_texts(done)
+        cacheable = _cacheable(done)
     finally:
         done.close()
     scan = done.scan
@@ -397,4 +401,57 @@ def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float
         items = [both[int(i)] for i in _ordered([str(i) for i in range(len(both))], lambda i: both[int(i)][2])]
         problems += m_listing + m_rows
     return RecordListing(root=scan.root, records=[t for t, _, _ in items], steps_sources=[s for _, s, _ in items],
-                         problems=problems, mirror=mirror)
+                         problems=problems, mirror=mirror, cacheable=cacheable and mirror is None)
+
+
+def _cacheable(done: Refreshed) -> bool:
+    """Whether the listing depends on nothing but the scanned signatures: no run recorded as
+    running (its status follows the clock) and none whose steps wait "in trace"."""
+    if done.stale_in_trace:
+        return False
+    entries = [*done.computed.values()]
+    if any(e.manifest_status == _RUNNING or e.steps_source == _IN_TRACE for e in entries):
+        return False
+    return not any(done.known[f].manifest_status == _RUNNING for f in done.reused if f in done.known)
+
+
+def runs_json_text(records: list[str]) -> str:
+    """The ``"runs"`` array of ``ls --json`` from its record texts, indented as ``json.dumps(doc, indent=2)``."""
+    if not records:
+        return "[]"
+    return "[\n" + ",\n".join("    " + text.replace("\n", "\n    ") for text in records) + "\n  ]"
+
+
+def _snapshot_key(scan: Scan) -> str:
+    h = hashlib.sha256(str(scan.root).encode("utf-8", "surrogateescape"))
+    h.update("\n".join(f"{f} {s[0]} {s[1]} {s[2]}" for f, s in scan.signatures.items()).encode("utf-8",
+                                                                                              "surrogateescape"))
+    return h.hexdigest()
+
+
+def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False
+                    ) -> tuple[Path, str, list[str]]:
+    """(store root, the ``"runs"`` array text of ``ls --json``, problems), the same as
+    :func:`list_store_records`. When no run changed since the last listing (the digest of every
+    manifest signature is the same) and none is running, the last listing's text is printed
+    again without touching a row. Raises RunStoreNotFoundError."""
+    scan = scan_store(root)
+    key = _snapshot_key(scan) if not scan.not_runs and not reindex else None
+    index = open_index(scan.root) if key is not None else None
+    if index is not None and key is not None:
+        try:
+            hit = index.snapshot(key)
+        finally:
+            index.close()
+        if hit is not None:
+            return scan.root, hit[0], hit[1]
+    listing = list_store_records(root, reindex=reindex, scan=scan)
+    runs_text = runs_json_text(listing.records)
+    if key is not None and listing.cacheable:
+        index = open_index(scan.root)
+        if index is not None:
+            try:
+                index.write_snapshot(key, runs_text, listing.problems)
+            finally:
+                index.close()
+    return listing.root, runs_text, listing.problems

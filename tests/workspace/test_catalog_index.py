@@ -64,7 +64,10 @@ def test_listing_through_the_index_equals_reading_every_run(store: Path, capsys:
     done = catalog_listing.refresh(store)
     done.close()
     assert not done.computed and len(done.reused) == 4  # nothing read again
-    assert _ls(store, capsys) == first
+    assert _ls(store, capsys) == first  # printed from the last listing's snapshot
+    with _db(store) as con:
+        con.execute("DELETE FROM snapshot")
+    assert _ls(store, capsys) == first  # joined from the rows
     assert ls_cmd.STATUS_MARKERS == runs_data.STATUS_MARKERS
 
 
@@ -109,6 +112,7 @@ def test_a_corrupt_or_stale_index_is_rebuilt(store: Path, capsys: pytest.Capture
         with _db(store) as con:
             con.execute("UPDATE meta SET value = 'old' WHERE key = 'rules'")
             con.execute("UPDATE runs SET record_text = replace(record_text, '\"r1\"', '\"stale\"')")
+            con.execute("UPDATE snapshot SET runs_text = replace(runs_text, '\"r1\"', '\"stale\"')")
     assert _ls(store, capsys) == good
     done = catalog_listing.refresh(store)
     done.close()
@@ -122,6 +126,8 @@ def test_running_runs_are_read_every_time(store: Path, capsys: pytest.CaptureFix
     done = catalog_listing.refresh(store)
     done.close()
     assert list(done.computed) == [live.name]
+    with _db(store) as con:  # a listing with a live run is never printed again from a snapshot
+        assert con.execute("SELECT count(*) FROM snapshot").fetchone() == (0,)
 
 
 def test_ls_of_an_indexed_store_imports_no_pandas(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
