@@ -24,7 +24,7 @@ from typing import Any
 from app.presentation.terminal import terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_bytes, format_seconds
-from app.workspace import catalog_listing
+from app.workspace import catalog_records
 from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
@@ -119,7 +119,7 @@ def format_table(records: list[dict[str, Any]]) -> str:
 
 def json_document(root: str, runs_text: str, problems: list[str]) -> str:
     """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` with the runs
-    array given as its printed text (catalog_listing.runs_json_text), so that 10,000 stored records
+    array given as its printed text (catalog_records.runs_json_text), so that 10,000 stored records
     are joined, not encoded again."""
     probs = json.dumps(problems, indent=2, allow_nan=False, default=str).replace("\n", "\n  ")
     return f'{{\n  "root": {json.dumps(root)},\n  "runs": {runs_text},\n  "problems": {probs}\n}}'
@@ -128,10 +128,10 @@ def json_document(root: str, runs_text: str, problems: list[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     reindex = bool(getattr(args, "reindex", False))
     if args.json:
-        root, runs_text, problems = catalog_listing.list_store_json(args.root, reindex=reindex)
+        root, runs_text, problems = catalog_records.list_store_json(args.root, reindex=reindex)
         sys.stdout.write(json_document(str(root), runs_text, problems) + "\n")
         return 0
-    listing = catalog_listing.list_store_records(args.root, reindex=reindex)
+    listing = catalog_records.list_store_records(args.root, reindex=reindex)
     records = [json.loads(text) for text in listing.records]
     if records:
         sources = listing.steps_sources

@@ -9,7 +9,8 @@ one transaction. Entries of folders that are gone are dropped. docs/catalog.md h
 
 This module imports only the standard library and the index at load time: ``ls --json`` of a
 store whose index is current never imports pandas, the analysis or pyarrow (the benchmark's goal,
-benchmarks/catalog_index.py). Rows to recompute bring those in.
+benchmarks/catalog_index.py). Rows to recompute bring those in. The ``ls --json`` records and the
+listing snapshot are app.workspace.catalog_records.
 """
 
 from __future__ import annotations
@@ -26,22 +27,23 @@ from app.data.catalog_index import CatalogIndex, IndexEntry, ListingEntry, Signa
 from profiler_agent.runformat import errors as rf_errors
 from profiler_agent.runformat import layout
 
-__all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "record_texts", "PATH_SENTINEL",
-           "not_a_run_problem", "rows_of", "tb_mirror", "explain", "RecordListing", "list_store_records",
-           "list_store_json", "runs_json_text"]
+__all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "PATH_SENTINEL", "PATH_JSON", "RUNNING",
+           "IN_TRACE", "not_a_run_problem", "rows_of", "tb_mirror", "explain", "compute_entry", "add_record_texts",
+           "ordered_by_start", "path_prefix", "open_index", "MirrorOf"]
 
 _APP = Path(__file__).resolve().parents[1]
 # The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
-_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/cached_steps.py",
+_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
+                  "workspace/cached_steps.py",
                   "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
                   "analysis/run/final_value.py")
-_RUNNING = "running"
-_IN_TRACE = "in trace"
+RUNNING = "running"
+IN_TRACE = "in trace"
 
 # The record text is stored with this value as its path; the listing puts the path in at read time,
 # so an index stays right for a store named another way (a relative --root, a symlink).
 PATH_SENTINEL = "\u0000torchscope-path\u0000"
-_PATH_JSON = json.dumps(PATH_SENTINEL)
+PATH_JSON = json.dumps(PATH_SENTINEL)
 
 
 def rules_digest() -> str:
@@ -60,7 +62,7 @@ def not_a_run_problem(folder: Path) -> str:
     return f"{folder}: not a run folder (no {layout.MANIFEST}); skipped"
 
 
-def _prefix(root: Path) -> str:
+def path_prefix(root: Path) -> str:
     """What ``str(root / name)`` puts before ``name`` (pathlib drops a leading "./"), as a string:
     joining 10,000 pathlib paths costs more than the stat calls."""
     text = str(root)
@@ -93,7 +95,7 @@ def scan_store(root: str | os.PathLike[str] | None) -> Scan:
         names = sorted((e.name for e in it if not e.name.startswith(".") and e.is_dir()), reverse=True)
     sigs: dict[str, Signature] = {}
     not_runs: list[Path] = []
-    base = _prefix(found)
+    base = path_prefix(found)
     tail = os.sep + layout.MANIFEST
     for name in names:
         sig = manifest_signature(base + name + tail)
@@ -132,7 +134,7 @@ def _started_key(value: Any) -> float | None:
     return f if abs(f) < 9.2e9 else None
 
 
-def _compute(folder: str, path: Path, sig: Signature, *, now: float | None) -> IndexEntry:
+def compute_entry(folder: str, path: Path, sig: Signature, *, now: float | None) -> IndexEntry:
     """The index entry of one run, read from its files (the signature was taken before)."""
     from app.workspace import cached_steps
     from app.workspace.catalog_rows import load_run_entry
@@ -149,7 +151,7 @@ def _compute(folder: str, path: Path, sig: Signature, *, now: float | None) -> I
         return IndexEntry(folder, sig, None, None, None, False, None, None, (msg,))
     row = entry.row
     cached_steps.fill_steps_from_traces(row)
-    manifest_status = _RUNNING if row.get("status") in (_RUNNING, "crashed") else row.get("status")
+    manifest_status = RUNNING if row.get("status") in (RUNNING, "crashed") else row.get("status")
     stored = {k: v for k, v in row.items() if k != "path"}
     return IndexEntry(folder, sig, manifest_status, row.get("steps_source"), _started_key(row.get("started_at")),
                       False, stored, None, tuple(entry.problems), entry.config, entry.finals)
@@ -186,22 +188,22 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
     todo: list[str] = []
     for folder, sig in scan.signatures.items():
         hit = known.get(folder)
-        if hit is None or hit.signature != sig or hit.manifest_status == _RUNNING:
+        if hit is None or hit.signature != sig or hit.manifest_status == RUNNING:
             todo.append(folder)
-        elif hit.steps_source == _IN_TRACE:
+        elif hit.steps_source == IN_TRACE:
             out.stale_in_trace.append(folder)
         else:
             out.reused.add(folder)
     for folder in todo:
-        out.computed[folder] = _compute(folder, scan.root / folder, scan.signatures[folder], now=now)
+        out.computed[folder] = compute_entry(folder, scan.root / folder, scan.signatures[folder], now=now)
     if out.stale_in_trace and index is not None:
         _recheck_in_trace(out, index)
     gone = [f for f in known if f not in scan.signatures]
     if index is not None and (out.computed or gone):
-        _add_record_texts(scan.root, out.computed)
+        add_record_texts(scan.root, out.computed)
         index.write(out.computed.values(), gone)
     else:
-        _add_record_texts(scan.root, out.computed)
+        add_record_texts(scan.root, out.computed)
     return out
 
 
@@ -222,17 +224,17 @@ def _recheck_in_trace(out: Refreshed, index: CatalogIndex) -> None:
     for folder in out.stale_in_trace:
         got = rows.get(folder)
         if got is None or got[1] is None:
-            out.computed[folder] = _compute(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
+            out.computed[folder] = compute_entry(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
             continue
         row = dict(got[1])
         row["path"] = str(out.scan.root / folder)
         if cached_steps.fill_steps_from_traces(row):
-            out.computed[folder] = _compute(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
+            out.computed[folder] = compute_entry(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
         else:
             out.reused.add(folder)
 
 
-def _add_record_texts(root: Path, computed: dict[str, IndexEntry]) -> None:
+def add_record_texts(root: Path, computed: dict[str, IndexEntry]) -> None:
     """Fill each computed row's ``ls --json`` record text, through the same pandas conversion
     ``ls`` always used (app.data.runs.store_from_rows and store_records), in one batch."""
     with_rows = {f: e for f, e in computed.items() if e.row is not None}
@@ -250,64 +252,13 @@ def _add_record_texts(root: Path, computed: dict[str, IndexEntry]) -> None:
                                       e.listing_level, e.row, text, e.problems, e.config, e.finals)
 
 
-def _ordered(folders: Iterable[str], started: Callable[[str], float | None]) -> list[str]:
+def ordered_by_start(folders: Iterable[str], started: Callable[[str], float | None]) -> list[str]:
     """Newest start first, ties and unknown starts in listing order (store_from_rows' stable sort)."""
     listed = list(folders)
     known = [f for f in listed if started(f) is not None]
     unknown = [f for f in listed if started(f) is None]
     known.sort(key=lambda f: -(started(f) or 0.0))
     return known + unknown
-
-
-RecordItem = tuple[str, str, "float | None"]  # (record text, steps source, start in epoch seconds)
-
-
-def record_texts(done: Refreshed) -> tuple[list[RecordItem], list[str], list[str]]:
-    """(``ls --json`` records newest first, listing problems in folder order, row problems in
-    folder order) of a refreshed scan, without pandas when nothing changed."""
-    scan = done.scan
-    if done.records is not None:
-        stored = done.records
-    else:
-        stored = (done.index.records() if done.index is not None and done.reused else None) or {}
-    sources = done.known
-    started: dict[str, float | None] = {}
-    texts: dict[str, str] = {}
-    steps_source: dict[str, str] = {}
-    listing_problems: list[str] = []
-    row_problems: list[str] = []
-    missing: list[str] = []
-    for folder in scan.folders:
-        if folder not in scan.signatures:
-            listing_problems.append(not_a_run_problem(scan.root / folder))
-            continue
-        entry = done.computed.get(folder)
-        if entry is not None:
-            level, text, probs = entry.listing_level, entry.record_text, list(entry.problems)
-            start, source = entry.started_at, entry.steps_source
-        elif folder in stored and folder in sources:
-            level, text, probs_json = stored[folder]
-            probs = json.loads(probs_json) if probs_json != "[]" else []
-            start, source = sources[folder].started_at, sources[folder].steps_source
-        else:
-            missing.append(folder)
-            continue
-        (listing_problems if level else row_problems).extend(str(p) for p in probs)
-        if text is not None:
-            texts[folder] = text
-            started[folder] = start
-            steps_source[folder] = source or ""
-    if missing:  # another process dropped them between our two reads: compute them now
-        for folder in missing:
-            done.computed[folder] = _compute(folder, scan.root / folder, scan.signatures[folder], now=None)
-        _add_record_texts(scan.root, done.computed)
-        return record_texts(done)
-    out: list[RecordItem] = []
-    base = _prefix(scan.root)
-    for folder in _ordered(texts, started.get):
-        head, _, tail = texts[folder].rpartition(_PATH_JSON)
-        out.append((head + json.dumps(base + folder) + tail, steps_source[folder], started[folder]))
-    return out, listing_problems, row_problems
 
 
 def rows_of(done: Refreshed) -> tuple[list[dict[str, Any]], list[str], list[str]]:
@@ -328,7 +279,7 @@ def rows_of(done: Refreshed) -> tuple[list[dict[str, Any]], list[str], list[str]
         elif folder in stored:
             level, row, probs = stored[folder]
         else:  # dropped by another process meanwhile
-            entry = done.computed[folder] = _compute(folder, scan.root / folder, scan.signatures[folder], now=None)
+            entry = done.computed[folder] = compute_entry(folder, scan.root / folder, scan.signatures[folder], now=None)
             level, row, probs = entry.listing_level, entry.row, list(entry.problems)
         (listing_problems if level else row_problems).extend(probs)
         if row is not None:
@@ -362,96 +313,3 @@ def explain(problems: list[str], scan: Scan, tb_runs: list[Path], mirror: Path |
     from app.data import tbprofiler
 
     return tbprofiler.explain_store_problems(problems, scan.not_runs, tb_runs if mirror is not None else [])
-
-
-@dataclass(frozen=True)
-class RecordListing:
-    """``ls --json``'s runs as printed record texts, newest first, with their steps sources."""
-
-    root: Path
-    records: list[str]
-    steps_sources: list[str]
-    problems: list[str]
-    mirror: Path | None
-    cacheable: bool = False  # depends only on the scanned signatures (list_store_json's snapshot)
-
-
-def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float | None = None,
-                       reindex: bool = False, mirror_of: MirrorOf | None = None,
-                       scan: Scan | None = None) -> RecordListing:
-    """The store's (and its tb-profiler mirror's) runs as ``ls --json`` records: the same runs,
-    order and problems as app.workspace.catalog.load_catalog. Raises RunStoreNotFoundError."""
-    done = refresh(root, now=now, reindex=reindex, with_records=True, scan=scan)
-    try:
-        items, listing_p, row_p = record_texts(done)
-        cacheable = _cacheable(done)
-    finally:
-        done.close()
-    scan = done.scan
-    tb_runs, mirror = tb_mirror(scan, mirror_of)
-    problems = explain(listing_p + row_p, scan, tb_runs, mirror)
-    if mirror is not None:
-        more = refresh(mirror, now=now, reindex=reindex, with_records=True)
-        try:
-            m_items, m_listing, m_rows = record_texts(more)
-        finally:
-            more.close()
-        # one order over both stores, as store_from_rows sorts the rows of both together
-        both = items + m_items
-        items = [both[int(i)] for i in _ordered([str(i) for i in range(len(both))], lambda i: both[int(i)][2])]
-        problems += m_listing + m_rows
-    return RecordListing(root=scan.root, records=[t for t, _, _ in items], steps_sources=[s for _, s, _ in items],
-                         problems=problems, mirror=mirror, cacheable=cacheable and mirror is None)
-
-
-def _cacheable(done: Refreshed) -> bool:
-    """Whether the listing depends on nothing but the scanned signatures: no run recorded as
-    running (its status follows the clock) and none whose steps wait "in trace"."""
-    if done.stale_in_trace:
-        return False
-    entries = [*done.computed.values()]
-    if any(e.manifest_status == _RUNNING or e.steps_source == _IN_TRACE for e in entries):
-        return False
-    return not any(done.known[f].manifest_status == _RUNNING for f in done.reused if f in done.known)
-
-
-def runs_json_text(records: list[str]) -> str:
-    """The ``"runs"`` array of ``ls --json`` from its record texts, indented as ``json.dumps(doc, indent=2)``."""
-    if not records:
-        return "[]"
-    return "[\n" + ",\n".join("    " + text.replace("\n", "\n    ") for text in records) + "\n  ]"
-
-
-def _snapshot_key(scan: Scan) -> str:
-    h = hashlib.sha256(str(scan.root).encode("utf-8", "surrogateescape"))
-    h.update("\n".join(f"{f} {s[0]} {s[1]} {s[2]}" for f, s in scan.signatures.items()).encode("utf-8",
-                                                                                              "surrogateescape"))
-    return h.hexdigest()
-
-
-def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False
-                    ) -> tuple[Path, str, list[str]]:
-    """(store root, the ``"runs"`` array text of ``ls --json``, problems), the same as
-    :func:`list_store_records`. When no run changed since the last listing (the digest of every
-    manifest signature is the same) and none is running, the last listing's text is printed
-    again without touching a row. Raises RunStoreNotFoundError."""
-    scan = scan_store(root)
-    key = _snapshot_key(scan) if not scan.not_runs and not reindex else None
-    index = open_index(scan.root) if key is not None else None
-    if index is not None and key is not None:
-        try:
-            hit = index.snapshot(key)
-        finally:
-            index.close()
-        if hit is not None:
-            return scan.root, hit[0], hit[1]
-    listing = list_store_records(root, reindex=reindex, scan=scan)
-    runs_text = runs_json_text(listing.records)
-    if key is not None and listing.cacheable:
-        index = open_index(scan.root)
-        if index is not None:
-            try:
-                index.write_snapshot(key, runs_text, listing.problems)
-            finally:
-                index.close()
-    return listing.root, runs_text, listing.problems
