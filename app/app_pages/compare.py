@@ -10,7 +10,6 @@ from __future__ import annotations
 import streamlit as st
 
 from app.errors import TorchscopeError
-from app.ui.cache import cached_run
 from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
 from app.ui.compare_many import render_config_tab, render_curves_tab, render_sweep_tab
 from app.ui.compare_tabs import (
@@ -23,21 +22,10 @@ from app.ui.compare_tabs import (
 )
 from app.ui.compare_view import render_exports, render_options, render_selection, render_verdicts
 from app.ui.layout import store_root
-from app.ui.store import cached_store_view
+from app.ui.store import cached_runs_table
 
 _TABS = ["Where the time went", "Operators", "Kernels", "Memory", "Model", "Curves", "Config", "Sweep", "Advisor",
          "Export"]
-
-
-def _store_runs(root):  # noqa: ANN001, ANN202 - the sweep's "every run" scope
-    table = cached_store_view(root).store.table
-    out = []
-    for path in table["path"]:
-        try:
-            out.append(cached_run(path))
-        except TorchscopeError:
-            continue
-    return out
 
 
 def _ref(selection, key: str, root) -> SideRef:  # noqa: ANN001 - a compare_view.Selection
@@ -87,8 +75,8 @@ def _body() -> None:
         "Model": lambda: render_model_tab(detail),
         "Curves": lambda: render_curves_tab(runs),
         "Config": lambda: render_config_tab(runs),
-        "Sweep": lambda: render_sweep_tab(runs, _store_runs(root) if st.session_state.get(
-            "compare_sweep_scope", "").startswith("every") else None),
+        # every run of the store comes from the catalog index (app.workspace.catalog_query), read when asked
+        "Sweep": lambda: render_sweep_tab(runs, lambda: cached_runs_table(root)),
         "Advisor": lambda: _advisor(detail, export=False),
         "Export": lambda: _advisor(detail, export=True),
     }

@@ -1,4 +1,4 @@
-"""The Runs page: every run of the store, filterable, with open / compare / tag / archive (UI layer)."""
+"""The Runs page: every run of the store from its catalog index, filtered and paginated, with open / compare / tag / archive (UI layer)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import streamlit as st
 
 from app.ui.layout import store_root
 from app.ui.runs_view import (
+    page_display,
     render_empty_store,
     render_filters,
+    render_pager,
     render_runs_table,
     render_selection_actions,
     render_store_problems,
@@ -32,13 +34,12 @@ def _catalog(root: Path) -> None:
     if table.empty:
         render_empty_store(root, missing=False)
         return
-    shown = render_filters(table)
-    if "started_at" in shown.columns:
-        # Newest start first: the store lists runs in folder (creation) order, and an imported
-        # trace is created today but started when it was recorded.
-        shown = shown.sort_values("started_at", ascending=False, kind="stable", na_position="last")
-    st.caption(f"{len(shown)} of {len(table)} runs in `{view.store.root}`")
-    positions = render_runs_table(shown)
+    matching = render_filters(view)  # newest start first
+    first, end = render_pager(len(matching))
+    page_note = f" · rows {first + 1}–{end}" if end - first < len(matching) else ""
+    st.caption(f"{len(matching)} of {len(table)} runs in `{view.store.root}`{page_note}")
+    shown = matching.iloc[first:end]
+    positions = render_runs_table(shown, page_display(view, matching, first, end))
     selected = shown.iloc[positions]
     read_only = (
         set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()

@@ -38,10 +38,11 @@ COMMAND_MODULES: dict[str, str] = {
     "report": "app.cli.report_cmd",
     "import": "app.cli.import_cmd",
     "sync": "app.cli.sync_cmd",
+    "query": "app.cli.query_cmd",
 }
 # Commands that read --root and their references through a store URL's local mirror (store_arg.py);
 # run, import, ui and sync write to or serve the URL themselves.
-LOCALIZED_COMMANDS = frozenset({"ls", "analyze", "advise", "diff", "report"})
+LOCALIZED_COMMANDS = frozenset({"ls", "analyze", "advise", "diff", "report", "query"})
 COMMANDS: tuple[str, ...] = tuple(COMMAND_MODULES)
 
 
@@ -80,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Only the named command's module is imported: `torchscope run` must start the job fast, and
-    # a warm `analyze --json` must not pay for the other commands' pandas, plotly and Streamlit
-    # (~0.7 s). `torchscope --help` (or an unknown command) builds every command's parser.
+    # a warm `analyze --json` and `ls` on an indexed store must not pay for the other commands'
+    # pandas, plotly and Streamlit (~0.7 s). `torchscope --help` (or an unknown command) builds
+    # every command's parser.
     parser = build_parser(argv[0] if argv[:1] and argv[0] in COMMAND_MODULES else None)
     # `torchscope run [opts] -- cmd ...`: everything after `--` is the user's command, untouched.
     args, rest = parser.parse_known_args(argv) if argv[:1] == ["run"] else (parser.parse_args(argv), [])

@@ -51,6 +51,9 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", action="append", default=None, metavar="NAME",
                         help="compare two groups of replicate runs (torchscope run --group NAME): give it twice, "
                              "baseline first, instead of BASELINE CANDIDATE")
+    parser.add_argument("--baseline-query", default=None, metavar="SELECTOR",
+                        help="the baseline is the runs of the catalog this selects, as replicates, e.g. "
+                             "'tag=main,status=finished,last=5' (docs/catalog.md); give only CANDIDATE")
     parser.add_argument("--root", help="run store, to resolve run ids and names (default $TORCHSCOPE_RUNS or ./runs)")
     parser.add_argument("--warmup", type=int, default=None, metavar="K",
                         help="steps dropped at the start (default: automatic, see docs/compare.md)")
@@ -97,6 +100,9 @@ def load_comparison(args: argparse.Namespace) -> Comparison:
     options = options_from_args(args)
     groups = getattr(args, "group", None) or []
     named = [r for r in (args.baseline, args.candidate) if r is not None]
+    history = getattr(args, "baseline_query", None)
+    if history is not None:
+        return diff_sides(*_history_sides(history, named, groups, args.root), options)
     if groups:
         if len(groups) != 2 or named:
             raise UsageError(f"--group given {len(groups)} time(s){' with runs' if named else ''}: expected exactly "
@@ -108,6 +114,18 @@ def load_comparison(args: argparse.Namespace) -> Comparison:
         baseline = load_side(args.baseline, args.root)
         candidate = load_side(args.candidate, args.root)
     return diff_sides(baseline, candidate, options)
+
+
+def _history_sides(query: str, named: list[str], groups: list[str], root: str | None) -> tuple[Any, Any]:
+    """(baseline from the catalog's history, candidate) for ``--baseline-query``: the candidate is the
+    one run named (or one ``--group``), never part of its own baseline."""
+    from app.workspace.catalog_query import load_history_side
+
+    if len(named) + len(groups) != 1:
+        raise UsageError("--baseline-query: expected exactly one CANDIDATE (a run, or one --group) and no BASELINE")
+    candidate = load_group_side(groups[0], root) if groups else load_side(named[0], root)
+    exclude = [str(r.path) for r in candidate.replicates] if candidate.replicates else [str(candidate.path)]
+    return load_history_side(query, root, exclude=exclude), candidate
 
 
 def advice_diff(cmp: Comparison, args: argparse.Namespace) -> Any | None:

@@ -7,7 +7,10 @@ is the headline step time (app.analysis.run.step_time), ``mean_step_time_s`` the
 or null. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
 read-only mirror ``torchscope ui`` uses: both list the store through app.workspace.catalog, so
-they show the same runs in the same order with the same problem messages.
+they show the same runs in the same order with the same problem messages. The listing goes through
+the store's catalog index (docs/catalog.md): only runs whose manifest changed are read, and with a
+current index this module imports neither pandas nor the analysis (``--json`` prints the stored
+record texts). ``--reindex`` reads every run again.
 """
 
 from __future__ import annotations
@@ -18,11 +21,10 @@ import math
 import sys
 from typing import Any
 
-from app.data import runs as runs_data
 from app.presentation.terminal import terminal_text
 from app.presentation.text_table import text_table
 from app.presentation.units import format_bytes, format_seconds
-from app.workspace import cached_steps, catalog
+from app.workspace import catalog_records
 from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
@@ -64,30 +66,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"./{layout.DEFAULT_ROOT})"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--reindex", action="store_true",
+                        help="read every run again instead of trusting the catalog index's unchanged entries")
 
+
+# Values of the rows' ``steps_source`` (app.workspace.cached_steps, which imports pyarrow: not here).
+STEPS_FROM_TRACE = "trace"
+STEPS_IN_TRACE = "in trace"
+# The status markers of app.data.runs.STATUS_MARKERS (that module imports pandas).
+STATUS_MARKERS = {"running": "● ", "finished": "✓ ", "failed": "✗ ", "killed": "■ ", "crashed": "✗ "}
 
 # Marks on the STEPS and STEP TIME cells of runs without metrics.jsonl, explained under the table.
 _TRACE_MARK = "*"
 _NOTES = {
-    cached_steps.STEPS_FROM_TRACE: f"{_TRACE_MARK} profiled steps of the run's traces (it has no metrics.jsonl), "
+    STEPS_FROM_TRACE: f"{_TRACE_MARK} profiled steps of the run's traces (it has no metrics.jsonl), "
     "from the trace analysis cache",
-    cached_steps.STEPS_IN_TRACE: "in trace: the run has no metrics.jsonl; its steps are in its traces, which were "
+    STEPS_IN_TRACE: "in trace: the run has no metrics.jsonl; its steps are in its traces, which were "
     "not analysed yet: `torchscope analyze PATH` or opening the run in `torchscope ui` fills them in",
 }
 
 
 def _cell(key: str, value: Any, source: str = "") -> str:
     if key in ("steps", "step_time_s"):
-        if source == cached_steps.STEPS_IN_TRACE:
+        if source == STEPS_IN_TRACE:
             return "in trace"
-        if source == cached_steps.STEPS_FROM_TRACE and value is not None:
+        if source == STEPS_FROM_TRACE and value is not None:
             shown = format_seconds(value) if key == "step_time_s" else str(value)
             return shown + _TRACE_MARK
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if key == "status":
         # the same markers as the Runs page, so crashed and running runs stand out without colour
-        return runs_data.STATUS_MARKERS.get(str(value), "") + str(value)
+        return STATUS_MARKERS.get(str(value), "") + str(value)
     if key == "started_at":
         return str(value)[:19].replace("T", " ")
     if key in ("duration_s", "step_time_s"):
@@ -108,18 +118,27 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return text_table([h for h, _ in columns], rows, rule=False, strip=True)
 
 
+def json_document(root: str, runs_text: str, problems: list[str]) -> str:
+    """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` with the runs
+    array given as its printed text (catalog_records.runs_json_text), so that 10,000 stored records
+    are joined, not encoded again."""
+    probs = json.dumps(problems, indent=2, allow_nan=False, default=str).replace("\n", "\n  ")
+    return f'{{\n  "root": {json.dumps(root)},\n  "runs": {runs_text},\n  "problems": {probs}\n}}'
+
+
 def run(args: argparse.Namespace) -> int:
-    store = catalog.load_catalog(args.root)
-    records = runs_data.store_records(store)
+    reindex = bool(getattr(args, "reindex", False))
     if args.json:
+        root, runs_text, problems = catalog_records.list_store_json(args.root, reindex=reindex)
         # a store URL stays the root shown; its mirror folder is only where it is read from
-        doc = {"root": getattr(args, "store_url", None) or str(store.root), "runs": records,
-               "problems": store.problems}
-        print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+        shown_root = getattr(args, "store_url", None) or str(root)
+        sys.stdout.write(json_document(shown_root, runs_text, problems) + "\n")
         return 0
+    listing = catalog_records.list_store_records(args.root, reindex=reindex)
+    records = [json.loads(text) for text in listing.records]
     if records:
-        sources = list(store.table["steps_source"])
-        print(format_table([{**r, "steps_source": src} for r, src in zip(records, sources)]))
+        sources = listing.steps_sources
+        print(format_table([{**r, "steps_source": src} for r, src in zip(records, sources, strict=True)]))
         if any(r.get("final_loss") is not None for r in records):
             print(FINAL_LOSS_NOTE, file=sys.stderr)
         if any(r.get("step_time_s") is not None for r in records):
@@ -128,13 +147,13 @@ def run(args: argparse.Namespace) -> int:
             if source in sources:
                 print(note, file=sys.stderr)
     else:
-        shown = getattr(args, "store_url", None) or store.root
+        shown = getattr(args, "store_url", None) or listing.root
         print(f"no runs in {shown}; record one with: torchscope run --root {shown} --name NAME -- python train.py")
-    if store.mirror is not None:
+    if listing.mirror is not None:
         print(
-            f"note: torch-tb-profiler runs of {store.root} are listed read-only from the mirror {store.mirror}",
+            f"note: torch-tb-profiler runs of {listing.root} are listed read-only from the mirror {listing.mirror}",
             file=sys.stderr,
         )
-    for p in store.problems:  # they quote folder names and values: one safe line each
+    for p in listing.problems:  # they quote folder names and values: one safe line each
         print(f"warning: {terminal_text(p, _MAX_PROBLEM_CHARS)}", file=sys.stderr)
     return 0

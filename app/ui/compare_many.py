@@ -1,7 +1,7 @@
 """The Compare page's many-run tabs: curves (overlay or mean ± spread), config diff, sweep (UI layer)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -21,8 +21,10 @@ from app.charts.compare import (
 )
 from app.data.runs import RunData
 from app.data.store_rows import run_group
+from app.errors import TorchscopeError
 from app.presentation.names import display_table
 from app.ui.layout import RUN_PAGE
+from app.workspace.catalog_query import query_runs, sweep_table
 
 # The curves tab's grouping by replicate group (torchscope run --group NAME) rather than a config key.
 _REPLICATES = "(replicate group)"
@@ -78,14 +80,20 @@ def render_config_tab(runs: Sequence[RunData]) -> None:
     st.dataframe(table, hide_index=True, width="stretch")
 
 
-def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] | None) -> None:
+def render_sweep_tab(selected: Sequence[RunData], store_table: Callable[[], pd.DataFrame] | None) -> None:
+    """The sweep of the selected runs, or of every run of the store from its catalog index
+    (``store_table``: app.ui.store.cached_runs_table, called only when needed), with the grouped
+    query of ``torchscope query`` (median step time ... by config keys)."""
     scope = st.radio("Runs in the sweep", ["selected runs", "every run in the store"], horizontal=True,
                      key="compare_sweep_scope")
-    runs = selected if scope == "selected runs" or store_runs is None else store_runs
-    table, varying = compute_sweep_table(runs)
+    if scope == "selected runs" or store_table is None:
+        table, varying = compute_sweep_table(selected)
+    else:
+        table, varying = sweep_table(store_table())
     if len(table) < 2:
         st.info("A sweep needs at least two runs.")
         return
+    _render_grouped(table, varying, store_table)
     outcomes = [o for o in SWEEP_OUTCOMES if o in table.columns and table[o].notna().any()]
     numeric_axes = [c for c in varying if pd.api.types.is_numeric_dtype(table[c])]
     # Human names and one unit per quantity (ms, MiB) for the charts and the table alike.
@@ -117,3 +125,19 @@ def render_sweep_tab(selected: Sequence[RunData], store_runs: Sequence[RunData] 
             "step time (median, steady state) (ms)", format="%.2f"),
         names.get("peak_memory_bytes", "peak memory (MiB)"): st.column_config.NumberColumn(format="%.1f"),
         "path": None})
+
+
+def _render_grouped(table: pd.DataFrame, varying: list[str], store_table: Callable[[], pd.DataFrame] | None) -> None:
+    """Median step time, throughput, memory and final loss of these runs by the chosen config keys:
+    the query of ``torchscope query --by`` (DuckDB over the catalog index), the same numbers."""
+    keys = st.multiselect("Median by config keys", [c.removeprefix("config.") for c in varying],
+                          key="compare_sweep_by", help="the same query as `torchscope query --by KEYS`")
+    if not keys or store_table is None:
+        return
+    try:
+        runs = store_table()
+        result = query_runs(runs[runs["id"].isin(set(table["id"]))], by=keys)
+    except TorchscopeError as e:
+        st.error(str(e))
+        return
+    st.dataframe(result, hide_index=True, width="stretch")

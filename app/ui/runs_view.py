@@ -18,6 +18,10 @@ __all__ = [
     "render_store_problems",
     "render_filters",
     "render_runs_table",
+    "render_pager",
+    "filter_view",
+    "page_display",
+    "PAGE_SIZES",
     "render_selection_actions",
     "display_table",
     "table_height",
@@ -27,6 +31,9 @@ __all__ = [
 # at most and scrolls beyond, so a long store does not push the actions off the screen.
 _ROW_PX = 35
 _MAX_VISIBLE_ROWS = 25
+# Rows per page of the runs table: a store of 10,000 runs sends one page to the browser, not 10,000 rows.
+PAGE_SIZES = (25, 50, 100, 200, 500)
+_DEFAULT_PAGE_SIZE = 50
 
 _COLUMN_CONFIG = {
     "status": st.column_config.TextColumn(
@@ -130,20 +137,84 @@ def render_store_problems(view: StoreView) -> None:
                 st.caption(f"… and {len(problems) - 200} more")
 
 
-def render_filters(table: pd.DataFrame) -> pd.DataFrame:
-    """Text and status filters; return the rows that pass."""
-    left, right = st.columns([3, 2])
+def filter_view(view: StoreView, text: str = "", statuses: list[str] | None = None, tags: list[str] | None = None,
+                group: str | None = None) -> pd.DataFrame:
+    """The view's rows that pass the filters, newest start first; remembered per view, so a rerun
+    with the same filters (every click) costs nothing."""
+    key = ("filter", text, tuple(statuses or ()), tuple(tags or ()), group or "")
+    hit = view.memo.get(key)
+    if isinstance(hit, pd.DataFrame):
+        return hit
+    out = runs_data.filter_store(view.store.table, text, statuses)
+    if tags:
+        wanted = set(tags)
+        cells = out["tags"].fillna("").astype(str)
+        out = out[[bool(wanted & {t.strip() for t in c.split(",")}) for c in cells]]
+    if group:
+        out = out[out["group"].astype(str) == group]
+    if "started_at" in out.columns:
+        # Newest start first: the store lists runs in folder (creation) order, and an imported
+        # trace is created today but started when it was recorded.
+        out = out.sort_values("started_at", ascending=False, kind="stable", na_position="last")
+    if len(view.memo) > 32:
+        view.memo.clear()
+    view.memo[key] = out
+    return out
+
+
+def render_filters(view: StoreView) -> pd.DataFrame:
+    """Text, status, tag and group filters over the view's catalog rows; return the rows that pass."""
+    left, mid, right, far = st.columns([3, 2, 2, 2])
     text = left.text_input(
         "Filter", key="runs_filter", placeholder="words in name, tags, notes or config (lr=0.01)"
     )
-    statuses = sorted(table["status"].dropna().unique())
-    chosen = right.multiselect("Status", statuses, key="runs_status_filter")
-    return runs_data.filter_store(table, text, chosen)
+    chosen = mid.multiselect("Status", list(view.statuses), key="runs_status_filter")
+    tags = right.multiselect("Tags", list(view.tags), key="runs_tag_filter", disabled=not view.tags,
+                             help="runs with any of these tags")
+    group = far.selectbox("Group", ["(any)", *view.groups], key="runs_group_filter", disabled=not view.groups,
+                          help="replicate group (`torchscope run --group NAME`)")
+    return filter_view(view, text, chosen, tags, None if group == "(any)" else group)
 
 
-def render_runs_table(table: pd.DataFrame) -> list[int]:
-    """Show the table; return positions (in ``table``) of the selected rows."""
-    shown = display_table(table)
+def render_pager(n_rows: int) -> tuple[int, int]:
+    """Page size and page number widgets (when there is more than one page); (first, end) positions."""
+    size = int(st.session_state.get("runs_page_size", _DEFAULT_PAGE_SIZE))
+    pages = max(1, -(-n_rows // size))
+    if n_rows > PAGE_SIZES[0]:
+        left, right = st.columns([1, 3])
+        size = int(left.selectbox("Rows per page", PAGE_SIZES, index=PAGE_SIZES.index(_DEFAULT_PAGE_SIZE),
+                                  key="runs_page_size"))
+        pages = max(1, -(-n_rows // size))
+        if pages > 1:
+            if int(st.session_state.get("runs_page", 1) or 1) > pages:  # fewer pages after a filter
+                st.session_state["runs_page"] = pages
+            page = int(right.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1,
+                                          key="runs_page"))
+        else:
+            page = 1
+    else:
+        page = 1
+    page = min(max(page, 1), pages)
+    first = (page - 1) * size
+    return first, min(first + size, n_rows)
+
+
+def page_display(view: StoreView, rows: pd.DataFrame, first: int, end: int) -> pd.DataFrame:
+    """:func:`display_table` of ``rows[first:end]`` (rows from :func:`filter_view`), remembered per view
+    and page: a rerun (any click) re-sends the page without rebuilding it."""
+    key = ("page", id(rows), first, end)
+    hit = view.memo.get(key)
+    if isinstance(hit, pd.DataFrame):
+        return hit
+    out = display_table(rows.iloc[first:end])
+    view.memo[key] = out
+    return out
+
+
+def render_runs_table(table: pd.DataFrame, shown: pd.DataFrame | None = None) -> list[int]:
+    """Show the table (``shown``: its display_table, when already made); return positions (in
+    ``table``) of the selected rows."""
+    shown = display_table(table) if shown is None else shown
     event = st.dataframe(
         shown,
         key="runs_table",

@@ -10,8 +10,10 @@ so they show the same runs, in the same order, with the same problem messages:
 - each "not a run folder" problem replaced by why the folder was skipped (no trace files, or files
   that are not traces), and dropped for the tb-profiler sub-folders, which are listed as runs.
 
-The UI passes its cached row loader and mirror (bounded caches of app/ui/store.py); the CLI the
-direct ones below.
+Both go through the store's catalog index (app.workspace.catalog_listing, app.data.catalog_index;
+docs/catalog.md): a run is read only when its manifest changed since its row was stored. The UI
+passes its cached mirror (app/ui/store.py). ``load_row`` (tests, and stores that must not be
+indexed) lists the old way: every run read through that loader.
 """
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ from typing import Any
 
 from app.data import tbprofiler
 from app.data.runs import StoreTable, store_from_rows
-from app.workspace import cached_steps
+from app.workspace import cached_steps, catalog_listing
 from app.workspace.catalog_rows import load_run_row
 from profiler_agent import runformat as rf
 
 __all__ = ["CatalogRow", "RowLoader", "MirrorLoader", "load_catalog_row", "list_rows", "tb_runs_of",
-           "mirror_tb_store", "load_catalog"]
+           "mirror_tb_store", "load_catalog", "list_catalog_rows"]
 
 # (row, or None for a folder whose manifest cannot be read; problem messages of this run)
 CatalogRow = tuple[dict[str, Any] | None, list[str]]
@@ -79,14 +81,41 @@ def mirror_tb_store(root: Path, tb_runs: list[Path]) -> Path | None:
     return tbprofiler.mirror_tb_folder(root)
 
 
-def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoader = load_catalog_row,
-                 mirror_of: MirrorLoader = mirror_tb_store) -> StoreTable:
+def list_catalog_rows(root: str | os.PathLike[str] | None = None, *, mirror_of: MirrorLoader = mirror_tb_store,
+                      now: float | None = None, reindex: bool = False
+                      ) -> tuple[Path, list[dict[str, Any]], list[str], Path | None]:
+    """(store root, rows of the store and of its tb-profiler mirror in listing order, problems,
+    mirror) through the catalog index. Raises RunStoreNotFoundError."""
+    done = catalog_listing.refresh(root, now=now, reindex=reindex)
+    try:
+        rows, listing_p, row_p = catalog_listing.rows_of(done)
+    finally:
+        done.close()
+    tb_runs, mirror = catalog_listing.tb_mirror(done.scan, mirror_of)
+    problems = catalog_listing.explain(listing_p + row_p, done.scan, tb_runs, mirror)
+    if mirror is not None:
+        more = catalog_listing.refresh(mirror, now=now, reindex=reindex)
+        try:
+            m_rows, m_listing, m_row_p = catalog_listing.rows_of(more)
+        finally:
+            more.close()
+        rows += m_rows
+        problems += m_listing + m_row_p
+    return done.scan.root, rows, problems, mirror
+
+
+def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoader | None = None,
+                 mirror_of: MirrorLoader = mirror_tb_store, now: float | None = None,
+                 reindex: bool = False) -> StoreTable:
     """Every run of the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) and of its tb-profiler
     mirror, newest first, with the store's problems (see the module docstring).
 
     Raises RunStoreNotFoundError when the store does not exist; an unreadable run becomes a
     problem message and the others are still listed.
     """
+    if load_row is None:
+        found_root, rows, problems, mirror = list_catalog_rows(root, mirror_of=mirror_of, now=now, reindex=reindex)
+        return store_from_rows(found_root, rows, problems, mirror=mirror)
     found_root, rows, problems, not_runs = list_rows(root, load_row)
     tb_runs = tb_runs_of(found_root)
     mirror = mirror_of(found_root, tb_runs) if tb_runs else None

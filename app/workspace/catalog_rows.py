@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.analysis.run.final_value import final_value
+from app.analysis.run.final_value import NOT_OUTCOMES, final_value
 from app.analysis.run.step_time import steady_step_time
 from app.data.store_rows import peak_memory_from_records, record_number, record_rank, run_group, search_text
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
-__all__ = ["load_run_row", "row_from_records"]
+__all__ = ["load_run_row", "load_run_entry", "row_from_records", "final_values", "RunEntry"]
 
 
 def _step_stats(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -84,14 +85,36 @@ def row_from_records(
     return row
 
 
-def load_run_row(
-    run_dir: str | os.PathLike[str], *, now: float | None = None
-) -> tuple[dict[str, Any], list[str]]:
-    """(catalog row, problems) of one run, reading run.json, metrics.jsonl and system.jsonl.
+@dataclass(frozen=True)
+class RunEntry:
+    """What the catalog index keeps of one run: its row, problems, config and final values."""
 
-    Raises the run format's errors for the manifest (NotARunError, CorruptFileError,
-    SchemaVersionError); bad lines of the JSON-lines files become problem messages.
-    """
+    row: dict[str, Any]
+    problems: list[str]
+    config: dict[str, Any]
+    finals: dict[str, float]
+
+
+def final_values(metrics: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The final value (app.analysis.run.final_value) of every outcome logged in ``metrics``
+    (``loss``, ``val_loss``, ``accuracy``...; not steps, times, learning rates: NOT_OUTCOMES)."""
+    keys: dict[str, None] = {}
+    for r in metrics:
+        for k, v in r.items():
+            if k not in NOT_OUTCOMES and k not in keys and record_number(v) is not None:
+                keys[k] = None
+    out: dict[str, float] = {}
+    for k in keys:
+        found = final_value(metrics, k)
+        if found is not None and found.value is not None:
+            out[k] = float(found.value)
+    return out
+
+
+def load_run_entry(run_dir: str | os.PathLike[str], *, now: float | None = None) -> RunEntry:
+    """The run's catalog row and problems (as :func:`load_run_row`) with its config and final values.
+
+    Raises the run format's errors for the manifest, as :func:`load_run_row`."""
     run_dir = Path(run_dir)
     manifest = rf.read_manifest(run_dir)
     rf.remove_orphaned_temp_files(run_dir, manifest)  # left by a SIGKILLed launcher; no writer is left
@@ -101,4 +124,16 @@ def load_run_row(
         run_dir, manifest, rf.effective_status(manifest, now=now), metrics.records, system.records
     )
     problems = [f"{run_dir.name}: {p}" for p in (*metrics.skipped, *system.skipped)]
-    return row, problems
+    return RunEntry(row=row, problems=problems, config=dict(manifest.config), finals=final_values(metrics.records))
+
+
+def load_run_row(
+    run_dir: str | os.PathLike[str], *, now: float | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """(catalog row, problems) of one run, reading run.json, metrics.jsonl and system.jsonl.
+
+    Raises the run format's errors for the manifest (NotARunError, CorruptFileError,
+    SchemaVersionError); bad lines of the JSON-lines files become problem messages.
+    """
+    entry = load_run_entry(run_dir, now=now)
+    return entry.row, entry.problems

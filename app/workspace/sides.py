@@ -9,7 +9,7 @@ The result is the analysis layer's typed input, app.analysis.compare.side.Compar
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from app.workspace.profiled_windows import manifest_windows
 from app.workspace.traces import analyze_trace_set, load_and_analyze, load_trace_files
 from profiler_agent import runformat as rf
 
-__all__ = ["SideKind", "CompareSide", "TraceLoader", "load_side", "load_group_side", "group_of", "side_from_run",
+__all__ = ["SideKind", "CompareSide", "TraceLoader", "load_side", "load_group_side", "load_runs_side", "group_of", "side_from_run",
            "assemble_run_side", "analyze_side_traces", "run_windows"]
 
 # (run folder) -> (its traces, their analysis): the direct loader, or a front end's cached one.
@@ -141,10 +141,16 @@ def load_group_side(group: str, root: str | os.PathLike[str] | None = None, *,
         groups = sorted({g for _, m in listing.runs if (g := group_of(m))})
         have = f"groups in {listing.root}: {', '.join(groups)}" if groups else f"no run in {listing.root} has a group"
         raise UsageError(f"--group {group}: no run of this group ({have}; record with torchscope run --group NAME)")
+    return load_runs_side(group, members, with_traces=with_traces)
+
+
+def load_runs_side(label: str, members: Sequence[Path], *, with_traces: bool = True) -> CompareSide:
+    """The runs ``members`` (at least one) as one side of replicates labelled ``label``: the first
+    run's traces, tree and memory (``--group``, and ``diff --baseline-query``'s runs from the catalog)."""
     runs = tuple(load_run(p) for p in members)
     first = assemble_run_side(runs[0], analyze_side_traces if with_traces else None)
     problems = list(first.problems) + [f"{r.manifest.name or r.manifest.id}: {p}" for r in runs[1:] for p in r.problems]
-    return CompareSide(label=group, path=first.path, kind=SideKind.RUN, run=runs[0], analysis=first.analysis,
+    return CompareSide(label=label, path=first.path, kind=SideKind.RUN, run=runs[0], analysis=first.analysis,
                        traces=first.traces, module_tree=first.module_tree, problems=tuple(problems), replicates=runs,
                        category_peaks=first.category_peaks, category_peaks_error=first.category_peaks_error,
                        windows=first.windows)

@@ -1,0 +1,330 @@
+"""The store's catalog index: one SQLite row per run folder with the manifest signature it was computed from (data layer, stdlib only).
+
+The Runs page and ``torchscope ls`` list a store of 10,000 runs from this file instead of reading
+10,000 manifests and metrics files (docs/catalog.md). Each entry keeps the ``stat`` signature of
+the run's manifest (mtime in ns, size, inode) taken *before* the run was read, so a reader that
+finds another signature recomputes the entry: an index is a cache, never trusted blindly.
+
+- Format: SQLite in WAL mode (readers never block the one writer, several processes may write;
+  ``busy_timeout`` waits for another writer's transaction instead of failing). A JSON-lines log
+  would need its own compaction and locking; Parquet cannot be updated one row at a time.
+- An index that SQLite cannot read (not a database, malformed, wrong ``INDEX_FORMAT`` or rules
+  digest) is deleted and rebuilt by the caller: :meth:`CatalogIndex.open` returns a fresh one.
+- A store that cannot be written (a read-only share) gets its index in the user's cache folder
+  (``$TORCHSCOPE_CACHE/catalog/``) instead: :func:`catalog_index_path`.
+
+This module only stores and returns entries; which rows they hold and when one is stale is the
+workspace's (app.workspace.catalog_listing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["INDEX_FORMAT", "INDEX_DIR", "INDEX_FILE", "Signature", "IndexEntry", "ListingEntry", "CatalogIndex",
+           "catalog_index_path", "manifest_signature"]
+
+# Bumped when the table layout changes; the rows' own rules (which step time, which final value) are
+# versioned by the digest the workspace passes to CatalogIndex.open.
+INDEX_FORMAT = 1
+# Inside the store: a dot-folder, which run listings skip (runformat.list_runs, tb-profiler scans).
+INDEX_DIR = ".torchscope"
+INDEX_FILE = "catalog.sqlite3"
+_CACHE_ENV = "TORCHSCOPE_CACHE"  # the same variable as app.data.trace_cache.CACHE_ENV
+_BUSY_MS = 5_000
+
+# (st_mtime_ns, st_size, st_ino) of a run's manifest.
+Signature = tuple[int, int, int]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    folder TEXT PRIMARY KEY,
+    mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, ino INTEGER NOT NULL,
+    manifest_status TEXT,          -- as written in run.json (a running run is re-read every listing)
+    steps_source TEXT,
+    started_at REAL,               -- sort key: epoch seconds, NULL when unknown
+    listing_level INTEGER NOT NULL, -- 1: the manifest could not be read (a listing problem), 0: a row
+    row_json TEXT,                 -- the catalog row (app.workspace.catalog_rows) without its path
+    record_text TEXT,              -- its `ls --json` record, indented as printed, up to its "path"
+    problems_json TEXT NOT NULL,
+    name TEXT, status TEXT, tags TEXT, grp TEXT,
+    config_json TEXT, finals_json TEXT
+);
+-- The last whole `ls --json` listing, keyed by a digest of every folder's signature: a store
+-- where nothing changed is printed from here (one row, no per-run work).
+CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), key TEXT NOT NULL,
+    runs_text TEXT NOT NULL, problems_json TEXT NOT NULL);
+"""
+_COLUMNS = ("folder", "mtime_ns", "size", "ino", "manifest_status", "steps_source", "started_at", "listing_level",
+            "row_json", "record_text", "problems_json", "name", "status", "tags", "grp", "config_json", "finals_json")
+
+
+def catalog_index_path(store_root: str | os.PathLike[str]) -> Path:
+    """Where the index of the local store ``store_root`` lives: ``<root>/.torchscope/catalog.sqlite3``,
+    or, when the store cannot be written, a file named by the store's resolved path in the user's
+    cache folder. The one seam for remote stores: they point it at their local mirror."""
+    root = Path(store_root)
+    inside = root / INDEX_DIR / INDEX_FILE
+    if inside.exists() or os.access(root, os.W_OK):
+        return inside
+    env = os.environ.get(_CACHE_ENV)
+    cache = Path(env).expanduser() if env else Path.home() / ".cache" / "torchscope"
+    digest = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return cache / "catalog" / f"{digest}.sqlite3"
+
+
+def manifest_signature(manifest: str | os.PathLike[str]) -> Signature | None:
+    """The manifest's signature, or None when it is not a regular file (no run there)."""
+    try:
+        st = os.stat(manifest)
+    except (OSError, ValueError):
+        return None
+    if (st.st_mode & 0o170000) != 0o100000:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What is stored for one run folder (see the table's comments above)."""
+
+    folder: str
+    signature: Signature
+    manifest_status: str | None
+    steps_source: str | None
+    started_at: float | None
+    listing_level: bool
+    row: Mapping[str, Any] | None
+    record_text: str | None
+    problems: tuple[str, ...]
+    config: Mapping[str, Any] | None = None
+    finals: Mapping[str, Any] | None = None
+
+    def values(self) -> tuple[Any, ...]:
+        row = self.row or {}
+        return (self.folder, *self.signature, self.manifest_status, self.steps_source, self.started_at,
+                int(self.listing_level), _dumps(dict(row)) if self.row is not None else None, self.record_text,
+                _dumps(list(self.problems)), row.get("name"), row.get("status"), row.get("tags"), row.get("group"),
+                _dumps(dict(self.config)) if self.config is not None else None,
+                _dumps(dict(self.finals)) if self.finals is not None else None)
+
+
+class ListingEntry(NamedTuple):
+    """The few columns a listing reads for every run (no row, no record text)."""
+
+    signature: Signature
+    manifest_status: str | None
+    steps_source: str | None
+    started_at: float | None
+
+
+def _dumps(value: Any) -> str:
+    # Non-finite floats and huge integers as JSON allows them in Python (NaN, 1e400 → Infinity):
+    # the index holds what the row held, the front ends clean it as before.
+    return json.dumps(value, default=str)
+
+
+class CatalogIndex:
+    """An open index file. Raises nothing on reads of a broken file: see :meth:`open`."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], rules: str) -> CatalogIndex | None:
+        """The index at ``path``, created when missing and emptied when its format or ``rules``
+        digest differ; a file SQLite cannot read is deleted and made anew. None when no index can
+        be opened there (a read-only folder, a locked file past the busy timeout)."""
+        path = Path(path)
+        for attempt in range(2):
+            try:
+                return cls._open(path, rules)
+            except sqlite3.OperationalError as e:
+                if _is_busy(e) or attempt or not path.exists():
+                    return None
+                _delete(path)
+            except sqlite3.DatabaseError:  # not a database, malformed: rebuild
+                if attempt:
+                    return None
+                _delete(path)
+            except OSError:
+                return None
+        return None
+
+    @classmethod
+    def _open(cls, path: Path, rules: str) -> CatalogIndex:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            want = {"format": str(INDEX_FORMAT), "rules": rules}
+            if any(meta.get(k) != v for k, v in want.items()):
+                with _transaction(conn):
+                    conn.execute("DELETE FROM runs")
+                    conn.execute("DELETE FROM snapshot")
+                    conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(want.items()))
+            # A cheap check that the table pages are readable; a malformed page raises DatabaseError here.
+            conn.execute("SELECT count(*) FROM runs").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def listing(self) -> dict[str, ListingEntry] | None:
+        """Folder → what a listing compares; None when the file turns out unreadable."""
+        try:
+            cur = self._conn.execute("SELECT folder, mtime_ns, size, ino, manifest_status, steps_source, started_at "
+                                     "FROM runs")
+            new = ListingEntry._make
+            return {f: new(((m, s, i), st, src, t)) for f, m, s, i, st, src, t in cur}
+        except sqlite3.DatabaseError:
+            return None
+
+    def listing_with_records(self) -> tuple[dict[str, ListingEntry], dict[str, tuple[bool, str | None, str]]] | None:
+        """:meth:`listing` and :meth:`records` in one pass over the table (what ``ls --json`` reads)."""
+        try:
+            cur = self._conn.execute("SELECT folder, mtime_ns, size, ino, manifest_status, steps_source, started_at, "
+                                     "listing_level, record_text, problems_json FROM runs")
+            new = ListingEntry._make
+            listing: dict[str, ListingEntry] = {}
+            records: dict[str, tuple[bool, str | None, str]] = {}
+            for f, m, s, i, st, src, t, lvl, text, probs in cur:
+                listing[f] = new(((m, s, i), st, src, t))
+                records[f] = (bool(lvl), text, probs)
+            return listing, records
+        except sqlite3.DatabaseError:
+            return None
+
+    def records(self) -> dict[str, tuple[bool, str | None, str]] | None:
+        """Folder → (listing-level problem, record text, problems JSON) of every entry; None when unreadable."""
+        try:
+            cur = self._conn.execute("SELECT folder, listing_level, record_text, problems_json FROM runs")
+            return {f: (bool(lvl), text, probs) for f, lvl, text, probs in cur}
+        except sqlite3.DatabaseError:
+            return None
+
+    def rows(self, folders: Iterable[str] | None = None) -> dict[str, tuple[bool, dict[str, Any] | None, list[str]]] | None:
+        """Folder → (listing-level problem, catalog row, problems) of ``folders`` (every entry when
+        None); None when unreadable. An entry whose JSON does not parse is left out (recomputed)."""
+        try:
+            if folders is None:
+                got = list(self._conn.execute("SELECT folder, listing_level, row_json, problems_json FROM runs"))
+            else:
+                wanted = list(folders)
+                got = []
+                for i in range(0, len(wanted), 500):
+                    part = wanted[i:i + 500]
+                    got += self._conn.execute("SELECT folder, listing_level, row_json, problems_json FROM runs "
+                                              f"WHERE folder IN ({','.join('?' * len(part))})", part).fetchall()
+        except sqlite3.DatabaseError:
+            return None
+        out: dict[str, tuple[bool, dict[str, Any] | None, list[str]]] = {}
+        for folder, lvl, row_json, probs in got:
+            try:
+                row = json.loads(row_json) if row_json is not None else None
+                problems = json.loads(probs)
+            except (TypeError, ValueError):
+                continue
+            if (row is None or isinstance(row, dict)) and isinstance(problems, list):
+                out[folder] = (bool(lvl), row, [str(p) for p in problems])
+        return out
+
+    def query_rows(self) -> list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] | None:
+        """(folder, row, config, final values) of every run with a row, for queries across runs."""
+        try:
+            got = self._conn.execute("SELECT folder, row_json, config_json, finals_json FROM runs "
+                                     "WHERE row_json IS NOT NULL").fetchall()
+        except sqlite3.DatabaseError:
+            return None
+        out = []
+        for folder, row_json, config_json, finals_json in got:
+            try:
+                row, config, finals = (json.loads(x) if x else {} for x in (row_json, config_json, finals_json))
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(config, dict) and isinstance(finals, dict):
+                out.append((folder, row, config, finals))
+        return out
+
+    def snapshot(self, key: str) -> tuple[str, list[str]] | None:
+        """(runs text, problems) of the last listing when it was made for ``key``, else None."""
+        try:
+            got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
+            if got is None or got[0] != key:
+                return None
+            problems = json.loads(got[2])
+        except (sqlite3.DatabaseError, ValueError):
+            return None
+        return (got[1], [str(p) for p in problems]) if isinstance(problems, list) else None
+
+    def write_snapshot(self, key: str, runs_text: str, problems: list[str]) -> bool:
+        """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written."""
+        try:
+            with _transaction(self._conn):
+                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?, ?)",
+                                   (key, runs_text, _dumps(problems)))
+        except sqlite3.DatabaseError:
+            return False
+        return True
+
+    def write(self, entries: Iterable[IndexEntry], removed: Iterable[str] = ()) -> bool:
+        """Store ``entries`` and forget the ``removed`` folders in one transaction; False when the
+        index could not be written (another writer held it past the busy timeout, a full disk):
+        the listing is still right, only not remembered."""
+        values = [e.values() for e in entries]
+        gone = [(f,) for f in removed]
+        if not values and not gone:
+            return True
+        try:
+            with _transaction(self._conn):
+                self._conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) "
+                                       f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+                self._conn.executemany("DELETE FROM runs WHERE folder = ?", gone)
+        except (sqlite3.DatabaseError, OverflowError, ValueError):
+            return False
+        return True
+
+
+class _transaction:
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error): one writer at a time, readers go on."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self._conn.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    text = str(e).lower()
+    return "locked" in text or "busy" in text or "readonly" in text or "unable to open" in text
+
+
+def _delete(path: Path) -> None:
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass

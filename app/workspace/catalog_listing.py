@@ -1,0 +1,315 @@
+"""A store listed through its catalog index: stat every manifest, read only the runs that changed (workspace layer).
+
+``torchscope ls`` and the Runs page list a store through here (app.workspace.catalog). For each run
+folder the manifest's ``stat`` signature is compared with the one its index entry was computed
+from (app.data.catalog_index); only runs whose signature differs, that have no entry, that are
+recorded as running (their status depends on the clock and their metrics grow) or whose steps are
+still "in trace" (the trace analysis may have appeared) are read again, and the index is updated in
+one transaction. Entries of folders that are gone are dropped. docs/catalog.md has the rules.
+
+This module imports only the standard library and the index at load time: ``ls --json`` of a
+store whose index is current never imports pandas, the analysis or pyarrow (the benchmark's goal,
+benchmarks/catalog_index.py). Rows to recompute bring those in. The ``ls --json`` records and the
+listing snapshot are app.workspace.catalog_records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.data.catalog_index import CatalogIndex, IndexEntry, ListingEntry, Signature, catalog_index_path
+from profiler_agent.runformat import errors as rf_errors
+from profiler_agent.runformat import layout
+
+__all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "PATH_SENTINEL", "PATH_JSON", "RUNNING",
+           "IN_TRACE", "not_a_run_problem", "rows_of", "tb_mirror", "explain", "compute_entry", "add_record_texts",
+           "ordered_by_start", "path_prefix", "open_index", "MirrorOf"]
+
+_APP = Path(__file__).resolve().parents[1]
+# The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
+_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
+                  "workspace/cached_steps.py",
+                  "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
+                  "analysis/run/final_value.py")
+RUNNING = "running"
+IN_TRACE = "in trace"
+
+# The record text is stored with this value as its path; the listing puts the path in at read time,
+# so an index stays right for a store named another way (a relative --root, a symlink).
+PATH_SENTINEL = "\u0000torchscope-path\u0000"
+PATH_JSON = json.dumps(PATH_SENTINEL)
+
+
+def rules_digest() -> str:
+    """A digest of the sources that compute rows (an entry made by other code is not reused)."""
+    h = hashlib.sha256()
+    for rel in _RULES_SOURCES:
+        try:
+            h.update((_APP / rel).read_bytes())
+        except OSError:
+            h.update(rel.encode())
+    return h.hexdigest()[:20]
+
+
+def not_a_run_problem(folder: Path) -> str:
+    """runformat.list_runs' message for a sub-folder without a manifest (same text)."""
+    return f"{folder}: not a run folder (no {layout.MANIFEST}); skipped"
+
+
+def path_prefix(root: Path) -> str:
+    """What ``str(root / name)`` puts before ``name`` (pathlib drops a leading "./"), as a string:
+    joining 10,000 pathlib paths costs more than the stat calls."""
+    text = str(root)
+    return "" if text == "." else os.path.join(text, "")
+
+
+@dataclass
+class Scan:
+    """The run folders of a store, in listing order (name descending), with their manifest signatures."""
+
+    root: Path
+    folders: list[str]
+    signatures: dict[str, Signature]  # folders with a manifest
+    not_runs: list[Path]
+
+
+def scan_store(root: str | os.PathLike[str] | None) -> Scan:
+    """List the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) with one ``stat`` per run.
+
+    Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
+    from app.data.catalog_index import manifest_signature
+
+    found = layout.resolve_root(root)
+    if not found.exists():
+        raise rf_errors.RunStoreNotFoundError(
+            f"{found}: run store not found (create it by recording a run, or pass --root)")
+    if not found.is_dir():
+        raise rf_errors.RunStoreNotFoundError(f"{found}: is a file, expected a run store folder")
+    with os.scandir(found) as it:
+        names = sorted((e.name for e in it if not e.name.startswith(".") and e.is_dir()), reverse=True)
+    sigs: dict[str, Signature] = {}
+    not_runs: list[Path] = []
+    base = path_prefix(found)
+    tail = os.sep + layout.MANIFEST
+    for name in names:
+        sig = manifest_signature(base + name + tail)
+        if sig is None:
+            not_runs.append(found / name)
+        else:
+            sigs[name] = sig
+    return Scan(root=found, folders=names, signatures=sigs, not_runs=not_runs)
+
+
+@dataclass
+class Refreshed:
+    """A scan checked against the index: which entries are current, and the recomputed ones."""
+
+    scan: Scan
+    index: CatalogIndex | None
+    known: Mapping[str, ListingEntry] = field(default_factory=dict)
+    records: Mapping[str, tuple[bool, str | None, str]] | None = None  # read with the listing (ls --json)
+    reused: set[str] = field(default_factory=set)
+    computed: dict[str, IndexEntry] = field(default_factory=dict)
+    stale_in_trace: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+
+
+def _started_key(value: Any) -> float | None:
+    # store_from_rows' rule: a number within what pandas' timestamps hold, else unknown (sorted last).
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if abs(f) < 9.2e9 else None
+
+
+def compute_entry(folder: str, path: Path, sig: Signature, *, now: float | None) -> IndexEntry:
+    """The index entry of one run, read from its files (the signature was taken before)."""
+    from app.workspace import cached_steps
+    from app.workspace.catalog_rows import load_run_entry
+    from profiler_agent import runformat as rf
+
+    try:
+        manifest_status = None
+        entry = load_run_entry(path, now=now)
+    except rf.RunFormatError as e:  # unreadable manifest: a listing problem, as list_runs gives it
+        return IndexEntry(folder, sig, None, None, None, True, None, None, (str(e),))
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:
+        # The last guard of "one bad run never hides the others" (app.workspace.catalog.load_catalog_row).
+        msg = f"{path}: skipped, a value in it could not be read ({type(e).__name__}: {e})"
+        return IndexEntry(folder, sig, None, None, None, False, None, None, (msg,))
+    row = entry.row
+    cached_steps.fill_steps_from_traces(row)
+    manifest_status = RUNNING if row.get("status") in (RUNNING, "crashed") else row.get("status")
+    stored = {k: v for k, v in row.items() if k != "path"}
+    return IndexEntry(folder, sig, manifest_status, row.get("steps_source"), _started_key(row.get("started_at")),
+                      False, stored, None, tuple(entry.problems), entry.config, entry.finals)
+
+
+def open_index(root: Path) -> CatalogIndex | None:
+    """The store's index (created when missing, rebuilt when unreadable), or None when it cannot be had."""
+    return CatalogIndex.open(catalog_index_path(root), rules_digest())
+
+
+def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
+            use_index: bool = True, with_records: bool = False, scan: Scan | None = None) -> Refreshed:
+    """Scan the store (or take ``scan``) and bring its index up to date (see the module docstring).
+
+    ``reindex``: recompute every run; ``with_records``: read the stored ``ls --json`` records in the
+    same pass. Raises RunStoreNotFoundError."""
+    scan = scan or scan_store(root)
+    index = open_index(scan.root) if use_index else None
+    known: Mapping[str, ListingEntry] = {}
+    records = None
+    if index is not None and not reindex:
+        got = index.listing_with_records() if with_records else index.listing()
+        if got is None:  # readable header, unreadable pages: start again
+            index.close()
+            path = catalog_index_path(scan.root)
+            _remove_index(path)
+            index = open_index(scan.root)
+            got = {}
+        if isinstance(got, tuple):
+            known, records = got
+        else:
+            known = got
+    out = Refreshed(scan=scan, index=index, known=known, records=records)
+    todo: list[str] = []
+    for folder, sig in scan.signatures.items():
+        hit = known.get(folder)
+        if hit is None or hit.signature != sig or hit.manifest_status == RUNNING:
+            todo.append(folder)
+        elif hit.steps_source == IN_TRACE:
+            out.stale_in_trace.append(folder)
+        else:
+            out.reused.add(folder)
+    for folder in todo:
+        out.computed[folder] = compute_entry(folder, scan.root / folder, scan.signatures[folder], now=now)
+    if out.stale_in_trace and index is not None:
+        _recheck_in_trace(out, index)
+    gone = [f for f in known if f not in scan.signatures]
+    if index is not None and (out.computed or gone):
+        add_record_texts(scan.root, out.computed)
+        index.write(out.computed.values(), gone)
+    else:
+        add_record_texts(scan.root, out.computed)
+    return out
+
+
+def _remove_index(path: Path) -> None:
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def _recheck_in_trace(out: Refreshed, index: CatalogIndex) -> None:
+    """Rows whose steps were "in trace": filled from the trace analysis cache when it has them now
+    (cached_steps), then recomputed entries; the others stay as stored."""
+    from app.workspace import cached_steps
+
+    rows = index.rows(out.stale_in_trace) or {}
+    for folder in out.stale_in_trace:
+        got = rows.get(folder)
+        if got is None or got[1] is None:
+            out.computed[folder] = compute_entry(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
+            continue
+        row = dict(got[1])
+        row["path"] = str(out.scan.root / folder)
+        if cached_steps.fill_steps_from_traces(row):
+            out.computed[folder] = compute_entry(folder, out.scan.root / folder, out.scan.signatures[folder], now=None)
+        else:
+            out.reused.add(folder)
+
+
+def add_record_texts(root: Path, computed: dict[str, IndexEntry]) -> None:
+    """Fill each computed row's ``ls --json`` record text, through the same pandas conversion
+    ``ls`` always used (app.data.runs.store_from_rows and store_records), in one batch."""
+    with_rows = {f: e for f, e in computed.items() if e.row is not None}
+    if not with_rows:
+        return
+    from app.data import runs as runs_data
+
+    rows = [{**e.row, "path": f} for f, e in with_rows.items() if e.row is not None]
+    records = runs_data.store_records(runs_data.store_from_rows(root, rows, []))
+    for rec in records:
+        folder = str(rec["path"])
+        text = json.dumps({**rec, "path": PATH_SENTINEL}, indent=2, allow_nan=False, default=str)
+        e = with_rows[folder]
+        computed[folder] = IndexEntry(e.folder, e.signature, e.manifest_status, e.steps_source, e.started_at,
+                                      e.listing_level, e.row, text, e.problems, e.config, e.finals)
+
+
+def ordered_by_start(folders: Iterable[str], started: Callable[[str], float | None]) -> list[str]:
+    """Newest start first, ties and unknown starts in listing order (store_from_rows' stable sort)."""
+    listed = list(folders)
+    known = [f for f in listed if started(f) is not None]
+    unknown = [f for f in listed if started(f) is None]
+    known.sort(key=lambda f: -(started(f) or 0.0))
+    return known + unknown
+
+
+def rows_of(done: Refreshed) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """(catalog rows in listing order with their paths, listing problems, row problems) of a
+    refreshed scan: the stored rows of the current entries and the recomputed ones."""
+    scan = done.scan
+    stored = (done.index.rows() if done.index is not None and done.reused else None) or {}
+    rows: list[dict[str, Any]] = []
+    listing_problems: list[str] = []
+    row_problems: list[str] = []
+    for folder in scan.folders:
+        if folder not in scan.signatures:
+            listing_problems.append(not_a_run_problem(scan.root / folder))
+            continue
+        entry = done.computed.get(folder)
+        if entry is not None:
+            level, row, probs = entry.listing_level, entry.row, list(entry.problems)
+        elif folder in stored:
+            level, row, probs = stored[folder]
+        else:  # dropped by another process meanwhile
+            entry = done.computed[folder] = compute_entry(folder, scan.root / folder, scan.signatures[folder], now=None)
+            level, row, probs = entry.listing_level, entry.row, list(entry.problems)
+        (listing_problems if level else row_problems).extend(probs)
+        if row is not None:
+            rows.append({**row, "path": str(scan.root / folder)})
+    return rows, listing_problems, row_problems
+
+
+# (store root, its tb-profiler sub-folders) -> the mirror store, or None (app.workspace.catalog.MirrorLoader)
+MirrorOf = Callable[[Path, list[Path]], "Path | None"]
+
+
+def tb_mirror(scan: Scan, mirror_of: MirrorOf | None) -> tuple[list[Path], Path | None]:
+    """(tb-profiler sub-folders, their mirror store) of a scanned store; only folders without a
+    manifest can be tb-profiler runs, so a store of runs alone costs nothing here."""
+    if not scan.not_runs:
+        return [], None
+    from app.data import tbprofiler
+
+    tb_runs = tbprofiler.find_tb_runs(scan.root)
+    if not tb_runs:
+        return [], None
+    if mirror_of is None:
+        return tb_runs, tbprofiler.mirror_tb_folder(scan.root)
+    return tb_runs, mirror_of(scan.root, tb_runs)
+
+
+def explain(problems: list[str], scan: Scan, tb_runs: list[Path], mirror: Path | None) -> list[str]:
+    """The store's problems with the "not a run folder" ones said why (tbprofiler.explain_store_problems)."""
+    if not scan.not_runs:
+        return problems
+    from app.data import tbprofiler
+
+    return tbprofiler.explain_store_problems(problems, scan.not_runs, tb_runs if mirror is not None else [])

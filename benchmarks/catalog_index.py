@@ -1,0 +1,183 @@
+"""Listing 1,000 and 10,000 runs through the catalog index, next to a loop that only json.loads every manifest (benchmark).
+
+    python -m benchmarks.catalog_index [--sizes 1000 10000] [--repeat 3] [--keep DIR]
+
+For each synthetic store (small manifests, 20 metrics lines per run, written directly, no fsync)
+every figure is a whole process, timed in this run next to its peer:
+
+- ``loop``: a plain Python process that lists the store and ``json.load``s every run.json (the peer);
+- ``ls cold``: ``python -m app ls --json`` without an index (it reads every run and builds the index);
+- ``ls warm``: the same with the index present and nothing else cached (goal: <= 0.2x the loop);
+- ``page``: the Runs page through AppTest in a fresh interpreter, index present: first render
+  (imports included) and the second run in the same process (goal: <= 0.05x the loop);
+- ``query``: ``torchscope query --by batch_size,num_workers`` as a process, and the query itself
+  (index refresh + DuckDB) inside one process (goal: well under a second for 1,000 runs).
+
+Wall seconds and CPU seconds (user + system of the child) are both printed: on a shared machine the
+CPU figure moves less. Each figure is the median of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INDEX_DIR = ".torchscope"  # app.data.catalog_index.INDEX_DIR
+
+LOOP = """
+import json, os, sys
+root = sys.argv[1]
+runs = []
+for name in sorted(os.listdir(root), reverse=True):
+    try:
+        with open(os.path.join(root, name, "run.json")) as f:
+            runs.append(json.load(f))
+    except (OSError, ValueError):
+        pass
+print(len(runs))
+"""
+
+PAGE = """
+import logging, os, sys, time
+logging.disable(logging.WARNING)
+os.environ["TORCHSCOPE_RUNS"] = sys.argv[1]
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[2], default_timeout=900)
+t, c = time.perf_counter(), time.process_time(); at.run()
+first, first_cpu = time.perf_counter() - t, time.process_time() - c
+assert not at.exception, [e.value for e in at.exception]
+t, c = time.perf_counter(), time.process_time(); at.run()
+second, second_cpu = time.perf_counter() - t, time.process_time() - c
+print(f"{first:.4f} {second:.4f} {first_cpu:.4f} {second_cpu:.4f} {len(at.dataframe[0].value)}")
+"""
+
+QUERY = """
+import sys, time
+t = time.perf_counter()
+import duckdb
+from app.workspace.catalog_query import load_runs_table, query_runs
+imports = time.perf_counter() - t
+t, c = time.perf_counter(), time.process_time()
+table = load_runs_table(sys.argv[1])
+result = query_runs(table, by=["batch_size", "num_workers"])
+print(f"{time.perf_counter() - t:.4f} {imports:.4f} {time.process_time() - c:.4f} {len(table)} {len(result)}")
+"""
+
+
+def write_store(root: Path, n: int, seed: int = 0) -> None:
+    """``n`` small finished runs: a manifest with a config of batch_size / num_workers / lr, tags,
+    and 20 metrics lines whose step time depends on the config (written without the agent: fast)."""
+    rnd = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = 1_764_000_000.0
+    for i in range(n):
+        started = t0 + 60.0 * i
+        run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)) + f"-run{i}-{i % 65536:04x}"
+        d = root / run_id
+        d.mkdir()
+        bs, nw = (16, 32, 64)[i % 3], (0, 2, 4, 8)[i % 4]
+        manifest = {"schema_version": 1, "id": run_id, "name": f"run{i}", "status": "finished", "started_at": started,
+                    "ended_at": started + 30.0, "heartbeat": started + 30.0, "exit_code": 0,
+                    "command": ["python", "train.py"], "cwd": "/w", "host": "bench", "pid": 1000 + i,
+                    "git": {"commit": "0123456789abcdef", "dirty": False},
+                    "versions": {"python": "3.11", "torch": "2.13.0"}, "devices": [],
+                    "config": {"batch_size": bs, "num_workers": nw, "lr": 0.01}, "world_size": 1,
+                    "tags": ["main"] if i % 2 else ["dev"], "notes": "", "artifacts": []}
+        (d / "run.json").write_text(json.dumps(manifest, indent=2))
+        step = 0.05 * (1 + bs / 64) / (1 + nw / 8)
+        lines = [json.dumps({"step": s, "time": started + s * step, "rank": 0, "loss": 2.0 / (1 + s), "samples": bs,
+                             "step_time_s": step * (1 + 0.1 * rnd.random())}) for s in range(20)]
+        (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall s, CPU s of the child, its stdout) of one process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])}...: exit {out.returncode}\n{out.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out.stdout
+
+
+def median_of(repeat: int, fn) -> tuple[float, float, str]:  # noqa: ANN001 - a () -> timed(...) closure
+    runs = [fn() for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[-1][2]
+
+
+def bench_store(n: int, work: Path, repeat: int) -> None:
+    store = work / f"runs{n}"
+    t = time.perf_counter()
+    write_store(store, n)
+    print(f"\n== {n} runs (written in {time.perf_counter() - t:.1f} s) ==")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHSCOPE_CACHE": str(work / "cache")}
+    py = sys.executable
+    ls = [py, "-m", "app", "ls", "--root", str(store), "--json"]
+
+    def cold() -> tuple[float, float, str]:
+        shutil.rmtree(store / INDEX_DIR, ignore_errors=True)
+        return timed(ls, env)
+
+    ls_cold = median_of(1, cold)  # builds the index: reads every run once
+    loop = median_of(repeat, lambda: timed([py, "-c", LOOP, str(store)], env))
+    ls_warm = median_of(repeat, lambda: timed(ls, env))
+    assert len(json.loads(ls_warm[2])["runs"]) == n
+    page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store), str(ROOT / "app" / "streamlit_app.py")],
+                                           env))
+    first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
+    query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
+                                                  "batch_size,num_workers", "--json"], env))
+    query_in = median_of(repeat, lambda: timed([py, "-c", QUERY, str(store)], env))
+    q_s, q_imports, q_cpu = (float(x) for x in query_in[2].split()[:3])
+
+    def line(label: str, fig: tuple[float, float, str], goal: str = "") -> None:
+        print(f"  {label:34s} wall {fig[0]:7.3f} s  CPU {fig[1]:7.3f} s   {fig[0] / loop[0]:6.3f}x loop (wall), "
+              f"{fig[1] / max(loop[1], 1e-9):6.3f}x (CPU){goal}")
+
+    line("loop: json.load every manifest", loop)
+    line("ls --json, no index (builds it)", ls_cold)
+    line("ls --json, index present", ls_warm, "   goal <= 0.2x")
+    line("Runs page process (AppTest)", page)
+    print(f"  {'Runs page first render':34s} wall {first:7.3f} s  CPU {first_cpu:7.3f} s   "
+          f"{first / loop[0]:6.3f}x loop (wall), {first_cpu / max(loop[1], 1e-9):6.3f}x (CPU); "
+          f"{int(shown)} rows on the first page")
+    print(f"  {'Runs page second render':34s} wall {second:7.3f} s  CPU {second_cpu:7.3f} s   "
+          f"{second / loop[0]:6.3f}x loop (wall), {second_cpu / max(loop[1], 1e-9):6.3f}x (CPU)   goal <= 0.05x")
+    line("query --by batch_size,num_workers", query_proc)
+    print(f"  {'query in one process':34s} wall {q_s:7.3f} s  CPU {q_cpu:7.3f} s   (index refresh + table + "
+          f"DuckDB, after {q_imports:.2f} s of imports; goal well under 1 s at 1,000)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    p.add_argument("--keep", type=Path, help="write the stores here and keep them (default: a temp folder)")
+    args = p.parse_args(argv)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="ts-bench-catalog-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        for n in args.sizes:
+            bench_store(n, work, args.repeat)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
