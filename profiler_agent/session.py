@@ -26,7 +26,7 @@ import torch
 
 from . import graph
 from .accumulation import loss_divisor, step_loss
-from .compilation import CompileWatch, write_compile_summary
+from .compilation import COMPILE_KEY, COMPILE_S_KEY, CompileWatch, write_compile_summary
 from .contention import StepCpu
 from .environment import read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
@@ -93,6 +93,7 @@ class Session:
         self._call_refs: dict[int, weakref.ref[torch.nn.Module]] = {}
         self._training_seen = False  # a backward or an optimizer step happened: not an inference run
         self._inference_summarised = False
+        self._compile_marks: dict[int, tuple[int, float]] = {}  # before recognition: per module at call start
         self._stopped = False  # --max-steps ended the job
         self._user_val_loss = False  # the script logs val_loss itself: do not add ours
         self._losses: list[torch.Tensor] = []
@@ -183,6 +184,8 @@ class Session:
             with self.failures.guard("inference"):
                 self._recognise_inference()
         self.calls.begin(id(module), batch, torch.is_grad_enabled(), module.training)
+        if not self.calls.recognised:  # compile keys of a call that may yet be a training step's
+            self._compile_marks[id(module)] = (self.compilation.compilations, self.compilation.total_s)
 
     def on_call_end(self, module: torch.nn.Module) -> None:
         """A top-level call of ``module`` ended: an inference step, or a call towards recognition."""
@@ -191,7 +194,12 @@ class Session:
         call = self.calls.end(id(module))
         if call is None:
             return
-        compiled = self.compilation.take_step()
+        if self.calls.recognised:
+            compiled = self.compilation.take_step()
+        else:  # not taken: if this is a training job, its first step's line needs them
+            count, seconds = self._compile_marks.pop(id(module), (self.compilation.compilations, 0.0))
+            compiled = {COMPILE_KEY: True, COMPILE_S_KEY: self.compilation.total_s - seconds} \
+                if self.compilation.compilations > count else {}
         if compiled:
             call = Call(call.latency_s, call.batch, call.grad, call.train, call.idle_s, compiled)
         if self.calls.recognised:
@@ -212,6 +220,8 @@ class Session:
             return
         with self._lock:
             self.calls.recognised = True
+            self.compilation.take_step()  # the early calls carry their own compile keys
+            self._compile_marks.clear()
             self.root = root
             self._started = True
             if self.evaluation.active:  # evaluation-loss bookkeeping is the training loop's
