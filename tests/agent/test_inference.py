@@ -85,7 +85,6 @@ def test_inference_hooks_read_no_tensor_values(tmp_path: Path, monkeypatch: pyte
     assert summary["inference_calls"] == 30 and summary["grad_enabled_calls"] == 0
 
 
-@pytest.mark.slow  # the first optimizer step imports torch._dynamo in this process (seconds on a busy machine)
 def test_a_training_job_that_evaluates_first_is_not_inference(tmp_path: Path) -> None:
     from profiler_agent.api import Run
 
