@@ -11,6 +11,11 @@
   iterations pay two Python calls per forward; when the root runs for evaluation (eval mode,
   or no grad), losses are recorded until training resumes (``evaluation.py``) and the
   iteration is marked ``evaluation``;
+- the same global hooks time every top-level call until the job steps an optimizer or is
+  recognised as an inference run (``inference.py``); then a forward pre-hook and a forward hook on
+  the model's root time each call (a ScriptModule takes no hooks of its own: the global hooks stay,
+  one Python call per module call, and only the root's calls count). Grad mode and
+  ``module.training`` are read at the call, never a tensor's value;
 
 (argparse results are captured by ``argcapture``, which must not import torch.)
 Every hook body runs under the session's failure guard.
@@ -84,6 +89,7 @@ class _Hooks:
         self.discovery: list[RemovableHandle] = []
         self.root_handle: RemovableHandle | None = None
         self.root_post_handle: RemovableHandle | None = None
+        self.call_handles: list[RemovableHandle] = []
         self.depth = threading.local()
         self.original_backward: Callable[..., Any] | None = None
         self.original_scale: Callable[..., Any] | None = None
@@ -95,16 +101,22 @@ class _Hooks:
         self.depth.value = depth + 1
         if depth == 0:
             with self.session.failures.guard("forward hook"):
+                first = first_input(args)
+                compiling = torch.compiler.is_compiling()
+                if not compiling:  # inference: every top-level call is timed until the job trains
+                    self.session.on_call_begin(module, _batch(first))
                 if module.training and torch.is_grad_enabled():
-                    first = first_input(args)
                     self.session.on_forward(module, _batch(first), top_level=True, tokens=tokens_of(first))
-                elif not torch.compiler.is_compiling():  # an evaluation before the root is known:
-                    self.session.on_discovery_eval(module)  # judged at the first step
+                elif not compiling and not self.session.calls.active:  # an evaluation before the root
+                    self.session.on_discovery_eval(module)  # is known: judged at the first step
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                      output: Any) -> None:
         depth = max(0, getattr(self.depth, "value", 1) - 1)
         self.depth.value = depth
+        if depth == 0 and not torch.compiler.is_compiling():
+            with self.session.failures.guard("forward hook"):
+                self.session.on_call_end(module)
         # A model called with keyword arguments only (the HF Trainer's model(**batch)): the global
         # pre-hook sees no kwargs, so its batch is read here, where torch passes them.
         if depth == 0 and kwargs and module.training and torch.is_grad_enabled() and first_input(args) is None:
@@ -117,12 +129,34 @@ class _Hooks:
                 self.session.output_shapes[id(module)] = shape
 
     def root_found(self, root: torch.nn.Module | None) -> None:
-        for handle in self.discovery:
+        for handle in (*self.discovery, *self.call_handles):
             handle.remove()
         self.discovery.clear()
+        self.call_handles.clear()
         if root is not None:
             self.root_handle = root.register_forward_pre_hook(self.root_pre, with_kwargs=True)
             self.root_post_handle = root.register_forward_hook(self.root_post)
+
+    def inference_root(self, root: torch.nn.Module) -> None:
+        """An inference run's root is known: time its calls with its own hooks, when it takes them."""
+        try:
+            pre = root.register_forward_pre_hook(self.call_pre, with_kwargs=True)
+        except RuntimeError:  # a ScriptModule: the global hooks go on timing its calls
+            return
+        self.call_handles = [pre, root.register_forward_hook(self.call_post, always_call=True)]
+        for handle in self.discovery:
+            handle.remove()
+        self.discovery.clear()
+
+    def call_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not torch.compiler.is_compiling():
+            with self.session.failures.guard("inference hook"):
+                self.session.on_call_begin(module, _batch(first_input(args, kwargs)))
+
+    def call_post(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if not torch.compiler.is_compiling():
+            with self.session.failures.guard("inference hook"):
+                self.session.on_call_end(module)
 
     def root_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if module.training and torch.is_grad_enabled():
@@ -159,8 +193,9 @@ class _Hooks:
 
     def uninstall(self) -> None:
         roots = [h for h in (self.root_handle, self.root_post_handle) if h is not None]
-        for handle in (*self.handles, *self.discovery, *roots):
+        for handle in (*self.handles, *self.discovery, *roots, *self.call_handles):
             handle.remove()
+        self.call_handles.clear()
         self.handles.clear()
         self.discovery.clear()
         self.root_handle = self.root_post_handle = None
@@ -170,6 +205,7 @@ class _Hooks:
             torch.amp.GradScaler.scale = self.original_scale
         self.session.evaluation.uninstall()
         self.session.on_root_found = None
+        self.session.on_inference_root = None
 
 
 def _wrap_backward(hooks: _Hooks) -> None:
@@ -221,4 +257,5 @@ def install_hooks(session: Session) -> Callable[[], None]:
     with session.failures.guard("evaluation loss wrappers"):
         session.evaluation.install()  # functional losses: seen in evaluations (evaluation.py)
     session.on_root_found = hooks.root_found
+    session.on_inference_root = hooks.inference_root
     return hooks.uninstall

@@ -142,6 +142,8 @@ def comparison_to_json(cmp: Comparison, *, top: int | None = 200,
         "sign_note": cmp.sign_note or None,
         "contention": _contention(cmp),
         "notes": list(cmp.notes) + list(cats.notes),
+        # inference runs only (docs/compare.md "Inference latency"): p50/p90/p99 per sample with intervals
+        **({"latency": table_records(cmp.latency)} if cmp.latency is not None else {}),
     } | _stragglers(cmp)
 
 

@@ -23,6 +23,7 @@ from . import (  # noqa: F401 - importing a family module registers its rules
     distributed,
     evaluation,
     gradients,
+    inference,
     launch,
     memory,
     optimizer,

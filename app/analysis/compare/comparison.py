@@ -16,7 +16,9 @@ import pandas as pd
 
 from app.analysis.compare import steps as cs
 from app.analysis.compare.contention import ContentionCheck, check_contention
+from app.analysis.compare.estimators import RUN_TO_RUN_MARGIN
 from app.analysis.compare.headline import Headline, HeadlineQuantity, HeadlineVerdict, compute_headline
+from app.analysis.compare.latency import compute_latency_rows
 from app.analysis.compare.machine_load import MachineLoad, compute_machine_load, load_warning
 from app.analysis.compare.many_runs import diff_config
 from app.analysis.compare.metrics import compare_metrics
@@ -85,6 +87,8 @@ class Comparison:
     step_sets: dict[str, StepSet] = field(default_factory=dict)
     # Why the waterfall's mean profiled step moves the other way than the headline ("" when not).
     sign_note: str = ""
+    # Inference runs: latency per sample at p50/p90/p99 (compare_latency; also verdict-table rows).
+    latency: pd.DataFrame | None = None
 
     @property
     def memory_ratio(self) -> float | None:
@@ -172,13 +176,16 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         notes.append(note)
     manifests = [s.run.manifest if s.run is not None else None for s in (baseline, candidate)]
     a, b = baseline.analysis, candidate.analysis
+    latency = compute_latency_rows(replicated[0], replicated[1], confidence=o.confidence, resamples=o.resamples,
+                                   seed=o.seed, threshold=max(o.threshold, RUN_TO_RUN_MARGIN)) \
+        if headline.quantity == HeadlineQuantity.LATENCY_PER_SAMPLE else []
     return Comparison(
         baseline=baseline, candidate=candidate, options=o,
         step_source=section.sources, step_times=section.tables,
         step_time=section.est, step_verdict=section.verdict,
         throughput=section.tp, throughput_unit=section.tp_unit, throughput_verdict=section.tp_verdict,
         peak_memory=mem, memory_verdict=mem_verdict,
-        verdicts=compute_verdict_table(section, mem, mem_verdict, metrics, headline), metrics=metrics,
+        verdicts=compute_verdict_table(section, mem, mem_verdict, metrics, headline, latency), metrics=metrics,
         breakdown=deltas.breakdown, breakdown_steps=deltas.breakdown_steps, machine_load=loads, load_warning=caution,
         ops=deltas.ops, kernels=deltas.kernels,
         config=diff_config(manifests, [baseline.label, candidate.label]),
@@ -186,4 +193,5 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
         profiled_steps=(profiled_step_count(a) if a is not None else 0, profiled_step_count(b) if b is not None else 0),
         notes=notes + [f"baseline: {p}" for p in baseline.problems] + [f"candidate: {p}" for p in candidate.problems],
         headline=headline, contention=contention, step_sets=sets, sign_note=note,
+        latency=pd.DataFrame(latency, columns=VERDICT_COLUMNS) if latency else None,
     )

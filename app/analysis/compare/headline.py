@@ -2,7 +2,9 @@
 
 ``compute_headline`` judges the candidate against the baseline on
 
-* **the right quantity**: time per token when both sides log ``tokens`` per step and the
+* **the right quantity**: latency per sample when both sides are inference runs (each step one
+  call of the model, ``compare_latency``; the tails are the verdict table's p90/p99 rows), else
+  time per token when both sides log ``tokens`` per step and the
   tokens per step are not one constant shared by both, else time per sample when the samples
   per step differ between the sides (a batch of 64 against 16), else step time;
 * **the steady-state steps** (compare_steps: warm-up, profiled and evaluation steps left out);
@@ -34,6 +36,7 @@ import pandas as pd
 
 from app.analysis.compare import estimators as est_
 from app.analysis.compare.contention import ContentionCheck
+from app.analysis.compare.latency import is_inference_table
 from app.analysis.compare.options import CompareOptions
 from app.analysis.stats.ratio import RatioEstimate
 
@@ -45,6 +48,7 @@ class HeadlineQuantity(StrEnum):
     STEP_TIME = "step_time"
     TIME_PER_SAMPLE = "time_per_sample"
     TIME_PER_TOKEN = "time_per_token"
+    LATENCY_PER_SAMPLE = "latency_per_sample"
 
 
 class HeadlineVerdict(StrEnum):
@@ -55,8 +59,10 @@ class HeadlineVerdict(StrEnum):
 
 
 QUANTITY_WORDS = {HeadlineQuantity.STEP_TIME: "step time", HeadlineQuantity.TIME_PER_SAMPLE: "time per sample",
-                  HeadlineQuantity.TIME_PER_TOKEN: "time per token"}
-_DIVISOR = {HeadlineQuantity.TIME_PER_SAMPLE: "samples", HeadlineQuantity.TIME_PER_TOKEN: "tokens"}
+                  HeadlineQuantity.TIME_PER_TOKEN: "time per token",
+                  HeadlineQuantity.LATENCY_PER_SAMPLE: "latency per sample"}
+_DIVISOR = {HeadlineQuantity.TIME_PER_SAMPLE: "samples", HeadlineQuantity.TIME_PER_TOKEN: "tokens",
+            HeadlineQuantity.LATENCY_PER_SAMPLE: "samples"}
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,12 @@ def _logged_everywhere(values: np.ndarray) -> bool:
 
 def choose_quantity(baseline: Sequence[pd.DataFrame], candidate: Sequence[pd.DataFrame]) -> tuple[HeadlineQuantity, str]:
     """(quantity, reason) from the kept steps of each side's step tables (several per side for a group)."""
+    if baseline and candidate and all(is_inference_table(t) for t in (*baseline, *candidate)):
+        sa, sb = _per_step(baseline, "samples"), _per_step(candidate, "samples")
+        if _logged_everywhere(sa) and _logged_everywhere(sb):
+            return HeadlineQuantity.LATENCY_PER_SAMPLE, (
+                f"judged latency per sample: both sides are inference runs (a step is one call of the model; "
+                f"batch median {np.median(sa):g} vs {np.median(sb):g})")
     ta, tb = _per_step(baseline, "tokens"), _per_step(candidate, "tokens")
     if _logged_everywhere(ta) and _logged_everywhere(tb):
         both = np.concatenate([ta, tb])

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.compare import steps as cs
+from app.analysis.compare.latency import is_inference_summary_key
 from app.analysis.compare.options import CompareOptions
 from app.analysis.compare.side import CompareSide
 from app.analysis.stats.ratio import (
@@ -35,7 +36,7 @@ def _metric_keys(ma: pd.DataFrame, mb: pd.DataFrame) -> list[str]:
             "contention", "steal", "lr", "learning_rate", "epoch", "compile", "compile_s"}
     keys = []
     for col in ma.columns:
-        if col in skip or col not in mb.columns:
+        if col in skip or col not in mb.columns or is_inference_summary_key(str(col)):
             continue
         if pd.to_numeric(ma[col], errors="coerce").notna().any():
             keys.append(str(col))

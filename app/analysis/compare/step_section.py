@@ -110,5 +110,6 @@ def follow_headline(section: StepSection, headline: Headline) -> StepSection:
     # time per sample / token: step times are not comparable, throughput is the judged quantity's inverse
     # (diff --json step_time.verdict is the comparison's speed verdict)
     why = f"not judged on its own: the headline judges {headline.quantity_words}"
-    judged_tp = headline.quantity == HeadlineQuantity.TIME_PER_SAMPLE and section.tp_unit == "samples_per_s"
+    judged_tp = headline.quantity in (HeadlineQuantity.TIME_PER_SAMPLE, HeadlineQuantity.LATENCY_PER_SAMPLE) \
+        and section.tp_unit == "samples_per_s"
     return replace(section, verdict=verdict, why=why, tp_verdict=verdict if judged_tp else section.tp_verdict)

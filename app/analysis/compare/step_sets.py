@@ -67,7 +67,7 @@ def sign_note(breakdown: pd.DataFrame, headline: Headline, sets: dict[str, StepS
            f"({'longer' if grew else 'shorter'}) while the headline says {headline.verdict} by "
            f"{headline.quantity_words}"]
     if headline.quantity != HeadlineQuantity.STEP_TIME:
-        why.append(f"the headline is per {headline.quantity.removeprefix('time_per_')}: a step that does more work "
+        why.append(f"the headline is per {headline.quantity.split('_per_')[-1]}: a step that does more work "
                    "may take longer and still be faster per unit of work")
     why.append(f"the waterfall averages {d.baseline} and {d.candidate} profiled steps, recorded under the profiler "
                f"(which slows code unevenly), while the headline uses {sets['headline'].baseline} and "

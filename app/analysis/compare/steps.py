@@ -4,6 +4,10 @@ Step times come from the run's metrics (``step_time_s`` per step; the slowest ra
 counts) and, for bare traces, from the trace's ``ProfilerStep`` durations. Warm-up steps, steps
 inside profiler windows and steps that ran an evaluation pass are dropped explicitly; the table
 keeps them with the reason.
+
+An inference run's steps are its model calls (``"inference": true`` lines): the agent's own
+warm-up rule marks its warm-up calls (``"warmup": true``, profiler_agent/inference.py), which
+replaces the automatic warm-up; the table's ``attrs["inference"]`` is True (compare_latency).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
+from app.analysis.compare.latency import INFERENCE_KEY
 from app.analysis.compare.side import CompareSide
 from app.analysis.memory.peak import (
     common_peak,
@@ -88,17 +93,22 @@ def _profiled_steps(side: CompareSide) -> set[int]:
     return traced | {s - k for s in starts for k in range(1, warm + 1) if s - k >= 0}
 
 
+_WARMUP_KEY = "warmup"  # an inference call the agent's warm-up rule dropped
+_MARKS = ("profiled", COMPILE_KEY, INFERENCE_KEY, _WARMUP_KEY)
+
+
 def _from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
-    optional = [c for c in (*_SUMMED, *_SHARES, "profiled", COMPILE_KEY) if c in metrics.columns]
+    optional = [c for c in (*_SUMMED, *_SHARES, *_MARKS) if c in metrics.columns]
     m = metrics[["step", "step_time_s", *optional]].copy()
-    for col in ["step_time_s", *(c for c in optional if c not in ("profiled", COMPILE_KEY))]:
+    for col in ["step_time_s", *(c for c in optional if c not in _MARKS)]:
         m[col] = pd.to_numeric(m[col], errors="coerce")
     m = m[np.isfinite(m["step_time_s"].to_numpy(float, na_value=np.nan)) & (m["step_time_s"] > 0)]
     if "profiled" in m.columns:
         # true/false/missing (read as 1.0/0.0/NaN or objects): only a true value marks a profiled step
         m["profiled"] = pd.to_numeric(m["profiled"], errors="coerce").fillna(0.0).to_numpy(float) != 0
-    if COMPILE_KEY in m.columns:  # same for torch.compile's mark
-        m[COMPILE_KEY] = pd.to_numeric(m[COMPILE_KEY], errors="coerce").fillna(0.0).to_numpy(float) != 0
+    for mark in (COMPILE_KEY, INFERENCE_KEY, _WARMUP_KEY):  # same for torch.compile's and inference's marks
+        if mark in m.columns:
+            m[mark] = pd.to_numeric(m[mark], errors="coerce").fillna(0.0).to_numpy(float) != 0
     g = m.groupby("step", sort=True)
     out = g["step_time_s"].max().to_frame()  # a synchronous step lasts as long as its slowest rank
     for col in optional:
@@ -132,7 +142,10 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
     for col in (*_SUMMED, *_SHARES):
         if col not in table.columns:
             table[col] = np.nan
+    inference = source is StepSource.METRICS and INFERENCE_KEY in table.columns and bool(table[INFERENCE_KEY].any())
     k = auto_warmup(len(table), source) if warmup_steps is None else max(0, int(warmup_steps))
+    if inference and warmup_steps is None:  # the agent's warm-up rule marked the calls
+        k = 0
     reason = np.full(len(table), "", dtype=object)
     if source is StepSource.METRICS:
         # copy: pandas may hand back a read-only view, and the mask is edited in place below.
@@ -153,9 +166,16 @@ def compute_step_times(side: CompareSide, warmup_steps: int | None = None) -> tu
         if evaluated.any() and not (evaluated | (reason != "")).all():
             reason[evaluated] = DropReason.EVALUATION
     reason[: min(k, len(table))] = DropReason.WARMUP
+    if inference and warmup_steps is None and _WARMUP_KEY in table.columns:
+        warm = table[_WARMUP_KEY].eq(True).to_numpy()
+        if not (warm | (reason != "")).all():
+            reason[warm] = DropReason.WARMUP
     table["reason"] = reason
     table["kept"] = reason == ""
-    return table[STEP_TIME_COLUMNS].reset_index(drop=True), source
+    out = table[STEP_TIME_COLUMNS].reset_index(drop=True)
+    if inference:
+        out.attrs[INFERENCE_KEY] = True
+    return out, source
 
 
 def kept_step_times(table: pd.DataFrame) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The verdict table of a comparison: one row per judged quantity (analysis layer).
 
-Headline, step time, throughput, peak memory and every logged metric (final and best), with the
+Headline, step time, throughput, for inference runs latency per sample at p50/p90/p99
+(compare_latency), peak memory and every logged metric (final and best), with the
 baseline and candidate values, the ratio, its interval, the verdict and a note (docs/compare.md).
 """
 from __future__ import annotations
@@ -62,9 +63,11 @@ def _metric_note(window: str, baseline_run_spread: float, candidate_run_spread: 
 
 
 def compute_verdict_table(steps: StepSection, mem: tuple[cs.PeakMemory, cs.PeakMemory], mem_verdict: Verdict,
-                          metrics: pd.DataFrame, headline: Headline) -> pd.DataFrame:
-    """The table (VERDICT_COLUMNS) of the module docstring."""
-    rows = [_headline_row(headline)]
+                          metrics: pd.DataFrame, headline: Headline,
+                          latency: list[_Row] | None = None) -> pd.DataFrame:
+    """The table (VERDICT_COLUMNS) of the module docstring; ``latency``: the quantile rows
+    (compare_latency.compute_latency_rows), after the headline."""
+    rows = [_headline_row(headline), *(latency or [])]
     if headline.quantity != HeadlineQuantity.STEP_TIME:  # a step-time headline already is this row
         rows.append(_verdict_row("step time (median)", "s", steps.est, "",
                                  f"steady state, from {steps.sources[0]}; {steps.why}"))
