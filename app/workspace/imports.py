@@ -22,7 +22,6 @@ from typing import Any
 from app.data.log_import import import_log_plan, plan_log_import
 from app.data.trace_files import Skipped
 from app.errors import TorchscopeError
-from app.workspace.traces import load_and_analyze
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
@@ -112,6 +111,10 @@ def _store_summary(run_dir: Path) -> None:
     keeps its import: the Run page then says what is wrong."""
     if not layout.list_trace_files(run_dir):
         return
+    # The analysis (pandas, pyarrow) loads only when a run has traces: `torchscope import --help`
+    # and a TensorBoard log import start without it.
+    from app.workspace.traces import load_and_analyze
+
     try:
         _, analysis = load_and_analyze(run_dir)
     except (TorchscopeError, OSError, ValueError):

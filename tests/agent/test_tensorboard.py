@@ -95,12 +95,12 @@ def test_import_of_the_log_folder_gives_the_same_curves(tb_job, imported: Path) 
 
 @pytest.mark.parametrize("which", ["recorded", "imported"])
 def test_run_page_lists_the_tags(which: str, tb_job, imported: Path, monkeypatch) -> None:  # noqa: ANN001
-    from tests.app.helpers import assert_clean, open_app
+    from tests.app.helpers import assert_clean, open_app, show_tab
 
     run_dir = tb_job[0] if which == "recorded" else imported
     at = open_app(monkeypatch, run_dir.parent, run=run_dir.name)
     assert_clean(at)
-    (metrics_tab,) = [t for t in at.tabs if t.label == "Metrics"]
+    metrics_tab = show_tab(at, "Metrics")  # only the open tab is built
     (curves,) = [m for m in metrics_tab.multiselect if m.label == "Curves"]
     assert set(TAGS) <= set(curves.options)
     assert TB_STEP_KEY not in curves.options  # a coordinate, not a curve

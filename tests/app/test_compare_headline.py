@@ -16,7 +16,7 @@ from app.ui import compare_cache
 from app.ui.compare_headline import headline_sentence, step_set_lines
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import APP, assert_clean
+from tests.app.helpers import APP, assert_clean, show_tab
 from tests.app.helpers import texts as _texts
 from tests.conftest import write_run
 
@@ -128,6 +128,7 @@ def test_groups_are_sides(monkeypatch, group_store) -> None:
     shown = texts(at.success)
     assert "Step time: group fast is" in shown
     # the Curves tab can band the runs by replicate group
+    show_tab(at, "Curves", key="compare_tab")
     assert "(replicate group)" in at.selectbox(key="compare_group_by").options
     at.selectbox(key="compare_group_by").set_value("(replicate group)").run()
     assert not at.exception
@@ -150,7 +151,8 @@ def test_group_side_comes_from_the_workspace_load_group_side(monkeypatch, group_
 
     def load_group_side(name, store):  # noqa: ANN001, ANN202
         calls.append((name, str(store)))
-        members = [p for p in sorted(root.iterdir()) if rf.read_manifest(p).extra.get("group") == name]
+        members = [p for p in sorted(root.iterdir())  # not the store's own .torchscope (catalog index)
+                   if not p.name.startswith(".") and rf.read_manifest(p).extra.get("group") == name]
         side = compare_inputs.load_side(members[-1], with_traces=False)
         return dataclasses.replace(side, label=f"{name} ×{len(members)}")
 

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from tests.browser.conftest import screenshot
-from tests.browser.test_flows import EXCEPTION, _agent_run_or
+from tests.browser.test_flows import _agent_run_or
+from tests.browser.waits import EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -19,11 +20,6 @@ DATES = re.compile(r"\b\d{8}-\d{6}\b|\b20\d\d-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?")
 GPU_WORDS = ("Device self", "GPU kernel", "Memcpy", "Memset")
 TABS = ("Overview", "Metrics", "Operators", "System")
 
-
-def _wait_idle(page) -> None:  # noqa: ANN001
-    """test_flows' wait, with room for a cold Run page on a loaded 2-core machine."""
-    page.wait_for_timeout(300)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=400_000)
 
 
 def _visible_text(page) -> str:  # noqa: ANN001
@@ -38,11 +34,11 @@ def test_cpu_agent_run_shows_clean_numbers(page, server, browser_store):  # noqa
     run = _agent_run_or(browser_store, "baseline")
     page.goto(f"{server}/run?run={run}")
     page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
+    wait_idle(page, 400_000)
     problems = []
     for name in TABS:
         page.get_by_role("tab", name=name).click()
-        _wait_idle(page)
+        wait_idle(page, 400_000)
         page.wait_for_timeout(500)
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         screenshot(page, f"clean_numbers_{name.lower()}")

@@ -7,17 +7,11 @@ from pathlib import Path
 import pytest
 
 from tests.browser.conftest import screenshot
+from tests.browser.waits import EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-EXCEPTION = '[data-testid="stException"]'
 
-
-def _wait_idle(page) -> None:  # noqa: ANN001
-    page.wait_for_timeout(300)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
-    # and the script has finished (the status widget may not show yet on a loaded machine)
-    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def _pair(store) -> str:  # noqa: ANN001
@@ -36,7 +30,7 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     # The headline names the quantity it judged, whatever the verdict (faster, same, inconclusive ...).
     page.get_by_text(re.compile(r"(Step time|Time per sample|Time per token): optimized")).first.wait_for(
         timeout=180_000)
-    _wait_idle(page)
+    wait_idle(page)
     assert page.locator(EXCEPTION).count() == 0
     assert page.get_by_text("Step time (median, steady state)").count() >= 1
     assert page.get_by_text("Judged by").count() >= 1 and page.get_by_text("Replicates").count() >= 1
@@ -49,7 +43,7 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     assert names[0] == "Where the time went" and names[-1] == "Export", names
     for i, name in enumerate(names):
         page.get_by_role("tab").nth(i).click()
-        _wait_idle(page)  # only the open tab is built: a click reruns the page for it
+        wait_idle(page)  # only the open tab is built: a click reruns the page for it
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         screenshot(page, f"compare_{i + 1:02d}_{name.lower().replace(' ', '_')}")
     with page.expect_download() as info:

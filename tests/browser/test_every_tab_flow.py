@@ -10,16 +10,9 @@ import pytest
 
 from tests.browser.conftest import screenshot
 from tests.browser.test_flows import _agent_run_or
+from tests.browser.waits import EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-EXCEPTION = '[data-testid="stException"]'
-_READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
-
-
-def _ready(page) -> None:  # noqa: ANN001
-    page.wait_for_timeout(150)  # a click's rerun request reaches the server first
-    page.wait_for_selector(_READY, timeout=180_000)
 
 
 def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
@@ -32,7 +25,7 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
             page.get_by_role("tab", name=name, exact=True).click()
             # the panel of a tab not open before is empty until the page's rerun has built it
             panel.locator('[data-testid="stElementContainer"]').first.wait_for()
-            _ready(page)
+            wait_idle(page)
         # only the open tab is built: every other panel is empty
         assert page.locator('[role="tabpanel"]:not(:visible) [data-testid="stMarkdown"]').count() == 0, name
         assert panel.locator('[data-testid="stElementContainer"]').count() > 0, f"tab {name} is empty"
@@ -68,15 +61,15 @@ def test_every_tab(page, server, browser_store, prefix: str) -> None:  # noqa: A
     run = {"agent": _agent_run_or(browser_store, "baseline"), "gpu": "gpu-control", "ranks": "two-ranks"}[prefix]
     page.goto(f"{server}/run?run={run}")
     page.get_by_role("tab", name="Overview").wait_for()
-    _ready(page)
+    wait_idle(page)
     names = _every_tab(page, prefix)
     assert len(names) >= 10
     if prefix == "agent":
         page.get_by_role("tab", name="System").click()
-        _ready(page)
+        wait_idle(page)
         assert page.locator('[role="tabpanel"]:visible .js-plotly-plot').count() >= 2
     if prefix == "ranks":  # a deep link opens the tab it names
         page.goto(f"{server}/run?run={run}&run_tab=Timeline")
         page.locator('[role="tabpanel"]:visible .js-plotly-plot').first.wait_for()
-        _ready(page)
+        wait_idle(page)
         assert page.get_by_role("tab", name="Timeline").get_attribute("aria-selected") == "true"

@@ -8,27 +8,18 @@ import re
 import pytest
 
 from tests.browser.conftest import screenshot
+from tests.browser.waits import EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-EXCEPTION = '[data-testid="stException"]'
 
-
-def _wait_idle(page) -> None:  # noqa: ANN001
-    # Streamlit shows its status widget ("Running…", "Stop") only while the script runs.
-    page.wait_for_timeout(200)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
-    )
-    # and the script has finished (the status widget may not show yet on a loaded machine)
-    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001
     page.goto(f"{server}/")
     page.get_by_role("heading", name="Runs").wait_for()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert page.locator(EXCEPTION).count() == 0
     assert page.get_by_text(re.compile(r"\d+ of \d+ runs")).count() == 1
     screenshot(page, "runs_catalog")
@@ -52,16 +43,16 @@ def _agent_run_or(store, name: str) -> str:  # noqa: ANN001
 def test_imported_gpu_two_rank_run(page, server):  # noqa: ANN001
     page.goto(f"{server}/run?run=two-ranks")
     page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert page.locator(EXCEPTION).count() == 0
     page.get_by_role("tab", name="Operators").click()
-    _wait_idle(page)
+    wait_idle(page)
     panel = page.locator('[role="tabpanel"]:visible')
     panel.locator(".js-plotly-plot").first.wait_for()
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "run_two_ranks_operators")
     page.get_by_role("tab", name="Kernels").click()
-    _wait_idle(page)
+    wait_idle(page)
     page.locator('[role="tabpanel"]:visible').locator(".js-plotly-plot").first.wait_for()
     screenshot(page, "run_two_ranks_kernels")
 
@@ -70,16 +61,16 @@ def test_open_run_from_catalog(page, server):  # noqa: ANN001
     page.goto(f"{server}/")
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     # The first column of the grid holds the row-selection checkboxes.
     box = grid.bounding_box()
     assert box is not None
     page.mouse.click(box["x"] + 18, box["y"] + 55)
     page.get_by_role("button", name="Open run").wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     page.get_by_role("button", name="Open run").click()
     page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert "/run" in page.url and "run=" in page.url
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "run_opened_from_catalog")

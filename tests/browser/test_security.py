@@ -12,10 +12,10 @@ import pytest
 from profiler_agent import runformat as rf
 from tests.browser.conftest import screenshot
 from tests.browser.hostile import HOSTILE_NAME, PAYLOAD
+from tests.browser.waits import EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-EXCEPTION = '[data-testid="stException"]'
 # What a payload that ran, or a tag that the page parsed as HTML, would leave in the DOM.
 INJECTED = """() => ({
   pwned: window.__pwned === undefined ? null : String(window.__pwned),
@@ -27,10 +27,6 @@ INJECTED = """() => ({
 CLEAN = {"pwned": None, "imgs": 0, "svgs": 0, "scripts": 0, "jslinks": 0}
 
 
-def _wait_idle(page) -> None:  # noqa: ANN001
-    page.wait_for_timeout(200)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
-
 
 def _hostile_id(store: Path) -> str:
     return next(p.name for p, m in rf.list_runs(store).runs if m.name == HOSTILE_NAME)
@@ -41,13 +37,15 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
     run = _hostile_id(browser_store)
     page.goto(f"{server}/run?run={urllib.parse.quote(run)}")
     page.get_by_role("tab", name="Overview").wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert PAYLOAD in page.get_by_role("heading").first.inner_text()  # the name, literally
     tabs = page.get_by_role("tab")
     names = [tabs.nth(i).inner_text().strip() for i in range(tabs.count())]
     for i, name in enumerate(names):
         page.get_by_role("tab").nth(i).click()
-        _wait_idle(page)
+        # only the open tab is built: its panel is empty until the rerun has drawn it
+        page.locator('[role="tabpanel"]:visible [data-testid="stElementContainer"]').first.wait_for()
+        wait_idle(page)
         assert page.evaluate(INJECTED) == CLEAN, f"tab {name}"
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Logs":
@@ -63,12 +61,12 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
             screenshot(page, "xss_run_operators")
     page.goto(f"{server}/")
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert page.evaluate(INJECTED) == CLEAN, "Runs page"
     base = next(p.name for p, m in rf.list_runs(browser_store).runs if m.name == "baseline" and "sample" not in m.tags)
     page.goto(f"{server}/compare?runs={urllib.parse.quote(base)},{urllib.parse.quote(run)}")
     page.get_by_text("Baseline").first.wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert page.evaluate(INJECTED) == CLEAN, "Compare page"
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "xss_compare")
@@ -82,17 +80,17 @@ def test_urls_leaving_the_store_get_the_message(page, server, browser_store, pla
     for ref in (str(planted), relative):
         page.goto(f"{server}/run?run={urllib.parse.quote(ref, safe='')}")
         page.get_by_text("outside the run store").first.wait_for()
-        _wait_idle(page)
+        wait_idle(page)
         assert secret not in page.content()
         assert page.locator(EXCEPTION).count() == 0
         page.get_by_role("tab", name="Logs").click()  # the newest run of the store is shown instead
-        _wait_idle(page)
+        wait_idle(page)
         assert secret not in page.content()
     screenshot(page, "url_outside_store_run")
     base = next(p.name for p, m in rf.list_runs(browser_store).runs if m.name == "baseline")
     page.goto(f"{server}/compare?runs={urllib.parse.quote(base)},{urllib.parse.quote(str(planted), safe='')}")
     page.get_by_text("outside the run store").first.wait_for()
-    _wait_idle(page)
+    wait_idle(page)
     assert secret not in page.content()
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "url_outside_store_compare")

@@ -145,7 +145,7 @@ def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path) -> None:
     assert code == 0, err
     listed = json.loads(out)
     assert isinstance(listed, (list, dict))
-    by_name = {p.name.split("-")[2]: p for p in root.iterdir() if p.is_dir()}
+    by_name = {p.name.split("-")[2]: p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
     for case in done:
         where = f"case {case.index} ({case.marker or 'launch'} +{case.delay}s, last output {case.seen!r})"
         run_dir = by_name.get(f"k{case.index:02d}")

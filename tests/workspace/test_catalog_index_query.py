@@ -135,7 +135,7 @@ def test_runs_page_pages_and_filters(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 def test_compare_sweep_of_every_run_uses_the_index_query(monkeypatch: pytest.MonkeyPatch, sweep_store: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from tests.app.helpers import APP, assert_clean
+    from tests.app.helpers import APP, assert_clean, show_tab
 
     monkeypatch.setenv("TORCHSCOPE_RUNS", str(sweep_store))
     names = sorted(p.name for p in sweep_store.iterdir() if "-s0-" in p.name or "-s1-" in p.name)
@@ -143,6 +143,7 @@ def test_compare_sweep_of_every_run_uses_the_index_query(monkeypatch: pytest.Mon
     at.query_params["runs"] = ",".join(names)
     at.switch_page("app_pages/compare.py")
     at.run()
+    show_tab(at, "Sweep", key="compare_tab")  # only the open tab is built
     at.radio(key="compare_sweep_scope").set_value("every run in the store").run()
     at.multiselect(key="compare_sweep_by").select("batch_size").run()
     assert_clean(at)

@@ -1,0 +1,16 @@
+"""Waiting for the Streamlit app in a real browser: one definition for every browser test."""
+from __future__ import annotations
+
+from typing import Any
+
+EXCEPTION = '[data-testid="stException"]'  # Streamlit's exception box
+READY = "[data-testid='stApp'][data-test-script-state='notRunning']"  # the script has finished
+
+
+def wait_idle(page: Any, timeout_ms: int = 180_000) -> None:
+    """Until the page's script run is over: a click's rerun request first reaches the server, then
+    Streamlit's status widget ("Running…") goes and the app says its script is not running (the
+    widget may not show at all on a loaded machine, so both are waited for)."""
+    page.wait_for_timeout(250)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+    page.wait_for_selector(READY, timeout=timeout_ms)
