@@ -28,11 +28,12 @@ summary in run.json ``"inference"``.
 """
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .anomaly import median
 
 __all__ = ["RECOGNISE_CALLS", "WINDOW", "SETTLE_TOLERANCE", "SLOW_FACTOR", "MAX_HELD", "MANIFEST_KEY",
            "INFERENCE_KEY", "Call", "WarmupRule", "CallWatch", "latency_summary", "quantile"]
@@ -72,11 +73,11 @@ class WarmupRule:
         self.times.append(latency_s)
         n = len(self.times)
         if n >= 2 * WINDOW:
-            last = statistics.median(self.times[n - WINDOW:])
-            before = statistics.median(self.times[n - 2 * WINDOW:n - WINDOW])
+            last = median(self.times[n - WINDOW:])
+            before = median(self.times[n - 2 * WINDOW:n - WINDOW])
             if min(last, before) > 0 and max(last, before) / min(last, before) - 1 <= SETTLE_TOLERANCE:
                 k = n - 2 * WINDOW
-                settled = statistics.median(self.times[k:])
+                settled = median(self.times[k:])
                 while k < n - WINDOW and self.times[k] > SLOW_FACTOR * settled:
                     k += 1
                 self.warmup = k
@@ -201,5 +202,5 @@ def latency_summary(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if samples and total_s > 0:
         out["throughput_samples_per_s"] = samples / total_s
     if per_sample:
-        out["batch_size_median"] = statistics.median(int(c["samples"]) for c in used if c.get("samples"))
+        out["batch_size_median"] = median(int(c["samples"]) for c in used if c.get("samples"))
     return out

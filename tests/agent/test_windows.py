@@ -258,7 +258,7 @@ def test_the_running_median_is_the_median() -> None:
     import statistics
     from collections import deque
 
-    from profiler_agent.anomaly import _median
+    from profiler_agent.anomaly import median as _median
     for values in ([3.0], [1.0, 9.0], [5.0, 1.0, 4.0], [2.0, 8.0, 1.0, 7.0, 3.0, 3.0]):
         assert _median(deque(values)) == statistics.median(values)
 
