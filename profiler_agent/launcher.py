@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from .environment import describe_launch, read_rank_info
 from .heartbeat import Heartbeat
@@ -49,7 +49,9 @@ from .runformat import (
     update_manifest_final,
 )
 from .runformat.store_url import check_store_url, is_store_url, scrub_url, spool_root
-from .upload import UPLOAD_FIELD, Uploader
+
+if TYPE_CHECKING:
+    from .upload import Uploader
 
 __all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
 
@@ -101,6 +103,8 @@ def launch(request: LaunchRequest) -> int:
     # "group" stays a top-level field that readers keep in Manifest.extra (old runs lack it).
     extra: dict[str, object] = {"group": request.group} if request.group else {}
     if store_url:
+        from .upload import UPLOAD_FIELD  # the uploader loads only for a store URL
+
         extra[UPLOAD_FIELD] = {"url": scrub_url(store_url), "state": "uploading", "errors": 0}
     try:
         # git and package versions (~50 ms: subprocesses, importlib.metadata) are filled in beside
@@ -173,7 +177,7 @@ class _Job:
     def __init__(self, run_dir: Path, request: LaunchRequest, *, t0: float, store_url: str | None = None) -> None:
         self.run_dir = run_dir
         self.store_url = store_url
-        self.uploader: Uploader | None = None
+        self.uploader: Uploader | None = None  # only for a store URL
         self.request = request
         self.t0 = t0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -208,6 +212,8 @@ class _Job:
             describe.start()
             heartbeat = Heartbeat(self.run_dir).start()
             if self.store_url:  # a thread of the launcher: the job's process never uploads
+                from .upload import Uploader
+
                 self.uploader = Uploader(self.run_dir, self.store_url).start()
             tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
                     self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]

@@ -8,8 +8,6 @@ text into a message: :func:`scrub_url` drops ``user:password@``.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -84,6 +82,8 @@ def check_store_url(url: str) -> str:
             "or a local folder)")
     if not norm.split("://", 1)[1].strip("/"):
         raise UnsupportedStoreError(f"{norm}: needs a bucket or folder after {scheme}://")
+    import importlib.util  # here, not at the top: every run-format reader imports this module
+
     module = BACKENDS[scheme]
     for needed in ("fsspec", module):
         if needed and importlib.util.find_spec(needed) is None:
@@ -95,6 +95,8 @@ def check_store_url(url: str) -> str:
 
 def url_digest(url: str) -> str:
     """A short stable name for the store ``url`` (credentials scrubbed before hashing)."""
+    import hashlib  # ~6 ms (OpenSSL): only a store URL pays it, not every job's launcher
+
     return hashlib.sha256(normalize_url(url).encode("utf-8")).hexdigest()[:20]
 
 
