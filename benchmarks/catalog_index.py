@@ -51,9 +51,10 @@ print(len(runs))
 PAGE = """
 import logging, os, sys, time
 logging.disable(logging.WARNING)
-os.environ["TORCHSCOPE_RUNS"] = sys.argv[1]
-from streamlit.testing.v1 import AppTest
-at = AppTest.from_file(sys.argv[2], default_timeout=900)
+from pathlib import Path
+from tests.app.helpers import runs_page_app, use_store  # AppTest lives with the tests
+use_store(Path(sys.argv[1]))
+at = runs_page_app(timeout=900)
 t, c = time.perf_counter(), time.process_time(); at.run()
 first, first_cpu = time.perf_counter() - t, time.process_time() - c
 assert not at.exception, [e.value for e in at.exception]
@@ -136,8 +137,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     loop = median_of(repeat, lambda: timed([py, "-c", LOOP, str(store)], env))
     ls_warm = median_of(repeat, lambda: timed(ls, env))
     assert len(json.loads(ls_warm[2])["runs"]) == n
-    page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store), str(ROOT / "app" / "streamlit_app.py")],
-                                           env))
+    page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
     first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
     query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
                                                   "batch_size,num_workers", "--json"], env))

@@ -26,6 +26,11 @@ def run_page_app(run: str, *, timeout: float = 120) -> AppTest:
     return at
 
 
+def runs_page_app(*, timeout: float = 120) -> AppTest:
+    """The app on its first page, the Runs page (the store is $TORCHSCOPE_RUNS), not run yet."""
+    return AppTest.from_file(APP, default_timeout=timeout)
+
+
 @contextlib.contextmanager
 def profiled_script_runs(prof: cProfile.Profile | None) -> Iterator[None]:
     """Record the app script's runs (in AppTest's script thread) in ``prof`` while inside."""
