@@ -233,12 +233,7 @@ class Session:
             if self.rank == 0:
                 with self.failures.guard("module tree"):
                     tree = graph.write_module_tree(self.run_dir, root, self.output_shapes, record=False)
-            with self.failures.guard("manifest"):
-                record_first_step(self.run_dir, self.options, rank=self.rank, world_size=self.world_size, tree=tree)
-            self._flush_config()
-            with self.failures.guard("system sampler"):
-                self._sampler = start_system_sampler(self.run_dir, self.failures, self.options, rank=self.rank,
-                                                     t0=self.t0, step_cpu=self._step_cpu)
+            self._record_first_step(tree)
             if self.on_inference_root is not None:
                 with self.failures.guard("inference hooks"):
                     self.on_inference_root(root)
@@ -487,6 +482,11 @@ class Session:
         if self.on_root_found is not None:
             with self.failures.guard("model hooks"):
                 self.on_root_found(self.root)
+        self._record_first_step(tree)
+
+    def _record_first_step(self, tree: Artifact | None) -> None:
+        """The run's first step is known (a training step, or an inference run recognised): the
+        manifest's first-step record, the config, and the system sampler."""
         with self.failures.guard("manifest"):
             record_first_step(self.run_dir, self.options, rank=self.rank, world_size=self.world_size, tree=tree)
         self._flush_config()
