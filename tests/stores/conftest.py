@@ -93,8 +93,11 @@ class S3Store:
         """Every object under ``bucket/prefix``: key relative to it → bytes."""
         fs = self.fs()
         base = f"{self.bucket}/{prefix}"
-        keys = fs.find(base)
-        return {k[len(base) + 1:]: fs.cat_file(k) for k in keys}
+        # Files only: while a run is uploading, s3fs can answer an empty listing followed by a prefix that
+        # now exists, and report the prefix itself (a directory, no object behind it) as the one entry.
+        found = fs.find(base, detail=True)
+        return {k[len(base) + 1:]: fs.cat_file(k) for k, info in found.items()
+                if info.get("type") == "file" and k.startswith(base + "/")}
 
 
 def make_s3_store(server: S3Server, home: Path, mp: pytest.MonkeyPatch) -> S3Store:
