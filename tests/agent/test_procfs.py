@@ -14,6 +14,8 @@ from profiler_agent import procfs, system
 
 pytestmark = pytest.mark.skipif(not procfs.available(), reason="needs Linux /proc")
 
+# Busy for {s} s of wall time, killed by the test long before: on a loaded machine the test's own 0.5 s of
+# CPU can take many seconds of wall time, and a burner that ended would be read as a zombie (RSS 0).
 _BURN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 
 
@@ -46,7 +48,7 @@ def test_descendants_match_psutil_and_survive_odd_command_names(tmp_path: Path) 
 
 
 def test_cpu_percent_rss_and_machine_figures_agree_with_psutil() -> None:
-    busy = subprocess.Popen([sys.executable, "-c", _BURN.format(s=5)])
+    busy = subprocess.Popen([sys.executable, "-c", _BURN.format(s=120)])
     try:
         ours = procfs.ProcessCpu()
         assert ours.sample(busy.pid) is not None  # the first reading: 0.0 by convention
@@ -68,7 +70,7 @@ def test_cpu_percent_rss_and_machine_figures_agree_with_psutil() -> None:
 
 def test_the_sampler_tree_counts_its_children() -> None:
     tree = system._ProcessTree(rescan_s=0.0)
-    child = subprocess.Popen([sys.executable, "-c", _BURN.format(s=3)])
+    child = subprocess.Popen([sys.executable, "-c", _BURN.format(s=120)])
     try:
         time.sleep(0.3)
         tree.sample()  # finds the child (its first reading is 0 %)
