@@ -1,6 +1,6 @@
 """Big-trace benchmark: whole processes, cold, as a user runs them — ingest memory and time from 20 MB to 1 GB.
 
-    python -m benchmarks.big_trace --sizes 20 100 300 1000 [--gzip 1000] [--out benchmarks/results/big_trace.json]
+    python -m benchmarks.big_trace --sizes 20 100 300 1000 [--gzip 1000] [--rounds 3] [--out benchmarks/results/big_trace.json]
 
 For each size a trace is generated (benchmarks/gen_trace.py: real A100 steps replicated, the size in
 MB of uncompressed JSON) and each case runs as its own process, one after the other, in the same
@@ -103,7 +103,8 @@ def _generate(trace: Path, mb: float) -> int:
     return int(out.rsplit(" MB, ", 1)[1].split()[0].replace(",", ""))
 
 
-def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float) -> list[dict]:
+def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float,
+             rounds: int = 1) -> list[dict]:
     rows = []
     for mb in sizes:
         trace = work / f"big_{mb:g}mb.json"
@@ -116,12 +117,15 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
             files.append((zipped, ["ingest"]))
         for f, wanted in files:
             cache = work / f"cache-{f.name}"
-            for case in wanted:  # analyze_warm reuses analyze_cold's cache; ingest has its own
+            # rounds: the cases one after the other, again and again (A B C A B C), so that each
+            # round's ratios compare processes run in the same minute of a shared machine
+            for rnd, case in ((r, c) for r in range(1, rounds + 1) for c in wanted):
+                # analyze_warm reuses analyze_cold's cache; ingest has its own
                 c = work / "cache-ingest" if case == "ingest" else cache
                 if case != "analyze_warm":  # cold: an empty cache
                     shutil.rmtree(c, ignore_errors=True)
                 r = _run(case, f, c, timeout)
-                r.update(trace=f.name, mb=mb, events=n, uncompressed_bytes=size, file_bytes=f.stat().st_size,
+                r.update(round=rnd, trace=f.name, mb=mb, events=n, uncompressed_bytes=size, file_bytes=f.stat().st_size,
                          load_avg=_load_avg())
                 if "peak_rss_mb" in r:
                     r["peak_rss_ratio"] = round(r["peak_rss_mb"] * 2**20 / size, 3)
@@ -136,16 +140,18 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
 
 
 def _table(rows: list[dict]) -> str:
-    orj = {r["mb"]: r for r in rows if r["case"] == "orjson" and "wall_s" in r}
-    lines = ["| trace | case | wall s | CPU s | peak RSS MB | peak / size | vs orjson (wall) |", "|---|---|---|---|---|---|---|"]
+    orj = {(r["mb"], r.get("round", 1)): r for r in rows if r["case"] == "orjson" and "wall_s" in r}
+    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | peak / size | vs orjson (wall) | vs orjson (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['trace']} | {r['case']} | {r['error']} | | | | |")
+            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | |")
             continue
-        o = orj.get(r["mb"])
+        o = orj.get((r["mb"], r.get("round", 1)))
         ratio = f"{r['wall_s'] / o['wall_s']:.2f}×" if o and r["case"] != "orjson" else ""
-        lines.append(f"| {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['peak_rss_mb']:.0f} "
-                     f"| {r['peak_rss_ratio']:.2f} | {ratio} |")
+        cpu = f"{r['cpu_s'] / o['cpu_s']:.2f}×" if o and o["cpu_s"] and r["case"] != "orjson" else ""
+        lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} "
+                     f"| {r['peak_rss_mb']:.0f} | {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -156,6 +162,7 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
     ap.add_argument("--workdir", type=Path, default=None, help="where traces and caches go (default: a temp folder)")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--rounds", type=int, default=1, help="run the cases of each size this many times, interleaved")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cases = list(args.cases)
@@ -166,7 +173,7 @@ def main() -> None:
         print(note, file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="torchscope-big-", dir=args.workdir))
     try:
-        rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout)
+        rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout, max(1, args.rounds))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(_table(rows))

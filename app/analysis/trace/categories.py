@@ -99,8 +99,17 @@ def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndar
 def unknown_category_notes(ev: pd.DataFrame) -> list[str]:
     """One sentence per event category outside KNOWN_CATS (its count and name, and that its time
     is not counted as device activity); [] when every category is understood."""
-    cats = ev["cat"].astype(str).str.lower()
+    col = ev["cat"]
+    if isinstance(col.dtype, pd.CategoricalDtype):  # only the events of an unknown category are turned into text
+        odd = np.asarray([_unknown_cat(str(c).lower()) for c in col.cat.categories] + [False])
+        col = col[odd[col.cat.codes.to_numpy()]]
+    cats = col.astype(str).str.lower()
     counts = cats[~cats.isin(KNOWN_CATS) & (cats != "") & (cats != "nan")].value_counts()
     return [f"{int(n):,} events of category {c!r} (a device or activity kind Torchscope does not understand) "
             "are not counted as device time: kernel, copy and device idle figures leave them out"
             for c, n in counts.items()]
+
+
+def _unknown_cat(lowered: str) -> bool:
+    return lowered not in KNOWN_CATS and lowered not in ("", "nan")
+

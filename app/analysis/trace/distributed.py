@@ -60,19 +60,18 @@ def compute_overlap(traces: TraceSet, steps: pd.DataFrame | None = None) -> pd.D
 
 
 def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two disjoint sorted interval lists (two-pointer merge)."""
-    out_s, out_e = [], []
-    i = j = 0
-    while i < len(a_s) and j < len(b_s):
-        lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
-        if lo < hi:
-            out_s.append(lo)
-            out_e.append(hi)
-        if a_e[i] < b_e[j]:
-            i += 1
-        else:
-            j += 1
-    return np.asarray(out_s, float), np.asarray(out_e, float)
+    """Intersection of two disjoint sorted interval lists, in time order: for each interval of
+    ``a`` the intervals of ``b`` that overlap it (a run of consecutive ones, found by binary
+    search), without a Python step per interval."""
+    a_s, a_e, b_s, b_e = (np.asarray(x, float) for x in (a_s, a_e, b_s, b_e))
+    first = np.searchsorted(b_e, a_s, side="right")  # first b ending after a starts
+    stop = np.maximum(np.searchsorted(b_s, a_e, side="left"), first)  # first b starting at or after a's end
+    counts = stop - first
+    i = np.repeat(np.arange(len(a_s)), counts)
+    j = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    lo, hi = np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
+    keep = lo < hi
+    return lo[keep], hi[keep]
 
 
 def compute_rank_skew(steps: pd.DataFrame) -> pd.DataFrame:

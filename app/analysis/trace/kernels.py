@@ -38,9 +38,10 @@ def compute_kernel_table(traces: TraceSet) -> pd.DataFrame:
     ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["name", "dur_us"])
     if ev.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "name" else float) for c in KERNEL_COLUMNS})
-    ev["name"] = ev["name"].astype(str)
-    g = ev.groupby("name", sort=False)["dur_us"].agg(calls="size", total_us="sum", min_us="min",
-                                                     max_us="max").reset_index()
+    # grouped on the categorical codes; only the grouped names become text
+    g = ev.groupby("name", sort=False, observed=True)["dur_us"].agg(calls="size", total_us="sum", min_us="min",
+                                                                    max_us="max").reset_index()
+    g["name"] = g["name"].astype(str)
     g["mean_us"] = g["total_us"] / g["calls"]
     total = float(g["total_us"].sum())
     g["share"] = g["total_us"] / total if total > 0 else 0.0

@@ -118,7 +118,7 @@ def compute_collective_table(traces: TraceSet, steps: pd.DataFrame) -> pd.DataFr
         if not mask.any():
             continue
         s, e = event_spans(ev, mask)
-        df = pd.DataFrame({"rank": int(t.rank), "name": ev["name"].astype(str).to_numpy()[mask],
+        df = pd.DataFrame({"rank": int(t.rank), "name": ev.loc[mask, "name"].astype(str).to_numpy(),
                            "start_us": s, "end_us": e}).sort_values("start_us", kind="stable", ignore_index=True)
         st = steps[steps["rank"] == t.rank].sort_values("start_us")
         lo, hi, numbers = st["start_us"].to_numpy(float), st["end_us"].to_numpy(float), st["step"].to_numpy(np.int64)
