@@ -21,9 +21,6 @@ import math
 import sys
 from typing import Any
 
-from app.presentation.terminal import terminal_text
-from app.presentation.text_table import text_table
-from app.presentation.units import format_bytes, format_seconds
 from app.workspace import catalog_records
 from profiler_agent.runformat import layout
 
@@ -87,6 +84,8 @@ _NOTES = {
 
 
 def _cell(key: str, value: Any, source: str = "") -> str:
+    from app.presentation.units import format_bytes, format_seconds  # the table only: not for --json
+
     if key in ("steps", "step_time_s"):
         if source == STEPS_IN_TRACE:
             return "in trace"
@@ -111,6 +110,8 @@ def _cell(key: str, value: Any, source: str = "") -> str:
 
 def format_table(records: list[dict[str, Any]]) -> str:
     """The runs as an aligned text table, one line per run (a GROUP column when a run has a group)."""
+    from app.presentation.text_table import text_table
+
     columns = list(_TEXT_COLUMNS)
     if any(r.get("group") for r in records):
         columns.insert(1, _GROUP_COLUMN)
@@ -154,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
             f"note: torch-tb-profiler runs of {listing.root} are listed read-only from the mirror {listing.mirror}",
             file=sys.stderr,
         )
+    from app.presentation.terminal import terminal_text
+
     for p in listing.problems:  # they quote folder names and values: one safe line each
         print(f"warning: {terminal_text(p, _MAX_PROBLEM_CHARS)}", file=sys.stderr)
     return 0
