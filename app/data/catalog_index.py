@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS runs (
 -- The last whole `ls --json` listing, keyed by every folder's name and signature (the exact bytes,
 -- app.workspace.signatures.snapshot_key): a store where nothing changed is printed from here.
 CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL,
-    runs_text TEXT NOT NULL, problems_json TEXT NOT NULL);
+    runs_text BLOB NOT NULL, problems_json TEXT NOT NULL);  -- runs_text: the printed array, UTF-8
 """
 _COLUMNS = ("folder", *_SIG_COLUMNS, "manifest_status", "steps_source", "started_at", "listing_level",
             "row_json", "record_text", "problems_json", "name", "status", "tags", "grp", "config_json", "finals_json")
@@ -264,8 +264,9 @@ class CatalogIndex:
                 out.append((folder, row, config, finals))
         return out
 
-    def snapshot(self, key: bytes) -> tuple[str, list[str]] | None:
-        """(runs text, problems) of the last listing when it was made for ``key``, else None."""
+    def snapshot(self, key: bytes) -> tuple[bytes, list[str]] | None:
+        """(runs text as UTF-8 bytes, problems) of the last listing when it was made for ``key``, else None.
+        Bytes, so that ``ls --json`` writes 6 MB for 10,000 runs without decoding and encoding them."""
         try:
             got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
             if got is None or got[0] != key:
@@ -273,9 +274,10 @@ class CatalogIndex:
             problems = json.loads(got[2])
         except (sqlite3.DatabaseError, ValueError):
             return None
-        return (got[1], [str(p) for p in problems]) if isinstance(problems, list) else None
+        runs = got[1].encode("utf-8", "surrogateescape") if isinstance(got[1], str) else bytes(got[1])
+        return (runs, [str(p) for p in problems]) if isinstance(problems, list) else None
 
-    def write_snapshot(self, key: bytes, runs_text: str, problems: list[str]) -> bool:
+    def write_snapshot(self, key: bytes, runs_text: bytes, problems: list[str]) -> bool:
         """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written."""
         try:
             with _transaction(self._conn):

@@ -145,8 +145,8 @@ def runs_json_text(records: list[str]) -> str:
 
 
 def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False
-                    ) -> tuple[Path, str, list[str]]:
-    """(store root, the ``"runs"`` array text of ``ls --json``, problems), the same as
+                    ) -> tuple[Path, bytes, list[str]]:
+    """(store root, the ``"runs"`` array of ``ls --json`` as UTF-8 bytes, problems), the same as
     :func:`list_store_records`. When no run changed since the last listing (every folder's
     signature is the same: app.workspace.signatures.snapshot_key) and none is recorded as running,
     the last listing's text is printed again without touching a row. Raises RunStoreNotFoundError."""
@@ -161,7 +161,7 @@ def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool
         if hit is not None:
             return scan.root, hit[0], hit[1]
     listing = list_store_records(root, reindex=reindex, scan=scan)
-    runs_text = runs_json_text(listing.records)
+    runs_text = runs_json_text(listing.records).encode("utf-8", "surrogateescape")
     if key is not None and listing.cacheable:
         index = open_index(scan.root)
         if index is not None:
