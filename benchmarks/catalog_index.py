@@ -57,17 +57,19 @@ print(len(runs))
 
 STAT_FLOOR = """
 import os, sys
-root = sys.argv[1]
+base = os.path.join(sys.argv[1], "")
+leaves = [os.sep + leaf for leaf in sys.argv[2].split(",")]
 n = 0
-for name in sorted(os.listdir(root), reverse=True):
-    for leaf in ("run.json", "metrics.jsonl", "system.jsonl"):
+for name in sorted(os.listdir(base), reverse=True):
+    for leaf in leaves:
         try:
-            os.stat(os.path.join(root, name, leaf))
+            os.stat(base + name + leaf)
             n += 1
         except OSError:
             pass
 print(n)
 """
+SIGNATURE_FILES = "run.json,metrics.jsonl,system.jsonl"  # app.workspace.signatures.scan_store
 
 PAGE = """
 import logging, os, sys, time
@@ -158,7 +160,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     loop = median_of(repeat, lambda: timed([py, "-c", LOOP, str(store)], env))
     ls_warm = median_of(repeat, lambda: timed(ls, env))
     assert len(json.loads(ls_warm[2])["runs"]) == n
-    floor = median_of(repeat, lambda: timed([py, "-c", STAT_FLOOR, str(store)], env))
+    floor = median_of(repeat, lambda: timed([py, "-c", STAT_FLOOR, str(store), SIGNATURE_FILES], env))
     page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
     first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
     query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
