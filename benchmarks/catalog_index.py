@@ -8,6 +8,9 @@ every figure is a whole process, timed in this run next to its peer:
 - ``loop``: a plain Python process that lists the store and ``json.load``s every run.json (the peer);
 - ``ls cold``: ``python -m app ls --json`` without an index (it reads every run and builds the index);
 - ``ls warm``: the same with the index present and nothing else cached (goal: <= 0.2x the loop);
+- ``stat floor``: a plain Python process that lists the store and ``stat``s every file the index
+  signature covers (run.json, metrics.jsonl, system.jsonl: app.workspace.signatures.scan_store) and
+  prints nothing: what any listing that notices a changed run pays, index or not;
 - ``page``: the Runs page through AppTest in a fresh interpreter, index present: first render
   (imports included) and the second run in the same process (goal: <= 0.05x the loop);
 - ``query``: ``torchscope query --by batch_size,num_workers`` as a process, and the query itself
@@ -15,6 +18,10 @@ every figure is a whole process, timed in this run next to its peer:
 
 Wall seconds and CPU seconds (user + system of the child) are both printed: on a shared machine the
 CPU figure moves less. Each figure is the median of ``--repeat`` runs.
+
+The project's modules are byte-compiled first (``compileall``, into the git-ignored ``__pycache__``
+folders), as an installed package is: with ``PYTHONDONTWRITEBYTECODE`` set and no bytecode, every
+``ls`` process would compile its ~15 modules again (~0.03 s). ``--no-compile`` skips it.
 """
 
 from __future__ import annotations
@@ -47,6 +54,22 @@ for name in sorted(os.listdir(root), reverse=True):
         pass
 print(len(runs))
 """
+
+STAT_FLOOR = """
+import os, sys
+base = os.path.join(sys.argv[1], "")
+leaves = [os.sep + leaf for leaf in sys.argv[2].split(",")]
+n = 0
+for name in sorted(os.listdir(base), reverse=True):
+    for leaf in leaves:
+        try:
+            os.stat(base + name + leaf)
+            n += 1
+        except OSError:
+            pass
+print(n)
+"""
+SIGNATURE_FILES = "run.json,metrics.jsonl,system.jsonl"  # app.workspace.signatures.scan_store
 
 PAGE = """
 import logging, os, sys, time
@@ -137,6 +160,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     loop = median_of(repeat, lambda: timed([py, "-c", LOOP, str(store)], env))
     ls_warm = median_of(repeat, lambda: timed(ls, env))
     assert len(json.loads(ls_warm[2])["runs"]) == n
+    floor = median_of(repeat, lambda: timed([py, "-c", STAT_FLOOR, str(store), SIGNATURE_FILES], env))
     page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
     first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
     query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
@@ -151,6 +175,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     line("loop: json.load every manifest", loop)
     line("ls --json, no index (builds it)", ls_cold)
     line("ls --json, index present", ls_warm, "   goal <= 0.2x")
+    line("stat floor: stat the signature files", floor)
     line("Runs page process (AppTest)", page)
     print(f"  {'Runs page first render':34s} wall {first:7.3f} s  CPU {first_cpu:7.3f} s   "
           f"{first / loop[0]:6.3f}x loop (wall), {first_cpu / max(loop[1], 1e-9):6.3f}x (CPU); "
@@ -167,7 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     p.add_argument("--keep", type=Path, help="write the stores here and keep them (default: a temp folder)")
+    p.add_argument("--no-compile", action="store_true", help="do not byte-compile the project's modules first")
     args = p.parse_args(argv)
+    if not args.no_compile:
+        import compileall
+
+        for package in ("app", "profiler_agent"):
+            compileall.compile_dir(ROOT / package, quiet=1)
+        print("project modules byte-compiled (as installed); --no-compile to time without bytecode")
     work = args.keep or Path(tempfile.mkdtemp(prefix="ts-bench-catalog-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

@@ -21,9 +21,6 @@ import math
 import sys
 from typing import Any
 
-from app.presentation.terminal import terminal_text
-from app.presentation.text_table import text_table
-from app.presentation.units import format_bytes, format_seconds
 from app.workspace import catalog_records
 from profiler_agent.runformat import layout
 
@@ -87,6 +84,8 @@ _NOTES = {
 
 
 def _cell(key: str, value: Any, source: str = "") -> str:
+    from app.presentation.units import format_bytes, format_seconds  # the table only: not for --json
+
     if key in ("steps", "step_time_s"):
         if source == STEPS_IN_TRACE:
             return "in trace"
@@ -111,6 +110,8 @@ def _cell(key: str, value: Any, source: str = "") -> str:
 
 def format_table(records: list[dict[str, Any]]) -> str:
     """The runs as an aligned text table, one line per run (a GROUP column when a run has a group)."""
+    from app.presentation.text_table import text_table
+
     columns = list(_TEXT_COLUMNS)
     if any(r.get("group") for r in records):
         columns.insert(1, _GROUP_COLUMN)
@@ -118,12 +119,25 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return text_table([h for h, _ in columns], rows, rule=False, strip=True)
 
 
-def json_document(root: str, runs_text: str, problems: list[str]) -> str:
-    """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` with the runs
-    array given as its printed text (catalog_records.runs_json_text), so that 10,000 stored records
-    are joined, not encoded again."""
+def json_document(root: str, runs_text: bytes, problems: list[str]) -> bytes:
+    """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` as UTF-8 bytes,
+    with the runs array given as its printed bytes (catalog_records.runs_json_text), so that 10,000
+    stored records are joined, not encoded or decoded again."""
     probs = json.dumps(problems, indent=2, allow_nan=False, default=str).replace("\n", "\n  ")
-    return f'{{\n  "root": {json.dumps(root)},\n  "runs": {runs_text},\n  "problems": {probs}\n}}'
+    head = f'{{\n  "root": {json.dumps(root)},\n  "runs": '.encode()
+    return head + runs_text + f',\n  "problems": {probs}\n}}\n'.encode("utf-8", "surrogateescape")
+
+
+def _write_bytes(data: bytes) -> None:
+    """``data`` to stdout as bytes when it has a binary buffer (the terminal, a pipe), else as text."""
+    out = sys.stdout
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:  # a StringIO put in its place
+        out.write(data.decode("utf-8", "surrogateescape"))
+        return
+    out.flush()
+    buffer.write(data)
+    buffer.flush()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         root, runs_text, problems = catalog_records.list_store_json(args.root, reindex=reindex)
         # a store URL stays the root shown; its mirror folder is only where it is read from
         shown_root = getattr(args, "store_url", None) or str(root)
-        sys.stdout.write(json_document(shown_root, runs_text, problems) + "\n")
+        _write_bytes(json_document(shown_root, runs_text, problems))
         return 0
     listing = catalog_records.list_store_records(args.root, reindex=reindex)
     records = [json.loads(text) for text in listing.records]
@@ -154,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
             f"note: torch-tb-profiler runs of {listing.root} are listed read-only from the mirror {listing.mirror}",
             file=sys.stderr,
         )
+    from app.presentation.terminal import terminal_text
+
     for p in listing.problems:  # they quote folder names and values: one safe line each
         print(f"warning: {terminal_text(p, _MAX_PROBLEM_CHARS)}", file=sys.stderr)
     return 0

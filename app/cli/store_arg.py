@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from app.presentation.terminal import terminal_text
-from app.workspace.stores import MirrorResult, is_store_url, local_ref, local_store
 from profiler_agent.runformat import layout
+from profiler_agent.runformat.store_url import is_store_url
+
+if TYPE_CHECKING:
+    from app.workspace.stores import MirrorResult
 
 __all__ = ["localize_args"]
 
@@ -21,16 +24,22 @@ _REF_ARGS = ("path", "run", "baseline", "candidate")
 
 
 def _warn(mirror: MirrorResult | None) -> None:
+    from app.presentation.terminal import terminal_text
+
     for w in (mirror.warnings if mirror else ()):
         print(f"warning: {terminal_text(w, 1000)}", file=sys.stderr)
 
 
 def localize_args(args: argparse.Namespace) -> None:
     """Replace a URL in ``args.root`` ($TORCHSCOPE_RUNS when unset) and in the reference
-    arguments by the local mirror's path; ``args.store_url`` keeps the URL (None for a folder)."""
+    arguments by the local mirror's path; ``args.store_url`` keeps the URL (None for a folder).
+    The mirroring code (fsspec's side, dataclasses, threads) is imported only when a URL is given:
+    ``ls --json`` of a local store pays nothing for it."""
     root = getattr(args, "root", None) or os.environ.get(layout.ROOT_ENV) or None
     args.store_url = None
     if root and is_store_url(root):
+        from app.workspace.stores import local_store
+
         mirror = local_store(root)
         _warn(mirror)
         args.root = str(mirror.root)
@@ -38,6 +47,8 @@ def localize_args(args: argparse.Namespace) -> None:
     for name in _REF_ARGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and is_store_url(value):
+            from app.workspace.stores import local_ref
+
             local, ref_mirror = local_ref(value)
             _warn(ref_mirror)
             setattr(args, name, local)

@@ -1,11 +1,12 @@
-"""A store listed through its catalog index: stat every manifest, read only the runs that changed (workspace layer).
+"""A store listed through its catalog index: stat every run's files, read only the runs that changed (workspace layer).
 
 ``torchscope ls`` and the Runs page list a store through here (app.workspace.catalog). For each run
-folder the manifest's ``stat`` signature is compared with the one its index entry was computed
-from (app.data.catalog_index); only runs whose signature differs, that have no entry, that are
-recorded as running (their status depends on the clock and their metrics grow) or whose steps are
-still "in trace" (the trace analysis may have appeared) are read again, and the index is updated in
-one transaction. Entries of folders that are gone are dropped. docs/catalog.md has the rules.
+folder the ``stat`` signature of its manifest, metrics.jsonl and system.jsonl
+(app.workspace.signatures.scan_store) is compared with the one its index entry was computed from
+(app.data.catalog_index); only runs whose signature differs, that have no entry, that are recorded
+as running and now show another status (crashed: a stale heartbeat, a gone process; checked from
+the manifest alone) or whose steps are still "in trace" (the trace analysis may have appeared) are
+read again, and the index is updated in one transaction. Entries of folders that are gone are dropped. docs/catalog.md has the rules.
 
 This module imports only the standard library and the index at load time: ``ls --json`` of a
 store whose index is current never imports pandas, the analysis or pyarrow (the benchmark's goal,
@@ -15,28 +16,20 @@ listing snapshot are app.workspace.catalog_records.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.data.catalog_index import CatalogIndex, IndexEntry, ListingEntry, Signature, catalog_index_path
-from profiler_agent.runformat import errors as rf_errors
+from app.workspace.signatures import Scan, open_index, path_prefix, rules_digest, scan_store
 from profiler_agent.runformat import layout
 
 __all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "PATH_SENTINEL", "PATH_JSON", "RUNNING",
            "IN_TRACE", "not_a_run_problem", "rows_of", "tb_mirror", "explain", "compute_entry", "add_record_texts",
            "ordered_by_start", "path_prefix", "open_index", "MirrorOf"]
 
-_APP = Path(__file__).resolve().parents[1]
-# The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
-_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
-                  "workspace/cached_steps.py",
-                  "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
-                  "analysis/run/final_value.py")
 RUNNING = "running"
 IN_TRACE = "in trace"
 
@@ -46,77 +39,30 @@ PATH_SENTINEL = "\u0000torchscope-path\u0000"
 PATH_JSON = json.dumps(PATH_SENTINEL)
 
 
-def rules_digest() -> str:
-    """A digest of the sources that compute rows (an entry made by other code is not reused)."""
-    h = hashlib.sha256()
-    for rel in _RULES_SOURCES:
-        try:
-            h.update((_APP / rel).read_bytes())
-        except OSError:
-            h.update(rel.encode())
-    return h.hexdigest()[:20]
-
-
 def not_a_run_problem(folder: Path) -> str:
     """runformat.list_runs' message for a sub-folder without a manifest (same text)."""
     return f"{folder}: not a run folder (no {layout.MANIFEST}); skipped"
 
 
-def path_prefix(root: Path) -> str:
-    """What ``str(root / name)`` puts before ``name`` (pathlib drops a leading "./"), as a string:
-    joining 10,000 pathlib paths costs more than the stat calls."""
-    text = str(root)
-    return "" if text == "." else os.path.join(text, "")
-
-
-@dataclass
-class Scan:
-    """The run folders of a store, in listing order (name descending), with their manifest signatures."""
-
-    root: Path
-    folders: list[str]
-    signatures: dict[str, Signature]  # folders with a manifest
-    not_runs: list[Path]
-
-
-def scan_store(root: str | os.PathLike[str] | None) -> Scan:
-    """List the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) with one ``stat`` per run.
-
-    Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
-    from app.data.catalog_index import manifest_signature
-
-    found = layout.resolve_root(root)
-    if not found.exists():
-        raise rf_errors.RunStoreNotFoundError(
-            f"{found}: run store not found (create it by recording a run, or pass --root)")
-    if not found.is_dir():
-        raise rf_errors.RunStoreNotFoundError(f"{found}: is a file, expected a run store folder")
-    with os.scandir(found) as it:
-        names = sorted((e.name for e in it if not e.name.startswith(".") and e.is_dir()), reverse=True)
-    sigs: dict[str, Signature] = {}
-    not_runs: list[Path] = []
-    base = path_prefix(found)
-    tail = os.sep + layout.MANIFEST
-    for name in names:
-        sig = manifest_signature(base + name + tail)
-        if sig is None:
-            not_runs.append(found / name)
-        else:
-            sigs[name] = sig
-    return Scan(root=found, folders=names, signatures=sigs, not_runs=not_runs)
-
-
-@dataclass
 class Refreshed:
-    """A scan checked against the index: which entries are current, and the recomputed ones."""
+    """A scan checked against the index: which entries are current, and the recomputed ones.
 
-    scan: Scan
-    index: CatalogIndex | None
-    known: Mapping[str, ListingEntry] = field(default_factory=dict)
-    records: Mapping[str, tuple[bool, str | None, str]] | None = None  # read with the listing (ls --json)
-    reused: set[str] = field(default_factory=set)
-    computed: dict[str, IndexEntry] = field(default_factory=dict)
-    stale_in_trace: list[str] = field(default_factory=list)
+    ``known``: the index's entries as read before; ``records``: their ``ls --json`` records, read
+    in the same pass (``with_records``); ``reused``: folders whose stored entry is current;
+    ``computed``: the recomputed entries; ``stale_in_trace``: rows whose steps wait "in trace";
+    ``rechecked``: runs recorded as running whose files did not change and whose shown status was
+    checked again (from their manifest alone)."""
+
+    def __init__(self, scan: Scan, index: CatalogIndex | None, known: Mapping[str, ListingEntry] | None = None,
+                 records: Mapping[str, tuple[bool, str | None, str]] | None = None) -> None:
+        self.scan = scan
+        self.index = index
+        self.known: Mapping[str, ListingEntry] = known if known is not None else {}
+        self.records = records
+        self.reused: set[str] = set()
+        self.computed: dict[str, IndexEntry] = {}
+        self.stale_in_trace: list[str] = []
+        self.rechecked: list[str] = []
 
     def close(self) -> None:
         if self.index is not None:
@@ -157,11 +103,6 @@ def compute_entry(folder: str, path: Path, sig: Signature, *, now: float | None)
                       False, stored, None, tuple(entry.problems), entry.config, entry.finals)
 
 
-def open_index(root: Path) -> CatalogIndex | None:
-    """The store's index (created when missing, rebuilt when unreadable), or None when it cannot be had."""
-    return CatalogIndex.open(catalog_index_path(root), rules_digest())
-
-
 def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
             use_index: bool = True, with_records: bool = False, scan: Scan | None = None) -> Refreshed:
     """Scan the store (or take ``scan``) and bring its index up to date (see the module docstring).
@@ -188,12 +129,16 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
     todo: list[str] = []
     for folder, sig in scan.signatures.items():
         hit = known.get(folder)
-        if hit is None or hit.signature != sig or hit.manifest_status == RUNNING:
+        if hit is None or hit.signature != sig:
             todo.append(folder)
+        elif hit.manifest_status == RUNNING and _status_now(scan.root / folder, now) != hit.status:
+            todo.append(folder)  # its files did not change, but the clock or its process did: crashed
         elif hit.steps_source == IN_TRACE:
             out.stale_in_trace.append(folder)
         else:
             out.reused.add(folder)
+        if hit is not None and hit.manifest_status == RUNNING and hit.signature == sig:
+            out.rechecked.append(folder)
     for folder in todo:
         out.computed[folder] = compute_entry(folder, scan.root / folder, scan.signatures[folder], now=now)
     if out.stale_in_trace and index is not None:
@@ -205,6 +150,18 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
     else:
         add_record_texts(scan.root, out.computed)
     return out
+
+
+def _status_now(run_dir: Path, now: float | None) -> str | None:
+    """The status a run recorded as running shows now (runformat.effective_status: crashed once its
+    heartbeat went stale or its process is gone), read from its manifest alone; None when it cannot
+    be read (the entry is then recomputed, which says why)."""
+    from profiler_agent import runformat as rf
+
+    try:
+        return str(rf.effective_status(rf.read_manifest(run_dir), now=now))
+    except (rf.RunFormatError, ValueError, TypeError, OverflowError, RecursionError):
+        return None
 
 
 def _remove_index(path: Path) -> None:

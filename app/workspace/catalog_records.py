@@ -8,11 +8,10 @@ load time, like catalog_listing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from app.workspace.catalog_listing import (
     IN_TRACE,
@@ -32,6 +31,7 @@ from app.workspace.catalog_listing import (
     scan_store,
     tb_mirror,
 )
+from app.workspace.signatures import snapshot_key
 
 __all__ = ["RecordItem", "record_texts", "RecordListing", "list_store_records", "list_store_json", "runs_json_text"]
 
@@ -87,8 +87,7 @@ def record_texts(done: Refreshed) -> tuple[list[RecordItem], list[str], list[str
     return out, listing_problems, row_problems
 
 
-@dataclass(frozen=True)
-class RecordListing:
+class RecordListing(NamedTuple):
     """``ls --json``'s runs as printed record texts, newest first, with their steps sources."""
 
     root: Path
@@ -145,21 +144,14 @@ def runs_json_text(records: list[str]) -> str:
     return "[\n" + ",\n".join("    " + text.replace("\n", "\n    ") for text in records) + "\n  ]"
 
 
-def _snapshot_key(scan: Scan) -> str:
-    h = hashlib.sha256(str(scan.root).encode("utf-8", "surrogateescape"))
-    h.update("\n".join(f"{f} {s[0]} {s[1]} {s[2]}" for f, s in scan.signatures.items()).encode("utf-8",
-                                                                                              "surrogateescape"))
-    return h.hexdigest()
-
-
 def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False
-                    ) -> tuple[Path, str, list[str]]:
-    """(store root, the ``"runs"`` array text of ``ls --json``, problems), the same as
-    :func:`list_store_records`. When no run changed since the last listing (the digest of every
-    manifest signature is the same) and none is running, the last listing's text is printed
-    again without touching a row. Raises RunStoreNotFoundError."""
+                    ) -> tuple[Path, bytes, list[str]]:
+    """(store root, the ``"runs"`` array of ``ls --json`` as UTF-8 bytes, problems), the same as
+    :func:`list_store_records`. When no run changed since the last listing (every folder's
+    signature is the same: app.workspace.signatures.snapshot_key) and none is recorded as running,
+    the last listing's text is printed again without touching a row. Raises RunStoreNotFoundError."""
     scan = scan_store(root)
-    key = _snapshot_key(scan) if not scan.not_runs and not reindex else None
+    key = snapshot_key(scan) if not scan.not_runs and not reindex else None
     index = open_index(scan.root) if key is not None else None
     if index is not None and key is not None:
         try:
@@ -169,7 +161,7 @@ def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool
         if hit is not None:
             return scan.root, hit[0], hit[1]
     listing = list_store_records(root, reindex=reindex, scan=scan)
-    runs_text = runs_json_text(listing.records)
+    runs_text = runs_json_text(listing.records).encode("utf-8", "surrogateescape")
     if key is not None and listing.cacheable:
         index = open_index(scan.root)
         if index is not None:

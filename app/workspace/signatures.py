@@ -1,12 +1,34 @@
-"""File signatures that key the front ends' in-memory caches: what must change for a cached load to be redone (workspace layer)."""
+"""File signatures: what must change for a cached load or a catalog entry to be redone (workspace layer).
+
+- ``run_signature``, ``file_signature``: what the UI's in-memory caches are keyed by.
+- ``scan_store``: a store's run folders with the signature of each (``stat`` of run.json,
+  metrics.jsonl and system.jsonl: ``app.data.catalog_index.Signature``), which the catalog index
+  compares with the one each entry was computed from (app.workspace.catalog_listing).
+- ``rules_digest``, ``open_index``, ``snapshot_key``: the code an index was made by, and the exact
+  key of the ``ls --json`` snapshot.
+
+Standard library only at load time (no dataclasses either): ``ls --json`` of an indexed store runs
+through here, and every millisecond of imports is 0.1 % of the peer loop of benchmarks/catalog_index.py.
+"""
 from __future__ import annotations
 
+import marshal
 import os
 from pathlib import Path
 
+from app.data.catalog_index import NO_FILE, CatalogIndex, Signature, catalog_index_path
+from profiler_agent.runformat import errors as rf_errors
 from profiler_agent.runformat import layout
 
-__all__ = ["run_signature", "file_signature"]
+__all__ = ["run_signature", "file_signature", "Scan", "scan_store", "path_prefix", "rules_digest", "open_index",
+           "snapshot_key"]
+
+_APP = Path(__file__).resolve().parents[1]
+# The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
+_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
+                  "workspace/cached_steps.py", "workspace/signatures.py",
+                  "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
+                  "analysis/run/final_value.py")
 
 
 def _mtime(path: Path) -> float:
@@ -36,3 +58,99 @@ def file_signature(path: str | os.PathLike[str]) -> tuple[float, int]:
     except OSError:
         return (0.0, -1)
     return (st_.st_mtime, st_.st_size)
+
+
+def path_prefix(root: Path) -> str:
+    """What ``str(root / name)`` puts before ``name`` (pathlib drops a leading "./"), as a string:
+    joining 10,000 pathlib paths costs more than the stat calls."""
+    text = str(root)
+    return "" if text == "." else os.path.join(text, "")
+
+
+class Scan:
+    """The run folders of a store, in listing order (name descending), with their signatures.
+
+    ``signatures``: folder -> Signature, for the folders with a manifest; ``not_runs``: the others."""
+
+    __slots__ = ("folders", "not_runs", "root", "signatures")
+
+    def __init__(self, root: Path, folders: list[str], signatures: dict[str, Signature],
+                 not_runs: list[Path]) -> None:
+        self.root = root
+        self.folders = folders
+        self.signatures = signatures
+        self.not_runs = not_runs
+
+
+def scan_store(root: str | os.PathLike[str] | None) -> Scan:
+    """List the store ``root`` (default $TORCHSCOPE_RUNS or ./runs): one ``stat`` of each run's
+    manifest, metrics.jsonl and system.jsonl, taken before anything of the run is read.
+
+    Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
+    found = layout.resolve_root(root)
+    if not found.exists():
+        raise rf_errors.RunStoreNotFoundError(
+            f"{found}: run store not found (create it by recording a run, or pass --root)")
+    if not found.is_dir():
+        raise rf_errors.RunStoreNotFoundError(f"{found}: is a file, expected a run store folder")
+    with os.scandir(found) as it:
+        names = sorted((e.name for e in it if not e.name.startswith(".") and e.is_dir()), reverse=True)
+    sigs: dict[str, Signature] = {}
+    not_runs: list[Path] = []
+    base = path_prefix(found)
+    manifest, metrics, system = (os.sep + n for n in (layout.MANIFEST, layout.METRICS, layout.SYSTEM))
+    stat = os.stat
+    # One loop, no helper calls: this is 30,000 stat calls for 10,000 runs, the bulk of a warm listing.
+    for name in names:
+        folder = base + name
+        try:
+            m = stat(folder + manifest)
+        except (OSError, ValueError):
+            not_runs.append(found / name)
+            continue
+        if (m.st_mode & 0o170000) != 0o100000:  # not a regular file: no run there
+            not_runs.append(found / name)
+            continue
+        try:
+            x = stat(folder + metrics)
+            xs = (x.st_mtime_ns, x.st_size, x.st_ino)
+        except (OSError, ValueError):
+            xs = NO_FILE
+        try:
+            y = stat(folder + system)
+            ys = (y.st_mtime_ns, y.st_size, y.st_ino)
+        except (OSError, ValueError):
+            ys = NO_FILE
+        sigs[name] = (m.st_mtime_ns, m.st_size, m.st_ino) + xs + ys  # 3 + 3 + 3 ints
+    return Scan(found, names, sigs, not_runs)
+
+
+def rules_digest() -> str:
+    """A digest of the sources that compute rows (an entry made by other code is not reused).
+
+    CRC-32 and Adler-32 of the sources, and their length: a key of the code version, not a
+    security boundary, and zlib is loaded already where hashlib would load OpenSSL (~5 ms of
+    every ``ls --json``)."""
+    import zlib
+
+    crc, adler, size = 0, 1, 0
+    for rel in _RULES_SOURCES:
+        try:
+            data = (_APP / rel).read_bytes()
+        except OSError:
+            data = rel.encode()
+        crc, adler, size = zlib.crc32(data, crc), zlib.adler32(data, adler), size + len(data)
+    return f"{crc:08x}{adler:08x}-{size}"
+
+
+def open_index(root: Path) -> CatalogIndex | None:
+    """The store's index (created when missing, rebuilt when unreadable), or None when it cannot be had."""
+    return CatalogIndex.open(catalog_index_path(root), rules_digest())
+
+
+def snapshot_key(scan: Scan) -> bytes:
+    """The exact key of a listing snapshot: the store's path and every folder's name and signature,
+    in order, as bytes (marshal format 2 holds no back-references, so equal scans give equal bytes;
+    another Python may give other bytes, which only misses). Compared whole, not hashed: no two
+    different scans share a key."""
+    return marshal.dumps((str(scan.root), scan.signatures), 2)

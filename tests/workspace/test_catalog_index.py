@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -119,15 +120,58 @@ def test_a_corrupt_or_stale_index_is_rebuilt(store: Path, capsys: pytest.Capture
     assert not done.computed  # the rebuilt index is used again
 
 
-def test_running_runs_are_read_every_time(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_live_run_is_read_again_only_when_its_files_change(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     live = write_run(store, "live", status=rf.RunStatus.RUNNING, steps=5, logs=False)
     rf.update_manifest(live, pid=os.getpid())  # alive: running, whatever the clock says
     _ls(store, capsys)
     done = catalog_listing.refresh(store)
     done.close()
-    assert list(done.computed) == [live.name]
+    assert not done.computed and live.name in done.reused and done.rechecked == [live.name]
     with _db(store) as con:  # a listing with a live run is never printed again from a snapshot
         assert con.execute("SELECT count(*) FROM snapshot").fetchone() == (0,)
+    with rf.JsonlWriter(live / layout.METRICS) as w:  # it goes on: appended, the manifest untouched
+        w.write({"step": 5, "time": 1.0, "rank": 0, "loss": 0.1, "step_time_s": 0.01})
+    out = json.loads(_ls(store, capsys))
+    assert next(r for r in out["runs"] if r["name"] == "live")["steps"] == 6
+    assert out == _unindexed(store)
+
+
+def test_a_run_whose_heartbeat_went_stale_turns_crashed_with_no_file_changed(store: Path) -> None:
+    catalog_listing.refresh(store).close()  # the finished runs indexed
+    live = write_run(store, "stalled", status=rf.RunStatus.RUNNING, steps=5, logs=False)
+    # Recorded on another host: no process to ask, the heartbeat alone decides (runformat.liveness).
+    beat = rf.update_manifest(live, host="another-host").heartbeat or time.time()
+
+    def shown(now: float) -> tuple[str, list[str]]:
+        done = catalog_listing.refresh(store, now=now)
+        computed = list(done.computed)
+        try:
+            rows, _, _ = catalog_listing.rows_of(done)
+        finally:
+            done.close()
+        return next(r["status"] for r in rows if r["name"] == "stalled"), computed
+
+    assert shown(beat + 1) == ("running", [live.name])  # first listing: computed
+    assert shown(beat + 2) == ("running", [])  # nothing changed: reused, its status checked again
+    late = beat + rf.HEARTBEAT_STALE_S + 60
+    assert shown(late) == ("crashed", [live.name])  # the clock moved on: crashed, though no file changed
+    assert shown(late + 1) == ("crashed", [])
+
+
+def test_finished_metrics_changed_without_the_manifest_are_read_again(store: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    _ls(store, capsys)
+    run = next(p for p in store.iterdir() if "-r1-" in p.name)
+    manifest = (run / layout.MANIFEST).stat()
+    with (run / layout.METRICS).open("a") as f:  # a finished run's metrics edited by hand
+        for step in range(12, 40):
+            f.write(json.dumps({"step": step, "time": 1.0, "rank": 0, "loss": 0.001, "step_time_s": 0.5}) + "\n")
+    (run / layout.SYSTEM).unlink()  # and its system samples removed: no peak memory any more
+    assert (run / layout.MANIFEST).stat().st_mtime_ns == manifest.st_mtime_ns
+    out = json.loads(_ls(store, capsys))
+    row = next(r for r in out["runs"] if r["name"] == "r1")
+    assert row["steps"] == 40 and row["peak_memory_bytes"] is None
+    assert out == _unindexed(store)
 
 
 def test_ls_of_an_indexed_store_imports_no_pandas(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
