@@ -6,14 +6,19 @@
 ``<url>/<run id>/`` as it grows: every few seconds (``TORCHSCOPE_UPLOAD_INTERVAL_S``, default
 2) it puts each file whose size or mtime changed since its last upload, finished files and
 append-only ``.jsonl`` and logs alike, and ``run.json`` last, so the remote manifest never lists a
-file that is not there yet. A live run therefore shows up remotely within one interval.
+file that is not there yet. A live run therefore shows up remotely within one interval. After
+every pass that put something, the run's change marker ``<url>/.torchscope/changes/<run id>`` is
+put (runformat ``store_url.CHANGES_DIR``): readers list the markers and re-list only the runs whose
+marker changed (app/data/store_listing.py).
 
 Each put is retried with exponential backoff; a put that still fails is logged into the run
 (a line in ``logs/upload.log`` and ``run.json`` ``"upload"``: state, errors, last_error) and tried
 again on the next pass. Whatever is left when the job ends and the last pass fails, or when the
 launcher is killed, is completed by :func:`sync_run` (``torchscope sync``) from the spool:
 afterwards every file of the spooled run is in the store with the same bytes. What was uploaded
-is remembered in ``<spool>/.upload-state/<run id>.json`` (outside the run folder).
+is remembered in ``<spool>/.upload-state/<run id>.json`` (outside the run folder). Spooled runs
+whose upload is complete are deleted after a retention (profiler_agent.spool), at the uploader's
+start and by ``sync``.
 
 fsspec and its backend are imported in the uploader's thread, never before the job starts.
 Credentials come only from the backend's own environment and configuration.
