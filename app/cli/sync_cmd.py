@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         rows.append({"id": run_dir.name, "put": result.put, "complete": result.complete,
                      "failed": list(result.failed), "skipped": None, "pending": list(result.pending)})
     days = 0.0 if args.clean else retention_days()
-    cleaning = ([{"id": v.run_dir.name, "removed": v.removed, "kept": v.kept}
+    cleaning: list[dict[str, object]] = ([{"id": v.run_dir.name, "removed": v.removed, "kept": v.kept}
                  for v in clean_spool(spool, older_than_days=days, dry_run=args.dry_run)]
                 if args.clean or days > 0 else [])
     if args.json:

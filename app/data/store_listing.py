@@ -74,8 +74,8 @@ def list_store(fs: Any, base: str, known_objects: Mapping[str, str], known_runs:
     try:
         top = _ls(fs, base)
     except FileNotFoundError:  # an empty prefix, or a missing bucket: the full listing tells which (it raises)
-        objects = {r: v for k, v in _find(fs, base).items() if (r := _rel(k, base)) is not None}
-        return Listing(objects, {}, (), True)
+        everything = {r: v for k, v in _find(fs, base).items() if (r := _rel(k, base)) is not None}
+        return Listing(everything, {}, (), True)
     folders: set[str] = set()
     objects: dict[str, dict[str, Any]] = {}
     suspicious = False

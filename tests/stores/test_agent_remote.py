@@ -94,6 +94,17 @@ def test_ui_opens_the_remote_store(recorded, monkeypatch: pytest.MonkeyPatch):
     assert_clean(at)
     assert list(at.dataframe[0].value["name"]) == ["tiny"]
     assert at.sidebar.text_input(key="root").value == store.url
+    # Tags and notes are written into the store; archive and delete are not offered (local copy only).
+    # (This changes the remote run.json: it runs after the tests that compare it with the spool.)
+    at.session_state["runs_table"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    at.run()
+    captions = texts(at.caption)
+    assert "Saved into the store itself" in captions and "Archive and delete are not offered" in captions
+    assert not [b for b in at.button if b.key == "runs_remove"]
+    at.text_input(key=f"runs_edit_tags_{run_dir.name}").input("main, remote")
+    at.button[[b.label for b in at.button].index("Save")].click().run()
+    assert_clean(at)
+    assert json.loads(store.objects()[f"{run_dir.name}/{layout.MANIFEST}"])["tags"] == ["main", "remote"]
     at = open_app(monkeypatch, store.url, run=run_dir.name)  # type: ignore[arg-type]
     assert_clean(at)
     assert at.title[0].value == "tiny", texts(at.markdown)
