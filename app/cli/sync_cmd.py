@@ -66,22 +66,31 @@ def run(args: argparse.Namespace) -> int:
             live = False
         if live:
             rows.append({"id": run_dir.name, "put": 0, "complete": False, "failed": [],
-                         "skipped": "still being recorded; its launcher uploads it"})
+                         "skipped": "still being recorded; its launcher uploads it", "pending": []})
             continue
         connection = connection or connect(url)
         result = sync_run(run_dir, url, dry_run=args.dry_run, connection=connection)
         rows.append({"id": run_dir.name, "put": result.put, "complete": result.complete,
                      "failed": list(result.failed), "skipped": None, "pending": list(result.pending)})
-    days = 0.0 if args.clean else retention_days()
-    cleaning: list[dict[str, object]] = ([{"id": v.run_dir.name, "removed": v.removed, "kept": v.kept}
-                 for v in clean_spool(spool, older_than_days=days, dry_run=args.dry_run)]
-                if args.clean or days > 0 else [])
+    cleaning = _clean(spool, args)
     if args.json:
         print(json.dumps({"root": url, "spool": str(spool), "dry_run": bool(args.dry_run), "runs": rows,
                           "cleaning": cleaning}, indent=2))
     else:
         _print_text(url, spool, rows, cleaning, dry_run=args.dry_run, clean=args.clean)
     return 0 if all(r["complete"] or r["skipped"] for r in rows) else 1
+
+
+def _clean(spool: Path, args: argparse.Namespace) -> list[dict[str, object]]:
+    """Spooled runs whose upload is complete deleted: older than the retention, or all with --clean;
+    only the named runs when some are named."""
+    days = 0.0 if args.clean else retention_days()
+    if not args.clean and days <= 0:
+        return []  # a retention of 0 keeps every spooled run
+    named = set(args.runs)
+    others = frozenset(p.name for p in spool.iterdir() if p.name not in named) if named and spool.is_dir() else frozenset()
+    return [{"id": v.run_dir.name, "removed": v.removed, "kept": v.kept}
+            for v in clean_spool(spool, older_than_days=days, dry_run=args.dry_run, keep=others)]
 
 
 def _print_text(url: str, spool: Path, rows: list[dict[str, object]], cleaning: list[dict[str, object]], *,

@@ -5,9 +5,11 @@ objects into a local read cache and returns the local folder, which every other 
 app (app/data, app/workspace) then reads as a plain store. The cache lives in
 ``<cache home>/stores/<digest of the URL>/mirror`` (cache home: ``$TORCHSCOPE_CACHE``, else
 ``~/.cache/torchscope``); ``objects.json`` beside it records each mirrored object's ETag (or
-mtime and size where a backend has no ETag), so a second open lists the store once and reads no
-object again unless it changed. When the listing fails (offline, expired credentials) the last
-mirror is shown, with a warning.
+mtime and size where a backend has no ETag), so a second open reads no object again unless it
+changed; it lists only the store's top level, the runs' change markers and the runs whose marker
+changed (app/data/store_listing.py). When the listing fails (offline, expired credentials) the last
+mirror is shown, with a warning. :meth:`StoreFS.edit_manifest` writes a Runs page edit (tags,
+notes) into the store's run.json itself, conditionally on its ETag where the backend allows.
 
 Object keys come from whoever can write to the bucket: a key with ``..``, an absolute path,
 a NUL, a backslash or an empty segment is never written (it would leave, or alias inside, the
