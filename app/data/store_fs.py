@@ -5,9 +5,11 @@ objects into a local read cache and returns the local folder, which every other 
 app (app/data, app/workspace) then reads as a plain store. The cache lives in
 ``<cache home>/stores/<digest of the URL>/mirror`` (cache home: ``$TORCHSCOPE_CACHE``, else
 ``~/.cache/torchscope``); ``objects.json`` beside it records each mirrored object's ETag (or
-mtime and size where a backend has no ETag), so a second open lists the store once and reads no
-object again unless it changed. When the listing fails (offline, expired credentials) the last
-mirror is shown, with a warning.
+mtime and size where a backend has no ETag), so a second open reads no object again unless it
+changed; it lists only the store's top level, the runs' change markers and the runs whose marker
+changed (app/data/store_listing.py). When the listing fails (offline, expired credentials) the last
+mirror is shown, with a warning. :meth:`StoreFS.edit_manifest` writes a Runs page edit (tags,
+notes) into the store's run.json itself, conditionally on its ETag where the backend allows.
 
 Object keys come from whoever can write to the bucket: a key with ``..``, an absolute path,
 a NUL, a backslash or an empty segment is never written (it would leave, or alias inside, the
@@ -27,16 +29,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.data.safe_io import UnsafePath, resolve_inside
-from profiler_agent.runformat import atomic_write_json, layout
+from app.data.store_listing import list_store
+from profiler_agent.runformat import (
+    Manifest,
+    RunStatus,
+    atomic_write_json,
+    atomic_write_text,
+    effective_status,
+    layout,
+    manifest_from_dict,
+    manifest_to_dict,
+)
 from profiler_agent.runformat.errors import TorchscopeError
 from profiler_agent.runformat.store_url import (
+    CHANGES_DIR,
+    STORE_META_DIR,
     cache_home,
     check_store_url,
     is_store_url,
@@ -52,11 +68,14 @@ __all__ = [
     "local_store_root",
     "object_token",
     "open_store",
+    "store_of_mirror",
 ]
 
 _INDEX_NAME = "objects.json"
 _MIRROR_DIR = "mirror"
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2
+_EDIT_TRIES = 3  # reads and conditional puts of a manifest edit before giving up
+_CONDITIONAL_PUT = ("s3", "s3a")  # backends whose put honours If-Match (the ETag read)
 _BATCH = 256  # objects fetched in one call (concurrently by s3fs, gcsfs, adlfs)
 
 
@@ -102,9 +121,22 @@ def object_token(info: dict[str, Any]) -> str:
 
 
 def _skipped_locally(rel: str) -> bool:
-    """Derived caches and writers' temp files: never mirrored (readers make their own)."""
+    """Derived caches, writers' temp files and the store's own metadata (change markers): never
+    mirrored (readers make their own caches; the mirror's .torchscope/ holds its catalog index)."""
     parts = rel.split("/")
-    return layout.CACHE_DIR in parts[:-1] or layout.is_temp_file(parts[-1])
+    return parts[0] == STORE_META_DIR or layout.CACHE_DIR in parts[:-1] or layout.is_temp_file(parts[-1])
+
+
+def _precondition_failed(e: BaseException) -> bool:
+    """Whether a conditional put failed because the object changed (S3: 412 PreconditionFailed)."""
+    response = getattr(e.__cause__, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error") or {}
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        if error.get("Code") == "PreconditionFailed" or status == 412:
+            return True
+    text = str(e).lower()
+    return "precondition" in text or "pre-condition" in text
 
 
 def _scrub(e: BaseException) -> str:
@@ -141,7 +173,7 @@ class StoreFS:
         return self._base
 
     def list_objects(self) -> dict[str, dict[str, Any]]:
-        """Every object under the store: key relative to the store → its fsspec info."""
+        """Every object under the store, listed whole: key relative to the store → its fsspec info."""
         fs = self.fs
         with contextlib.suppress(Exception):
             fs.invalidate_cache(self.base)  # fsspec keeps listings: this must see new runs
@@ -162,9 +194,10 @@ class StoreFS:
             return result
 
     def _mirror(self) -> MirrorResult:
-        known = self._read_index()
+        known, known_runs = self._read_index()
         try:
-            remote = self.list_objects()
+            # the top level, the change markers, and only the runs that changed (app/data/store_listing.py)
+            listing = list_store(self.fs, self.base, known, known_runs, object_token)
         except Exception as e:  # noqa: BLE001 - any backend error: offline, auth, missing bucket
             if not self.mirror_dir.is_dir():
                 raise StoreError(f"{self.url}: cannot list the store ({_scrub(e)})") from None
@@ -173,7 +206,7 @@ class StoreFS:
         self.mirror_dir.mkdir(parents=True, exist_ok=True)
         warnings: list[str] = []
         wanted: dict[str, str] = {}
-        for rel, info in sorted(remote.items()):
+        for rel, info in sorted(listing.objects.items()):
             # Lexical checks here; a symlink planted inside the cache is caught where an object is
             # written (_temp_for resolves its folder with resolve_inside).
             problem = key_problem(rel)
@@ -181,15 +214,85 @@ class StoreFS:
                 warnings.append(f"{self.url}: skipped the object {rel!r}: {problem}; it would leave the "
                                 f"local cache folder {self.mirror_dir}")
             elif not _skipped_locally(rel):
-                wanted[rel] = object_token(info)
+                wanted[rel] = str(info["token"]) if "token" in info else object_token(info)
         fresh = {rel: tok for rel, tok in wanted.items()
                  if known.get(rel) != tok or not (self.mirror_dir / rel).is_file()}
         fetched = self._download(fresh, known, warnings)
-        removed = self._remove_gone(known, wanted)
-        if fetched or removed or not (self.cache_dir / _INDEX_NAME).is_file():
-            self._write_index(known)  # an unchanged store rewrites nothing
+        removed = self._remove_gone(known, wanted, set(listing.runs) if not listing.whole else None)
+        if fetched or removed or listing.runs != known_runs or not (self.cache_dir / _INDEX_NAME).is_file():
+            self._write_index(known, listing.runs)  # an unchanged store rewrites nothing
         return MirrorResult(self.mirror_dir, self.url, fetched=fetched, reused=len(wanted) - len(fresh),
                             removed=removed, warnings=tuple(warnings))
+
+    def edit_manifest(self, run_id: str, change: Callable[[Manifest], Manifest]) -> Path:
+        """Apply ``change`` to the run's run.json in the store itself, then to its mirrored copy;
+        returns the mirrored run folder. The manifest is read again from the store first, so only
+        what ``change`` sets is written over; on S3 the put is conditional on the ETag read
+        (``If-Match``) and, when someone else wrote in between, read and applied again. Other
+        backends: the last writer wins. Raises StoreError (cannot read or write it, a run still
+        being recorded, a bad id)."""
+        if key_problem(run_id) is not None or "/" in run_id:
+            raise StoreError(f"{self.url}: {run_id!r} is not a run folder of the store")
+        path = f"{self.base}/{run_id}/{layout.MANIFEST}"
+        where = f"{self.url}/{run_id}/{layout.MANIFEST}"
+        for _ in range(_EDIT_TRIES):
+            data, etag = self._read_remote(path, where)
+            try:
+                current = manifest_from_dict(json.loads(data), source=where)
+            except (ValueError, TorchscopeError) as e:
+                raise StoreError(f"{where}: cannot be edited: {e}") from None
+            if effective_status(current) is RunStatus.RUNNING:
+                raise StoreError(f"{where}: the run is still being recorded, and its launcher's next upload "
+                                 "would replace an edit; edit it when it has ended")
+            text = json.dumps(manifest_to_dict(change(current)), indent=2, default=str, allow_nan=True) + "\n"
+            match = {"IfMatch": etag} if etag and self.url.split("://", 1)[0] in _CONDITIONAL_PUT else {}
+            try:
+                self.fs.pipe_file(path, text.encode("utf-8"), **match)
+            except OSError as e:
+                if match and _precondition_failed(e):
+                    continue  # written by someone else since it was read: read it again
+                raise StoreError(f"{where}: cannot write it ({_scrub(e)})") from None
+            except Exception as e:  # noqa: BLE001 - any backend error
+                raise StoreError(f"{where}: cannot write it ({_scrub(e)})") from None
+            break
+        else:
+            raise StoreError(f"{where}: changed by another writer {_EDIT_TRIES} times while saving; try again")
+        with contextlib.suppress(Exception):  # readers re-list the run (app/data/store_listing.py)
+            self.fs.pipe_file(f"{self.base}/{CHANGES_DIR}/{run_id}",
+                              json.dumps({"id": run_id, "edited_at_ns": time.time_ns()}).encode("utf-8"))
+        return self._mirror_edit(run_id, path, text)
+
+    def _read_remote(self, path: str, where: str) -> tuple[bytes, str | None]:
+        try:
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+            data = self.fs.cat_file(path)
+        except FileNotFoundError:
+            raise StoreError(f"{where}: not in the store (deleted remotely?)") from None
+        except Exception as e:  # noqa: BLE001 - any backend error
+            raise StoreError(f"{where}: cannot read it ({_scrub(e)})") from None
+        # The ETag of the HEAD before the read: if the object changed in between, the
+        # conditional put fails and the edit is read and applied again.
+        etag = info.get("ETag") or info.get("etag")
+        return bytes(data), (str(etag) if etag else None)
+
+    def _mirror_edit(self, run_id: str, path: str, text: str) -> Path:
+        """The edited manifest written into the mirror, with its new token: the next open reads nothing."""
+        rel = f"{run_id}/{layout.MANIFEST}"
+        with self._lock:
+            known, runs = self._read_index()
+            try:
+                token = object_token(dict(self.fs.info(path)))
+            except Exception:  # noqa: BLE001 - unknown: the next open reads it again
+                token = ""
+            with contextlib.suppress(OSError, UnsafePath):
+                atomic_write_text(resolve_inside(self.mirror_dir, rel), text)
+                known[rel] = token
+            runs.pop(run_id, None)  # its marker changed: listed again on the next open
+            self._write_index(known, runs)
+            self._last = None
+        return self.mirror_dir / run_id
 
     def _download(self, fresh: dict[str, str], known: dict[str, str], warnings: list[str]) -> int:
         """Fetch ``fresh`` objects into the mirror, many at once (fsspec's async backends fetch a
@@ -235,8 +338,11 @@ class StoreFS:
             return None
         return target.parent / f".{target.name}.{os.getpid()}.download.tmp"
 
-    def _remove_gone(self, known: dict[str, str], wanted: dict[str, str]) -> int:
+    def _remove_gone(self, known: dict[str, str], wanted: dict[str, str], folders: set[str] | None) -> int:
+        """Delete the local copies of objects gone remotely; a run folder gone from the store's top
+        level (``folders``; None: judge by the objects) goes whole, its readers' caches with it."""
         removed = 0
+        emptied: set[str] = set()
         for rel in [r for r in known if r not in wanted]:
             del known[rel]
             if key_problem(rel) is not None:
@@ -244,22 +350,34 @@ class StoreFS:
             with contextlib.suppress(OSError, UnsafePath):
                 resolve_inside(self.mirror_dir, rel).unlink()
                 removed += 1
+            emptied.add(rel.split("/", 1)[0])
+        tops = {r.split("/", 1)[0] for r in wanted}
+        for top in emptied - tops:
+            if folders is not None and top in folders:
+                continue  # still in the store (its objects are being written): keep the folder
+            with contextlib.suppress(OSError, UnsafePath):
+                path = resolve_inside(self.mirror_dir, top)
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
         return removed
 
-    def _read_index(self) -> dict[str, str]:
+    def _read_index(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(object key → token, run folder → its change marker's token at its last listing)."""
         try:
             doc = json.loads((self.cache_dir / _INDEX_NAME).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {}
-        if not isinstance(doc, dict) or doc.get("version") != _INDEX_VERSION or doc.get("url") != self.url:
-            return {}
-        objects = doc.get("objects")
-        return {str(k): str(v) for k, v in objects.items()} if isinstance(objects, dict) else {}
+            return {}, {}
+        # version 1 had no "runs": every run is listed again once
+        if not isinstance(doc, dict) or doc.get("version") not in (1, _INDEX_VERSION) or doc.get("url") != self.url:
+            return {}, {}
+        objects, runs = doc.get("objects"), doc.get("runs")
+        return ({str(k): str(v) for k, v in objects.items()} if isinstance(objects, dict) else {},
+                {str(k): str(v) for k, v in runs.items()} if isinstance(runs, dict) else {})
 
-    def _write_index(self, known: dict[str, str]) -> None:
+    def _write_index(self, known: dict[str, str], runs: dict[str, str]) -> None:
         with contextlib.suppress(OSError):
             atomic_write_json(self.cache_dir / _INDEX_NAME,
-                              {"version": _INDEX_VERSION, "url": self.url, "objects": known})
+                              {"version": _INDEX_VERSION, "url": self.url, "objects": known, "runs": runs})
 
 
 _STORES: dict[str, StoreFS] = {}
@@ -275,6 +393,18 @@ def open_store(url: str) -> StoreFS:
         if key not in _STORES:
             _STORES[key] = StoreFS(norm)
         return _STORES[key]
+
+
+def store_of_mirror(path: str | os.PathLike[str]) -> StoreFS | None:
+    """The store (opened in this process) whose local mirror holds ``path``, or None (a local store)."""
+    target = Path(path).resolve()
+    with _STORES_LOCK:
+        stores = list(_STORES.values())
+    for store in stores:
+        mirror = store.mirror_dir.resolve()
+        if target == mirror or mirror in target.parents:
+            return store
+    return None
 
 
 def local_store_root(root: str | os.PathLike[str] | None, *, max_age_s: float = 0.0) -> MirrorResult:

@@ -11,8 +11,8 @@ import streamlit as st
 from app.data import runs as runs_data
 from app.ui.layout import COMPARE_PAGE, RUN_PAGE, md_escape, record_hint
 from app.ui.store import StoreView, clear_store_caches
+from app.workspace import stores
 from app.workspace.store import archive_run, delete_run
-from profiler_agent import runformat as rf
 
 __all__ = [
     "render_store_problems",
@@ -254,9 +254,11 @@ def _render_edit(row: pd.Series) -> None:
             "Tags (comma-separated)", value=str(row["tags"] or ""), key=f"runs_edit_tags_{run_id}"
         )
         notes = st.text_area("Notes", value=str(row.get("notes") or ""), key=f"runs_edit_notes_{run_id}")
+        url = stores.remote_url(row["path"])
+        if url:
+            st.caption(f"Saved into the store itself ({md_escape(url)}/{md_escape(run_id)}/run.json), for everyone.")
         if st.form_submit_button("Save"):
-            new_tags = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
-            rf.update_manifest(Path(row["path"]), tags=new_tags, notes=notes)
+            stores.save_tags_and_notes(Path(row["path"]), tags.split(","), notes)
             clear_store_caches()
             st.success(f"Saved tags and notes of {md_escape(row['name'])}.")
             st.rerun()
@@ -298,7 +300,12 @@ def render_selection_actions(selected: pd.DataFrame, root: Path, *, read_only: s
     editable = selected[~selected["path"].isin(read_only)]
     if len(editable) == 1:
         _render_edit(editable.iloc[0])
-    if len(editable):
+    url = stores.remote_url(root)
+    if len(editable) and url:
+        # Archive and delete would act on the local mirror only, and the next listing bring the runs back.
+        st.caption(f"Archive and delete are not offered for a remote store ({md_escape(url)}): use the "
+                   "storage's own tools.")
+    elif len(editable):
         _render_archive(editable, root)
     if len(editable) < len(selected):
         st.caption("Runs mirrored from a tb-profiler folder are read-only here.")

@@ -17,6 +17,8 @@ from .errors import TorchscopeError
 __all__ = [
     "BACKENDS",
     "CACHE_ENV",
+    "CHANGES_DIR",
+    "STORE_META_DIR",
     "SPOOL_ENV",
     "UnsupportedStoreError",
     "cache_home",
@@ -38,6 +40,11 @@ BACKENDS: dict[str, str] = {
 }
 # Where the read cache of remote stores and the agent's spool live (default ~/.cache/torchscope).
 CACHE_ENV = "TORCHSCOPE_CACHE"
+# A remote store's own metadata, never mirrored (the mirror's local .torchscope/ holds its catalog index).
+STORE_META_DIR = ".torchscope"
+# One small object per run, <store>/.torchscope/changes/<run id>, put by every Torchscope writer after the
+# run's files: one listing of this folder tells a reader which runs changed (app/data/store_fs.py).
+CHANGES_DIR = f"{STORE_META_DIR}/changes"
 # Where `torchscope run --root URL` writes before uploading (default <cache>/spool/<digest of URL>).
 SPOOL_ENV = "TORCHSCOPE_SPOOL"
 

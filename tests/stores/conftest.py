@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,17 @@ class S3Server:
     endpoint: str
     requests: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _fs: Any = None
+
+    def fs(self):  # noqa: ANN201 - an s3fs.S3FileSystem (untyped)
+        """The tests' own client of this server, made once: a client costs ~0.5 s to make."""
+        if self._fs is None:
+            import s3fs
+
+            self._fs = s3fs.S3FileSystem(skip_instance_cache=True, key="testing", secret="testing-secret",
+                                         client_kwargs={"endpoint_url": self.endpoint})
+        self._fs.invalidate_cache()  # it must see what the code under test wrote
+        return self._fs
 
     def mark(self) -> int:
         with self.lock:
@@ -85,9 +97,7 @@ class S3Store:
     env: dict[str, str]  # for subprocesses
 
     def fs(self):  # noqa: ANN201 - an s3fs.S3FileSystem (untyped)
-        import s3fs
-
-        return s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": self.server.endpoint})
+        return self.server.fs()
 
     def objects(self, prefix: str = "runs") -> dict[str, bytes]:
         """Every object under ``bucket/prefix``: key relative to it → bytes."""

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from profiler_agent.runformat import layout, read_manifest
+from profiler_agent.runformat import atomic_write_json, layout, read_manifest, update_manifest
 from profiler_agent.runformat.store_url import spool_root
-from profiler_agent.upload import Uploader, run_files
+from profiler_agent.upload import Uploader, run_files, state_path
 from tests.app.helpers import assert_clean, open_app, texts
 from tests.conftest import write_run
 from tests.stores.conftest import PROJECT_ROOT, S3Server, S3Store, make_s3_store
@@ -46,12 +46,24 @@ def recorded(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> I
     """One tiny real run recorded by ``torchscope run --root s3://...`` (the spooled folder too)."""
     with pytest.MonkeyPatch.context() as mp:
         store = make_s3_store(s3_server, tmp_path_factory.mktemp("recorded"), mp)
+        done_long_ago = _uploaded_long_ago(store)
         cmd = [sys.executable, "-m", "app", "run", "--root", store.url, "--name", "tiny", *WINDOW,
                "--", sys.executable, str(JOB_SCRIPT), *JOB_ARGS]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=store.env, cwd=PROJECT_ROOT, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert f"uploaded → {store.url}/" in proc.stderr
+        assert not done_long_ago.exists()  # the launcher cleaned the spool of a run uploaded 8 days ago
         yield store, _spooled_run(store)
+
+
+def _uploaded_long_ago(store: S3Store) -> Path:
+    """A spooled run whose upload completed 8 days ago (its upload state written as the uploader writes it)."""
+    run_dir = write_run(spool_root(store.url), "uploaded-long-ago", steps=4, system=False)
+    update_manifest(run_dir, lambda m: m.replace(extra={**m.extra, "upload": {"url": store.url, "state": "complete"}}))
+    atomic_write_json(state_path(run_dir), {rel: list(sig) for rel, sig in run_files(run_dir).items()})
+    old = time.time() - 8 * 86400
+    os.utime(state_path(run_dir), (old, old))
+    return run_dir
 
 
 @pytest.mark.slow
@@ -82,6 +94,17 @@ def test_ui_opens_the_remote_store(recorded, monkeypatch: pytest.MonkeyPatch):
     assert_clean(at)
     assert list(at.dataframe[0].value["name"]) == ["tiny"]
     assert at.sidebar.text_input(key="root").value == store.url
+    # Tags and notes are written into the store; archive and delete are not offered (local copy only).
+    # (This changes the remote run.json: it runs after the tests that compare it with the spool.)
+    at.session_state["runs_table"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    at.run()
+    captions = texts(at.caption)
+    assert "Saved into the store itself" in captions and "Archive and delete are not offered" in captions
+    assert not [b for b in at.button if b.key == "runs_remove"]
+    at.text_input(key=f"runs_edit_tags_{run_dir.name}").input("main, remote")
+    at.button[[b.label for b in at.button].index("Save")].click().run()
+    assert_clean(at)
+    assert json.loads(store.objects()[f"{run_dir.name}/{layout.MANIFEST}"])["tags"] == ["main", "remote"]
     at = open_app(monkeypatch, store.url, run=run_dir.name)  # type: ignore[arg-type]
     assert_clean(at)
     assert at.title[0].value == "tiny", texts(at.markdown)
@@ -114,9 +137,17 @@ def test_killed_upload_is_completed_by_sync(s3, capsys: pytest.CaptureFixture[st
                                  sys.executable, "-c", JOB], env=env, cwd=PROJECT_ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        live = _wait(lambda: any(k.endswith("/run.json") for k in s3.objects()), 30, "the live run's manifest")
-        assert live < 30  # a live run shows up remotely within seconds
+        spool = spool_root(s3.url)
+        _wait(lambda: spool.is_dir() and any(not p.name.startswith(".") for p in spool.iterdir()), 30, "the spool")
         run_dir = _spooled_run(s3)
+        fs, key = s3.fs(), f"{s3.bucket}/runs/{run_dir.name}/{layout.MANIFEST}"
+
+        def uploaded() -> bool:
+            fs.invalidate_cache()
+            return bool(fs.exists(key))  # one request a probe, not a listing of the store
+
+        live = _wait(uploaded, 30, "the live run's manifest")
+        assert live < 30  # a live run shows up remotely within seconds
         _wait(lambda: (run_dir / layout.STDOUT_LOG).is_file() and (run_dir / layout.STDOUT_LOG).stat().st_size > 200,
               30, "the job's output")
         job_pid = int(read_manifest(run_dir).extra.get("job_pid") or 0)
