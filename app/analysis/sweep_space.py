@@ -162,7 +162,7 @@ def check_placeholders(template: Sequence[str], names: Iterable[str]) -> None:
     unused = [n for n in names if n not in used]
     if unused:
         raise UsageError(f"parameter {unused[0]!r} is not used in the command: add {{{unused[0]}}} to it")
-    fill_command(template, {n: "" for n in names})
+    fill_command(template, dict.fromkeys(names, ""))
 
 
 def objective_series(records: Iterable[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:

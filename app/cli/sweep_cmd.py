@@ -6,9 +6,6 @@ import json
 import shlex
 import sys
 
-from profiler_agent.runformat import layout
-from profiler_agent.runformat.store_url import is_store_url
-
 from app.analysis.sweep_space import (
     OBJECTIVE_REDUCTIONS,
     Param,
@@ -20,6 +17,8 @@ from app.analysis.sweep_space import (
 from app.errors import UsageError
 from app.workspace.sweep_runner import best_trial, require_optuna, run_sweep
 from app.workspace.sweep_state import SweepSpec
+from profiler_agent.runformat import layout
+from profiler_agent.runformat.store_url import is_store_url
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -48,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the run's objective from its values: best (by direction), last or median (best)")
     parser.add_argument("--parallel", type=int, default=1, metavar="N", help="trials at a time (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --random and Optuna's sampler (0)")
-    parser.add_argument("--prune-startup-trials", type=int, default=1, metavar="N",
-                        help="Optuna's MedianPruner: trials that finish before any is pruned (1)")
+    parser.add_argument("--prune-startup-trials", type=int, default=5, metavar="N",
+                        help="Optuna's MedianPruner: trials that finish before any is pruned (5, Optuna's default)")
     parser.add_argument("--prune-warmup-steps", type=int, default=0, metavar="S",
                         help="Optuna's MedianPruner: steps of each trial never pruned (0)")
     parser.add_argument("--run-args", default="", metavar="'ARGS'",

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler_agent import runformat as rf
-from profiler_agent.runformat import layout
-from profiler_agent.runformat.reader import check_sample
-
-from app.analysis.sweep_space import Param, compute_objective, expand_grid, fill_command, objective_series, sample_random
+from app.analysis.sweep_space import (
+    Param,
+    compute_objective,
+    expand_grid,
+    fill_command,
+    objective_series,
+    sample_random,
+)
 from app.errors import UsageError
 from app.workspace.sweep_state import (
     SWEEP_FIELD,
@@ -46,6 +49,9 @@ from app.workspace.sweep_state import (
     sweeps_dir,
     write_sweep,
 )
+from profiler_agent import runformat as rf
+from profiler_agent.runformat import layout
+from profiler_agent.runformat.reader import check_sample
 
 __all__ = ["run_sweep", "best_trial", "TRIAL_TAG_PREFIX", "POLL_S", "PRUNE_GRACE_S"]
 
@@ -79,7 +85,8 @@ class _MetricsTail:
     """New complete lines of a growing metrics.jsonl, checked like the run format's reader."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.records = path, 0, []  # type: list[dict[str, Any]]
+        self.path, self.offset = path, 0
+        self.records: list[dict[str, Any]] = []
 
     def poll(self) -> None:
         try:
@@ -142,6 +149,8 @@ class _Sweep:
                          "its parameters run again")
                 self.save(dataclasses.replace(t, state=TrialState.INTERRUPTED, ended_at=time.time(),
                                               reason="running when the sweep was killed"))
+                cut = [*self.state.extra.get("interrupted_runs", []), {"trial": t.number, "run_id": t.run_id}]
+                self.state = dataclasses.replace(self.state, extra={**self.state.extra, "interrupted_runs": cut})
                 self._mark_run(t.run_id, dataclasses.replace(t, state=TrialState.INTERRUPTED))
         if self.spec.method == "optuna":
             self.study = _load_study(self.root, self.state)
@@ -331,7 +340,7 @@ def _load_study(root: Path, state: SweepState) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     extra = state.extra
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=int(extra.get("prune_startup_trials", 1)),
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=int(extra.get("prune_startup_trials", 5)),
                                          n_warmup_steps=int(extra.get("prune_warmup_steps", 0)))
     return optuna.create_study(study_name=state.id, storage=study_storage_url(root, state.id),
                                direction="minimize" if state.spec.direction == "min" else "maximize",

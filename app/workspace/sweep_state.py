@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.errors import UsageError
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-
-from app.errors import UsageError
 
 __all__ = [
     "SWEEP_FIELD",
