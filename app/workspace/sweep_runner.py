@@ -114,7 +114,7 @@ class _Active:
     study_trial: Any = None  # optuna.Trial: optuna is an optional import
     run_dir: Path | None = None
     tail: _MetricsTail | None = None
-    last_step: int | None = None
+    reported: int = 0  # objective values reported to the study so far
     stop_sent_at: float | None = None
     pruned_reason: str = ""
     log: Any = None
@@ -219,12 +219,15 @@ class _Sweep:
             return
         a.tail.poll()
         for step, value in objective_series(a.tail.records, self.spec.objective):
-            if a.last_step is not None and step <= a.last_step:
-                continue
-            a.last_step = step
-            a.study_trial.report(value, step)
+            # Optuna's step is the value's ordinal (the n-th evaluation), not the optimizer step:
+            # trials of different batch sizes evaluate at different optimizer steps, and the
+            # median pruner compares trials at equal steps.
+            report = a.reported
+            a.reported += 1
+            a.study_trial.report(value, report)
             if a.study_trial.should_prune():
-                a.pruned_reason = f"pruned at step {step} ({self.spec.objective}={value:.4g})"
+                a.pruned_reason = (f"pruned at evaluation {report} (step {step}, "
+                                   f"{self.spec.objective}={value:.4g})")
                 self.say(f"trial {a.trial.number} {a.pruned_reason}: stopping it")
                 a.proc.send_signal(signal.SIGTERM)
                 a.stop_sent_at = time.monotonic()

@@ -83,6 +83,7 @@ def test_random_sweep_two_at_a_time_and_a_failing_trial(tmp_path: Path, capsys: 
     assert starts[1][0] < starts[0][1]  # two at a time: the second started before the first ended
 
 
+@pytest.mark.slow
 def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("optuna")
@@ -99,7 +100,7 @@ def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: 
     runs = _runs(root)
     for t in state.trials:
         if t.state == "pruned":
-            assert runs[t.run_id].status is rf.RunStatus.PRUNED and "pruned at step" in t.reason
+            assert runs[t.run_id].status is rf.RunStatus.PRUNED and "pruned at evaluation" in t.reason
     assert main(["ls", "--root", str(root), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     rows = listed["runs"] if isinstance(listed, dict) else listed
