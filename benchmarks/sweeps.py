@@ -155,8 +155,8 @@ def main() -> None:
            "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 1), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"| sweep | trials | killed after | interrupted run | by state | runs made | kept | best | CPU s | wall s |\n"
-          f"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| sweep | trials | killed after | interrupted run | by state | runs made | kept | best | CPU s | wall s |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         b = r["best_trial"] or {}
         shown = ", ".join(f"{k.removeprefix('param.')}={v:.3g}" if isinstance(v, float) else f"{k.removeprefix('param.')}={v}"

@@ -185,7 +185,14 @@ def test_missing_optuna_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_importance_comes_from_the_sweeps_optuna_study(tmp_path: Path) -> None:
     optuna = pytest.importorskip("optuna")
-    from app.workspace.sweep_state import SweepSpec, SweepState, Trial, study_storage_url, sweep_id, write_sweep
+    from app.workspace.sweep_state import (
+        SweepSpec,
+        SweepState,
+        Trial,
+        study_storage_url,
+        sweep_id,
+        write_sweep,
+    )
 
     spec = SweepSpec(command=("python", "t.py", "{lr}", "{n}"), method="optuna", trials=6, params=(
         {"name": "lr", "kind": "uniform", "low": 0.0, "high": 1.0, "choices": []},

@@ -52,7 +52,7 @@ def test_random_points_are_in_range_and_the_same_on_resume() -> None:
 def test_fill_command_and_placeholder_checks() -> None:
     template = ["python", "train.py", "--lr", "{lr}", "--name=run-{lr}-{batch_size}", '{"json": 1}']
     assert fill_command(template, {"lr": 0.1, "batch_size": 32})[3:5] == ["0.1", "--name=run-0.1-32"]
-    with pytest.raises(UsageError, match="placeholder {batch_size} has no"):
+    with pytest.raises(UsageError, match=r"placeholder \{batch_size\} has no"):
         fill_command(template, {"lr": 0.1})
     with pytest.raises(UsageError, match="'seed' is not used"):
         check_placeholders(template, ["lr", "batch_size", "seed"])
