@@ -91,3 +91,16 @@ def test_pruned_is_a_status_of_the_run_format(tmp_path) -> None:  # noqa: ANN001
     again = rf.read_manifest(run_dir)
     assert again.status is rf.RunStatus.PRUNED and rf.effective_status(again) is rf.RunStatus.PRUNED
     assert rf.manifest_to_dict(m)["status"] == "pruned"
+
+
+def test_pruned_runs_are_listed_and_filtered_like_any_status(tmp_path) -> None:  # noqa: ANN001
+    from app.data.runs import STATUS_MARKERS, filter_store
+    from app.workspace.catalog import load_catalog
+    from tests.conftest import write_run
+
+    write_run(tmp_path, "kept", steps=3)
+    write_run(tmp_path, "stopped", steps=3, status=rf.RunStatus.PRUNED)
+    table = load_catalog(tmp_path).table
+    assert sorted(table["status"]) == ["finished", "pruned"]  # the Runs page's status filter offers both
+    assert list(filter_store(table, "", ["pruned"])["name"]) == ["stopped"]
+    assert STATUS_MARKERS["pruned"] == "✂ "
