@@ -11,7 +11,7 @@ import streamlit as st
 
 from app.errors import TorchscopeError
 from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
-from app.ui.compare_many import render_config_tab, render_curves_tab, render_sweep_tab
+from app.ui.compare_many import render_config_tab, render_curves_tab, render_stored_sweep, render_sweep_tab
 from app.ui.compare_tabs import (
     render_advisor_tab,
     render_kernels_tab,
@@ -49,6 +49,9 @@ def _side_runs(sides) -> list:  # noqa: ANN001 - CompareSides; RunData out
 
 def _body() -> None:
     root = store_root()
+    if st.query_params.get("sweep"):  # a torchscope sweep's own view (?sweep=<id>)
+        render_stored_sweep(st.query_params["sweep"])
+        return
     st.title("Compare runs")
     selection = render_selection(root)
     if selection is None:

@@ -39,6 +39,7 @@ COMMAND_MODULES: dict[str, str] = {
     "import": "app.cli.import_cmd",
     "sync": "app.cli.sync_cmd",
     "query": "app.cli.query_cmd",
+    "sweep": "app.cli.sweep_cmd",
 }
 # Commands that read --root and their references through a store URL's local mirror (store_arg.py);
 # run, import, ui and sync write to or serve the URL themselves.
@@ -85,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # pandas, plotly and Streamlit (~0.7 s). `torchscope --help` (or an unknown command) builds
     # every command's parser.
     parser = build_parser(argv[0] if argv[:1] and argv[0] in COMMAND_MODULES else None)
-    # `torchscope run [opts] -- cmd ...`: everything after `--` is the user's command, untouched.
-    args, rest = parser.parse_known_args(argv) if argv[:1] == ["run"] else (parser.parse_args(argv), [])
+    # `torchscope run|sweep [opts] -- cmd ...`: everything after `--` is the user's command, untouched.
+    args, rest = parser.parse_known_args(argv) if argv[:1] in (["run"], ["sweep"]) else (parser.parse_args(argv), [])
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

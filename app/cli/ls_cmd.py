@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 STEPS_FROM_TRACE = "trace"
 STEPS_IN_TRACE = "in trace"
 # The status markers of app.data.runs.STATUS_MARKERS (that module imports pandas).
-STATUS_MARKERS = {"running": "● ", "finished": "✓ ", "failed": "✗ ", "killed": "■ ", "crashed": "✗ "}
+STATUS_MARKERS = {"running": "● ", "finished": "✓ ", "failed": "✗ ", "killed": "■ ", "crashed": "✗ ",
+                  "pruned": "✂ "}
 
 # Marks on the STEPS and STEP TIME cells of runs without metrics.jsonl, explained under the table.
 _TRACE_MARK = "*"

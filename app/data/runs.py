@@ -48,6 +48,7 @@ STATUS_MARKERS = {
     "failed": "✗ ",
     "killed": "■ ",
     "crashed": "✗ ",
+    "pruned": "✂ ",  # stopped early by a sweep's pruner (torchscope sweep --optuna)
 }
 
 # Columns the Runs page uses besides STORE_COLUMNS (not part of `ls --json`).

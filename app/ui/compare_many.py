@@ -1,4 +1,5 @@
-"""The Compare page's many-run tabs: curves (overlay or mean ± spread), config diff, sweep (UI layer)."""
+"""The Compare page's many-run tabs: curves (overlay or mean ± spread), config diff, sweep; and a
+stored sweep's own view (``?sweep=<id>``: torchscope sweep's trials) (UI layer)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -23,13 +24,14 @@ from app.data.runs import RunData
 from app.data.store_rows import run_group
 from app.errors import TorchscopeError
 from app.presentation.names import display_table
-from app.ui.layout import RUN_PAGE
+from app.ui.layout import RUN_PAGE, store_root
 from app.workspace.catalog_query import query_runs, sweep_table
+from app.workspace.sweep_view import SweepView, list_sweep_ids, load_sweep_view
 
 # The curves tab's grouping by replicate group (torchscope run --group NAME) rather than a config key.
 _REPLICATES = "(replicate group)"
 
-__all__ = ["render_curves_tab", "render_config_tab", "render_sweep_tab", "unique_labels"]
+__all__ = ["render_curves_tab", "render_config_tab", "render_sweep_tab", "render_stored_sweep", "unique_labels"]
 
 
 def unique_labels(runs: Sequence[RunData]) -> list[str]:
@@ -84,6 +86,7 @@ def render_sweep_tab(selected: Sequence[RunData], store_table: Callable[[], pd.D
     """The sweep of the selected runs, or of every run of the store from its catalog index
     (``store_table``: app.ui.store.cached_runs_table, called only when needed), with the grouped
     query of ``torchscope query`` (median step time ... by config keys)."""
+    _render_sweep_picker()
     scope = st.radio("Runs in the sweep", ["selected runs", "every run in the store"], horizontal=True,
                      key="compare_sweep_scope")
     if scope == "selected runs" or store_table is None:
@@ -141,3 +144,73 @@ def _render_grouped(table: pd.DataFrame, varying: list[str], store_table: Callab
         st.error(str(e))
         return
     st.dataframe(result, hide_index=True, width="stretch")
+
+
+def _render_sweep_picker() -> None:
+    """A link to each stored sweep's own view (torchscope sweep), when the store has any."""
+    try:
+        ids = list_sweep_ids(store_root())
+    except TorchscopeError:
+        return
+    if not ids:
+        return
+    c1, c2 = st.columns([3, 1])
+    sid = c1.selectbox("Sweeps run by torchscope sweep", ids, key="compare_sweep_id")
+    if c2.button("Open sweep", key="compare_open_sweep"):
+        st.query_params.clear()
+        st.query_params["sweep"] = sid
+        st.rerun()
+
+
+def render_stored_sweep(sid: str) -> None:
+    """The view of stored sweep ``sid``: counts, the best trial with a link to its run, the trials
+    in parallel coordinates, the objective against each parameter, Optuna's parameter importance
+    and the trials table."""
+    try:
+        view = load_sweep_view(store_root(), sid)
+    except TorchscopeError as e:
+        st.error(str(e))
+        return
+    spec, trials = view.state.spec, view.trials
+    st.title(f"Sweep {view.state.id}")
+    st.caption(f"{spec.method} search, {spec.trials} trials planned, objective: {spec.reduce} {spec.objective} "
+               f"({spec.direction}) · {view.state.state} · " + ", ".join(f"{n} {k}" for k, n in trials.counts.items()))
+    st.code(" ".join(spec.command), language="bash")
+    _render_best(view)
+    table = trials.table
+    if trials.numeric_params and table["objective"].notna().any():
+        dims = [*trials.numeric_params, "objective"]
+        st.plotly_chart(make_parallel_coordinates_figure(table, dims, "objective"), width="stretch",
+                        key="sweep_parcoords")
+        st.subheader(f"{spec.objective} against each parameter")
+        cols = st.columns(min(3, len(trials.numeric_params)))
+        for i, p in enumerate(trials.numeric_params):
+            with cols[i % len(cols)]:
+                st.plotly_chart(make_param_scatter_figure(table, p, "objective"), width="stretch",
+                                key=f"sweep_scatter_{p}")
+    else:
+        st.info("No trial has both numeric parameters and an objective yet: nothing to chart.")
+    st.subheader("Parameter importance")
+    if view.importance:
+        st.dataframe({"parameter": list(view.importance), "importance": list(view.importance.values())},
+                     hide_index=True, column_config={"importance": st.column_config.ProgressColumn(
+                         "importance (Optuna, fANOVA)", min_value=0.0, max_value=1.0, format="%.2f")})
+    else:
+        st.info(f"Parameter importance is {view.importance_note}.")
+    st.subheader("Trials")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "objective": st.column_config.NumberColumn(spec.objective, format="%.6g"),
+        "duration_s": st.column_config.NumberColumn("duration (s)", format="%.2f"),
+        "is_best": st.column_config.CheckboxColumn("best")})
+
+
+def _render_best(view: SweepView) -> None:
+    best = view.trials.best
+    if best is None:
+        st.warning("No trial has completed with an objective yet.")
+        return
+    params = ", ".join(f"{p.removeprefix('param.')}={best[p]}" for p in view.trials.params)
+    st.success(f"Best trial {best['trial']}: {view.state.spec.objective} = {best['objective']:.6g} ({params})")
+    if best.get("id"):
+        st.page_link(RUN_PAGE, label=f"Open the best trial's run {best['id']}", icon=":material/monitoring:",
+                     query_params={"run": str(best["id"])})

@@ -37,7 +37,7 @@ _DEFAULT_PAGE_SIZE = 50
 
 _COLUMN_CONFIG = {
     "status": st.column_config.TextColumn(
-        "Status", help="● running, ✓ finished, ✗ failed or crashed, ■ killed"
+        "Status", help="● running, ✓ finished, ✗ failed or crashed, ■ killed, ✂ pruned by a sweep"
     ),
     "name": st.column_config.TextColumn("Name"),
     "tags": st.column_config.TextColumn("Tags"),

@@ -26,6 +26,7 @@ __all__ = [
     "STDERR_LOG",
     "TRACEBACK_LOG",
     "STATUS_RESERVE",
+    "SWEEPS_DIR",
     "is_temp_file",
     "GRAPH_DOT",
     "GRAPH_SVG",
@@ -71,6 +72,10 @@ GRAPH_SVG_SKIPPED = "graph_svg_skipped"  # run.json key: why graph/backward.svg 
 
 # Space the launcher sets aside at the start so that the final status fits on a full disk.
 STATUS_RESERVE = ".status-reserve"
+
+# Sweep state (torchscope sweep): one <sweep id>.json and the Optuna study's SQLite file per
+# sweep, inside the store; list_runs skips dot-folders.
+SWEEPS_DIR = ".torchscope/sweeps"
 
 DEFAULT_ROOT = "runs"
 ROOT_ENV = "TORCHSCOPE_RUNS"

@@ -44,6 +44,9 @@ class RunStatus(enum.StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     KILLED = "killed"
+    # Written by ``torchscope sweep`` over the launcher's ``killed`` when its pruner stopped the
+    # trial early from its live metrics: a decision of the search, not a failure of the job.
+    PRUNED = "pruned"
     # Never written by the agent: readers derive it from a stale heartbeat and a dead process.
     CRASHED = "crashed"
 
