@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--image-size", type=int, default=16)
+    p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=8)
     args = p.parse_args(argv)
     torch.manual_seed(0)

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(args.depth):
-        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+        layers += [nn.Linear(args.width, args.width), nn.ReLU(inplace=True)]
     model = nn.Sequential(*layers, nn.Linear(args.width, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(args.batch_size, args.width)

@@ -1,0 +1,131 @@
+"""Sample variants of precision, memory and the optimizer step (issue 17): each recorded with the real
+agent, problem on and off; the advisor's finding on the problem side only, read from the trace
+(never from the script's flags), and ``torchscope diff``'s change in the expected direction.
+
+Each variant is one test, so that its pair is recorded once per session even under xdist.
+Assertions rest on call counts and allocated bytes (deterministic), not on time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.analysis.advisor import advise, registered_rules
+from app.cli import main
+from app.workspace.evidence import load_evidence
+from tests.variants.conftest import PROJECT_ROOT, VariantPair
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("module_trace_cache")]
+
+VARIANTS = "sample_models/variants"
+ARGS = ("--steps", "6")
+
+
+def _advice_rules(run: Path, rule: str) -> tuple[list[str], tuple[str, ...]]:
+    advice = advise(load_evidence(run), rules=[rule])
+    assert not advice.errors, advice.errors
+    return [f.rule for f in advice.findings], advice.checked
+
+
+def _diff(pair: VariantPair) -> dict[str, Any]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["diff", str(pair.problem), str(pair.fixed), "--json"])
+    assert code in (0, None), out.getvalue()[-2000:]
+    return json.loads(out.getvalue())
+
+
+def _calls(diff: dict[str, Any], op: str) -> tuple[float, float]:
+    row = next((r for r in diff["ops"] if r["name"] == op), None)
+    return (0.0, 0.0) if row is None else (float(row["baseline_calls"] or 0), float(row["candidate_calls"] or 0))
+
+
+def _fires_on_problem_only(pair: VariantPair, rule: str) -> None:
+    found, checked = _advice_rules(pair.problem, rule)
+    assert found == [rule], f"{rule} did not fire on {pair.problem.name}"
+    found, checked = _advice_rules(pair.fixed, rule)
+    assert rule in checked and found == [], f"{rule} fired on the fixed side {pair.fixed.name}"
+
+
+def test_zero_grad_variant(record_variant_pair) -> None:
+    pair = record_variant_pair(f"{VARIANTS}/zero_grad.py", args=ARGS)
+    _fires_on_problem_only(pair, "zero_grad_set_to_none")
+    finding = advise(load_evidence(pair.problem), rules=["zero_grad_set_to_none"]).findings[0]
+    assert finding.evidence["zeroing_calls_per_step"] == 18  # one aten::zero_ per parameter (9 Linear layers)
+    diff = _diff(pair)
+    assert "zero_grad_set_to_none" in {f["rule"] for f in diff["advice"]["resolved"]}
+    before, after = _calls(diff, "aten::zero_")
+    assert before - after >= 3 * 18  # 3 profiled steps, 18 gradients each
+
+
+def test_inplace_variant(record_variant_pair) -> None:
+    pair = record_variant_pair(f"{VARIANTS}/inplace.py", args=ARGS)
+    _fires_on_problem_only(pair, "inplace_activations")
+    diff = _diff(pair)
+    assert "inplace_activations" in {f["rule"] for f in diff["advice"]["resolved"]}
+    assert _calls(diff, "aten::relu") == (12.0, 0.0)  # 4 ReLUs × 3 profiled steps
+    assert _calls(diff, "aten::relu_")[1] == 12.0
+
+
+def test_checkpointing_variant(record_variant_pair) -> None:
+    pair = record_variant_pair(f"{VARIANTS}/checkpointing.py", args=ARGS)
+    _fires_on_problem_only(pair, "activation_memory")
+    diff = _diff(pair)
+    assert "activation_memory" in {f["rule"] for f in diff["advice"]["resolved"]}
+    peak = diff["peak_memory"]
+    assert peak["candidate_bytes"] < 0.6 * peak["baseline_bytes"], peak  # measured 14.7 → 3.3 MB
+    before, after = _calls(diff, "aten::linear")
+    assert after >= 1.5 * before  # each block's forward runs again in backward
+
+
+def test_mixed_precision_variant(record_variant_pair) -> None:
+    pair = record_variant_pair(f"{VARIANTS}/mixed_precision.py", args=ARGS)
+    problem, fixed = load_evidence(pair.problem), load_evidence(pair.fixed)
+    cpu = next(d for d in problem.devices if d.get("type") == "cpu")
+    assert isinstance(cpu.get("bf16_native"), bool)  # the agent recorded the CPU's bf16 support
+
+    def on_cpu(ev: Any, native: bool) -> Any:
+        devices = tuple({**d, "bf16_native": native, "bf16_flags": ["amx_bf16"] if native else []}
+                        if d.get("type") == "cpu" else d for d in ev.devices)
+        return dataclasses.replace(ev, devices=devices)
+
+    def found(ev: Any) -> list[str]:
+        advice = advise(ev, rules=["cpu_mixed_precision"])
+        assert "cpu_mixed_precision" in advice.checked, advice.skipped
+        return [f.rule for f in advice.findings]
+
+    # A CPU with native bf16: fp32 matmuls are the finding, the autocast side is clean.
+    assert found(on_cpu(problem, True)) == ["cpu_mixed_precision"]
+    assert found(on_cpu(fixed, True)) == []
+    # A CPU without it (where bf16 autocast was measured slower): never recommended.
+    assert found(on_cpu(problem, False)) == []
+    # Whatever this machine is, the advice follows its recorded flags.
+    assert found(problem) == (["cpu_mixed_precision"] if cpu["bf16_native"] else [])
+    diff = _diff(pair)
+    mm = next(r for r in diff["ops"] if r["name"] == "aten::mm")
+    assert mm["baseline_calls"] == mm["candidate_calls"]  # same matmuls, in bf16 on the fixed side
+    assert _calls(diff, "aten::_to_copy")[1] > _calls(diff, "aten::_to_copy")[0]  # autocast's casts
+
+
+_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+)`\s*\|(?P<rest>.*)\|\s*$")
+
+
+def test_docs_table_names_real_variants_and_rules() -> None:
+    text = (PROJECT_ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
+    section = text.split("## Precision, memory and the optimizer step", 1)[1].split("\n## ", 1)[0]
+    rows = [m for line in section.splitlines() if (m := _ROW.match(line))]
+    assert len(rows) == 4, section
+    rules = {r.id for r in registered_rules()}
+    for m in rows:
+        assert (PROJECT_ROOT / m["file"]).is_file(), m["file"]
+        ids = re.findall(r"`([a-z0-9_]+)`", m["rest"])
+        assert ids and set(ids) & rules, f"{m['file']}: no registered rule id in {m['rest']!r}"
+        unknown = [i for i in ids if "_" in i and i not in rules and not i.startswith(("aten", "zero_grad("))]
+        assert not unknown, f"{m['file']}: {unknown} are not rule ids"
