@@ -43,6 +43,7 @@ def _diff(pair: VariantPair) -> dict[str, Any]:
 
 
 def _calls(diff: dict[str, Any], op: str) -> tuple[float, float]:
+    """(baseline, candidate) calls of ``op`` per profiled step in ``diff --json``'s op table."""
     row = next((r for r in diff["ops"] if r["name"] == op), None)
     return (0.0, 0.0) if row is None else (float(row["baseline_calls"] or 0), float(row["candidate_calls"] or 0))
 
@@ -61,8 +62,8 @@ def test_zero_grad_variant(record_variant_pair) -> None:
     assert finding.evidence["zeroing_calls_per_step"] == 18  # one aten::zero_ per parameter (9 Linear layers)
     diff = _diff(pair)
     assert "zero_grad_set_to_none" in {f["rule"] for f in diff["advice"]["resolved"]}
-    before, after = _calls(diff, "aten::zero_")
-    assert before - after >= 3 * 18  # 3 profiled steps, 18 gradients each
+    before, after = _calls(diff, "aten::zero_")  # calls per profiled step
+    assert before - after >= 18
 
 
 def test_inplace_variant(record_variant_pair) -> None:
@@ -70,13 +71,15 @@ def test_inplace_variant(record_variant_pair) -> None:
     _fires_on_problem_only(pair, "inplace_activations")
     diff = _diff(pair)
     assert "inplace_activations" in {f["rule"] for f in diff["advice"]["resolved"]}
-    assert _calls(diff, "aten::relu") == (12.0, 0.0)  # 4 ReLUs × 3 profiled steps
-    assert _calls(diff, "aten::relu_")[1] == 12.0
+    assert _calls(diff, "aten::relu") == (4.0, 0.0)  # 4 ReLUs per profiled step
+    assert _calls(diff, "aten::relu_")[1] == 4.0
 
 
 def test_checkpointing_variant(record_variant_pair) -> None:
     pair = record_variant_pair(f"{VARIANTS}/checkpointing.py", args=ARGS)
     _fires_on_problem_only(pair, "activation_memory")
+    # The recomputation in backward is not an evaluation with gradients (it fired here before).
+    assert _advice_rules(pair.fixed, "eval_without_no_grad")[0] == []
     diff = _diff(pair)
     assert "activation_memory" in {f["rule"] for f in diff["advice"]["resolved"]}
     peak = diff["peak_memory"]
@@ -114,18 +117,18 @@ def test_mixed_precision_variant(record_variant_pair) -> None:
     assert _calls(diff, "aten::_to_copy")[1] > _calls(diff, "aten::_to_copy")[0]  # autocast's casts
 
 
-_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+)`\s*\|(?P<rest>.*)\|\s*$")
+_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+)`\s*\|(?P<problem>[^|]*)\|(?P<finding>[^|]*)\|(?P<diff>.*)\|\s*$")
 
 
 def test_docs_table_names_real_variants_and_rules() -> None:
+    """docs/variants.md's rows of this section: the script exists, the finding names a registered rule."""
     text = (PROJECT_ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
     section = text.split("## Precision, memory and the optimizer step", 1)[1].split("\n## ", 1)[0]
     rows = [m for line in section.splitlines() if (m := _ROW.match(line))]
-    assert len(rows) == 4, section
+    assert [Path(m["file"]).name for m in rows] == ["mixed_precision.py", "checkpointing.py", "inplace.py",
+                                                     "zero_grad.py"]
     rules = {r.id for r in registered_rules()}
     for m in rows:
         assert (PROJECT_ROOT / m["file"]).is_file(), m["file"]
-        ids = re.findall(r"`([a-z0-9_]+)`", m["rest"])
-        assert ids and set(ids) & rules, f"{m['file']}: no registered rule id in {m['rest']!r}"
-        unknown = [i for i in ids if "_" in i and i not in rules and not i.startswith(("aten", "zero_grad("))]
-        assert not unknown, f"{m['file']}: {unknown} are not rule ids"
+        rule_id = re.match(r"\s*`([a-z0-9_]+)`", m["finding"])
+        assert rule_id and rule_id[1] in rules, f"{m['file']}: the finding {m['finding']!r} names no registered rule"

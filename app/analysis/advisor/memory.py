@@ -251,6 +251,9 @@ INPLACE_OPS = frozenset({
     "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::mish", "aten::threshold", "aten::rrelu",
 })
 INPLACE_BYTES_SHARE_MIN = 0.05
+# ...and at least 1 MiB a step: below that the caching allocator serves it for next to nothing
+# (a 3-layer MLP's one ReLU allocates 8 KiB).
+INPLACE_MIB_PER_STEP_MIN = 1.0
 
 _ACT_FIX = """\
 from torch.utils.checkpoint import checkpoint
@@ -268,7 +271,7 @@ x = torch.relu_(x)             # functional: F.relu(x, inplace=True)
 
 def _host_only(ev: RunEvidence) -> pd.DataFrame:
     if ev.has_device_trace:
-        raise MissingEvidence("a CPU-only run (device memory: memory_near_capacity)")
+        raise MissingEvidence("needs a CPU-only run (device memory is memory_near_capacity's)")
     steps = training_steps(ev, require_steps(ev))
     if not any(t.memory is not None and not t.memory.empty for t in ev.traces):
         raise MissingEvidence("needs memory events in a trace (profile_memory=True)")
@@ -354,7 +357,8 @@ def _outermost_spans(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 @rule("inplace_activations", family="memory", title="Out-of-place activation functions allocate memory (CPU)")
 def inplace_activations(ev: RunEvidence) -> list[Finding]:
     """Fires for CPU training when out-of-place activation functions that have an in-place form
-    allocate ≥ INPLACE_BYTES_SHARE_MIN of the bytes the profiled steps allocate."""
+    allocate ≥ INPLACE_BYTES_SHARE_MIN of the bytes the profiled steps allocate, and at least
+    INPLACE_MIB_PER_STEP_MIN per step."""
     steps = _host_only(ev)
     calls, act_bytes, all_bytes = 0, 0.0, 0.0
     names_seen: set[str] = set()
@@ -379,9 +383,9 @@ def inplace_activations(ev: RunEvidence) -> list[Finding]:
         act_bytes += float(mem["bytes"].to_numpy(float)[in_steps & in_spans(mts, os_, oe)].sum())
     n_steps = max(1, len(steps))
     share = act_bytes / all_bytes if all_bytes > 0 else 0.0
-    if calls == 0 or share < INPLACE_BYTES_SHARE_MIN:
-        return []
     mib = 1024 ** 2
+    if calls == 0 or share < INPLACE_BYTES_SHARE_MIN or act_bytes / n_steps < INPLACE_MIB_PER_STEP_MIN * mib:
+        return []
     ops_text = ", ".join(sorted(names_seen))
     return [Finding(
         rule="inplace_activations", family="memory", severity=Severity.LOW, weight=trace_weight(ev, steps),

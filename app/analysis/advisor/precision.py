@@ -201,7 +201,7 @@ def cpu_mixed_precision(ev: RunEvidence) -> list[Finding]:
     bf16 does not already do half of them, and the CPU has native bf16 (AMX/AVX512-BF16 flags,
     recorded by the agent); silent on CPUs without it, where bf16 autocast was measured slower."""
     if ev.has_device_trace:
-        raise MissingEvidence("a CPU-only run (GPU runs: mixed_precision)")
+        raise MissingEvidence("needs a CPU-only run (GPU runs are mixed_precision's)")
     native, flags = _cpu_bf16_native(ev)
     steps = training_steps(ev, require_steps(ev))
     fp32, half, unknown = cpu_mma_time(ev, steps)
