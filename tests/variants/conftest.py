@@ -83,7 +83,7 @@ def _record(root: Path, stem: str, programs: dict[str, list[str]], agent_args: S
 @pytest.fixture(scope="session")
 def record_variant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., VariantPair]:
     """Factory: ``record_variant_pair(script, *, args=(), problem=PROBLEM_FLAGS, fixed=FIXED_FLAGS,
-    agent_args=AGENT_ARGS, command=(sys.executable,), timeout_s=180) -> VariantPair``.
+    agent_args=AGENT_ARGS, command=(sys.executable,), timeout_s=600) -> VariantPair``.
 
     ``script`` is relative to the project root. Runs are named ``<script stem>-problem`` and
     ``<script stem>-fixed``; the same call twice in a session returns the first recording.
@@ -93,7 +93,7 @@ def record_variant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[..
 
     def record(script: str, *, args: Sequence[str] = (), problem: Sequence[str] = PROBLEM_FLAGS,
                fixed: Sequence[str] = FIXED_FLAGS, agent_args: Sequence[str] = AGENT_ARGS,
-               command: Sequence[str] = (sys.executable,), timeout_s: float = 180) -> VariantPair:
+               command: Sequence[str] = (sys.executable,), timeout_s: float = 600) -> VariantPair:
         key = (script, tuple(args), tuple(problem), tuple(fixed), tuple(agent_args), tuple(command))
         if key not in recorded:
             stem = Path(script).stem.replace("_", "-")

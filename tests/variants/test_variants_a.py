@@ -22,7 +22,8 @@ from app.cli import main
 from app.workspace.evidence import load_evidence
 from tests.variants.conftest import PROJECT_ROOT, VariantPair
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("module_trace_cache")]
+# A loaded machine (eight sessions on 2 cores) made one pair take over 3 minutes of wall time.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("module_trace_cache")]
 
 VARIANTS = "sample_models/variants"
 ARGS = ("--steps", "6")
@@ -109,12 +110,26 @@ def test_mixed_precision_variant(record_variant_pair) -> None:
     assert found(on_cpu(fixed, True)) == []
     # A CPU without it (where bf16 autocast was measured slower): never recommended.
     assert found(on_cpu(problem, False)) == []
+    # A run recorded before the agent wrote the flags: not checked, never told to use bf16.
+    old = dataclasses.replace(problem, devices=tuple({k: v for k, v in d.items() if not k.startswith("bf16")}
+                                                     for d in problem.devices))
+    assert "cpu_mixed_precision" in advise(old, rules=["cpu_mixed_precision"]).skipped
     # Whatever this machine is, the advice follows its recorded flags.
     assert found(problem) == (["cpu_mixed_precision"] if cpu["bf16_native"] else [])
     diff = _diff(pair)
     mm = next(r for r in diff["ops"] if r["name"] == "aten::mm")
     assert mm["baseline_calls"] == mm["candidate_calls"]  # same matmuls, in bf16 on the fixed side
     assert _calls(diff, "aten::_to_copy")[1] > _calls(diff, "aten::_to_copy")[0]  # autocast's casts
+
+
+def test_cpu_bf16_flags_from_cpuinfo() -> None:
+    from profiler_agent.environment import cpu_bf16
+
+    assert cpu_bf16("processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16\n") == {
+        "bf16_native": True, "bf16_flags": ["amx_bf16", "avx512_bf16"]}
+    assert cpu_bf16("processor : 0\nflags : fpu sse avx2\n") == {"bf16_native": False, "bf16_flags": []}
+    assert cpu_bf16("processor : 0\nFeatures : fp asimd bf16 sve\n")["bf16_native"] is True  # Arm
+    assert cpu_bf16("nothing here") == {}
 
 
 _ROW = re.compile(r"^\|\s*`(?P<file>[^`]+)`\s*\|(?P<problem>[^|]*)\|(?P<finding>[^|]*)\|(?P<diff>.*)\|\s*$")
