@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RankInfo", "read_rank_info", "read_git_info", "describe_launch", "describe_torch", "describe_threads"]
+__all__ = ["BF16_CPU_FLAGS", "RankInfo", "cpu_bf16", "read_rank_info", "read_git_info", "describe_launch", "describe_torch", "describe_threads"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def describe_torch() -> dict[str, Any]:
             versions["cudnn"] = torch.backends.cudnn.version()
     devices: list[dict[str, Any]] = [
         {"type": "cpu", "name": _processor(), "count": os.cpu_count(),
-         "threads": torch.get_num_threads()}
+         "threads": torch.get_num_threads(), **cpu_bf16()}
     ]
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -155,6 +155,30 @@ def describe_torch() -> dict[str, Any]:
                 "multi_processor_count": int(props.multi_processor_count),
             })
     return {"versions": versions, "devices": devices, "executable": sys.executable, "threads": describe_threads()}
+
+
+# CPU flags of native bfloat16 arithmetic, which oneDNN's bf16 matmul/convolution kernels need
+# (x86: AMX, AVX512-BF16; Arm: the BF16 extension). Without them bf16 autocast converts and
+# computes in float32: slower, not faster (docs/variants.md, measured).
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+
+
+def cpu_bf16(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The cpu device entry's ``bf16_native`` (bool) and ``bf16_flags`` (those of BF16_CPU_FLAGS the
+    CPU has), from /proc/cpuinfo's ``flags``/``Features`` (Linux); {} where that cannot be read."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                cpuinfo = f.read(1 << 16)  # the first processor's lines are enough
+        except OSError:
+            return {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            have = set(value.split())
+            found = [flag for flag in BF16_CPU_FLAGS if flag in have]
+            return {"bf16_native": bool(found), "bf16_flags": found}
+    return {}
 
 
 def _processor() -> str:

@@ -82,6 +82,9 @@ def unused_graph_ops(events: pd.DataFrame, step_spans: tuple[np.ndarray, np.ndar
     used = fwd_seq.isin(used_seq).to_numpy()
     unused = fwd[~used & fwd["name"].astype(str).isin(PARAM_OPS).to_numpy()]
     unused = unused[~_touches(unused, fwd[used])]
+    # Forward ops run inside a backward node are activation checkpointing's recomputation
+    # (torch.utils.checkpoint): their graph is that backward's, not an evaluation's.
+    unused = unused[~_touches(unused, events[_is_backward(events["name"].astype(str))])]
     unused = _outermost(unused)
     if step_spans is not None and len(step_spans[0]):
         # Inside a completed ProfilerStep a forward without backward is real; outside every step

@@ -1,4 +1,5 @@
-"""Advisor rules on device memory: peak near capacity, activation share, allocator churn (analysis layer)."""
+"""Advisor rules on memory: device peak near capacity, activation share, allocator churn; on a CPU,
+activations many times the model and out-of-place activation functions (analysis layer)."""
 from __future__ import annotations
 
 import re
@@ -11,12 +12,20 @@ import pandas as pd
 from app.analysis.memory.events import compute_memory_timeline
 from app.presentation.units import format_percent
 
-from .common import DOCS, events_of, require_device_trace, severity_for, trace_weight
+from .common import (
+    DOCS,
+    events_of,
+    require_device_trace,
+    require_steps,
+    severity_for,
+    trace_weight,
+    training_steps,
+)
 from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import in_spans
 
-__all__ = ["memory_near_capacity", "allocator_churn"]
+__all__ = ["memory_near_capacity", "allocator_churn", "activation_memory", "inplace_activations"]
 
 # torch-tb-profiler warns above 90% of totalGlobalMem ("at the limit of device memory capacity").
 MEM_CAPACITY_SHARE_MIN = 0.90
@@ -223,4 +232,175 @@ def allocator_churn(ev: RunEvidence) -> list[Finding]:
         fix=_CHURN_FIX,
         expected_gain=f"about {format_percent(share)} of step time, plus the syncs it forces",
         gain_share=share, doc_url=DOCS["memory"], chart="Timeline › cuda_runtime row (cudaFree/cudaMalloc)",
+    )]
+
+
+# --- CPU (host) memory: activations kept for backward, out-of-place activation functions --------
+
+# What a step allocates on top of what it started with (activations kept for backward, plus the
+# gradients when they were set to None) against the parameters' bytes. Weights, gradients and
+# Adam's two moments are 4× the parameters: activations beyond that set the step's peak, and
+# checkpointing (which keeps one input per block) cuts them several-fold; below it the peak is
+# mostly the model's own state and checkpointing saves less than it costs in recompute.
+ACTIVATION_PARAM_RATIO_MIN = 4.0
+FLOAT32_BYTES = 4  # the module tree counts parameters, not bytes: float32 assumed
+# Out-of-place activation functions that have an in-place form (nn.ReLU(inplace=True), ...),
+# and the least share of the step's allocated bytes worth an in-place rewrite.
+INPLACE_OPS = frozenset({
+    "aten::relu", "aten::relu6", "aten::hardtanh", "aten::leaky_relu", "aten::elu", "aten::selu", "aten::celu",
+    "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::mish", "aten::threshold", "aten::rrelu",
+})
+INPLACE_BYTES_SHARE_MIN = 0.05
+# ...and at least 1 MiB a step: below that the caching allocator serves it for next to nothing
+# (a 3-layer MLP's one ReLU allocates 8 KiB).
+INPLACE_MIB_PER_STEP_MIN = 1.0
+
+_ACT_FIX = """\
+from torch.utils.checkpoint import checkpoint
+def forward(self, x):                      # keep each block's input, recompute the rest in backward
+    for block in self.blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    return self.head(x)
+# or smaller micro-batches with gradient accumulation (same effective batch size)"""
+
+_INPLACE_FIX = """\
+nn.ReLU(inplace=True)          # also nn.SiLU, nn.LeakyReLU, nn.Hardswish, nn.ELU, ... (inplace=True)
+x = torch.relu_(x)             # functional: F.relu(x, inplace=True)
+# not on a tensor autograd still needs (e.g. a residual input): torch raises an error there"""
+
+
+def _host_only(ev: RunEvidence) -> pd.DataFrame:
+    if ev.has_device_trace:
+        raise MissingEvidence("needs a CPU-only run (device memory is memory_near_capacity's)")
+    steps = training_steps(ev, require_steps(ev))
+    if not any(t.memory is not None and not t.memory.empty for t in ev.traces):
+        raise MissingEvidence("needs memory events in a trace (profile_memory=True)")
+    return steps
+
+
+def _rank_steps(steps: pd.DataFrame, rank: int) -> pd.DataFrame:
+    return steps[steps["rank"] == rank] if "rank" in steps.columns else steps
+
+
+def host_step_growth(ev: RunEvidence, steps: pd.DataFrame) -> list[float]:
+    """Per step: peak host (cpu) memory allocated inside it minus what was allocated at its start."""
+    growth = []
+    for trace in ev.traces:
+        tl = compute_memory_timeline(trace)
+        tl = tl[(tl["device"] == "cpu") & tl["allocated_bytes"].notna()]
+        if tl.empty:
+            continue
+        ts, alloc = tl["ts_us"].to_numpy(float), tl["allocated_bytes"].to_numpy(float)
+        mine = _rank_steps(steps, int(getattr(trace, "rank", 0)))
+        for s, e in zip(mine["start_us"].to_numpy(float), mine["end_us"].to_numpy(float)):
+            inside = (ts >= s) & (ts <= e)
+            if not inside.any():
+                continue
+            before = alloc[ts < s]
+            base = float(before[-1]) if len(before) else float(alloc[inside][0])
+            growth.append(max(0.0, float(alloc[inside].max()) - base))
+    return growth
+
+
+def _param_count(ev: RunEvidence) -> int:
+    root = (ev.module_tree or {}).get("root") if isinstance(ev.module_tree, dict) else None
+    params = int((root or {}).get("params") or 0)
+    if params <= 0:
+        raise MissingEvidence("needs the model's parameter count (graph/modules.json, written by the agent)")
+    return params
+
+
+@rule("activation_memory", family="memory", title="Activations many times the model (CPU)")
+def activation_memory(ev: RunEvidence) -> list[Finding]:
+    """Fires for CPU training when the memory a step allocates on top of its start (median over the
+    steps) is ≥ ACTIVATION_PARAM_RATIO_MIN × the parameters' bytes."""
+    steps = _host_only(ev)
+    param_bytes = float(_param_count(ev) * FLOAT32_BYTES)
+    growth = host_step_growth(ev, steps)
+    if not growth:
+        raise MissingEvidence("needs host memory events inside the profiled steps")
+    act = float(np.median(growth))
+    ratio = act / param_bytes
+    if ratio < ACTIVATION_PARAM_RATIO_MIN:
+        return []
+    mib = 1024 ** 2
+    return [Finding(
+        rule="activation_memory", family="memory", severity=Severity.LOW, weight=trace_weight(ev, steps),
+        title=f"Each step allocates {act / mib:.1f} MiB for backward, {ratio:.1f}× the model's parameters",
+        explanation=(
+            f"In the median profiled step, host memory grows by {act / mib:.1f} MiB over what the step started with "
+            f"(activations kept for backward, plus gradients), against {param_bytes / mib:.1f} MiB of parameters "
+            f"(float32). Activations, not the model, set the memory peak: activation checkpointing keeps one input "
+            f"per block and recomputes the rest in backward (more time, much less memory)."
+        ),
+        evidence={"step_growth_mib": act / mib, "param_mib": param_bytes / mib, "growth_param_ratio": ratio,
+                  "threshold_ratio": ACTIVATION_PARAM_RATIO_MIN},
+        fix_summary="Checkpoint blocks (torch.utils.checkpoint) or use smaller micro-batches with accumulation.",
+        fix=_ACT_FIX,
+        expected_gain="a lower memory peak (room for a larger batch or model), at the cost of one more forward per block",
+        gain_share=0.05, doc_url=DOCS["checkpoint"], chart="Memory › timeline and peak",
+    )]
+
+
+def _outermost_spans(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    starts, ends = ops["ts_us"].to_numpy(float), (ops["ts_us"] + ops["dur_us"]).to_numpy(float)
+    order = np.argsort(starts, kind="stable")
+    keep_s, keep_e, end = [], [], -np.inf
+    for s, e in zip(starts[order], ends[order]):
+        if s >= end:
+            keep_s.append(s)
+            keep_e.append(e)
+            end = e
+    return np.array(keep_s), np.array(keep_e)
+
+
+@rule("inplace_activations", family="memory", title="Out-of-place activation functions allocate memory (CPU)")
+def inplace_activations(ev: RunEvidence) -> list[Finding]:
+    """Fires for CPU training when out-of-place activation functions that have an in-place form
+    allocate ≥ INPLACE_BYTES_SHARE_MIN of the bytes the profiled steps allocate, and at least
+    INPLACE_MIB_PER_STEP_MIN per step."""
+    steps = _host_only(ev)
+    calls, act_bytes, all_bytes = 0, 0.0, 0.0
+    names_seen: set[str] = set()
+    for trace in ev.traces:
+        mem, events = trace.memory, trace.events
+        if mem is None or mem.empty:
+            continue
+        mine = _rank_steps(steps, int(getattr(trace, "rank", 0)))
+        s, e = mine["start_us"].to_numpy(float), mine["end_us"].to_numpy(float)
+        mts = mem["ts_us"].to_numpy(float)
+        cpu = mem["device_type"].astype("Float64").to_numpy(dtype=float, na_value=np.nan) == 0
+        pos = mem["bytes"].to_numpy(float) > 0
+        in_steps = in_spans(mts, s, e) & cpu & pos
+        all_bytes += float(mem["bytes"].to_numpy(float)[in_steps].sum())
+        names = events["name"].astype(str)
+        ops = events[names.isin(INPLACE_OPS).to_numpy() & in_spans(events["ts_us"].to_numpy(float), s, e)]
+        if ops.empty:
+            continue
+        names_seen |= set(ops["name"].astype(str))
+        os_, oe = _outermost_spans(ops)
+        calls += len(os_)
+        act_bytes += float(mem["bytes"].to_numpy(float)[in_steps & in_spans(mts, os_, oe)].sum())
+    n_steps = max(1, len(steps))
+    share = act_bytes / all_bytes if all_bytes > 0 else 0.0
+    mib = 1024 ** 2
+    if calls == 0 or share < INPLACE_BYTES_SHARE_MIN or act_bytes / n_steps < INPLACE_MIB_PER_STEP_MIN * mib:
+        return []
+    ops_text = ", ".join(sorted(names_seen))
+    return [Finding(
+        rule="inplace_activations", family="memory", severity=Severity.LOW, weight=trace_weight(ev, steps),
+        title=f"Out-of-place activations allocate {format_percent(share)} of each step's memory",
+        explanation=(
+            f"{calls / n_steps:.0f} calls per step of {ops_text} allocate a new tensor each, "
+            f"{act_bytes / n_steps / mib:.2f} MiB per step ({format_percent(share)} of the bytes the step allocates). "
+            f"In place, each writes over its input (usually a convolution, norm or linear output nothing else needs)."
+        ),
+        evidence={"calls_per_step": calls / n_steps, "activation_mib_per_step": act_bytes / n_steps / mib,
+                  "allocated_mib_per_step": all_bytes / n_steps / mib, "activation_bytes_share": share,
+                  "threshold_share": INPLACE_BYTES_SHARE_MIN},
+        fix_summary="Use the in-place form (nn.ReLU(inplace=True), F.relu(x, inplace=True)) where the input is not needed.",
+        fix=_INPLACE_FIX,
+        expected_gain=f"{format_percent(share)} fewer bytes allocated per step (allocator work and memory traffic)",
+        gain_share=0.02, doc_url="https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html",
+        chart="Memory › timeline; Operators › aten::relu calls",
     )]

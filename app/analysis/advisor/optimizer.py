@@ -1,17 +1,28 @@
-"""Advisor rule: optimizer.step() expensive relative to forward and backward (analysis layer)."""
+"""Advisor rules: optimizer.step() expensive relative to forward and backward; gradients zeroed
+instead of set to None (analysis layer)."""
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from app.presentation.units import format_percent
 
-from .common import DOCS, events_of, per_step_share, require_steps, step_share, training_steps, weigh_steps
-from .model import Finding, RunEvidence, Severity
+from .common import (
+    DOCS,
+    events_of,
+    per_step_share,
+    require_steps,
+    step_share,
+    trace_weight,
+    training_steps,
+    weigh_steps,
+)
+from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import Guard, rule
 
-__all__ = ["optimizer_expensive"]
+__all__ = ["optimizer_expensive", "zero_grad_set_to_none"]
 
 # The optimizer's share of the step above 10%, and at least a fifth of forward+backward: a
 # per-parameter loop of small ops, which foreach (one kernel per op for all parameters) or fused
@@ -85,4 +96,65 @@ def optimizer_expensive(ev: RunEvidence) -> list[Finding]:
         expected_gain=f"about {format_percent(opt * OPT_RECOVERABLE)} of step time",
         gain_share=opt * OPT_RECOVERABLE, doc_url=DOCS["optim"],
         chart="Overview › training-loop view (Optimizer); Operators › aten::add_/mul_ calls",
+    )]
+
+
+# Optimizer.zero_grad's record_function range and the ops that write zeros into gradients in it
+# (set_to_none=False: one aten::zero_ per parameter, or one aten::_foreach_zero_ with foreach).
+_ZERO_GRAD_RANGE = re.compile(r"^Optimizer\.zero_grad#")
+ZEROING_OPS = frozenset({"aten::zero_", "aten::_foreach_zero_"})
+# One zeroing call per step is enough: set_to_none=True makes none.
+ZEROING_CALLS_PER_STEP_MIN = 1.0
+
+_ZERO_FIX = """\
+optimizer.zero_grad(set_to_none=True)   # the default since PyTorch 2.0; also model.zero_grad()
+# gradients are then allocated by backward and freed here, instead of kept and overwritten with zeros
+# (code that reads p.grad before backward must allow None)"""
+
+
+@rule("zero_grad_set_to_none", family="optimizer", title="Gradients zeroed instead of set to None")
+def zero_grad_set_to_none(ev: RunEvidence) -> list[Finding]:
+    """Fires when ``Optimizer.zero_grad`` ranges in the profiled training steps write zeros into the
+    gradients (aten::zero_ / aten::_foreach_zero_ inside them) ≥ ZEROING_CALLS_PER_STEP_MIN per step."""
+    steps = training_steps(ev, require_steps(ev))
+    ranges = calls = 0
+    zero_us = 0.0
+    for rank, events in events_of(ev):
+        mine = steps[steps["rank"] == rank] if "rank" in steps.columns else steps
+        ts = events["ts_us"].to_numpy(float)
+        inside = np.zeros(len(events), dtype=bool)
+        for s, e in zip(mine["start_us"].to_numpy(float), mine["end_us"].to_numpy(float)):
+            inside |= (ts >= s) & (ts <= e)
+        names = events["name"].astype(str)
+        zg = events[names.str.match(_ZERO_GRAD_RANGE).to_numpy() & inside]
+        ranges += len(zg)
+        zeroing = events[names.isin(ZEROING_OPS).to_numpy() & inside]
+        for s, d in zip(zg["ts_us"].to_numpy(float), zg["dur_us"].to_numpy(float)):
+            hit = zeroing[(zeroing["ts_us"] >= s) & (zeroing["ts_us"] <= s + d)]
+            calls += len(hit)
+            zero_us += float(hit["dur_us"].sum())
+    if not ranges:
+        raise MissingEvidence("needs optimizer.zero_grad() calls inside the profiled steps")
+    n_steps = max(1, len(steps))
+    per_step = calls / n_steps
+    if per_step < ZEROING_CALLS_PER_STEP_MIN:
+        return []
+    total = float(steps["duration_us"].sum())
+    share = zero_us / total if total > 0 else 0.0
+    return [Finding(
+        rule="zero_grad_set_to_none", family="optimizer", severity=Severity.LOW, weight=trace_weight(ev, steps),
+        title=f"optimizer.zero_grad() writes zeros into the gradients ({per_step:.0f} calls per step)",
+        explanation=(
+            f"Inside optimizer.zero_grad() the trace shows {per_step:.0f} zeroing calls per step (aten::zero_ / "
+            f"aten::_foreach_zero_), {zero_us / n_steps / 1000:.3f} ms per step: zero_grad(set_to_none=False) keeps "
+            f"every gradient allocated between steps and overwrites it, where set_to_none=True frees it and lets "
+            f"backward write the first gradient instead of adding to zeros."
+        ),
+        evidence={"zeroing_calls_per_step": per_step, "zeroing_ms_per_step": zero_us / n_steps / 1000,
+                  "zeroing_share": share, "zero_grad_calls": ranges},
+        fix_summary="Call optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0).",
+        fix=_ZERO_FIX,
+        expected_gain=f"about {format_percent(share)} of step time, and the gradients' memory between steps",
+        gain_share=share, doc_url="https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
+        chart="Operators › aten::zero_ calls; Timeline › Optimizer.zero_grad",
     )]

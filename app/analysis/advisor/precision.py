@@ -1,18 +1,28 @@
-"""Advisor rule: fp32 matmul/convolution time on GPUs with tensor cores → mixed precision (analysis layer)."""
+"""Advisor rules: fp32 matmul/convolution time on GPUs with tensor cores, or on CPUs with native
+bfloat16 arithmetic → mixed precision (analysis layer)."""
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from app.presentation.units import format_percent
 
-from .common import DOCS, events_of, require_device_trace, severity_for, weigh_steps
-from .model import Finding, MissingEvidence, RunEvidence
+from .common import (
+    DOCS,
+    events_of,
+    require_device_trace,
+    require_steps,
+    severity_for,
+    training_steps,
+    weigh_steps,
+)
+from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
-from .signals import float_kind, kernel_ops
+from .signals import float_kind, in_spans, kernel_ops
 
-__all__ = ["mixed_precision", "TENSOR_CORE_MAJOR", "FP32_MMA_SHARE_MIN"]
+__all__ = ["mixed_precision", "cpu_mixed_precision", "TENSOR_CORE_MAJOR", "FP32_MMA_SHARE_MIN", "CPU_FP32_MMA_SHARE_MIN"]
 
 # Tensor cores exist from compute capability 7.0 (Volta) on; torch-tb-profiler uses the same
 # test (`computeMajor >= 7`) for its AMP recommendation.
@@ -122,4 +132,101 @@ def mixed_precision(ev: RunEvidence) -> list[Finding]:
         fix=_FIX,
         expected_gain=f"about {format_percent(gain)} of GPU time (matmuls ≥2× faster), and less activation memory",
         gain_share=gain, doc_url=DOCS["amp"], chart="Kernels › time by kernel; Operators › input types",
+    )]
+
+
+# --- CPU: bfloat16 autocast, only where the CPU computes bf16 natively ---------------------------
+
+# fp32 matmuls/convolutions above a fifth of the CPU step: below it, even a 2× faster matmul saves
+# less than a tenth of the step, within run-to-run noise on a shared CPU.
+CPU_FP32_MMA_SHARE_MIN = 0.20
+CPU_MMA_SEVERITY_MEDIUM = 0.50
+# AMX/AVX512-BF16 bf16 matmuls run ~2× (AVX512-BF16) to several × (AMX) the fp32 ones (Intel's
+# oneDNN figures); we claim the conservative end, as on GPUs: half of the fp32 matmul time.
+CPU_BF16_SAVING = 0.5
+
+_CPU_FIX = """\
+# only on a CPU with native bfloat16 (AMX or AVX512-BF16: run.json devices "bf16_native": true)
+for x, y in loader:
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):   # no GradScaler with bf16
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()"""
+
+
+def _cpu_bf16_native(ev: RunEvidence) -> tuple[bool, list[str]]:
+    for d in ev.devices:
+        if str(d.get("type")) == "cpu" and "bf16_native" in d:
+            return bool(d["bf16_native"]), [str(f) for f in d.get("bf16_flags") or ()]
+    raise MissingEvidence("needs the CPU's bfloat16 support (run.json devices: bf16_native, recorded by the agent)")
+
+
+def _outermost(events: pd.DataFrame) -> pd.DataFrame:
+    """The events not nested in another of ``events`` on the same thread (linear → addmm counted once)."""
+    keep = np.zeros(len(events), dtype=bool)
+    ordered = events.assign(_i=np.arange(len(events))).sort_values(["tid", "ts_us"], kind="stable")
+    end, tid = -np.inf, None
+    for i, t, ts, dur in zip(ordered["_i"], ordered["tid"].astype(str), ordered["ts_us"], ordered["dur_us"]):
+        if t != tid:
+            end, tid = -np.inf, t
+        if ts >= end:
+            keep[i] = True
+            end = ts + dur
+    return events[keep]
+
+
+def cpu_mma_time(ev: RunEvidence, steps: pd.DataFrame) -> tuple[float, float, float]:
+    """(fp32 µs, bf16/fp16 µs, unknown-dtype µs) of the outermost matmul/convolution ops inside ``steps``."""
+    fp32 = half = unknown = 0.0
+    for rank, events in events_of(ev):
+        mine = steps[steps["rank"] == rank] if "rank" in steps.columns else steps
+        names = events["name"].astype(str)
+        inside = in_spans(events["ts_us"].to_numpy(float), mine["start_us"].to_numpy(float), mine["end_us"].to_numpy(float))
+        mma = _outermost(events[names.isin(MMA_OPS).to_numpy() & inside])
+        for types, dur in zip(mma["input_types"].astype(str), mma["dur_us"].to_numpy(float)):
+            kind = float_kind(types, "")
+            if kind == "float32":
+                fp32 += dur
+            elif kind == "half":
+                half += dur
+            else:
+                unknown += dur
+    return fp32, half, unknown
+
+
+@rule("cpu_mixed_precision", family="precision", title="fp32 matmuls on a CPU with native bfloat16")
+def cpu_mixed_precision(ev: RunEvidence) -> list[Finding]:
+    """Fires for CPU training when fp32 matmul/conv ops take ≥ CPU_FP32_MMA_SHARE_MIN of the step,
+    bf16 does not already do half of them, and the CPU has native bf16 (AMX/AVX512-BF16 flags,
+    recorded by the agent); silent on CPUs without it, where bf16 autocast was measured slower."""
+    if ev.has_device_trace:
+        raise MissingEvidence("needs a CPU-only run (GPU runs are mixed_precision's)")
+    native, flags = _cpu_bf16_native(ev)
+    steps = training_steps(ev, require_steps(ev))
+    fp32, half, unknown = cpu_mma_time(ev, steps)
+    mma = fp32 + half + unknown
+    if mma > 0 and unknown / mma > 0.5:
+        raise MissingEvidence("the trace does not say the dtypes of its matmuls (record_shapes=False)")
+    total = float(steps["duration_us"].sum())
+    share = fp32 / total if total > 0 else 0.0
+    if not native or share < CPU_FP32_MMA_SHARE_MIN or (mma > 0 and half / mma >= HALF_SHARE_ALREADY):
+        return []
+    gain = share * CPU_BF16_SAVING
+    severity, weight = weigh_steps(ev, steps, Severity.MEDIUM if share >= CPU_MMA_SEVERITY_MEDIUM else Severity.LOW,
+                                   values=None, high=1.0, measure="fp32_mma_share")
+    return [Finding(
+        rule="cpu_mixed_precision", family="precision", severity=severity, weight=weight,
+        title=f"fp32 matmuls/convolutions take {format_percent(share)} of the step on a CPU with native bfloat16",
+        explanation=(
+            f"The CPU has native bfloat16 arithmetic ({', '.join(flags) or 'bf16'}), but {format_percent(share)} of "
+            f"the training step goes to float32 matmul/convolution ops and only "
+            f"{format_percent(half / mma if mma else 0)} of matmul time is bf16/fp16."
+        ),
+        evidence={"fp32_mma_share": share, "fp32_mma_ms": fp32 / 1000, "half_mma_ms": half / 1000,
+                  "step_ms_total": total / 1000, "threshold_share": CPU_FP32_MMA_SHARE_MIN},
+        fix_summary="Run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16).",
+        fix=_CPU_FIX,
+        expected_gain=f"about {format_percent(gain)} of step time (bf16 matmuls ≥2× faster here), and less activation memory",
+        gain_share=gain, doc_url=DOCS["amp"], chart="Operators › aten::mm/addmm and their input types",
     )]
