@@ -100,6 +100,10 @@ def scan(buf: bytearray, pos: int) -> Scan:
             if "truncated" in msg:
                 return Scan(objects, others, p, ScanEnd.TRUNCATED)
             at = err_at(msg)
+            if at is not None and p + at >= len(mv):
+                # An error at the last byte is the bytes stopping mid-value (``"ts": 12.`` or ``-``): msgspec
+                # calls it an invalid number, but the value may go on in the next piece, or the file was cut.
+                return Scan(objects, others, p, ScanEnd.TRUNCATED)
             if at is None or "trailing characters" not in msg:
                 return Scan(objects, others, p + (at or 0), ScanEnd.INVALID, err_text(msg))
             end = p + at

@@ -283,3 +283,26 @@ def test_an_array_that_ends_in_a_middle_piece(tmp_path: Path, monkeypatch: pytes
     t = load_trace(_write(tmp_path / "t.json", json.dumps(doc).encode()), use_cache=False)
     assert len(t.events) == 100 and t.rank == 4 and t.meta["deviceProperties"] == "x" * 20000
     assert len(t.warnings) == 1 and "not an event object" in t.warnings[0]
+
+
+@pytest.mark.parametrize("tail", [b'"ts": 12.', b'"ts": -', b'"dur": 1e', b'"dur": 1e-', b'"dur": 5.0'])
+def test_a_cut_inside_a_number_ends_mid_event(tmp_path: Path, tail: bytes) -> None:
+    # msgspec calls ``12.`` at the end of the bytes an invalid number; it is a file cut mid-value.
+    text = json.dumps(_doc(50)).encode()
+    cut = text.index(b'"ts": ', len(text) // 2)
+    t = load_trace(_write(tmp_path / "t.json", text[:cut] + tail), use_cache=False)
+    (msg,) = t.warnings
+    assert "ends mid-event" in msg and "invalid" not in msg, msg
+    assert 0 < len(t.events) < 50
+
+
+def test_pieces_that_end_inside_a_number_are_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every piece size from 4,096 to 4,135 bytes: some piece ends right after a number's "." or "-".
+    doc = {"traceEvents": [_event(i, ts=10.25 * i, dur=1.5e-3 if i % 3 else 5.0) for i in range(400)]}
+    for e in doc["traceEvents"]:
+        e["args"]["offset"] = -2.5
+    f = _write(tmp_path / "t.json", json.dumps(doc).encode())
+    for piece in range(4096, 4136):
+        monkeypatch.setattr(trace_parse, "PIECE_BYTES", piece)
+        t = load_trace(f, use_cache=False)
+        assert len(t.events) == 400 and t.warnings == [], (piece, t.warnings)
