@@ -118,7 +118,6 @@ def launch(request: LaunchRequest) -> int:
         return _run_plain(request.command)
     shown = f"{scrub_url(store_url).rstrip('/')}/{run_dir.name} (spooled in {run_dir})" if store_url else run_dir
     print(f"torchscope run: recording {shown}", file=sys.stderr)
-    reserve_status_space(run_dir)  # so that the final status fits even when the job fills the disk
     return _Job(run_dir, request, t0=manifest.started_at or time.time(), store_url=store_url).run()
 
 
@@ -188,6 +187,12 @@ class _Job:
     def run(self) -> int:
         status, code = RunStatus.FAILED, 1
         previous: dict[int, object] = {}
+        # So that the final status fits even when the job fills the disk. 256 KB written and
+        # fsynced (1.5-28 ms on this project's VM disk) beside the job's start, not before it:
+        # the job's interpreter takes longer than that to start, and _finish waits for it.
+        reserve = threading.Thread(target=reserve_status_space, args=(self.run_dir,),
+                                   name="torchscope-reserve", daemon=True)
+        reserve.start()
         try:
             # Handlers first: a signal arriving while the job starts is forwarded once it exists.
             for sig in _FORWARDED:
@@ -234,6 +239,7 @@ class _Job:
             return code
         finally:
             # The status first, handlers back after: a late Ctrl-C must not cut the final write.
+            reserve.join(timeout=30)
             self._finish(status, code)
             self._finish_upload()
             for signum, handler in previous.items():
