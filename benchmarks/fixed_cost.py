@@ -135,17 +135,20 @@ def paired_summary(plain: list[float], wrapped: list[float], goal_s: float = GOA
         "ratio_median": statistics.median(b / a for a, b in zip(plain, wrapped, strict=True)),
         # The quietest run of each side: on a shared machine the least disturbed estimate.
         "plain_min_s": min(plain), "wrapped_min_s": min(wrapped), "fixed_cost_of_mins_s": of_mins,
-        "agree": sign is not None and sign[0] <= of_mins <= sign[1],
+        # The two statistics agree when they fall on the same side of the goal.
+        "agree": sign is not None and (sign[1] <= goal_s) == (of_mins <= goal_s) == (sign[0] <= goal_s),
     }
     if sign is None:
         out["goal"] = f"not shown: {len(diffs)} rounds give no 95 % interval (6 at least)"
     elif sign[1] <= goal_s and of_mins <= goal_s:
-        out["goal"] = f"shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s is below {goal_s} s"
-    elif sign[0] > goal_s:
-        out["goal"] = f"missed: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s is above {goal_s} s"
+        out["goal"] = f"shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of minimums " \
+                      f"{of_mins:.3f} s are below {goal_s} s"
+    elif sign[0] > goal_s and of_mins > goal_s:
+        out["goal"] = f"missed: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of minimums " \
+                      f"{of_mins:.3f} s are above {goal_s} s"
     else:
-        out["goal"] = (f"not shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s (difference of "
-                       f"minimums {of_mins:.3f} s) reaches {goal_s} s")
+        out["goal"] = (f"not shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of "
+                       f"minimums {of_mins:.3f} s do not both lie on one side of {goal_s} s")
     return out
 
 
@@ -316,8 +319,7 @@ def main() -> None:
                   + (f", 95 % sign-test {sign[0]:.3f}-{sign[1]:.3f} s" if sign else "")
                   + (f", bootstrap {boot[0]:.3f}-{boot[1]:.3f} s" if boot else "")
                   + f"), ratio {m['ratio_median']:.3f}; mins: plain {m['plain_min_s']:.3f} s,"
-                  f" wrapped {m['wrapped_min_s']:.3f} s, difference {m['fixed_cost_of_mins_s']:.3f} s"
-                  + ("" if m["agree"] else " (outside the interval: the statistics disagree)"))
+                  f" wrapped {m['wrapped_min_s']:.3f} s, difference {m['fixed_cost_of_mins_s']:.3f} s")
             print(f"      goal <= {GOAL_S} s ({what}): {m['goal']}")
     change = result.get("change")
     if isinstance(change, dict):
