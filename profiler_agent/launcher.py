@@ -34,21 +34,19 @@ from typing import IO, TYPE_CHECKING
 from .environment import describe_launch, read_rank_info
 from .heartbeat import Heartbeat
 from .options import AGENT_HOME_ENV, STOPPED_MAX_STEPS, AgentOptions, write_env_options
-from .runformat import (
-    Artifact,
-    ArtifactKind,
-    Manifest,
-    RunStatus,
-    TorchscopeError,
+
+# Submodules, not the package's names: the reader (read_manifest) loads only for --max-steps.
+from .runformat import layout
+from .runformat.errors import TorchscopeError
+from .runformat.schema import Artifact, ArtifactKind, Manifest, RunStatus
+from .runformat.store_url import check_store_url, is_store_url, scrub_url, spool_root
+from .runformat.writer import (
     create_run,
-    layout,
-    read_manifest,
     remove_temp_files,
     reserve_status_space,
     update_manifest,
     update_manifest_final,
 )
-from .runformat.store_url import check_store_url, is_store_url, scrub_url, spool_root
 
 if TYPE_CHECKING:
     from .upload import Uploader
@@ -304,6 +302,8 @@ class _Job:
     def _stopped_at_max_steps(self) -> bool:
         if self.request.options.max_steps is None:
             return False
+        from .runformat.reader import read_manifest
+
         try:
             return read_manifest(self.run_dir).extra.get("stopped") == STOPPED_MAX_STEPS
         except Exception:  # noqa: BLE001 - an unreadable manifest: judge by the exit code alone

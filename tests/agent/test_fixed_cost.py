@@ -82,3 +82,19 @@ def test_describe_launch_needs_no_uname_process(monkeypatch: pytest.MonkeyPatch)
     assert info["versions"]["platform"] == environment.platform_name()
     if expected is not None:
         assert environment.platform_name() == expected
+
+
+def test_the_launcher_needs_no_reader_module_when_the_run_format_loads_lazily() -> None:
+    """With runformat/__init__ loading its names on demand, ``torchscope run`` skips the reader:
+    the launcher and its heartbeat import the writer's submodules; read_manifest loads for --max-steps."""
+    code = ("import importlib.util, sys, types; "
+            "spec = importlib.util.find_spec('profiler_agent.runformat'); "
+            "pkg = types.ModuleType('profiler_agent.runformat'); "
+            "pkg.__path__ = list(spec.submodule_search_locations); "
+            "sys.modules['profiler_agent.runformat'] = pkg; "  # the package without its eager __init__
+            "from app.cli import build_parser; build_parser('run'); import profiler_agent.launcher; "
+            "print('profiler_agent.runformat.reader' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                         cwd=PROJECT_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
