@@ -12,12 +12,18 @@ thread) twice: once as ``python job.py`` and once as ``python -m app run --no-pr
 -- python job.py``; which one goes first alternates between pairs so both see the same
 background load. Whole-job wall time is measured from this process (``perf_counter`` around
 ``subprocess.run``), so it counts the launcher, the bootstrap, the agent's imports, the sampler
-and the shutdown. Reported: the median of each side, the median of the per-pair differences
-(wrapped - plain, seconds: the fixed cost) and the median per-pair ratio, for wall time and
-for CPU time (user + system of the whole process tree, from ``os.wait4``; far less sensitive to
-other jobs on a shared machine). Target: <= 0.2 s. ``--also DIR`` adds a third side in each
-round, the same job wrapped by the checkout in DIR (e.g. ``git archive`` of an older commit), so
-before/after figures share the machine's load.
+and the shutdown. Reported, for wall time and for CPU time (user + system of the whole process
+tree, from ``os.wait4``: far less sensitive to other jobs on a shared machine, but it also counts
+the launcher's threads that run beside the job, and not the time spent waiting on fsync): the
+median of each side, the median of the per-round differences (wrapped - plain, seconds: the fixed
+cost) with two 95 % intervals (the sign test's, distribution-free, and a seeded bootstrap's), the
+difference of the two sides' minimums, the median per-round ratio, and a verdict on the goal
+(<= 0.2 s): ``shown`` only when the sign-test interval's upper end and the difference of minimums
+are both below it, ``missed`` when the interval lies above it, else ``not shown``. Six rounds at
+least give an interval; 16 give the 4th to 13th of the sorted differences.
+``--also DIR`` adds a third side in each round, the same job wrapped by the checkout in DIR (e.g.
+``git archive`` of an older commit), so before/after figures share the machine's load; its
+``change`` is this tree minus that one, per round, with the same intervals.
 
 Python's bytecode cache is allowed (``PYTHONDONTWRITEBYTECODE`` is removed for the jobs) as in a
 normal install; the first, untimed round writes the caches.
@@ -26,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import shlex
 import statistics
 import subprocess
@@ -76,18 +84,87 @@ def _env(home: Path, bytecode_cache: bool = True) -> dict[str, str]:
     return env
 
 
-def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, what in enumerate(("wall", "cpu")):
-        p, w = [x[k] for x in plain], [x[k] for x in wrapped]
-        out[f"plain_{what}_median_s"] = statistics.median(p)
-        out[f"wrapped_{what}_median_s"] = statistics.median(w)
-        out[f"fixed_cost_{what}_median_s"] = statistics.median(b - a for a, b in zip(p, w))
-        out[f"ratio_{what}_median"] = statistics.median(b / a for a, b in zip(p, w))
+GOAL_S = 0.2  # issue 11: the agent's fixed cost per job, at most
+CONFIDENCE = 0.95
+
+
+def sign_test_interval(diffs: list[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """The distribution-free interval for the median of ``diffs``: order statistics k and n-k+1 of
+    the sorted values, k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2 (coverage
+    at least ``confidence`` whatever the distribution; a noisy round moves it by one rank only).
+    None below 6 values, where even the extremes do not reach 95 %."""
+    n = len(diffs)
+    alpha = (1 - confidence) / 2
+    cdf, k = 0.0, 0
+    for i in range(n + 1):  # cdf = P(Bin(n, 1/2) <= i - 1) before adding term i
+        if cdf + math.comb(n, i) / 2 ** n > alpha:
+            k = i
+            break
+        cdf += math.comb(n, i) / 2 ** n
+    if k < 1:
+        return None
+    ordered = sorted(diffs)
+    return ordered[k - 1], ordered[n - k]
+
+
+def bootstrap_interval(diffs: list[float], confidence: float = CONFIDENCE, *, resamples: int = 4000,
+                       seed: int = 11) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the median of ``diffs`` (seeded: the same rounds give the
+    same interval); None below 3 values."""
+    if len(diffs) < 3:
+        return None
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    alpha = (1 - confidence) / 2
+    return medians[int(alpha * resamples)], medians[min(resamples - 1, int((1 - alpha) * resamples))]
+
+
+def paired_summary(plain: list[float], wrapped: list[float], goal_s: float = GOAL_S) -> dict[str, object]:
+    """One measure (wall or CPU seconds) of paired rounds: the median of the per-round differences
+    (wrapped - plain) with its sign-test and bootstrap 95 % intervals, the difference of the
+    minimums, the median ratio, and whether the goal is shown: the sign-test interval's upper end
+    below ``goal_s`` (and the difference of minimums too, so that the two statistics agree)."""
+    diffs = [b - a for a, b in zip(plain, wrapped, strict=True)]
+    sign = sign_test_interval(diffs)
+    boot = bootstrap_interval(diffs)
+    of_mins = min(wrapped) - min(plain)
+    out: dict[str, object] = {
+        "plain_median_s": statistics.median(plain), "wrapped_median_s": statistics.median(wrapped),
+        "fixed_cost_median_s": statistics.median(diffs),
+        "sign_test_ci95_s": list(sign) if sign else None, "bootstrap_ci95_s": list(boot) if boot else None,
+        "ratio_median": statistics.median(b / a for a, b in zip(plain, wrapped, strict=True)),
         # The quietest run of each side: on a shared machine the least disturbed estimate.
-        out[f"plain_{what}_min_s"] = min(p)
-        out[f"wrapped_{what}_min_s"] = min(w)
-        out[f"fixed_cost_{what}_of_mins_s"] = min(w) - min(p)
+        "plain_min_s": min(plain), "wrapped_min_s": min(wrapped), "fixed_cost_of_mins_s": of_mins,
+        # The two statistics agree when they fall on the same side of the goal.
+        "agree": sign is not None and (sign[1] <= goal_s) == (of_mins <= goal_s) == (sign[0] <= goal_s),
+    }
+    if sign is None:
+        out["goal"] = f"not shown: {len(diffs)} rounds give no 95 % interval (6 at least)"
+    elif sign[1] <= goal_s and of_mins <= goal_s:
+        out["goal"] = f"shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of minimums " \
+                      f"{of_mins:.3f} s are below {goal_s} s"
+    elif sign[0] > goal_s and of_mins > goal_s:
+        out["goal"] = f"missed: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of minimums " \
+                      f"{of_mins:.3f} s are above {goal_s} s"
+    else:
+        out["goal"] = (f"not shown: the 95 % interval {sign[0]:.3f}-{sign[1]:.3f} s and the difference of "
+                       f"minimums {of_mins:.3f} s do not both lie on one side of {goal_s} s")
+    return out
+
+
+def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, what in enumerate(("wall", "cpu")):
+        s = paired_summary([x[k] for x in plain], [x[k] for x in wrapped])
+        # The flat keys of earlier versions, kept for scripts that read them.
+        out[f"plain_{what}_median_s"] = s["plain_median_s"]
+        out[f"wrapped_{what}_median_s"] = s["wrapped_median_s"]
+        out[f"fixed_cost_{what}_median_s"] = s["fixed_cost_median_s"]
+        out[f"ratio_{what}_median"] = s["ratio_median"]
+        out[f"plain_{what}_min_s"] = s["plain_min_s"]
+        out[f"wrapped_{what}_min_s"] = s["wrapped_min_s"]
+        out[f"fixed_cost_{what}_of_mins_s"] = s["fixed_cost_of_mins_s"]
+        out[what] = s
     return out
 
 
@@ -117,6 +194,8 @@ def measure(pairs: int, steps: int, agent_args: list[str], also: Path | None = N
     result["wrapped"] = _summary(times["plain"], times["wrapped"])
     if also is not None:
         result["also"] = {"home": str(also), **_summary(times["plain"], times["also"])}
+        result["change"] = {what: paired_summary([t[k] for t in times["also"]], [t[k] for t in times["wrapped"]])
+                            for k, what in enumerate(("wall", "cpu"))}
     return result
 
 
@@ -233,10 +312,22 @@ def main() -> None:
             continue
         print(f"  {name} ({s.get('home', ROOT)}):")
         for what in ("wall", "cpu"):
-            print(f"    {what}: plain {s[f'plain_{what}_median_s']:.3f} s, wrapped {s[f'wrapped_{what}_median_s']:.3f} s,"
-                  f" fixed cost {s[f'fixed_cost_{what}_median_s']:.3f} s (median per round),"
-                  f" ratio {s[f'ratio_{what}_median']:.3f}; mins: plain {s[f'plain_{what}_min_s']:.3f} s,"
-                  f" wrapped {s[f'wrapped_{what}_min_s']:.3f} s, difference {s[f'fixed_cost_{what}_of_mins_s']:.3f} s")
+            m = s[what]
+            sign, boot = m["sign_test_ci95_s"], m["bootstrap_ci95_s"]
+            print(f"    {what}: plain {m['plain_median_s']:.3f} s, wrapped {m['wrapped_median_s']:.3f} s,"
+                  f" fixed cost {m['fixed_cost_median_s']:.3f} s (median per round"
+                  + (f", 95 % sign-test {sign[0]:.3f}-{sign[1]:.3f} s" if sign else "")
+                  + (f", bootstrap {boot[0]:.3f}-{boot[1]:.3f} s" if boot else "")
+                  + f"), ratio {m['ratio_median']:.3f}; mins: plain {m['plain_min_s']:.3f} s,"
+                  f" wrapped {m['wrapped_min_s']:.3f} s, difference {m['fixed_cost_of_mins_s']:.3f} s")
+            print(f"      goal <= {GOAL_S} s ({what}): {m['goal']}")
+    change = result.get("change")
+    if isinstance(change, dict):
+        for what in ("wall", "cpu"):
+            m, sign = change[what], change[what]["sign_test_ci95_s"]
+            print(f"  this tree - --also ({what}): median {m['fixed_cost_median_s']:+.3f} s per round"
+                  + (f" (95 % {sign[0]:+.3f} to {sign[1]:+.3f} s)" if sign else "")
+                  + f", difference of minimums {m['fixed_cost_of_mins_s']:+.3f} s")
     print(f"  load average at the end {result['load_average']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

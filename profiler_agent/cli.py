@@ -5,7 +5,7 @@ import argparse
 
 from .launcher import LaunchRequest, launch
 from .options import add_agent_arguments, options_from_args
-from .runformat import TorchscopeError
+from .runformat.errors import TorchscopeError
 
 __all__ = ["HELP", "add_run_arguments", "run_from_args"]
 

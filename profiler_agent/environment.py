@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BF16_CPU_FLAGS", "RankInfo", "cpu_bf16", "read_rank_info", "read_git_info", "describe_launch", "describe_torch", "describe_threads"]
+__all__ = ["BF16_CPU_FLAGS", "RankInfo", "cpu_bf16", "read_rank_info", "read_git_info", "describe_launch",
+           "describe_torch", "describe_threads", "platform_name"]
 
 
 @dataclass(frozen=True)
@@ -118,13 +119,35 @@ def describe_launch() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": _dist_version("torch"),
         "torchscope": _dist_version("torchscope"),
-        "platform": platform.platform(),
+        "platform": platform_name(),
     }
     return {
         "git": read_git_info(os.getcwd()),
         "versions": {k: v for k, v in versions.items() if v},
         "world_size": read_rank_info().world_size,
     }
+
+
+def platform_name() -> str:
+    """``platform.platform()``, without the ``uname -p`` process it starts on Linux (a fork and exec
+    of the launcher beside the job's start) for a processor name that is blank there or the
+    machine's, and left out of the string in either case."""
+    if not sys.platform.startswith("linux"):
+        return platform.platform()
+    uname = os.uname()
+    libc, libc_version = platform.libc_ver()
+    return _platform_string(uname.sysname, uname.release, uname.machine, "with", libc + libc_version)
+
+
+def _platform_string(*parts: str) -> str:
+    # What platform._platform does with the parts (a private helper of the standard library).
+    text = "-".join(p.strip() for p in parts if p)
+    for char in ' /\\:;"()':
+        text = text.replace(char, "_" if char == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
 
 
 def describe_torch() -> dict[str, Any]:

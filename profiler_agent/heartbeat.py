@@ -9,7 +9,10 @@ import threading
 import time
 from pathlib import Path
 
-from .runformat import HEARTBEAT_INTERVAL_S, update_manifest
+# Submodules, not the package's names: the launcher loads no reader module (runformat/__init__
+# may load its names lazily).
+from .runformat.liveness import HEARTBEAT_INTERVAL_S
+from .runformat.writer import update_manifest
 
 __all__ = ["Heartbeat"]
 

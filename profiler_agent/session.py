@@ -9,7 +9,8 @@ launchers such as torchrun) leave no trace in the run.
 An iteration's line says ``"evaluation": true`` when the model's root ran for evaluation in it
 (``evaluation_steps.py``); an evaluation after the last optimizer step gets a line of its own
 at the next step number, without ``step_time_s``. With ``--max-steps N`` the N-th step's
-hook flushes, marks the run ``stopped`` and raises ``SystemExit(0)``.
+hook flushes, marks the run ``stopped`` and raises ``SystemExit(0)``. A job that never steps an
+optimizer becomes an inference run: those methods are :class:`~profiler_agent.inference_steps.InferenceSteps`.
 """
 from __future__ import annotations
 
@@ -26,15 +27,15 @@ import torch
 
 from . import graph
 from .accumulation import loss_divisor, step_loss
-from .compilation import COMPILE_KEY, COMPILE_S_KEY, CompileWatch, write_compile_summary
+from .compilation import CompileWatch, write_compile_summary
 from .contention import StepCpu
 from .environment import read_rank_info
 from .evaluation import VAL_LOSS_KEY, EvalLosses
 from .evaluation_steps import EvaluationSteps
 from .failures import FailureLog
 from .first_step import choose_root, record_first_step, start_system_sampler
-from .inference import INFERENCE_KEY, RECOGNISE_CALLS, Call, CallWatch, latency_summary
-from .inference import MANIFEST_KEY as INFERENCE_MANIFEST_KEY
+from .inference import CallWatch
+from .inference_steps import InferenceSteps
 from .max_steps import stop_job
 from .metrics import MetricsLog
 from .optimizers import PrimaryOptimizer, total_grad_norm
@@ -58,7 +59,7 @@ def set_session(session: Session | None) -> None:
     _SESSION = session
 
 
-class Session:
+class Session(InferenceSteps):
     """Everything the agent knows and writes for one process of one run."""
 
     def __init__(self, run_dir: Path, options: AgentOptions, *, t0: float | None = None) -> None:
@@ -166,129 +167,6 @@ class Session:
         """An eval-mode forward of the root with grad mode on returned ``output``: unused graph?"""
         if not (self.disabled or self.closed):
             self.evaluation_steps.watch_evaluation(output)
-
-    # -- inference: top-level calls (inference.py) ---------------------------------------------
-
-    def _calls_watched(self) -> bool:
-        if self.disabled or self.closed or self._training_seen or self.calls.stopped:
-            return False
-        return self.calls.recognised or not self._started
-
-    def on_call_begin(self, module: torch.nn.Module, batch: int | None) -> None:
-        """A top-level call of ``module`` begins (grad mode and module.training read here: cheap)."""
-        if not self._calls_watched():
-            return
-        # Recognised at the next call's start, not at the RECOGNISE_CALLS-th call's end: a training
-        # forward's backward comes between the two.
-        if not self.calls.recognised and self.calls.calls_seen.get(id(module), 0) >= RECOGNISE_CALLS:
-            with self.failures.guard("inference"):
-                self._recognise_inference()
-        self.calls.begin(id(module), batch, torch.is_grad_enabled(), module.training)
-        if not self.calls.recognised:  # compile keys of a call that may yet be a training step's
-            self._compile_marks[id(module)] = (self.compilation.compilations, self.compilation.total_s)
-
-    def on_call_end(self, module: torch.nn.Module) -> None:
-        """A top-level call of ``module`` ended: an inference step, or a call towards recognition."""
-        if not self._calls_watched():
-            return
-        call = self.calls.end(id(module))
-        if call is None:
-            return
-        if self.calls.recognised:
-            compiled = self.compilation.take_step()
-        else:  # not taken: if this is a training job, its first step's line needs them
-            count, seconds = self._compile_marks.pop(id(module), (self.compilation.compilations, 0.0))
-            compiled = {COMPILE_KEY: True, COMPILE_S_KEY: self.compilation.total_s - seconds} \
-                if self.compilation.compilations > count else {}
-        if compiled:
-            call = Call(call.latency_s, call.batch, call.grad, call.train, call.idle_s, compiled)
-        if self.calls.recognised:
-            if module is self.root:
-                self._inference_step(call)
-            return
-        self._call_refs.setdefault(id(module), weakref.ref(module))
-        self.calls.note_early(id(module), call)
-
-    def _inference_pending(self) -> bool:
-        return (not (self.calls.recognised or self._started or self._training_seen)
-                and max(self.calls.calls_seen.values(), default=0) >= RECOGNISE_CALLS)
-
-    def _recognise_inference(self) -> None:
-        candidates = [m for ref in self._call_refs.values() if (m := ref()) is not None]
-        root = choose_root(candidates, set())
-        if root is None:
-            return
-        with self._lock:
-            self.calls.recognised = True
-            self.compilation.take_step()  # the early calls carry their own compile keys
-            self._compile_marks.clear()
-            self.root = root
-            self._started = True
-            if self.evaluation.active:  # evaluation-loss bookkeeping is the training loop's
-                self.evaluation.end()
-            self._discovery_eval.clear()
-            self._discovery_eval_grad.clear()
-            self.top_level.clear()
-            tree: Artifact | None = None
-            if self.rank == 0:
-                with self.failures.guard("module tree"):
-                    tree = graph.write_module_tree(self.run_dir, root, self.output_shapes, record=False)
-            self._record_first_step(tree)
-            if self.on_inference_root is not None:
-                with self.failures.guard("inference hooks"):
-                    self.on_inference_root(root)
-            early = self.calls.early.get(id(root), [])
-            self.calls.early.clear()
-            self._call_refs.clear()
-            for call in early:
-                self._inference_step(call)
-
-    def _inference_step(self, call: Call) -> None:
-        """One inference call: its metrics line (held back until warm-up settles) and the profiler."""
-        with self._lock:
-            record: dict[str, Any] = {"step": self.step, "step_time_s": call.latency_s, INFERENCE_KEY: True}
-            if call.batch:
-                record["samples"] = call.batch
-            if call.idle_s is not None:
-                record["idle_s"] = call.idle_s
-            if call.grad:
-                record["grad_enabled"] = True
-            if call.train:
-                record["train_mode"] = True
-            if self.windows.active:
-                record["profiled"] = True
-            record.update(call.compile)
-            for line in self.calls.add(record):
-                self.metrics.append(line)
-            self.windows.on_step(self.step, record)
-            self.step += 1
-
-    def _end_inference(self, *, training: bool = False) -> None:
-        """Write what is held and the run's latency summary (metrics line and run.json), once."""
-        if not self.calls.recognised or self._inference_summarised:
-            return
-        self._inference_summarised = True
-        self.calls.stopped = True
-        for line in self.calls.flush():
-            self.metrics.append(line)
-        summary = latency_summary(self.calls.written)
-        if not summary["inference_calls"]:
-            return
-        self.metrics.append({"step": self.step, **summary})
-        if training:
-            summary["stopped"] = "training began (a backward or an optimizer step)"
-        if self.rank == 0:
-            update_manifest(self.run_dir, lambda m: m.replace(extra={**m.extra, INFERENCE_MANIFEST_KEY: summary}))
-
-    def _training_began(self) -> None:
-        if self._training_seen:
-            return
-        self._training_seen = True
-        if self.calls.recognised:
-            with self.failures.guard("inference"):
-                self._end_inference(training=True)
-                if self.on_root_found is not None:
-                    self.on_root_found(self.root)
 
     def on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` is about to run: keep the scalar (detached, unread) for this step."""

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from .schema import Manifest
 
-__all__ = ["PID_START_FIELD", "pid_alive", "process_start_ticks", "recorded_process_gone"]
+# The agent refreshes the heartbeat this often; a run is stale after several missed beats. Here,
+# not in the reader, so that the launcher's heartbeat thread needs no reader module.
+HEARTBEAT_INTERVAL_S = 5.0
+HEARTBEAT_STALE_S = 6 * HEARTBEAT_INTERVAL_S
+
+__all__ = ["PID_START_FIELD", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_STALE_S", "pid_alive", "process_start_ticks",
+           "recorded_process_gone"]
 
 PID_START_FIELD = "pid_start_ticks"  # run.json: /proc/<pid>/stat start time of ``pid`` (clock ticks since boot)
 

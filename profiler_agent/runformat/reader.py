@@ -32,7 +32,7 @@ from .errors import (
     RunNotFoundError,
     RunStoreNotFoundError,
 )
-from .liveness import recorded_process_gone
+from .liveness import HEARTBEAT_INTERVAL_S, HEARTBEAT_STALE_S, recorded_process_gone
 from .schema import Manifest, RunStatus, manifest_from_dict
 
 __all__ = [
@@ -52,9 +52,6 @@ __all__ = [
     "find_run",
 ]
 
-# The agent refreshes the heartbeat this often; a run is stale after several missed beats.
-HEARTBEAT_INTERVAL_S = 5.0
-HEARTBEAT_STALE_S = 6 * HEARTBEAT_INTERVAL_S
 
 # Bad lines of one file reported one by one; beyond, one message counts the rest (a file of a
 # million bad lines must not print a million warnings).
