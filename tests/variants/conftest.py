@@ -7,7 +7,7 @@
 Each side is ``torchscope run --name <stem>-problem|fixed --no-graph --wait 1 --warmup 1
 --active 3 -- python SCRIPT [args] --problem|--fixed`` (``AGENT_ARGS``: one profiler window of
 3 steps after 1 skipped and 1 warm-up step, so a script needs at least 6 optimizer steps). The
-two sides run at the same time (same contention for both). A pair is recorded once per test
+two sides run at the same time (same contention for both), with ``OMP_NUM_THREADS=1``. A pair is recorded once per test
 session (per xdist worker) for the same arguments; its runs are read-only for tests.
 
 ``command`` replaces the interpreter in front of the script, e.g.
@@ -43,9 +43,12 @@ class VariantPair(NamedTuple):
 
 
 def _env() -> dict[str, str]:
-    # The runs go to the pair's own store, whatever the user's TORCHSCOPE_* say.
+    # The runs go to the pair's own store, whatever the user's TORCHSCOPE_* say. One intra-op
+    # thread per job: the two sides run at once beside other xdist workers, and OpenMP threads
+    # that spin on an oversubscribed machine made a 0.3 ms matmul take 300 ms.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")}
-    return env | {"PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)}
+    return env | {"PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p),
+                  "OMP_NUM_THREADS": "1"}
 
 
 def _side_command(root: Path, name: str, program: Sequence[str], agent_args: Sequence[str]) -> list[str]:

@@ -344,8 +344,8 @@ def loss_plateau(ev: RunEvidence) -> list[Finding]:
         severity=Severity.MEDIUM if not_learning else Severity.LOW,
         title=(f"{what} is not decreasing" if not_learning else
                f"{what} plateaued from step {p.cut_step}"),
-        explanation=f"{why} Improvement of the {p.curve} over the last third: {tail_gain * 100:.2f}%; "
-                    f"over the run: {total_gain * 100:.1f}%.",
+        explanation=f"{why} Improvement{' of the val_loss' if p.curve == 'val_loss' else ''} over the last third: "
+                    f"{tail_gain * 100:.2f}%; over the run: {total_gain * 100:.1f}%.",
         evidence=evidence,
         fix_summary=("Sweep the learning rate over a few orders of magnitude." if not_learning else
                      "Decay the learning rate on plateau (or on a schedule), or stop early."),
