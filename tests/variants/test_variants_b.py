@@ -88,19 +88,19 @@ def test_plateau_on_val_loss_within_its_noise_is_a_plateau():
 @pytest.fixture(scope="module")
 def loader_pair(record_variant_pair) -> VariantPair:  # noqa: ANN001
     return record_variant_pair("sample_models/variants/dataloader_workers.py", problem=("--workers", "0"),
-                               fixed=("--workers", "2", "--pin-memory"), agent_args=LOADER_AGENT_ARGS)
+                               fixed=("--workers", "2", "--pin-memory"), agent_args=LOADER_AGENT_ARGS, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
 def clip_pair(record_variant_pair) -> VariantPair:  # noqa: ANN001
     return record_variant_pair("sample_models/variants/gradient_clipping.py", problem=("--clip-grad-norm", "0"),
-                               fixed=("--clip-grad-norm", "1"), agent_args=(*CURVE_AGENT_ARGS, "--grad-norm"))
+                               fixed=("--clip-grad-norm", "1"), agent_args=(*CURVE_AGENT_ARGS, "--grad-norm"), timeout_s=300)
 
 
 @pytest.fixture(scope="module")
 def plateau_pair(record_variant_pair) -> VariantPair:  # noqa: ANN001
     return record_variant_pair("sample_models/variants/lr_plateau.py", problem=("--schedule", "constant"),
-                               fixed=("--schedule", "plateau"), agent_args=CURVE_AGENT_ARGS)
+                               fixed=("--schedule", "plateau"), agent_args=CURVE_AGENT_ARGS, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
