@@ -26,9 +26,15 @@ EXPOSED_COMM_SHARE_HIGH = 0.30
 STRAGGLER_RATIO_MIN = 1.15
 STRAGGLER_RATIO_HIGH = 1.5
 DATA_PARALLEL_PRIORITY = 0.3
+# A wrapper that replicated nothing costs nothing now: the finding is a note for the multi-GPU move.
+DATA_PARALLEL_PRIORITY_IDLE = 0.02
 # Backward nodes of DataParallel's scatter/replicate/gather Python autograd Functions ("GatherBackward";
 # aten::gather's node is "GatherBackward0", hence the anchored end).
 _DP_OPS = re.compile(r"^(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)Backward$|^DataParallel\.forward")
+# The replication part of those: without any (DataParallel.forward ranges only) the wrapper had at most
+# one device and called the module itself (no GPU: torch gives it no device_ids), so there was nothing
+# to replicate or gather, and no cost the trace can show (measured on sample_models/variants/data_parallel.py).
+_DP_REPLICATION = re.compile(r"^(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)Backward$")
 
 _DP_FIX = """\
 # torchrun --nproc_per_node=NUM_GPUS train.py
@@ -71,25 +77,35 @@ def data_parallel_used(ev: RunEvidence) -> list[Finding]:
     if ev.module_tree is None and not ev.traces:
         raise MissingEvidence("needs the module tree or a trace")
     in_tree = any(t == "DataParallel" for t in _module_types(ev.module_tree))
-    dp_ops = 0
+    dp_ops = replication = 0
     for _, events in events_of(ev):
-        dp_ops += int(events["name"].astype(str).str.contains(_DP_OPS).sum())
+        names = events["name"].astype(str)
+        dp_ops += int(names.str.contains(_DP_OPS).sum())
+        replication += int(names.str.contains(_DP_REPLICATION).sum())
     if not in_tree and dp_ops == 0:
         return []
+    # Only a trace can say the wrapper replicated nothing; the module tree alone cannot.
+    idle = dp_ops > 0 and replication == 0
+    seen = (f"Seen in {'the module tree' if in_tree else ''}{' and ' if in_tree and dp_ops else ''}"
+            f"{f'{dp_ops} DataParallel ops in the trace' if dp_ops else ''}.")
+    if idle:
+        seen += (" The trace holds no replication (no Broadcast/Scatter/Gather nodes): here the wrapper ran on at "
+                 "most one device and called the module itself, which costs nothing measurable; the cost "
+                 "appears with several GPUs.")
     return [Finding(
-        rule="data_parallel_used", family="distributed", severity=Severity.HIGH,
-        title="Multi-GPU training uses nn.DataParallel",
+        rule="data_parallel_used", family="distributed", severity=Severity.LOW if idle else Severity.HIGH,
+        title="Training uses nn.DataParallel" if idle else "Multi-GPU training uses nn.DataParallel",
         explanation=(
             "DataParallel runs one Python process that scatters each batch, replicates the model to every "
             "GPU on every step and gathers the outputs on GPU 0; the GIL and GPU 0's extra work cap its "
-            f"scaling. Seen in {'the module tree' if in_tree else ''}{' and ' if in_tree and dp_ops else ''}"
-            f"{f'{dp_ops} scatter/gather/broadcast ops in the trace' if dp_ops else ''}."
+            f"scaling. {seen}"
         ),
-        evidence={"in_module_tree": int(in_tree), "data_parallel_ops": dp_ops},
+        evidence={"in_module_tree": int(in_tree), "data_parallel_ops": dp_ops, "replication_ops": replication},
         fix_summary="Use DistributedDataParallel with one process per GPU (torchrun).",
         fix=_DP_FIX,
-        expected_gain="typically 1.5–3× throughput on multi-GPU machines",
-        gain_share=DATA_PARALLEL_PRIORITY, doc_url=DOCS["ddp_instead"], chart="Graph › module tree; Timeline",
+        expected_gain=("nothing on this run (no replication); on several GPUs typically 1.5–3× throughput" if idle
+                       else "typically 1.5–3× throughput on multi-GPU machines"),
+        gain_share=DATA_PARALLEL_PRIORITY_IDLE if idle else DATA_PARALLEL_PRIORITY, doc_url=DOCS["ddp_instead"], chart="Graph › module tree; Timeline",
     )]
 
 

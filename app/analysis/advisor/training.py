@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,14 @@ PLATEAU_TAIL = 1 / 3
 PLATEAU_REL = 0.01
 # Whole run improved the loss by less than 5%: it is not learning at all.
 NOT_LEARNING_REL = 0.05
+# With at least 9 val_loss points (three per third) the plateau is judged on the validation curve,
+# by levels, not points: the median of its last third against the median of the third before. A
+# single smoothed point of a noisy training loss moves by more than 1% by chance (batch-16 MSE:
+# ±35% per step; the sample variant lr_plateau.py read an 18% "improvement" on a flat curve).
+VAL_PLATEAU_MIN_POINTS = 9
+# The improvement must also clear PLATEAU_Z standard errors of that difference of medians (from
+# curve_noise: 1.2533 σ √(1/n₁ + 1/n₂), the median's efficiency against the mean), else it is noise.
+PLATEAU_Z = 2.0
 
 _NAN_FIX = """\
 torch.autograd.set_detect_anomaly(True)   # while debugging: names the op that made the NaN
@@ -261,24 +270,64 @@ def loss_divergence(ev: RunEvidence) -> list[Finding]:
     )]
 
 
-@rule("loss_plateau", family="training", title="Loss stopped improving")
-def loss_plateau(ev: RunEvidence) -> list[Finding]:
-    """Fires when the last PLATEAU_TAIL of the run improved the loss by < PLATEAU_REL."""
+class _Plateau(NamedTuple):
+    curve: str  # "loss" or "val_loss"
+    start: float
+    mid: float
+    end: float
+    cut_step: int
+    values: np.ndarray
+    significant: bool  # the tail's improvement is beyond the curve's noise (val_loss only)
+    noise: float
+
+
+def _val_plateau(ev: RunEvidence) -> _Plateau | None:
+    """The plateau measured on val_loss by levels (None with fewer than VAL_PLATEAU_MIN_POINTS)."""
+    try:
+        val = metric_curve(ev, "val_loss", min_points=VAL_PLATEAU_MIN_POINTS)
+    except MissingEvidence:
+        return None
+    val = val[np.isfinite(val["value"])].reset_index(drop=True)
+    if len(val) < VAL_PLATEAU_MIN_POINTS:
+        return None
+    v = val["value"].to_numpy(float)
+    a, b = len(v) // 3, 2 * len(v) // 3
+    mid, end = float(np.median(v[a:b])), float(np.median(v[b:]))
+    noise = curve_noise(v)
+    se = 1.2533 * noise * math.sqrt(1 / (b - a) + 1 / (len(v) - b))
+    return _Plateau("val_loss", float(v[0]), mid, end, int(val["step"].iloc[b]), v,
+                    mid - end > PLATEAU_Z * se, noise)
+
+
+def _loss_plateau(ev: RunEvidence) -> _Plateau:
     c = _smoothed_loss(ev)
     s = c["smooth"].to_numpy()
     n = len(s)
     cut = int(n * (1 - PLATEAU_TAIL))
-    start, mid, end = float(s[min(n - 1, max(3, n // 10))]), float(s[cut]), float(s[-1])
+    return _Plateau("loss", float(s[min(n - 1, max(3, n // 10))]), float(s[cut]), float(s[-1]),
+                    int(c["step"].iloc[cut]), c["value"].to_numpy(float), True, 0.0)
+
+
+@rule("loss_plateau", family="training", title="Loss stopped improving")
+def loss_plateau(ev: RunEvidence) -> list[Finding]:
+    """Fires when the last PLATEAU_TAIL of the run improved the loss by < PLATEAU_REL; with
+    ≥ VAL_PLATEAU_MIN_POINTS val_loss points, when the median val_loss of the last third is not
+    PLATEAU_REL and PLATEAU_Z standard errors below the median of the third before."""
+    loss = _loss_plateau(ev)  # needs CURVE_MIN_POINTS losses either way, as before val_loss counted
+    p = _val_plateau(ev) or loss
+    start, mid, end = p.start, p.mid, p.end
     scale = max(abs(mid), 1e-12)
     tail_gain = (mid - end) / scale
-    if tail_gain >= PLATEAU_REL or end > mid * DIVERGE_RATIO:
+    if (tail_gain >= PLATEAU_REL and p.significant) or end > mid * DIVERGE_RATIO:
         return []  # still improving, or diverging (the divergence rule speaks)
     total_gain = (start - end) / max(abs(start), 1e-12)
     not_learning = total_gain < NOT_LEARNING_REL
-    lr_tail = _lr_values(ev, int(c["step"].iloc[cut]))
+    lr_tail = _lr_values(ev, p.cut_step)
     constant_lr = lr_tail is not None and np.nanmax(lr_tail) - np.nanmin(lr_tail) <= 1e-12 * max(1.0, abs(np.nanmax(lr_tail)))
     evidence = {"tail_improvement": tail_gain, "run_improvement": total_gain,
-                "plateau_from_step": int(c["step"].iloc[cut]), "loss_end": end}
+                "plateau_from_step": p.cut_step, "loss_end": end}
+    if p.curve == "val_loss":
+        evidence.update(val_points=len(p.values), val_noise=p.noise)
     if lr_tail is not None:
         evidence["lr_end"] = float(lr_tail[-1])
         evidence["lr_constant"] = int(constant_lr)
@@ -287,19 +336,23 @@ def loss_plateau(ev: RunEvidence) -> list[Finding]:
            "The loss stopped improving over the last third of the run" +
            (" while the learning rate stayed constant: a decay usually unlocks the next drop." if constant_lr
             else "; if it is above your target, try a different learning rate or schedule."))
+    what = "Validation loss" if p.curve == "val_loss" else "Loss"
     return [Finding(
-        rule="loss_plateau", family="training", weight=curve_weight(c["value"].to_numpy(float), measure="loss"),
+        rule="loss_plateau", family="training",
+        weight=curve_weight(p.values, measure=p.curve,
+                            basis="evaluation points" if p.curve == "val_loss" else "logged steps"),
         severity=Severity.MEDIUM if not_learning else Severity.LOW,
-        title=("Loss is not decreasing" if not_learning else
-               f"Loss plateaued from step {int(c['step'].iloc[cut])}"),
-        explanation=f"{why} Improvement over the last third: {tail_gain * 100:.2f}%; over the run: {total_gain * 100:.1f}%.",
+        title=(f"{what} is not decreasing" if not_learning else
+               f"{what} plateaued from step {p.cut_step}"),
+        explanation=f"{why} Improvement{' of the val_loss' if p.curve == 'val_loss' else ''} over the last third: "
+                    f"{tail_gain * 100:.2f}%; over the run: {total_gain * 100:.1f}%.",
         evidence=evidence,
         fix_summary=("Sweep the learning rate over a few orders of magnitude." if not_learning else
                      "Decay the learning rate on plateau (or on a schedule), or stop early."),
         fix=_PLATEAU_FIX,
         expected_gain="lower final loss, or the plateau's steps saved by stopping earlier",
         gain_share=PLATEAU_TAIL if not not_learning else 0.6, doc_url=DOCS["lr_schedule"],
-        chart="Metrics › loss and lr", step=int(c["step"].iloc[cut]),
+        chart=f"Metrics › {p.curve} and lr", step=p.cut_step,
     )]
 
 
