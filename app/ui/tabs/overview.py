@@ -134,15 +134,14 @@ def _render_final_loss_tile(ctx: RunContext, col: Any) -> None:
                "Runs page, `torchscope ls`, `torchscope analyze` and Compare.")
 
 
-def _render_headline(ctx: RunContext) -> None:
+def _render_headline(ctx: RunContext) -> Any:
+    """Every headline tile but the peak memory's; returns the column that tile goes in (drawn
+    last: it may read the traces, and the charts below need not wait for them)."""
     stats, from_traces = _step_time_stats(ctx)
-    peak, peak_source = _peak_memory(ctx)
     # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
     # common laptop widths.
     cols = [*st.columns(3), *st.columns(3)]
     _render_step_tiles(ctx, cols, stats, from_traces)
-    cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
-                   format_bytes(peak), help=_peak_help(peak_source))
     _render_final_loss_tile(ctx, cols[4])
     full, short = device_labels([dict(d) for d in ctx.run.manifest.devices])
     cols[5].metric(
@@ -155,6 +154,13 @@ def _render_headline(ctx: RunContext) -> None:
     caption = world_size_caption(ctx.run.manifest.world_size, ctx.ranks, ctx.rank)
     if caption:
         st.caption(caption)
+    return cols[3]
+
+
+def _render_peak_tile(ctx: RunContext, col: Any) -> None:
+    peak, peak_source = _peak_memory(ctx)
+    col.metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
+               format_bytes(peak), help=_peak_help(peak_source))
 
 
 # Vendor prefixes left out of the tile (the full name is in the caption under it).
@@ -275,8 +281,15 @@ def _render_ranks(ctx: RunContext) -> None:
 
 
 def render(ctx: RunContext) -> None:
-    """Headline numbers, the per-step time chart and the profiled steps' breakdown."""
-    _render_headline(ctx)
-    _render_step_times(ctx)
-    _render_breakdown(ctx)
+    """Headline numbers, the per-step time chart and the profiled steps' breakdown.
+
+    The peak memory tile is filled in last, in its place at the top: on a first visit reading the
+    traces takes most of the time, and the step-time chart (from the metrics) is already on its
+    way to the browser meanwhile (the peak of a CPU run comes from the traces)."""
+    peak_col = _render_headline(ctx)
+    try:
+        _render_step_times(ctx)
+        _render_breakdown(ctx)
+    finally:  # a trace error is shown by render_tabs; the tile then falls back as before
+        _render_peak_tile(ctx, peak_col)
     _render_ranks(ctx)
