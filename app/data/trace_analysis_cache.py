@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["PREFIX", "analysis_dir", "read_analysis", "write_analysis"]
+__all__ = ["PREFIX", "analysis_dir", "read_analysis", "read_analysis_tables", "write_analysis"]
 
 PREFIX = "analysis-"
 _META = "analysis.json"
@@ -46,18 +46,25 @@ def analysis_dir(entries: Sequence[Path], ranks: Sequence[int], version: str) ->
 
 
 def read_analysis(folder: Path, names: Sequence[str]) -> dict[str, pd.DataFrame] | None:
-    """Return the cached tables ``names`` of an analysis folder, or None on a miss."""
+    """Return the cached tables ``names`` of an analysis folder, or None on a miss (any of them absent)."""
+    tables = read_analysis_tables(folder, names)
+    return tables if len(tables) == len(set(names)) else None
+
+
+def read_analysis_tables(folder: Path, names: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The tables of ``names`` that an analysis folder holds (an entry may hold only some: the Run
+    page's Overview computes a few); {} when the folder is missing or any of them is unreadable."""
     try:
         doc = json.loads((folder / _META).read_text(encoding="utf-8"))
-        if sorted(doc.get("tables", [])) != sorted(names):
-            return None
+        held = set(doc.get("tables", []))
         out = {}
         for name in names:
-            with pa.OSFile(str(folder / f"{name}.arrow"), "rb") as f:
-                out[name] = pa.ipc.open_file(f).read_all().to_pandas()
+            if name in held:
+                with pa.OSFile(str(folder / f"{name}.arrow"), "rb") as f:
+                    out[name] = pa.ipc.open_file(f).read_all().to_pandas()
         return out
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, pa.ArrowException):
+        return {}
 
 
 def _to_arrow(df: pd.DataFrame) -> pa.Table | None:

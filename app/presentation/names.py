@@ -1,6 +1,7 @@
 """Names for people (presentation layer): op, kernel and module names shortened for table cells
 and kept distinct; the one mapping of the agent's metric keys and the app's summary keys to human
-names with their display unit (``metric_label``, ``metric_display``, ``field_label``)."""
+names with their display unit (``metric_label``, ``metric_display``, ``field_label``), and the name of
+a metric's final value (``final_name``)."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["distinct_short_names", "short_name", "MetricDisplay", "metric_display", "metric_label",
-           "field_label", "FIELD_LABELS", "display_table"]
+           "field_label", "final_name", "FIELD_LABELS", "display_table"]
 
 
 @dataclass(frozen=True)
@@ -162,3 +163,13 @@ def distinct_short_names(names: Sequence[Any], width: int = 80) -> list[str]:
             return [shown[t] for t in texts]
         for t in clashes:
             level[t] += 1
+
+
+def final_name(key: str) -> str:
+    """The metric's name in the label of its final value (app.analysis.run.final_value.final_label
+    puts "final " before it): "loss" for ``loss`` (the Runs page's "Final loss", ``ls``, the
+    Overview tile, Compare), "validation loss" for ``val_loss``; a metric's label otherwise.
+    The Metrics tab's chart names the series itself "training loss"; its final value stays the
+    "final loss" every other page shows."""
+    named = FIELD_LABELS.get(f"final_{key}")
+    return named.removeprefix("final ") if named else metric_label(key)

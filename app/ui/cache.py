@@ -15,18 +15,19 @@ from typing import Any
 
 import streamlit as st
 
-from app.analysis.trace.summary import TraceAnalysis
+from app.analysis.trace.summary import StepAnalysis, TraceAnalysis
 from app.data.trace import TraceTables
 from app.workspace import artifacts
 from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
 from app.workspace.signatures import run_signature
-from app.workspace.traces import load_trace_set
+from app.workspace.traces import analyze_trace_steps, load_trace_set
 
 __all__ = [
     "run_signature",
     "cached_run",
     "cached_traces",
     "cached_trace_analysis",
+    "cached_step_analysis",
     "cached_figure",
 ]
 
@@ -62,6 +63,18 @@ def _analysis(path: str, sig: tuple[float, ...]) -> TraceAnalysis:
 def cached_trace_analysis(path: str | os.PathLike[str]) -> TraceAnalysis:
     """The TraceAnalysis (steps, breakdown, ops, kernels, memory) of a run or trace path."""
     return _analysis(str(path), run_signature(path))
+
+
+@st.cache_resource(max_entries=64, ttl=900, show_spinner=False)
+def _steps(path: str, sig: tuple[float, ...]) -> StepAnalysis:
+    # Every profiled step, anomaly windows included, as TraceAnalysis.steps (profiled_windows).
+    return analyze_trace_steps(cached_traces(path))
+
+
+def cached_step_analysis(path: str | os.PathLike[str]) -> StepAnalysis:
+    """The StepAnalysis (steps, memory peaks, rank summary) of a run or trace path: the Overview's
+    part of its TraceAnalysis, the same tables, computed without the op, kernel and breakdown tables."""
+    return _steps(str(path), run_signature(path))
 
 
 # Figures of a cached result (a Comparison from compare_cache, whose cache is bounded), built

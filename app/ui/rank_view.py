@@ -1,7 +1,7 @@
 """The Run page's per-rank section: straggler sentence and per-rank table (UI layer).
 
 Shown under the Overview tab when the run's traces hold two ranks or more. The numbers come
-from the run's cached TraceAnalysis (``rank_summary``), formatted by app.presentation.ranks_text.
+from the run's cached StepAnalysis (``rank_summary``), formatted by app.presentation.ranks_text.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.analysis.trace.ranks import find_straggler
 from app.presentation.ranks_text import rank_display_table, straggler_sentence
-from app.ui.cache import cached_trace_analysis
+from app.ui.cache import cached_step_analysis
 from app.ui.tabs import RunContext
 
 __all__ = ["render_rank_section"]
@@ -25,7 +25,7 @@ def render_rank_section(ctx: RunContext) -> None:
     """The straggler sentence and the per-rank table; nothing for a run with fewer than two ranks."""
     if not ctx.run.trace_files:
         return
-    rows = cached_trace_analysis(ctx.run_dir).rank_summary
+    rows = cached_step_analysis(ctx.run_dir).rank_summary
     if len(rows) < 2:
         return
     st.subheader("Ranks", help=_HELP)

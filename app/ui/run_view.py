@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -12,29 +15,43 @@ from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
 from app.ui.layout import md_escape, md_message, record_hint
 from app.ui.store import cached_store_view
-from app.ui.tabs import (
-    RunContext,
-    Tab,
-    config,
-    findings,
-    graph,
-    kernels,
-    logs,
-    memory,
-    metrics,
-    operators,
-    overview,
-    system,
-    timeline,
-)
+from app.ui.tabs import RunContext, Tab
 from app.workspace.refs import resolve_store_run
 from profiler_agent import runformat as rf
 
-__all__ = ["RUN_TABS", "TAB_PARAM", "build_context", "render_rank_selector", "render_run_header", "render_run_picker", "render_tabs"]
+__all__ = ["RUN_TAB_SPECS", "TAB_PARAM", "TabSpec", "build_context", "render_rank_selector",
+           "render_run_header", "render_run_picker", "render_tabs"]
+
+
+@dataclass(frozen=True)
+class TabSpec:
+    """A Run page tab by its label and its module's name under ``app.ui.tabs``: the strip needs
+    every label, but only the open tab's module is imported (a first visit does not pay for the
+    advisor, the timeline or the graph); ``TITLE`` of the module equals ``title`` (tested)."""
+
+    title: str
+    module: str
+
+    def load(self) -> Tab:
+        """The tab module (imported on first use; an ImportError for a missing one)."""
+        module: Tab = importlib.import_module(f"app.ui.tabs.{self.module}")  # a module satisfies Tab
+        return module
+
 
 # The Run page's tabs, in the order shown.
-RUN_TABS: tuple[Tab, ...] = (overview, findings, metrics, operators, kernels, timeline, memory, graph, system, logs,
-                             config)
+RUN_TAB_SPECS: tuple[TabSpec, ...] = (
+    TabSpec("Overview", "overview"), TabSpec("Findings", "findings"), TabSpec("Metrics", "metrics"),
+    TabSpec("Operators", "operators"), TabSpec("Kernels", "kernels"), TabSpec("Timeline", "timeline"),
+    TabSpec("Memory", "memory"), TabSpec("Graph", "graph"), TabSpec("System", "system"), TabSpec("Logs", "logs"),
+    TabSpec("Config", "config"),
+)
+
+
+def __getattr__(name: str) -> tuple[Tab, ...]:
+    # RUN_TABS, the tab modules themselves, is imported on demand (tests, tools): the page never needs all.
+    if name == "RUN_TABS":
+        return tuple(spec.load() for spec in RUN_TAB_SPECS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def render_run_picker(root: Path) -> Path | None:
@@ -143,23 +160,23 @@ def build_context(run_dir: Path, root: Path, rank: int | None) -> RunContext:
 TAB_PARAM = "run_tab"
 
 
-def render_tabs(ctx: RunContext, tabs: tuple[Tab, ...] = RUN_TABS) -> Tab:
-    """The tab strip of ``tabs`` (RUN_TABS by default) with only the open tab built.
+def render_tabs(ctx: RunContext, tabs: Sequence[TabSpec] = RUN_TAB_SPECS) -> Tab:
+    """The tab strip of ``tabs`` (RUN_TAB_SPECS by default) with only the open tab built.
 
     Streamlit builds every ``st.tabs`` panel on every run unless the tabs track their state; here
     they do (bound to the ``run_tab`` query parameter), so a visit builds one tab and a tab switch
-    reruns the page for the newly opened one only. A project error in that tab is shown inside it.
-    Returns the tab module that was built.
+    reruns the page for the newly opened one only; only that tab's module is imported. A project
+    error in that tab is shown inside it. Returns the tab module that was built.
     """
-    containers = st.tabs([m.TITLE for m in tabs], key=TAB_PARAM, bind="query-params")
-    built = tabs[0]
-    for container, module in zip(containers, tabs, strict=True):
+    containers = st.tabs([t.title for t in tabs], key=TAB_PARAM, bind="query-params")
+    built: Tab | None = None
+    for container, spec in zip(containers, tabs, strict=True):
         if container.open is False:  # None would mean "not tracked": then build it, as before
             continue
-        built = module
+        built = spec.load()
         with container:
             try:
-                module.render(ctx)
+                built.render(ctx)
             except rf.TorchscopeError as e:
                 st.error(str(e))
-    return built
+    return built if built is not None else tabs[0].load()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,15 @@ from app.analysis.trace.ops import compute_annotation_table, compute_op_table
 from app.analysis.trace.windows import compute_window_table, split_traces
 from app.errors import TorchscopeError
 from app.presentation.progress import progress_text
-from app.ui.cache import cached_trace_analysis, cached_traces, run_signature
+from app.ui.cache import cached_step_analysis, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
-from app.workspace.profiled_windows import read_run_windows
-from app.workspace.sides import run_windows
+from app.workspace.profiled_windows import manifest_windows, read_run_windows
 from app.workspace.traces import ingest_trace, uncached_trace_files
 
 __all__ = [
     "NO_TRACE_HINT",
     "load_trace_analysis",
+    "load_step_analysis",
     "rank_rows",
     "cached_op_table",
     "cached_annotation_table",
@@ -44,19 +45,30 @@ NO_TRACE_HINT = (
 def load_trace_analysis(ctx: RunContext) -> Any | None:
     """The run's TraceAnalysis (steps, ops, kernels, memory), or None after an ``st.info`` saying
     why there is none. Raises the trace engine's errors (TorchscopeError) for unreadable traces."""
+    return _load(ctx, cached_trace_analysis)
+
+
+def load_step_analysis(ctx: RunContext) -> Any | None:
+    """The run's StepAnalysis (steps, memory peaks, rank summary: what the Overview shows), as
+    ``load_trace_analysis`` gives the whole TraceAnalysis; the op, kernel and breakdown tables are
+    left for the tabs that show them."""
+    return _load(ctx, cached_step_analysis)
+
+
+def _load(ctx: RunContext, analyse: Callable[[Path], Any]) -> Any | None:
     if not ctx.run.trace_files:
         st.info(NO_TRACE_HINT)
         return None
     ingest_with_progress(ctx.run.trace_files)
     with st.spinner("Analysing the run's traces…"):
-        analysis = cached_trace_analysis(ctx.run_dir)
+        analysis = analyse(ctx.run_dir)
     render_anomaly_windows(ctx, analysis)
     return analysis
 
 
 def render_anomaly_windows(ctx: RunContext, analysis: Any) -> None:
     """Name the run's anomaly-triggered profiler windows, apart from the typical tables."""
-    windows = run_windows(ctx.run)
+    windows = manifest_windows(ctx.run.manifest)
     table = compute_window_table(windows, analysis.steps) if windows else None
     if table is None or table["typical"].all():
         return

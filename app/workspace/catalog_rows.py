@@ -56,6 +56,8 @@ def row_from_records(
     """The catalog row (STORE_COLUMNS + EXTRA_COLUMNS of app.data.runs) of one run."""
     m = manifest
     peak, _ = peak_memory_from_records(system)
+    if peak is None:  # a trace-only import: no system samples, its traces' peak was recorded at import
+        peak = _imported_peak(m)
     steps = _step_stats(metrics)
     # Metrics without step times (TensorBoard scalars imported beside traces) leave the steps to the traces.
     if steps["step_time_s"] is not None or (steps["steps"] is not None and not layout.list_trace_files(path)):
@@ -83,6 +85,18 @@ def row_from_records(
         "search_text": search_text(m),
     }
     return row
+
+
+# app.workspace.imports.SUMMARY_KEY (not imported here: that module loads the importers).
+_TRACE_SUMMARY = "trace_summary"
+
+
+def _imported_peak(manifest: rf.Manifest) -> int | None:
+    """The traces' allocated peak (bytes) that ``torchscope import`` keeps in the manifest's
+    ``extra.trace_summary``, or None (not an import, or no memory events in its traces)."""
+    summary = manifest.extra.get(_TRACE_SUMMARY) if isinstance(manifest.extra, Mapping) else None
+    value = record_number(summary.get("peak_memory_bytes")) if isinstance(summary, Mapping) else None
+    return int(value) if value is not None and value >= 0 else None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ TraceAnalysis, computed by the pure app.analysis.trace.summary and cached next t
 cache entries (app.data.trace_analysis_cache) so that a second ``analyze`` of an unchanged trace
 reads no event. The cache key is the set's entries and ranks plus :func:`analysis_version`: the
 analysis constant, a digest of the analysis modules' source and the pandas version.
+``analyze_trace_steps(traces)`` computes and caches only the STEP_TABLES (what the Run page's
+Overview shows) in the same entry; a later ``analyze_trace_set`` computes only the other tables.
 """
 from __future__ import annotations
 
@@ -22,9 +24,12 @@ from app.analysis.trace.summary import (
     ANALYSIS_MODULES,
     ANALYSIS_TABLES,
     ANALYSIS_VERSION,
+    STEP_TABLES,
+    StepAnalysis,
     TraceAnalysis,
     analysis_from_tables,
     compute_analysis_tables,
+    steps_from_tables,
 )
 from app.data import trace_analysis_cache as tac
 from app.data import trace_cache
@@ -32,8 +37,8 @@ from app.data.trace import Progress, TraceTables, load_trace, load_traces, reada
 from app.errors import TraceError
 from app.workspace.ingest import prefetch_traces
 
-__all__ = ["uncached_trace_files", "ingest_trace", "load_trace_set", "load_trace_files", "analyze_trace_set", "load_and_analyze", "analysis_version",
-           "analysis_folder"]
+__all__ = ["uncached_trace_files", "ingest_trace", "load_trace_set", "load_trace_files", "analyze_trace_set",
+           "analyze_trace_steps", "load_and_analyze", "analysis_version", "analysis_folder"]
 
 
 @lru_cache(maxsize=1)
@@ -86,21 +91,38 @@ def load_trace_files(files: Sequence[Path]) -> list[TraceTables]:
     return sorted((t for f in files for t in load_traces(f)), key=lambda t: (t.rank, t.path.name))
 
 
-def analyze_trace_set(traces: Sequence[TraceTables], *, use_cache: bool = True) -> TraceAnalysis:
-    """The TraceAnalysis of ``traces``, read from the analysis cache when every trace has a cache
-    entry and the set was analysed by the current code, else computed (and then cached)."""
+def _analysis_tables(traces: Sequence[TraceTables], names: Sequence[str],
+                     use_cache: bool) -> tuple[dict[str, pd.DataFrame], bool]:
+    """(the tables ``names`` of ``traces``, whether the cache held them all). Tables the cache
+    entry holds are read, the others computed; the entry then holds both."""
     traces = list(traces)
     entries = [t.cache_entry for t in traces]
     folder = None
     if use_cache and traces and all(e is not None for e in entries):
         folder = analysis_folder([e for e in entries if e is not None], [int(t.rank) for t in traces])
-    tables = tac.read_analysis(folder, ANALYSIS_TABLES) if folder is not None else None
-    if tables is not None:
-        return analysis_from_tables(traces, tables, from_cache=True)
-    computed = compute_analysis_tables(traces)
+    known = tac.read_analysis_tables(folder, names) if folder is not None else {}
+    if len(known) == len(names):
+        return known, True
+    computed = compute_analysis_tables(traces, names, known=known)
     if folder is not None:
         tac.write_analysis(folder, computed)
-    return analysis_from_tables(traces, computed)
+    return computed, False
+
+
+def analyze_trace_set(traces: Sequence[TraceTables], *, use_cache: bool = True) -> TraceAnalysis:
+    """The TraceAnalysis of ``traces``, read from the analysis cache when every trace has a cache
+    entry and the set was analysed by the current code, else computed (and then cached); tables
+    cached by ``analyze_trace_steps`` are read, not computed again."""
+    tables, hit = _analysis_tables(traces, ANALYSIS_TABLES, use_cache)
+    return analysis_from_tables(traces, tables, from_cache=hit)
+
+
+def analyze_trace_steps(traces: Sequence[TraceTables], *, use_cache: bool = True) -> StepAnalysis:
+    """The StepAnalysis of ``traces`` (steps, memory peaks, rank summary: the STEP_TABLES), read from
+    the analysis cache as ``analyze_trace_set`` reads it, else computed without the op, kernel and
+    breakdown tables, and cached in the same entry."""
+    tables, hit = _analysis_tables(traces, STEP_TABLES, use_cache)
+    return steps_from_tables(traces, tables, from_cache=hit)
 
 
 def load_and_analyze(path: str | os.PathLike[str]) -> tuple[tuple[TraceTables, ...], TraceAnalysis]:

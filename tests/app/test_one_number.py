@@ -99,8 +99,8 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     assert f"slowest rank per step {step.value_s * 1e3:.2f} ms" in _chart_median_texts(at)[-1]
 
     metrics_tab = show_tab(at, "Metrics")  # the loss curve's final line (rank 0)
-    # the Metrics tab names the series for people ("training loss", app.presentation.names): same value
-    assert f"final training loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
+    # the chart names the series "training loss"; its final value has the tile's name and value
+    assert f"final loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
 
     from app.analysis.compare.comparison import CompareOptions, diff_sides
     from app.workspace.sides import load_side

@@ -3,10 +3,12 @@
 ``analyze_traces(traces)`` computes steps (both breakdowns), ops, kernels and memory peaks once,
 from TraceTables only: it reads no file and no cache. Loading the traces and caching the tables
 is the workspace's (app.workspace.traces); the CLI document is app.presentation.analyze_json.
+``StepAnalysis`` is the part the Run page's Overview shows (STEP_TABLES: steps, memory peaks,
+what a rank summary needs), computed without the op, kernel and breakdown tables.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -23,18 +25,48 @@ from app.analysis.trace.ranks import compute_collective_table, rank_summary, sum
 from app.analysis.trace.steps import compute_steps
 from app.data.trace import TraceTables
 
-__all__ = ["TraceAnalysis", "analyze_traces", "compute_analysis_tables", "analysis_from_tables",
-           "ANALYSIS_TABLES", "ANALYSIS_VERSION", "ANALYSIS_MODULES"]
+__all__ = ["TraceAnalysis", "StepAnalysis", "analyze_traces", "compute_analysis_tables", "analysis_from_tables",
+           "steps_from_tables", "ANALYSIS_TABLES", "STEP_TABLES", "ANALYSIS_VERSION", "ANALYSIS_MODULES"]
 
 # Bump when what analyze_traces computes changes. The workspace's cache of the tables
 # (app.workspace.traces) is also keyed by a digest of ANALYSIS_MODULES' source.
 ANALYSIS_VERSION = 2
 ANALYSIS_TABLES = ("steps", "breakdown", "ops", "kernels", "memory_peaks", "rank_skew", "overlap", "collectives",
                    "notes")
+# The tables of a StepAnalysis: the Overview's steps and memory peaks, the warnings, and what a rank
+# summary reads. A subset of ANALYSIS_TABLES computed by the same functions, so the numbers are the same.
+STEP_TABLES = ("steps", "memory_peaks", "overlap", "collectives", "notes")
 # The analysis modules whose code the tables depend on (module names under app.analysis).
 ANALYSIS_MODULES = ("trace.steps", "trace.breakdown", "trace.ops", "trace.kernels", "memory.events",
                     "trace.distributed", "trace.summary", "trace.categories", "trace.intervals", "trace.step_spans",
                     "trace.step_views", "trace.event_tree", "trace.op_modules", "trace.ranks")
+
+
+def _rank_rows(steps: pd.DataFrame, overlap: pd.DataFrame, collectives: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per rank: step time, breakdown, straggler score and cause (app.analysis.trace.ranks.rank_summary)."""
+    if steps.empty:
+        return []
+    colls = collectives if len(collectives.columns) else compute_collective_table([], steps)
+    return rank_summary(summaries_from_tables(steps, overlap, colls))
+
+
+@dataclass(frozen=True)
+class StepAnalysis:
+    """The part of a TraceAnalysis the Run page's Overview shows (STEP_TABLES): the traces with their
+    warnings, the step table, memory peaks, and the per-rank summary; the same tables as the
+    TraceAnalysis of the same traces, without its op, kernel and breakdown tables."""
+
+    traces: list[dict[str, Any]]
+    steps: pd.DataFrame
+    memory_peaks: pd.DataFrame
+    overlap: pd.DataFrame
+    collectives: pd.DataFrame
+    from_cache: bool = field(default=False, compare=False)
+
+    @cached_property
+    def rank_summary(self) -> list[dict[str, Any]]:
+        """Per rank: step time, breakdown, straggler score and cause (app.analysis.trace.ranks.rank_summary)."""
+        return _rank_rows(self.steps, self.overlap, self.collectives)
 
 
 @dataclass(frozen=True)
@@ -56,10 +88,7 @@ class TraceAnalysis:
     @cached_property
     def rank_summary(self) -> list[dict[str, Any]]:
         """Per rank: step time, breakdown, straggler score and cause (app.analysis.trace.ranks.rank_summary)."""
-        if self.steps.empty:
-            return []
-        colls = self.collectives if len(self.collectives.columns) else compute_collective_table([], self.steps)
-        return rank_summary(summaries_from_tables(self.steps, self.overlap, colls))
+        return _rank_rows(self.steps, self.overlap, self.collectives)
 
     @property
     def memory(self) -> dict[str, dict[str, Any]]:
@@ -82,21 +111,32 @@ def _int_or_none(v: Any) -> int | None:
     return None if v is None or v != v else int(v)
 
 
-def compute_analysis_tables(traces: Sequence[TraceTables]) -> dict[str, pd.DataFrame]:
-    """The ANALYSIS_TABLES of ``traces``, computed from their events."""
+# How each table other than ``steps`` is computed, from the traces and their step table.
+_TABLES: dict[str, Callable[[list[TraceTables], pd.DataFrame], pd.DataFrame]] = {
+    "breakdown": compute_breakdown,
+    "ops": lambda traces, steps: compute_op_table(traces),  # shares of the whole profiled window (ops.py)
+    "kernels": lambda traces, steps: compute_kernel_table(traces),
+    "memory_peaks": lambda traces, steps: compute_memory_peaks(traces),
+    "rank_skew": lambda traces, steps: compute_rank_skew(steps),
+    "overlap": compute_overlap,
+    "collectives": compute_collective_table,
+    "notes": lambda traces, steps: _analysis_notes(traces),
+}
+
+
+def compute_analysis_tables(traces: Sequence[TraceTables], names: Sequence[str] = ANALYSIS_TABLES, *,
+                            known: Mapping[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+    """The tables ``names`` (of ANALYSIS_TABLES; all by default) of ``traces``, computed from their
+    events, except those in ``known`` (the same traces' tables computed before, e.g. read back from
+    a cache), which are taken as they are. Raises KeyError for a name not in ANALYSIS_TABLES."""
     traces = list(traces)
-    steps = compute_steps(traces)
-    return {
-        "steps": steps,
-        "breakdown": compute_breakdown(traces, steps),
-        "ops": compute_op_table(traces),  # shares of the whole profiled window (ops.py)
-        "kernels": compute_kernel_table(traces),
-        "memory_peaks": compute_memory_peaks(traces),
-        "rank_skew": compute_rank_skew(steps),
-        "overlap": compute_overlap(traces, steps),
-        "collectives": compute_collective_table(traces, steps),
-        "notes": _analysis_notes(traces),
-    }
+    known = known or {}
+    steps = known["steps"] if "steps" in known else compute_steps(traces)
+    out = {"steps": steps}
+    for name in names:
+        if name != "steps":
+            out[name] = known[name] if name in known else _TABLES[name](traces, steps)
+    return {name: out[name] for name in names}
 
 
 def _analysis_notes(traces: Sequence[TraceTables]) -> pd.DataFrame:
@@ -110,18 +150,30 @@ def analyze_traces(traces: Sequence[TraceTables]) -> TraceAnalysis:
     return analysis_from_tables(traces, compute_analysis_tables(traces))
 
 
+def _trace_infos(traces: Sequence[TraceTables], notes: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Path, rank, event count and warnings (the trace's recoveries, then the analysis notes) per trace."""
+    by_rank: dict[int, list[str]] = {}
+    for r in (notes.itertuples(index=False) if notes is not None else ()):
+        by_rank.setdefault(int(r.rank), []).append(str(r.message))
+    return [{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events),
+             "warnings": [*t.warnings, *by_rank.pop(int(t.rank), [])]} for t in traces]
+
+
 def analysis_from_tables(traces: Sequence[TraceTables], tables: Mapping[str, pd.DataFrame], *,
                          from_cache: bool = False) -> TraceAnalysis:
     """The TraceAnalysis of ``traces`` whose ANALYSIS_TABLES are ``tables`` (computed, or read back
     from a cache by the workspace: ``from_cache``)."""
-    notes = tables.get("notes")
-    by_rank: dict[int, list[str]] = {}
-    for r in (notes.itertuples(index=False) if notes is not None else ()):
-        by_rank.setdefault(int(r.rank), []).append(str(r.message))
     return TraceAnalysis(
-        traces=[{"path": str(t.path), "rank": int(t.rank), "events": int(t.n_events),
-                 "warnings": [*t.warnings, *by_rank.pop(int(t.rank), [])]} for t in traces],
+        traces=_trace_infos(traces, tables.get("notes")),
         steps=tables["steps"], breakdown=tables["breakdown"], ops=tables["ops"], kernels=tables["kernels"],
         memory_peaks=tables["memory_peaks"], rank_skew=tables["rank_skew"], overlap=tables["overlap"],
         from_cache=from_cache, collectives=tables.get("collectives", pd.DataFrame()),
     )
+
+
+def steps_from_tables(traces: Sequence[TraceTables], tables: Mapping[str, pd.DataFrame], *,
+                      from_cache: bool = False) -> StepAnalysis:
+    """The StepAnalysis of ``traces`` whose STEP_TABLES (or all ANALYSIS_TABLES) are ``tables``."""
+    return StepAnalysis(traces=_trace_infos(traces, tables.get("notes")), steps=tables["steps"],
+                        memory_peaks=tables["memory_peaks"], overlap=tables["overlap"],
+                        collectives=tables["collectives"], from_cache=from_cache)

@@ -5,11 +5,12 @@ A tab is a module ``app/ui/tabs/<name>.py`` exposing::
     TITLE: str                               # the label shown on the tab
     def render(ctx: RunContext) -> None: ... # Streamlit calls only; loads through app.ui.cache
 
-The Run page (``app.ui.run_view.RUN_TABS``) imports the tab modules by name and lists them in
-that order, so a renamed or missing tab is an ImportError at test time, never a silently absent
-tab. Only the open tab's ``render`` runs (``run_view.render_tabs``; the open tab is the
-``run_tab`` query parameter), so a tab pays for its loads only when the user opens it; adding a
-tab is one module and one entry in ``RUN_TABS``. A ``TorchscopeError`` raised by a tab's ``render`` is shown as ``st.error`` inside that tab
+The Run page (``app.ui.run_view.RUN_TAB_SPECS``) lists the tabs by label and module name in
+that order; ``run_view.RUN_TABS`` imports them all, so a renamed or missing tab is an ImportError
+at test time, never a silently absent tab. Only the open tab's module is imported and only its
+``render`` runs (``run_view.render_tabs``; the open tab is the ``run_tab`` query parameter), so a
+tab pays for its imports and loads only when the user opens it; adding a tab is one module and
+one entry in ``RUN_TAB_SPECS``. A ``TorchscopeError`` raised by a tab's ``render`` is shown as ``st.error`` inside that tab
 only, so one broken tab never breaks the page. A tab with no data for the run shows ``st.info``
 saying how to record it.
 """

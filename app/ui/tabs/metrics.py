@@ -23,7 +23,7 @@ from app.analysis.curves.smoothing import (
 )
 from app.analysis.run.final_value import final_of_table
 from app.charts.curves import make_curve_figure, make_rank_band_figure
-from app.presentation.names import metric_display, metric_label
+from app.presentation.names import final_name, metric_display, metric_label
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
 from profiler_agent.runformat.metric_keys import is_agent_key
@@ -181,8 +181,8 @@ def _render_curve(ctx: RunContext, key: str, c: _Controls, ranks: list[int]) -> 
     if scale != 1.0:
         curve = curve.assign(value=curve["value"] * scale, smoothed=curve["smoothed"] * scale)
         final = dataclasses.replace(final, value=final.value * scale) if final is not None else None
-    if final is not None:  # its label names the metric as the chart does, never the raw key
-        final = dataclasses.replace(final, key=curve_label(key))
+    if final is not None:  # its label names the number as the tile and the Runs page do, never the raw key
+        final = dataclasses.replace(final, key=final_name(key))
     fig = make_curve_figure(curve, curve_label(key), x_axis=c.x_axis,
                             log_y=c.log_y and bool((curve["value"] > 0).all()), final=final)
     st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))

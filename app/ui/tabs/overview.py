@@ -1,4 +1,9 @@
-"""Run page tab "Overview": headline numbers, time per step, step-time breakdown (UI layer)."""
+"""Run page tab "Overview": headline numbers, time per step, step-time breakdown (UI layer).
+
+The first tab of a first visit: it reads the run's metrics, manifest and system samples, and of
+its traces only the StepAnalysis (steps, memory peaks, ranks); the op, kernel and breakdown tables
+are computed when a tab that shows them is opened.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +28,9 @@ from app.analysis.run.summary import (
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes, format_seconds
-from app.ui.cache import cached_trace_analysis
-from app.ui.rank_view import render_rank_section
+from app.ui.cache import cached_step_analysis
 from app.ui.tabs import RunContext
-from app.ui.trace_view import load_trace_analysis, rank_rows, render_trace_warnings
+from app.ui.trace_view import load_step_analysis, rank_rows, render_trace_warnings
 
 __all__ = ["TITLE", "STEP_TIME_LABEL", "render", "world_size_caption", "device_labels", "final_loss"]
 
@@ -37,7 +41,7 @@ def _trace_steps(ctx: RunContext) -> pd.DataFrame | None:
     """The profiled steps of the run's traces, only when the run has traces (no info message)."""
     if not ctx.run.trace_files:
         return None
-    return cached_trace_analysis(ctx.run_dir).steps
+    return cached_step_analysis(ctx.run_dir).steps
 
 
 def _peak_memory(ctx: RunContext) -> tuple[float | None, str]:
@@ -46,7 +50,7 @@ def _peak_memory(ctx: RunContext) -> tuple[float | None, str]:
     peak, source = compute_peak_memory(ctx.run.system, ctx.rank)
     if ctx.run.trace_files and trace_peaks_could_change(source):
         try:
-            peaks = cached_trace_analysis(ctx.run_dir).memory_peaks
+            peaks = cached_step_analysis(ctx.run_dir).memory_peaks
         except TorchscopeError:  # the trace sections of the page say what is wrong with the traces
             return peak, source
         peak, source = compute_peak_memory(ctx.run.system, ctx.rank, peaks)
@@ -130,15 +134,14 @@ def _render_final_loss_tile(ctx: RunContext, col: Any) -> None:
                "Runs page, `torchscope ls`, `torchscope analyze` and Compare.")
 
 
-def _render_headline(ctx: RunContext) -> None:
+def _render_headline(ctx: RunContext) -> Any:
+    """Every headline tile but the peak memory's; returns the column that tile goes in (drawn
+    last: it may read the traces, and the charts below need not wait for them)."""
     stats, from_traces = _step_time_stats(ctx)
-    peak, peak_source = _peak_memory(ctx)
     # Two rows of three: six metrics in one row truncate values ("611.2 …", "NVIDIA…") at
     # common laptop widths.
     cols = [*st.columns(3), *st.columns(3)]
     _render_step_tiles(ctx, cols, stats, from_traces)
-    cols[3].metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
-                   format_bytes(peak), help=_peak_help(peak_source))
     _render_final_loss_tile(ctx, cols[4])
     full, short = device_labels([dict(d) for d in ctx.run.manifest.devices])
     cols[5].metric(
@@ -151,6 +154,13 @@ def _render_headline(ctx: RunContext) -> None:
     caption = world_size_caption(ctx.run.manifest.world_size, ctx.ranks, ctx.rank)
     if caption:
         st.caption(caption)
+    return cols[3]
+
+
+def _render_peak_tile(ctx: RunContext, col: Any) -> None:
+    peak, peak_source = _peak_memory(ctx)
+    col.metric(f"Peak memory ({peak_quantity(peak_source)})" if peak is not None else "Peak memory",
+               format_bytes(peak), help=_peak_help(peak_source))
 
 
 # Vendor prefixes left out of the tile (the full name is in the caption under it).
@@ -233,7 +243,7 @@ def _render_step_times(ctx: RunContext) -> None:
 
 def _render_breakdown(ctx: RunContext) -> None:
     st.subheader("Where a step's time goes")
-    analysis = load_trace_analysis(ctx)
+    analysis = load_step_analysis(ctx)
     if analysis is None:
         return
     render_trace_warnings(analysis)
@@ -258,9 +268,28 @@ def _render_breakdown(ctx: RunContext) -> None:
     )
 
 
-def render(ctx: RunContext) -> None:
-    """Headline numbers, the per-step time chart and the profiled steps' breakdown."""
-    _render_headline(ctx)
-    _render_step_times(ctx)
-    _render_breakdown(ctx)
+def _render_ranks(ctx: RunContext) -> None:
+    """The Ranks section, for traces of two ranks or more (its modules load only then)."""
+    if not ctx.run.trace_files:
+        return
+    steps = cached_step_analysis(ctx.run_dir).steps
+    if "rank" not in steps.columns or steps["rank"].nunique() < 2:  # rank_summary has one row per rank
+        return
+    from app.ui.rank_view import render_rank_section  # its text module imports the comparison's
+
     render_rank_section(ctx)
+
+
+def render(ctx: RunContext) -> None:
+    """Headline numbers, the per-step time chart and the profiled steps' breakdown.
+
+    The peak memory tile is filled in last, in its place at the top: on a first visit reading the
+    traces takes most of the time, and the step-time chart (from the metrics) is already on its
+    way to the browser meanwhile (the peak of a CPU run comes from the traces)."""
+    peak_col = _render_headline(ctx)
+    try:
+        _render_step_times(ctx)
+        _render_breakdown(ctx)
+    finally:  # a trace error is shown by render_tabs; the tile then falls back as before
+        _render_peak_tile(ctx, peak_col)
+    _render_ranks(ctx)
