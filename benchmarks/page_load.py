@@ -16,7 +16,9 @@ whose whole script is one ``st.write``. Headless Chromium (Playwright) then time
 A page is ready when Streamlit's script is no longer running (``data-test-script-state`` is
 ``notRunning``) and the page's expected element is visible. Reported: each time in seconds and
 its ratio to the round's empty page; the goals of issue 16 are run_page ≤ 3×, tab_switch ≤ 1×,
-compare ≤ 4×. Without ``--root`` the sample runs are recorded first (``sample_models.record``).
+compare ≤ 4×; and the CPU seconds the app's server spent on each (user + system, from the
+process's own counters: on a busy machine the steadier figure). Without ``--root`` the sample
+runs are recorded first (``sample_models.record``).
 """
 from __future__ import annotations
 
@@ -72,6 +74,19 @@ def _timed(action: Callable[[], None], ready: Callable[[], None]) -> float:
     return time.perf_counter() - t
 
 
+class _ServerCpu:
+    """CPU seconds (user + system, with its children's) that a server process has used so far."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._proc = psutil.Process(pid)
+
+    def __call__(self) -> float:
+        t = self._proc.cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+
+
 def _visit(browser, url: str, expect: Callable[[object], None]) -> float:  # noqa: ANN001 - a Playwright browser
     context = browser.new_context(viewport={"width": 1440, "height": 1400})
     page = context.new_page()
@@ -82,7 +97,7 @@ def _visit(browser, url: str, expect: Callable[[object], None]) -> float:  # noq
         context.close()
 
 
-def _run_page_and_tab(browser, url: str) -> tuple[float, float]:  # noqa: ANN001
+def _run_page_and_tab(browser, url: str, cpu: Callable[[], float]) -> tuple[float, float, float, float]:  # noqa: ANN001
     context = browser.new_context(viewport={"width": 1440, "height": 1400})
     page = context.new_page()
     page.set_default_timeout(_TIMEOUT_MS)
@@ -92,14 +107,16 @@ def _run_page_and_tab(browser, url: str) -> tuple[float, float]:  # noqa: ANN001
             page.locator("[role='tabpanel']:visible .js-plotly-plot").first.wait_for()
             page.wait_for_selector(_READY)
 
+        c0 = cpu()
         cold = _timed(lambda: page.goto(url), first_ready)
+        c1 = cpu()
 
         def tab_ready() -> None:
             page.locator("[role='tabpanel']:visible [data-testid='stDataFrame']").first.wait_for()
             page.wait_for_selector(_READY)
 
         switch = _timed(lambda: page.get_by_role("tab", name="Operators").click(), tab_ready)
-        return cold, switch
+        return cold, switch, c1 - c0, cpu() - c1
     finally:
         context.close()
 
@@ -124,13 +141,17 @@ def _round(browser, source: Path, run: str, pair: str, work: Path) -> dict[str, 
         _visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for())  # both servers warmed the
         _visit(browser, f"{app_url}/", lambda p: p.get_by_role("heading", name="Runs").wait_for())  # same way
         empties = [_visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for()) for _ in range(3)]
-        cold, switch = _run_page_and_tab(browser, f"{app_url}/run?run={run}")
+        cpu = _ServerCpu(app.pid)
+        cold, switch, run_cpu, switch_cpu = _run_page_and_tab(browser, f"{app_url}/run?run={run}", cpu)
+        before = cpu()
         compare = _visit(browser, f"{app_url}/compare?runs={pair}",
                          lambda p: p.locator("[data-testid='stDataFrame']").first.wait_for())
+        compare_cpu = cpu() - before
     finally:
         stop_server(app)
         stop_server(empty)
-    return {"empty": statistics.median(empties), "run_page": cold, "tab_switch": switch, "compare": compare}
+    return {"empty": statistics.median(empties), "run_page": cold, "tab_switch": switch, "compare": compare,
+            "run_page_cpu": run_cpu, "tab_switch_cpu": switch_cpu, "compare_cpu": compare_cpu}
 
 
 def _record_samples(into: Path) -> Path:
@@ -172,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(_round(browser, source, run, pair, work))
                     r = rows[-1]
                     print(f"round {i + 1}: empty {r['empty']:.2f} s · " + " · ".join(
-                        f"{k} {r[k]:.2f} s ({r[k] / r['empty']:.1f}×)" for k in GOALS), flush=True)
+                        f"{k} {r[k]:.2f} s ({r[k] / r['empty']:.1f}×)" for k in GOALS)
+                        + " · server CPU: " + ", ".join(f"{k} {r[k + '_cpu']:.2f} s" for k in GOALS), flush=True)
             finally:
                 browser.close()
     print(f"\n{'page':<12} {'median s':>9} {'× empty':>8} {'goal':>6}")
@@ -183,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= ratio <= goal
         print(f"{k:<12} {statistics.median(r[k] for r in rows):>9.2f} {ratio:>7.1f}× {goal:>5.0f}×"
               f"{'' if ratio <= goal else '  over'}")
+    print("server CPU (median s): " + ", ".join(
+        f"{k} {statistics.median(r[k + '_cpu'] for r in rows):.2f}" for k in GOALS))
     return 0 if ok else 1
 
 
