@@ -31,6 +31,7 @@ __all__ = [
     "Param",
     "parse_grid",
     "parse_param",
+    "parse_point",
     "expand_grid",
     "sample_random",
     "fill_command",
@@ -118,6 +119,29 @@ def parse_param(spec: str) -> Param:
     if kind == "int" and (low != int(low) or high != int(high)):
         raise UsageError(f"--param {spec!r}: int needs whole bounds")
     return Param(name, kind, low=low, high=high)
+
+
+def parse_point(spec: str, params: Sequence[Param]) -> dict[str, Value]:
+    """``NAME=V,NAME=V``: a point of the space (``--enqueue``), each value inside its parameter's
+    range or among its choices. Raises UsageError naming the name or value that is not."""
+    by_name = {p.name: p for p in params}
+    point: dict[str, Value] = {}
+    for item in (i for i in spec.split(",") if i.strip()):
+        name, rest = _split(item, "--enqueue")
+        p = by_name.get(name)
+        if p is None:
+            raise UsageError(f"--enqueue {spec!r}: {name!r} is not a parameter; expected one of {', '.join(by_name)}")
+        value = _value(rest)
+        if p.kind == "choice":
+            if value not in p.choices:
+                raise UsageError(f"--enqueue {spec!r}: {name}={rest.strip()} is not one of its choices "
+                                 f"({', '.join(map(str, p.choices))})")
+        elif isinstance(value, str) or not (float(p.low or 0) <= value <= float(p.high or 0)):
+            raise UsageError(f"--enqueue {spec!r}: {name}={rest.strip()} is outside its range {p.low:g}..{p.high:g}")
+        point[name] = int(value) if p.kind == "int" else value
+    if not point:
+        raise UsageError(f"--enqueue {spec!r}: expected NAME=V,NAME=V (e.g. --enqueue lr=0.1,batch_size=32)")
+    return point
 
 
 def expand_grid(params: Sequence[Param]) -> list[dict[str, Value]]:

@@ -13,6 +13,7 @@ from app.analysis.sweep_space import (
     expand_grid,
     parse_grid,
     parse_param,
+    parse_point,
 )
 from app.errors import UsageError
 from app.workspace.sweep_runner import best_trial, require_optuna, run_sweep
@@ -49,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of --random and Optuna's sampler (0)")
     parser.add_argument("--prune-startup-trials", type=int, default=5, metavar="N",
                         help="Optuna's MedianPruner: trials that finish before any is pruned (5, Optuna's default)")
+    parser.add_argument("--enqueue", action="append", default=[], metavar="NAME=V,NAME=V",
+                        help="--optuna: a trial to run first, e.g. a known-good configuration the pruner "
+                             "then measures the others against (Optuna's enqueue_trial; repeatable)")
     parser.add_argument("--prune-warmup-steps", type=int, default=0, metavar="S",
                         help="Optuna's MedianPruner: steps of each trial never pruned (0)")
     parser.add_argument("--run-args", default="", metavar="'ARGS'",
@@ -79,6 +83,8 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
         trials = len(expand_grid(params))
     if method == "optuna":
         require_optuna()
+    elif args.enqueue:
+        raise UsageError(f"--enqueue is for --optuna sweeps; a {method} sweep runs its own points")
     return SweepSpec(command=tuple(command), method=method, params=tuple(p.to_dict() for p in params),
                      trials=trials, objective=args.objective, direction=args.direction, reduce=args.reduce,
                      seed=args.seed, run_args=tuple(shlex.split(args.run_args)), name=args.name)
@@ -90,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
                          "sweep into a folder, then torchscope sync it")
     root = layout.resolve_root(args.root)
     spec = None if args.resume else _spec(args)
-    extra = {"prune_startup_trials": args.prune_startup_trials, "prune_warmup_steps": args.prune_warmup_steps}
+    extra: dict[str, object] = {"prune_startup_trials": args.prune_startup_trials,
+                                "prune_warmup_steps": args.prune_warmup_steps}
+    if spec is not None and args.enqueue:
+        space = [Param(p["name"], p["kind"], p.get("low"), p.get("high"), tuple(p.get("choices") or ()))
+                 for p in spec.params]
+        extra["enqueue"] = [parse_point(point, space) for point in args.enqueue]
     try:
         state = run_sweep(root, spec, resume=args.resume, parallel=args.parallel, extra=extra)
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ from app.charts.compare import (
     make_parallel_coordinates_figure,
     make_param_scatter_figure,
 )
+from app.charts.sweep import make_sweep_objective_figure, make_sweep_parallel_coordinates_figure
 from app.data.runs import RunData
 from app.data.store_rows import run_group
 from app.errors import TorchscopeError
@@ -179,15 +180,16 @@ def render_stored_sweep(sid: str) -> None:
     _render_best(view)
     table = trials.table
     if trials.numeric_params and table["objective"].notna().any():
-        dims = [*trials.numeric_params, "objective"]
-        st.plotly_chart(make_parallel_coordinates_figure(table, dims, "objective"), width="stretch",
-                        key="sweep_parcoords")
+        st.plotly_chart(make_sweep_parallel_coordinates_figure(
+            table, trials.numeric_params, "objective", log_params=trials.log_params, objective_label=spec.objective),
+            width="stretch", key="sweep_parcoords")
         st.subheader(f"{spec.objective} against each parameter")
         cols = st.columns(min(3, len(trials.numeric_params)))
         for i, p in enumerate(trials.numeric_params):
             with cols[i % len(cols)]:
-                st.plotly_chart(make_param_scatter_figure(table, p, "objective"), width="stretch",
-                                key=f"sweep_scatter_{p}")
+                st.plotly_chart(make_sweep_objective_figure(table, p, "objective", log_range=trials.log_params.get(p),
+                                                            objective_label=spec.objective),
+                                width="stretch", key=f"sweep_scatter_{p}")
     else:
         st.info("No trial has both numeric parameters and an objective yet: nothing to chart.")
     st.subheader("Parameter importance")

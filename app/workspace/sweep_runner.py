@@ -53,7 +53,7 @@ from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from profiler_agent.runformat.reader import check_sample
 
-__all__ = ["run_sweep", "best_trial", "TRIAL_TAG_PREFIX", "POLL_S", "PRUNE_GRACE_S"]
+__all__ = ["run_sweep", "best_trial", "load_study", "distributions", "TRIAL_TAG_PREFIX", "POLL_S", "PRUNE_GRACE_S"]
 
 TRIAL_TAG_PREFIX = "sweep-trial:"
 POLL_S = 0.05  # how often a running trial's process and metrics are looked at
@@ -153,7 +153,7 @@ class _Sweep:
                 self.state = dataclasses.replace(self.state, extra={**self.state.extra, "interrupted_runs": cut})
                 self._mark_run(t.run_id, dataclasses.replace(t, state=TrialState.INTERRUPTED))
         if self.spec.method == "optuna":
-            self.study = _load_study(self.root, self.state)
+            self.study = load_study(self.root, self.state)
             import optuna
 
             for ft in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -175,7 +175,7 @@ class _Sweep:
     def start(self, trial: Trial) -> None:
         study_trial = None
         if self.spec.method == "optuna":
-            study_trial = self.study.ask(_distributions(_params(self.spec)))
+            study_trial = self.study.ask(distributions(_params(self.spec)))
             trial = Trial(study_trial.number, dict(study_trial.params))
         command = fill_command(self.spec.command, trial.params)
         logs = sweeps_dir(self.root) / f"{self.state.id}.logs"
@@ -315,7 +315,8 @@ class _Sweep:
 _LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from app.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _distributions(params: list[Param]) -> dict[str, Any]:
+def distributions(params: list[Param]) -> dict[str, Any]:
+    """Optuna distributions of the sweep's parameters (log-uniform ones on a log scale)."""
     import optuna
 
     d = optuna.distributions
@@ -338,17 +339,24 @@ def require_optuna() -> None:
         raise UsageError("--optuna needs Optuna: pip install 'torchscope[sweep]' (or pip install optuna)") from None
 
 
-def _load_study(root: Path, state: SweepState) -> Any:
+def load_study(root: Path, state: SweepState, *, storage: Any = None) -> Any:
+    """The sweep's Optuna study (created or loaded): TPE seeded by the spec, MedianPruner with the
+    sweep's startup and warm-up settings, stored in the sweep's SQLite file (or ``storage``, e.g.
+    Optuna's in-memory one for a replay); a new study gets the sweep's ``--enqueue`` points first."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     extra = state.extra
     pruner = optuna.pruners.MedianPruner(n_startup_trials=int(extra.get("prune_startup_trials", 5)),
                                          n_warmup_steps=int(extra.get("prune_warmup_steps", 0)))
-    return optuna.create_study(study_name=state.id, storage=study_storage_url(root, state.id),
-                               direction="minimize" if state.spec.direction == "min" else "maximize",
-                               sampler=optuna.samplers.TPESampler(seed=state.spec.seed), pruner=pruner,
-                               load_if_exists=True)
+    study = optuna.create_study(study_name=state.id, storage=storage or study_storage_url(root, state.id),
+                                direction="minimize" if state.spec.direction == "min" else "maximize",
+                                sampler=optuna.samplers.TPESampler(seed=state.spec.seed), pruner=pruner,
+                                load_if_exists=True)
+    if not study.get_trials(deepcopy=False):  # a new study: --enqueue's points run first, in order
+        for point in extra.get("enqueue") or ():
+            study.enqueue_trial(dict(point))
+    return study
 
 
 def run_sweep(root: Path, spec: SweepSpec | None, *, resume: str | None = None, parallel: int = 1,

@@ -66,7 +66,9 @@ def load_sweep_view(root: str | os.PathLike[str], sid: str) -> SweepView:
                 names[t.run_id] = rf.read_manifest(store / t.run_id).name
             except rf.TorchscopeError:
                 continue
+    log_ranges = {p["name"]: (float(p["low"]), float(p["high"])) for p in state.spec.params
+                  if p.get("kind") == "loguniform" and p.get("low") is not None and p.get("high") is not None}
     trials = compute_sweep_trials([t.to_dict() for t in state.trials], [p["name"] for p in state.spec.params],
-                                  direction=state.spec.direction, names=names)
+                                  direction=state.spec.direction, names=names, log_ranges=log_ranges)
     importance, note = param_importance(store, state)
     return SweepView(state=state, trials=trials, importance=importance, importance_note=note)

@@ -4,6 +4,7 @@ the issue's full sizes are ``python -m benchmarks.sweeps``."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -88,19 +89,21 @@ def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: 
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("optuna")
     root = tmp_path / "runs"
-    # Seed 0: trial 0 draws a good learning rate, the next ones worse ones at batch size 64 (fewer
-    # steps an epoch), which the median pruner stops at their first epochs.
+    # Trial 0 is enqueued at the space's best first-epoch val_loss, and one startup trial lets the
+    # median pruner judge the next ones against it: any other point is worse at evaluation 0 and
+    # is stopped there, whatever the seed (benchmarks/sweep_pruning.py: 2 of 3 pruned in each of
+    # seeds 0-49; without the enqueued trial, 12 of those 50 seeds prune none).
     code = _sweep(root, "--optuna", "3", "--seed", "0", "--prune-startup-trials", "1",
                   "--param", "lr=loguniform:1e-3:3", "--param", "batch_size=choice:16,64",
+                  "--enqueue", "lr=0.185,batch_size=16",
                   job=("--batch-size", "{batch_size}", "--epochs", "6", "--epoch-s", "0.1"))
     assert code == 0
     state = _only_sweep(root)
-    by_state = {t.state for t in state.trials}
-    assert "pruned" in by_state and "complete" in by_state
+    assert [t.state for t in state.trials] == ["complete", "pruned", "pruned"]
+    assert dict(state.trials[0].params) == {"lr": 0.185, "batch_size": 16}
     runs = _runs(root)
-    for t in state.trials:
-        if t.state == "pruned":
-            assert runs[t.run_id].status is rf.RunStatus.PRUNED and "pruned at evaluation" in t.reason
+    for t in state.trials[1:]:
+        assert runs[t.run_id].status is rf.RunStatus.PRUNED and t.reason.startswith("pruned at evaluation 0 ")
     assert main(["ls", "--root", str(root), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     rows = listed["runs"] if isinstance(listed, dict) else listed
@@ -124,7 +127,13 @@ def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: 
     assert f"Sweep {state.id}" in texts(at.title)
     assert f"Best trial {best['trial']}" in texts(at.success)
     assert any(best["id"] in str(getattr(e, "proto", "")) for e in at.get("page_link"))
-    assert len(at.get("plotly_chart")) == 3  # parallel coordinates + one scatter per parameter
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3  # parallel coordinates + one scatter per parameter
+    # The log-uniform learning rate on log axes: log10 values labelled with the values themselves.
+    lr_axis = json.loads(charts[0].proto.spec)["data"][0]["dimensions"][0]
+    assert lr_axis["label"] == "lr (log)" and lr_axis["ticktext"] == ["0.001", "0.01", "0.1", "1"]
+    assert lr_axis["values"] == pytest.approx([math.log10(t.params["lr"]) for t in state.trials])
+    assert json.loads(charts[1].proto.spec)["layout"]["xaxis"]["type"] == "log"
     assert "Parameter importance is not available: Optuna needs at least 2" in texts(at.info)
     at.query_params["sweep"] = "grid-00000000"
     at.run()
@@ -181,6 +190,8 @@ def test_missing_optuna_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mo
     assert err == ["torchscope sweep: error: --optuna needs Optuna: pip install 'torchscope[sweep]' (or pip install optuna)"]
     assert _sweep(tmp_path, "--grid", "lr=0.1", "--grid", "seed=1,2") == 2
     assert "'seed' is not used in the command" in capsys.readouterr().err
+    assert _sweep(tmp_path, "--grid", "lr=0.1,0.2", "--enqueue", "lr=0.1") == 2
+    assert "--enqueue is for --optuna sweeps" in capsys.readouterr().err
 
 
 def test_importance_comes_from_the_sweeps_optuna_study(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Iterator
 
 from profiler_agent.runformat import JsonlWriter, layout
 
@@ -37,6 +38,22 @@ def _grad(w: list[float], xs: list[list[float]], ys: list[float]) -> list[float]
     return g
 
 
+def val_losses(lr: float, batch_size: int, epochs: int) -> Iterator[float]:
+    """The job's val_loss after each epoch (the curve the pruner sees; the pruning study replays it)."""
+    rng = random.Random(0)
+    w_true = [rng.gauss(0, 1) for _ in range(4)]
+    xs = [[rng.gauss(0, 1) for _ in range(4)] for _ in range(192)]
+    ys = [sum(a * b for a, b in zip(w_true, x, strict=True)) + 0.1 * rng.gauss(0, 1) for x in xs]
+    train_x, train_y, val_x, val_y = xs[:128], ys[:128], xs[128:], ys[128:]
+    w = [0.0] * 4
+    for _ in range(epochs):
+        for i in range(0, len(train_x), batch_size):
+            g = _grad(w, train_x[i:i + batch_size], train_y[i:i + batch_size])
+            w = [wi - lr * gi for wi, gi in zip(w, g, strict=True)]
+            w = [wi if math.isfinite(wi) and abs(wi) < 1e12 else 1e12 for wi in w]
+        yield _mse(w, val_x, val_y)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--lr", type=float, default=0.1)
@@ -47,27 +64,17 @@ def main() -> None:
     args = p.parse_args()
     if args.fail:
         raise SystemExit(args.fail)
-    rng = random.Random(0)
-    w_true = [rng.gauss(0, 1) for _ in range(4)]
-    xs = [[rng.gauss(0, 1) for _ in range(4)] for _ in range(192)]
-    ys = [sum(a * b for a, b in zip(w_true, x, strict=True)) + 0.1 * rng.gauss(0, 1) for x in xs]
-    train_x, train_y, val_x, val_y = xs[:128], ys[:128], xs[128:], ys[128:]
-    w = [0.0] * 4
     run_dir = os.environ.get("TORCHSCOPE_RUN_DIR")
     log = JsonlWriter(os.path.join(run_dir, layout.METRICS)) if run_dir else None
     t0 = time.time()
-    for epoch in range(args.epochs):
-        start = time.monotonic()
-        for i in range(0, len(train_x), args.batch_size):
-            g = _grad(w, train_x[i:i + args.batch_size], train_y[i:i + args.batch_size])
-            w = [wi - args.lr * gi for wi, gi in zip(w, g, strict=True)]
-            w = [wi if math.isfinite(wi) and abs(wi) < 1e12 else 1e12 for wi in w]
-        val = _mse(w, val_x, val_y)
+    start = time.monotonic()
+    for epoch, val in enumerate(val_losses(args.lr, args.batch_size, args.epochs)):
         if log is not None:
             log.write({"step": epoch, "time": time.time() - t0, "rank": 0, "val_loss": val})
         else:
             print(f"epoch {epoch} val_loss {val:.6g}")
         time.sleep(max(0.0, args.epoch_s - (time.monotonic() - start)))
+        start = time.monotonic()
     if log is not None:
         log.close()
 

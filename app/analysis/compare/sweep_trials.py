@@ -8,7 +8,7 @@ trials are left out: their parameters ran again under the same or a new trial nu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -29,11 +29,18 @@ class SweepTrials:
     numeric_params: list[str]  # those with numbers only (parallel coordinates, scatter axes)
     best: Mapping[str, Any] | None  # the best trial's row
     counts: Mapping[str, int]  # trials per state
+    log_params: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # param.<name> → the searched (low, high) of a log-uniform parameter: drawn on a log axis
 
 
 def compute_sweep_trials(trials: Sequence[Mapping[str, Any]], param_names: Sequence[str], *,
-                         direction: str = "min", names: Mapping[str, str] | None = None) -> SweepTrials:
-    """The trials table and the best complete trial (min or max objective by ``direction``)."""
+                         direction: str = "min", names: Mapping[str, str] | None = None,
+                         log_ranges: Mapping[str, tuple[float, float]] | None = None) -> SweepTrials:
+    """The trials table and the best complete trial (min or max objective by ``direction``).
+
+    ``log_ranges`` maps a log-uniform parameter's name to its searched (low, high); it is kept in
+    ``log_params`` when the column is numeric and every value is above zero (a log axis can show it).
+    """
     names = names or {}
     rows = []
     for t in trials:
@@ -69,5 +76,7 @@ def compute_sweep_trials(trials: Sequence[Mapping[str, Any]], param_names: Seque
         table.loc[idx, "is_best"] = True
         best = table.loc[idx].to_dict()
     counts = {str(k): int(v) for k, v in table["state"].value_counts().items()}
+    log_params = {param_column(p): (float(lo), float(hi)) for p, (lo, hi) in (log_ranges or {}).items()
+                  if param_column(p) in numeric and lo > 0 and hi > lo and bool((table[param_column(p)] > 0).all())}
     return SweepTrials(table=table, params=[param_column(p) for p in param_names], numeric_params=numeric,
-                       best=best, counts=counts)
+                       best=best, counts=counts, log_params=log_params)
