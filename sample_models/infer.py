@@ -2,8 +2,8 @@
 
 Plain argparse + PyTorch; knows nothing about Torchscope. The model is built from its config
 (``--width``, ``--depth``, ``--image-size``), put in eval mode and called under
-``torch.inference_mode()`` on seeded synthetic images, ``--calls`` times with ``--batch-size``
-images each. Under ``torchscope run`` each call is one step of an inference run (latency per
+``torch.inference_mode()`` (autograd on with ``--no-inference-mode``) on seeded synthetic
+images, ``--calls`` times with ``--batch-size`` images each. Under ``torchscope run`` each call is one step of an inference run (latency per
 call and per sample, p50/p90/p99; docs/agent.md "Inference runs").
 
 ``--mode compile`` needs a working torch.compile backend (inductor compiles C++ on a CPU). When
@@ -14,10 +14,13 @@ it cannot compile, the job says why on stderr and exits with status 3, so the re
     torchscope run --name script -- python sample_models/infer.py --mode torchscript
     torchscope run --name compiled -- python sample_models/infer.py --mode compile
     torchscope diff eager script
+    torchscope run --name eager-grad -- python sample_models/infer.py --mode eager --no-inference-mode
+    torchscope advise eager-grad       # inference_grad_enabled: the calls ran with autograd on
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier latency)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-inference-mode", action="store_true",
+                    help="serve with autograd on (the habit the advisor's inference_grad_enabled check finds)")
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     server = prepare(model, a.mode, images[0])
     started = time.perf_counter()
     predicted = 0
-    with torch.inference_mode():
+    with contextlib.nullcontext() if a.no_inference_mode else torch.inference_mode():
         for i in range(a.calls):
             try:
                 logits = server(images[i])

@@ -56,3 +56,14 @@ def test_training_runs_are_not_checked() -> None:
 def test_host_overhead_needs_a_trace() -> None:
     with pytest.raises(MissingEvidence, match="profiled"):
         rules.inference_host_overhead(_evidence())
+
+
+def test_activation_memory_is_not_checked_on_an_inference_run() -> None:
+    # infer.py's eager run read "Each step allocates 1.3 MiB for backward": an inference call has no backward.
+    from app.analysis.advisor import memory
+
+    assert rules.is_inference_run(_evidence())
+    with pytest.raises(MissingEvidence, match="an inference run keeps no activations"):
+        memory.activation_memory(_evidence())
+    advice = advise(_evidence())
+    assert "activation_memory" not in advice.checked and "inference run" in advice.skipped["activation_memory"]

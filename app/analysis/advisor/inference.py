@@ -22,7 +22,7 @@ from .common import DOCS, events_of
 from .model import Finding, MissingEvidence, RunEvidence, Severity, Weight
 from .registry import rule
 
-__all__ = ["inference_calls", "inference_grad_enabled", "inference_train_mode", "inference_batch_one",
+__all__ = ["is_inference_run", "inference_calls", "inference_grad_enabled", "inference_train_mode", "inference_batch_one",
            "inference_host_overhead", "outermost_op_us"]
 
 INFERENCE_KEY = "inference"
@@ -51,6 +51,13 @@ server = torch.jit.script(model.eval())    # or torch.jit.trace(model, example)
 # or: server = torch.compile(model.eval())  (first calls compile; later ones run the fused graph)
 with torch.inference_mode():
     y = server(x)"""
+
+
+def is_inference_run(ev: RunEvidence) -> bool:
+    """True when the run's metrics hold inference calls (``"inference": true`` lines: model calls
+    with no optimizer step, as the agent recorded them)."""
+    m = ev.metrics
+    return bool(ev.has_run and m is not None and INFERENCE_KEY in m.columns and _flag(m[INFERENCE_KEY]).any())
 
 
 def inference_calls(ev: RunEvidence) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from .common import (
     trace_weight,
     training_steps,
 )
+from .inference import is_inference_run
 from .model import Finding, MissingEvidence, RunEvidence, Severity
 from .registry import rule
 from .signals import in_spans
@@ -313,7 +314,10 @@ def _param_count(ev: RunEvidence) -> int:
 @rule("activation_memory", family="memory", title="Activations many times the model (CPU)")
 def activation_memory(ev: RunEvidence) -> list[Finding]:
     """Fires for CPU training when the memory a step allocates on top of its start (median over the
-    steps) is ≥ ACTIVATION_PARAM_RATIO_MIN × the parameters' bytes."""
+    steps) is ≥ ACTIVATION_PARAM_RATIO_MIN × the parameters' bytes. Not for an inference run: with
+    no backward, what a call allocates is its outputs and workspace, not activations kept for it."""
+    if is_inference_run(ev):
+        raise MissingEvidence("applies to training: an inference run keeps no activations for a backward")
     steps = _host_only(ev)
     param_bytes = float(_param_count(ev) * FLOAT32_BYTES)
     growth = host_step_growth(ev, steps)
