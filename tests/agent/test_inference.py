@@ -19,6 +19,7 @@ from torch import nn
 from profiler_agent import inference as inf
 from profiler_agent.runformat import layout, read_jsonl, read_manifest
 from tests.agent.helpers import PROJECT_ROOT, env
+from tests.once import build_once
 
 JOB = Path(__file__).with_name("jobs") / "serve_job.py"
 REQUESTS = 420  # p99 needs 300 steady calls per side (app.analysis.compare.latency.MIN_TAIL_CALLS)
@@ -109,15 +110,14 @@ def test_a_training_job_that_evaluates_first_is_not_inference(tmp_path: Path) ->
 
 # -- real jobs: three variants of a serving loop ---------------------------------------------------
 
-@pytest.fixture(scope="module")
-def serve_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def _record_serve_runs(folder: Path) -> None:
     """serve_job.py eager under ``torchscope run`` (zero-code), and in this process through the API (no
-    second torch import) as TorchScript and without inference_mode / model.eval()."""
+    second torch import) as TorchScript and without inference_mode / model.eval(), into ``folder/runs``."""
     from profiler_agent.api import Run
     from profiler_agent.options import ProfileSchedule
     from tests.agent.jobs import serve_job
 
-    root = tmp_path_factory.mktemp("serve") / "runs"
+    root = folder / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "eager", "--no-graph", "--wait", "3",
          "--warmup", "1", "--active", "3", "--system-interval", "0.5", "--",
@@ -132,6 +132,12 @@ def serve_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def serve_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The three serving runs, recorded once per session (both xdist workers share them: read-only)."""
+    root = build_once(tmp_path_factory, "serve_runs", _record_serve_runs) / "runs"
     return {name: next(p for p in root.iterdir() if p.name.split("-", 2)[2].startswith(name)) for name in VARIANTS}
 
 

@@ -144,7 +144,7 @@ def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: 
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     cmd = [sys.executable, "-m", "app.cli", "sweep", "--root", str(root), *RUN_ARGS,
-           "--grid", "lr=0.02,0.3", "--", *JOB, "--lr", "{lr}", "--epochs", "6", "--epoch-s", "0.15"]
+           "--grid", "lr=0.02,0.3", "--", *JOB, "--lr", "{lr}", "--epochs", "6", "--epoch-s", "0.1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=PROJECT)
     try:
         deadline = time.monotonic() + WAIT_S
