@@ -209,10 +209,11 @@ def objective_series(records: Iterable[Mapping[str, Any]], key: str) -> list[tup
 
 
 def compute_objective(records: Iterable[Mapping[str, Any]], key: str, *, direction: str = "min",
-                      reduce: str = "best") -> float | None:
+                      reduce: str = "best", upto: int | None = None) -> float | None:
     """One number from a run's metrics: the best (min or max by ``direction``), last or median
-    value of ``key``; None when the run logged no finite value of it."""
-    values = np.array([v for _, v in objective_series(records, key)])
+    value of ``key`` (of its first ``upto`` values when given: a pruned trial's, as far as the
+    pruner saw them); None when the run logged no finite value of it."""
+    values = np.array([v for _, v in objective_series(records, key)][:upto])
     if not len(values):
         return None
     if reduce == "last":

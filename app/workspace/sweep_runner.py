@@ -240,8 +240,10 @@ class _Sweep:
             self._find_run(a)
         code = a.proc.returncode
         records = rf.read_samples(a.run_dir / layout.METRICS).records if a.run_dir else []
+        # A pruned trial's objective is what the pruner judged; values logged after its decision, while
+        # the job was being stopped, stay in the run's metrics (they could read better than the best).
         objective = compute_objective(records, self.spec.objective, direction=self.spec.direction,
-                                      reduce=self.spec.reduce)
+                                      reduce=self.spec.reduce, upto=a.reported if a.pruned_reason else None)
         if a.pruned_reason:
             state, reason = TrialState.PRUNED, a.pruned_reason
         elif code == 0 and objective is not None:

@@ -104,6 +104,8 @@ def test_optuna_sweep_prunes_and_the_view_shows_it(tmp_path: Path, monkeypatch: 
     runs = _runs(root)
     for t in state.trials[1:]:
         assert runs[t.run_id].status is rf.RunStatus.PRUNED and t.reason.startswith("pruned at evaluation 0 ")
+        # Its objective is the value the pruner judged, not one logged while the job was being stopped.
+        assert t.reason.endswith(f"val_loss={t.objective:.4g})") and t.objective > state.trials[0].objective
     assert main(["ls", "--root", str(root), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     rows = listed["runs"] if isinstance(listed, dict) else listed

@@ -68,6 +68,7 @@ def test_objective_best_last_median_and_time_per_sample() -> None:
     assert compute_objective(records, "val_loss", reduce="last") == 2.0
     assert compute_objective(records, "val_loss", reduce="median") == 2.0
     assert compute_objective(records, "accuracy") is None
+    assert compute_objective(records, "val_loss", upto=1) == 3.0  # a pruned trial: what the pruner saw
     steps = [{"step": i, "step_time_s": 0.5, "samples": 50} for i in range(3)]
     assert compute_objective(steps, TIME_PER_SAMPLE) == pytest.approx(0.01)
 
