@@ -19,6 +19,7 @@ torch: 6-9 s of CPU). Its runs are read-only for tests.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -32,6 +33,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from app.analysis.advisor import Advice, RunEvidence, advise
+from app.workspace.evidence import load_evidence
 from profiler_agent import runformat as rf
 from tests.once import build_once
 
@@ -87,6 +90,18 @@ class VariantPair(NamedTuple):
         """``torchscope diff <problem> <fixed> --json``, computed when the pair was recorded."""
         doc: dict[str, Any] = json.loads((self.root / DIFF_FILE).read_text(encoding="utf-8"))
         return doc
+
+
+@functools.cache
+def run_evidence(run: Path) -> RunEvidence:
+    """``load_evidence(run)``, once per run and worker (the runs are read-only)."""
+    return load_evidence(run)
+
+
+@functools.cache
+def run_advice(run: Path) -> Advice:
+    """The advisor's full advice on a recorded run, once per run and worker."""
+    return advise(run_evidence(run))
 
 
 def _env() -> dict[str, str]:

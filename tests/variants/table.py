@@ -19,8 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from app.workspace.evidence import advise_path, load_evidence
-from tests.variants.conftest import PROJECT_ROOT, VariantPair
+from tests.variants.conftest import PROJECT_ROOT, VariantPair, run_advice, run_evidence
 
 DOC = PROJECT_ROOT / "docs" / "variants.md"
 SECTION = "## The table, checked"
@@ -48,12 +47,12 @@ def rows(text: str | None = None) -> dict[str, Row]:
 
 def _side_matches(claim: str, run: Path, rule: str, problem_share: float | None) -> str | None:
     """None when the recorded side shows what the table claims, else what it shows."""
-    advice = advise_path(run)
+    advice = run_advice(run)
     found = {f.rule: f for f in advice.findings}
     state = (f"fires {found[rule].severity.upper()}" if rule in found
              else "silent" if rule in advice.checked else f"skipped ({advice.skipped.get(rule)})")
     if claim == "fires where the CPU has native bf16":
-        cpu = next(d for d in load_evidence(run).devices if d.get("type") == "cpu")
+        cpu = next(d for d in run_evidence(run).devices if d.get("type") == "cpu")
         want_fire = cpu.get("bf16_native") is True
         return None if (rule in found) == want_fire else f"{state} (bf16_native={cpu.get('bf16_native')})"
     if claim == "under half the problem's share":
@@ -108,7 +107,7 @@ def check_row(script: str, pair: VariantPair) -> None:
     """Fail with every mismatch between the table's row for ``script`` and the recorded pair."""
     row = rows()[script]
     problems: list[str] = []
-    problem_share = advise_path(pair.problem).measures.get(row.rule)
+    problem_share = run_advice(pair.problem).measures.get(row.rule)
     for side, claim, run in (("problem", row.problem, pair.problem), ("fixed", row.fixed, pair.fixed)):
         if (shown := _side_matches(claim, run, row.rule, problem_share)) is not None:
             problems.append(f"{side} side: the table says {claim!r}, the run shows {shown}")

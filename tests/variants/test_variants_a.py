@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from app.analysis.advisor import advise
-from app.workspace.evidence import load_evidence
-from tests.variants.conftest import VariantPair
+from tests.variants.conftest import VariantPair, run_evidence
+from tests.variants.table import check_row
 
 # A loaded machine (eight sessions on 2 cores) made one pair take over 3 minutes of wall time.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("module_trace_cache")]
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixture
 
 
 def _advice_rules(run: Path, rule: str) -> tuple[list[str], tuple[str, ...]]:
-    advice = advise(load_evidence(run), rules=[rule])
+    advice = advise(run_evidence(run), rules=[rule])
     assert not advice.errors, advice.errors
     return [f.rule for f in advice.findings], advice.checked
 
@@ -43,8 +43,9 @@ def _fires_on_problem_only(pair: VariantPair, rule: str) -> None:
 
 def test_zero_grad_variant(variant_pair) -> None:
     pair = variant_pair("zero_grad")
+    check_row("zero_grad.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "zero_grad_set_to_none")
-    finding = advise(load_evidence(pair.problem), rules=["zero_grad_set_to_none"]).findings[0]
+    finding = advise(run_evidence(pair.problem), rules=["zero_grad_set_to_none"]).findings[0]
     assert finding.evidence["zeroing_calls_per_step"] == 18  # one aten::zero_ per parameter (9 Linear layers)
     diff = pair.diff
     assert "zero_grad_set_to_none" in {f["rule"] for f in diff["advice"]["resolved"]}
@@ -54,6 +55,7 @@ def test_zero_grad_variant(variant_pair) -> None:
 
 def test_inplace_variant(variant_pair) -> None:
     pair = variant_pair("inplace")
+    check_row("inplace.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "inplace_activations")
     diff = pair.diff
     assert "inplace_activations" in {f["rule"] for f in diff["advice"]["resolved"]}
@@ -63,6 +65,7 @@ def test_inplace_variant(variant_pair) -> None:
 
 def test_checkpointing_variant(variant_pair) -> None:
     pair = variant_pair("checkpointing")
+    check_row("checkpointing.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "activation_memory")
     # The recomputation in backward is not an evaluation with gradients (it fired here before).
     assert _advice_rules(pair.fixed, "eval_without_no_grad")[0] == []
@@ -76,7 +79,8 @@ def test_checkpointing_variant(variant_pair) -> None:
 
 def test_mixed_precision_variant(variant_pair) -> None:
     pair = variant_pair("mixed_precision")
-    problem, fixed = load_evidence(pair.problem), load_evidence(pair.fixed)
+    check_row("mixed_precision.py", pair)  # docs/variants.md's row
+    problem, fixed = run_evidence(pair.problem), run_evidence(pair.fixed)
     cpu = next(d for d in problem.devices if d.get("type") == "cpu")
     assert isinstance(cpu.get("bf16_native"), bool)  # the agent recorded the CPU's bf16 support
 

@@ -14,10 +14,10 @@ import pytest
 from app.analysis.advisor import Advice
 from app.analysis.advisor.distributed import data_parallel_used
 from app.analysis.advisor.training import loss_plateau
-from app.workspace.evidence import advise_path, load_evidence
 from profiler_agent import runformat as rf
 from tests.analysis.advisor.factory import events, evidence, trace
-from tests.variants.conftest import VariantPair
+from tests.variants.conftest import VariantPair, run_advice, run_evidence
+from tests.variants.table import check_row
 
 pytestmark = pytest.mark.usefixtures("module_trace_cache")
 
@@ -26,7 +26,7 @@ def _rules(advice: Advice) -> dict[str, object]:
 
 
 def _metrics(run: Path) -> pd.DataFrame:
-    ev = load_evidence(run)
+    ev = run_evidence(run)
     assert ev.metrics is not None
     return ev.metrics
 
@@ -97,22 +97,25 @@ def parallel_pair(variant_pair) -> VariantPair:  # noqa: ANN001
 
 @pytest.mark.slow
 def test_dataloader_workers_resolve_the_data_wait(loader_pair: VariantPair):
-    problem, fixed = advise_path(loader_pair.problem), advise_path(loader_pair.fixed)
+    check_row("dataloader_workers.py", loader_pair)  # docs/variants.md's row
+    problem, fixed = run_advice(loader_pair.problem), run_advice(loader_pair.fixed)
     p = _rules(problem)["data_loading_bound"]
     assert p.evidence["dataloader_share"] >= 0.15  # type: ignore[attr-defined]
     # The fixed side's wait is the main process receiving each batch from a worker (~1.5 ms of
-    # CPU per batch here): a few % of the step, more on a saturated machine. Its share must fall
-    # by more than half, and the rule must not call it a problem of the same weight.
+    # CPU per batch here): 3.5 % of the step on a quiet machine (silent), but up to 20 % (MEDIUM)
+    # on a saturated one, where the workers' CPU comes out of the model's. Its share must fall by
+    # more than half, and never be called the problem of the same weight.
     assert "data_loading_bound" in fixed.checked
     fixed_share = fixed.measures["data_loading_bound"]
     assert fixed_share < 0.5 * p.evidence["dataloader_share"]  # type: ignore[attr-defined]
     f = _rules(fixed).get("data_loading_bound")
-    assert f is None or f.severity == "low" or fixed_share < 0.2  # type: ignore[attr-defined]
+    assert f is None or f.severity != "high"  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
 def test_gradient_clipping_resolves_exploding_gradients(clip_pair: VariantPair):
-    problem, fixed = advise_path(clip_pair.problem), advise_path(clip_pair.fixed)
+    check_row("gradient_clipping.py", clip_pair)  # docs/variants.md's row
+    problem, fixed = run_advice(clip_pair.problem), run_advice(clip_pair.fixed)
     assert "exploding_gradients" in _rules(problem)
     assert "exploding_gradients" in fixed.checked and "exploding_gradients" not in _rules(fixed)
     assert "nonfinite_loss" in _rules(problem) and "nonfinite_loss" not in _rules(fixed)
@@ -126,7 +129,8 @@ def test_gradient_clipping_resolves_exploding_gradients(clip_pair: VariantPair):
 
 @pytest.mark.slow
 def test_lr_schedule_and_early_stopping_resolve_the_plateau(plateau_pair: VariantPair):
-    problem, fixed = advise_path(plateau_pair.problem), advise_path(plateau_pair.fixed)
+    check_row("lr_plateau.py", plateau_pair)  # docs/variants.md's row
+    problem, fixed = run_advice(plateau_pair.problem), run_advice(plateau_pair.fixed)
     p = _rules(problem)["loss_plateau"]
     assert p.evidence["lr_constant"] == 1  # type: ignore[attr-defined]
     assert "loss_plateau" in fixed.checked and "loss_plateau" not in _rules(fixed)
@@ -141,7 +145,8 @@ def test_lr_schedule_and_early_stopping_resolve_the_plateau(plateau_pair: Varian
 def test_distributed_data_parallel_resolves_data_parallel(parallel_pair: VariantPair):
     """The same model, data and global batch: one nn.DataParallel process against two DDP ranks
     (``torchscope run -- torchrun --standalone --nproc_per_node 2``, gloo)."""
-    problem_ev = load_evidence(parallel_pair.problem)
+    check_row("data_parallel.py", parallel_pair)  # docs/variants.md's row
+    problem_ev = run_evidence(parallel_pair.problem)
     assert problem_ev.traces, "the DataParallel side has no trace"
     # From the trace alone (no module tree): its DataParallel.forward ranges, no replication.
     [f] = data_parallel_used(dataclasses.replace(problem_ev, module_tree=None))
@@ -149,10 +154,10 @@ def test_distributed_data_parallel_resolves_data_parallel(parallel_pair: Variant
     assert f.evidence["in_module_tree"] == 0 and f.severity == "low"
     # The agent's module tree (graph/modules.json, recorded even with --no-graph) says so too.
     assert data_parallel_used(problem_ev)[0].evidence["in_module_tree"] == 1
-    fixed = advise_path(parallel_pair.fixed)
+    fixed = run_advice(parallel_pair.fixed)
     assert "data_parallel_used" in fixed.checked and "data_parallel_used" not in _rules(fixed)
     assert rf.read_manifest(parallel_pair.fixed).world_size == 2
-    assert len(load_evidence(parallel_pair.fixed).traces) == 2  # a trace per rank
+    assert len(run_evidence(parallel_pair.fixed).traces) == 2  # a trace per rank
 
     diff = parallel_pair.diff
     assert "data_parallel_used" in {f["rule"] for f in diff["advice"]["resolved"]}
