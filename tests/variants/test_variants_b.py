@@ -19,7 +19,8 @@ from tests.analysis.advisor.factory import events, evidence, trace
 from tests.variants.conftest import VariantPair, run_advice, run_evidence
 from tests.variants.table import check_row
 
-pytestmark = pytest.mark.usefixtures("module_trace_cache")
+# A pair recorded on a loaded machine (or waited for while the other worker records it) took up to 3 minutes.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("module_trace_cache")]
 
 def _rules(advice: Advice) -> dict[str, object]:
     return {f.rule: f for f in advice.findings}
