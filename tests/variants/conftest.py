@@ -1,45 +1,107 @@
-"""Fixtures of tests/variants: record a sample variant's two sides (problem on, problem off) with the real agent.
+"""Fixtures of tests/variants: each sample variant's two sides (problem on, problem off), recorded
+with the real agent once per test session and shared by every xdist worker.
 
-    def test_inplace(record_variant_pair):
-        pair = record_variant_pair("sample_models/variants/inplace.py")
-        pair.problem, pair.fixed      # the two run folders, in one tmp store (pair.root)
+    def test_inplace(variant_pair):
+        pair = variant_pair("inplace")
+        pair.problem, pair.fixed      # the two run folders, in one store (pair.root)
+        pair.diff                     # ``torchscope diff problem fixed --json``, computed once
 
-Each side is ``torchscope run --name <stem>-problem|fixed --no-graph --wait 1 --warmup 1
---active 3 -- python SCRIPT [args] --problem|--fixed`` (``AGENT_ARGS``: one profiler window of
-3 steps after 1 skipped and 1 warm-up step, so a script needs at least 6 optimizer steps). The
-two sides run at the same time (same contention for both), with ``OMP_NUM_THREADS=1``. A pair is recorded once per test
-session (per xdist worker) for the same arguments; its runs are read-only for tests.
+``PAIRS`` says how each pair is recorded. Each side is ``torchscope run --name <name>-problem|fixed
+<agent args> -- python SCRIPT <args> <side flags>``, exactly as a user records it; the DDP side of
+``data_parallel`` is ``torchscope run ... -- torchrun --standalone --nproc_per_node 2 SCRIPT ...``
+(gloo on CPU). ``AGENT_ARGS`` is one profiler window of 3 steps after 1 skipped and 1 warm-up step,
+so a script needs at least 6 optimizer steps. The two sides run at the same time (the same
+contention for both), with ``OMP_NUM_THREADS=1``.
 
-``command`` replaces the interpreter in front of the script, e.g.
-``command=(torchrun, "--standalone", "--nproc_per_node", "2")``; ``problem``/``fixed`` are the
-flags of each side, ``args`` those of both, ``agent_args`` the ``torchscope run`` options.
+A pair is recorded by the first test that asks for it, under ``tests/once.py``'s lock: the other
+worker reuses the store instead of recording it again (each side is a fresh Python importing
+torch: 6-9 s of CPU). Its runs are read-only for tests.
 """
 from __future__ import annotations
 
+import functools
+import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import redirect_stdout
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
+from app.analysis.advisor import Advice, RunEvidence, advise
+from app.workspace.evidence import load_evidence
 from profiler_agent import runformat as rf
+from tests.once import build_once
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 AGENT_ARGS: tuple[str, ...] = ("--no-graph", "--wait", "1", "--warmup", "1", "--active", "3")
-PROBLEM_FLAGS: tuple[str, ...] = ("--problem",)
-FIXED_FLAGS: tuple[str, ...] = ("--fixed",)
+# One profiler window after 3 skipped steps and 1 warm-up: DataLoader workers have filled their
+# prefetch queues by then (the first batches of a worker process are slower).
+LOADER_AGENT_ARGS: tuple[str, ...] = ("--no-graph", "--wait", "3", "--warmup", "1", "--active", "4")
+# Curve variants need no trace: the evidence is the logged grad_norm, loss, val_loss and lr.
+CURVE_AGENT_ARGS: tuple[str, ...] = ("--no-graph", "--no-profile")
 SIDES = ("problem", "fixed")
+DIFF_FILE = "diff.json"
+
+
+class PairSpec(NamedTuple):
+    """How one variant pair is recorded (the tests' sizes; benchmarks/variants.py has larger ones)."""
+
+    script: str  # under sample_models/variants/
+    problem: tuple[str, ...] = ("--problem",)
+    fixed: tuple[str, ...] = ("--fixed",)
+    args: tuple[str, ...] = ()  # both sides
+    agent: tuple[str, ...] = AGENT_ARGS
+    torchrun_fixed: bool = False  # the fixed side runs under torchrun, 2 processes
+
+
+PAIRS: dict[str, PairSpec] = {
+    "mixed_precision": PairSpec("mixed_precision.py", args=("--steps", "6")),
+    "checkpointing": PairSpec("checkpointing.py", args=("--steps", "6")),
+    "inplace": PairSpec("inplace.py", args=("--steps", "6")),
+    "zero_grad": PairSpec("zero_grad.py", args=("--steps", "6")),
+    "dataloader_workers": PairSpec("dataloader_workers.py", problem=("--workers", "0"),
+                                   fixed=("--workers", "2", "--pin-memory"), agent=LOADER_AGENT_ARGS),
+    "gradient_clipping": PairSpec("gradient_clipping.py", problem=("--clip-grad-norm", "0"),
+                                  fixed=("--clip-grad-norm", "1"), agent=(*CURVE_AGENT_ARGS, "--grad-norm")),
+    "lr_plateau": PairSpec("lr_plateau.py", problem=("--schedule", "constant"), fixed=("--schedule", "plateau"),
+                           agent=CURVE_AGENT_ARGS),
+    # The same model, data and global batch on both sides: one process with nn.DataParallel, or
+    # two DDP processes of 32 samples each.
+    "data_parallel": PairSpec("data_parallel.py", problem=("--parallel", "dp"), fixed=("--parallel", "ddp"),
+                              args=("--steps", "6"), torchrun_fixed=True),
+}
 
 
 class VariantPair(NamedTuple):
-    """The store and the two run folders of one recorded variant pair."""
+    """The store and the two run folders of one recorded variant pair, and their diff."""
 
     root: Path
     problem: Path
     fixed: Path
+
+    @property
+    def diff(self) -> dict[str, Any]:
+        """``torchscope diff <problem> <fixed> --json``, computed when the pair was recorded."""
+        doc: dict[str, Any] = json.loads((self.root / DIFF_FILE).read_text(encoding="utf-8"))
+        return doc
+
+
+@functools.cache
+def run_evidence(run: Path) -> RunEvidence:
+    """``load_evidence(run)``, once per run and worker (the runs are read-only)."""
+    return load_evidence(run)
+
+
+@functools.cache
+def run_advice(run: Path) -> Advice:
+    """The advisor's full advice on a recorded run, once per run and worker."""
+    return advise(run_evidence(run))
 
 
 def _env() -> dict[str, str]:
@@ -51,15 +113,39 @@ def _env() -> dict[str, str]:
                   "OMP_NUM_THREADS": "1"}
 
 
+def torchrun() -> str:
+    """The torchrun next to this python; skips the test when there is none."""
+    found = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.skip("torchrun not installed next to this python")
+    return found
+
+
+def programs(spec: PairSpec) -> dict[str, list[str]]:
+    """side → the command ``torchscope run`` wraps."""
+    script = str(PROJECT_ROOT / "sample_models" / "variants" / spec.script)
+    fixed_launcher = [torchrun(), "--standalone", "--nproc_per_node", "2"] if spec.torchrun_fixed else [sys.executable]
+    return {"problem": [sys.executable, script, *spec.args, *spec.problem],
+            "fixed": [*fixed_launcher, script, *spec.args, *spec.fixed]}
+
+
 def _side_command(root: Path, name: str, program: Sequence[str], agent_args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "app", "run", "--root", str(root), "--name", name, *agent_args, "--", *program]
 
 
-def _record(root: Path, stem: str, programs: dict[str, list[str]], agent_args: Sequence[str],
-            timeout_s: float) -> VariantPair:
-    procs = {side: subprocess.Popen(_side_command(root, f"{stem}-{side}", prog, agent_args), cwd=PROJECT_ROOT,
-                                    env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for side, prog in programs.items()}
+def _runs(root: Path, name: str) -> VariantPair:
+    by_name = {m.name: path for path, m in rf.list_runs(root).runs}
+    missing = [side for side in SIDES if f"{name}-{side}" not in by_name]
+    if missing:
+        pytest.fail(f"recording {name}: no run for {missing} in {root} (found {sorted(by_name)})")
+    return VariantPair(root, by_name[f"{name}-problem"], by_name[f"{name}-fixed"])
+
+
+def record_pair(root: Path, name: str, spec: PairSpec, timeout_s: float = 600) -> VariantPair:
+    """Record both sides at once into ``root``, then write their diff; fail the test on a failed side."""
+    procs = {side: subprocess.Popen(_side_command(root, f"{name}-{side}", prog, spec.agent), cwd=PROJECT_ROOT,
+                                    env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for side, prog in programs(spec).items()}
     failures = []
     for side, proc in procs.items():
         try:
@@ -68,39 +154,40 @@ def _record(root: Path, stem: str, programs: dict[str, list[str]], agent_args: S
             for p in procs.values():
                 p.kill()
                 p.communicate()
-            pytest.fail(f"recording {stem} ({side}) took more than {timeout_s:.0f} s")
+            pytest.fail(f"recording {name} ({side}) took more than {timeout_s:.0f} s")
         if proc.returncode != 0:
             failures.append(f"{side} (exit {proc.returncode}):\n{err[-3000:]}")
     if failures:
-        pytest.fail(f"recording {stem} failed: " + "\n".join(failures))
-    by_name = {m.name: path for path, m in rf.list_runs(root).runs}
-    missing = [side for side in SIDES if f"{stem}-{side}" not in by_name]
-    if missing:
-        pytest.fail(f"recording {stem}: no run for {missing} in {root} (found {sorted(by_name)})")
-    return VariantPair(root, by_name[f"{stem}-problem"], by_name[f"{stem}-fixed"])
+        pytest.fail(f"recording {name} failed: " + "\n".join(failures))
+    pair = _runs(root, name)
+    from app.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["diff", str(pair.problem), str(pair.fixed), "--json"])
+    if code not in (0, 1, None):  # 1: the verdict gates, none asked for here
+        pytest.fail(f"torchscope diff of {name} exited {code}:\n{out.getvalue()[-2000:]}")
+    (root / DIFF_FILE).write_text(out.getvalue(), encoding="utf-8")
+    return pair
 
 
 @pytest.fixture(scope="session")
-def record_variant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., VariantPair]:
-    """Factory: ``record_variant_pair(script, *, args=(), problem=PROBLEM_FLAGS, fixed=FIXED_FLAGS,
-    agent_args=AGENT_ARGS, command=(sys.executable,), timeout_s=600) -> VariantPair``.
+def variant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], VariantPair]:
+    """Factory: ``variant_pair(name) -> VariantPair`` for a name of ``PAIRS``, recorded once per
+    session for all workers (``build_once``); fails the test, with the job's stderr, when a side
+    does not finish cleanly."""
+    seen: dict[str, VariantPair] = {}
 
-    ``script`` is relative to the project root. Runs are named ``<script stem>-problem`` and
-    ``<script stem>-fixed``; the same call twice in a session returns the first recording.
-    Fails the test (with the job's stderr) when a side does not finish cleanly.
-    """
-    recorded: dict[tuple[object, ...], VariantPair] = {}
+    def get(name: str) -> VariantPair:
+        if name not in seen:
+            spec = PAIRS[name]
+            if spec.torchrun_fixed:
+                torchrun()  # skip before taking the lock
 
-    def record(script: str, *, args: Sequence[str] = (), problem: Sequence[str] = PROBLEM_FLAGS,
-               fixed: Sequence[str] = FIXED_FLAGS, agent_args: Sequence[str] = AGENT_ARGS,
-               command: Sequence[str] = (sys.executable,), timeout_s: float = 600) -> VariantPair:
-        key = (script, tuple(args), tuple(problem), tuple(fixed), tuple(agent_args), tuple(command))
-        if key not in recorded:
-            stem = Path(script).stem.replace("_", "-")
-            root = tmp_path_factory.mktemp(f"variant-{stem}")
-            path = str(PROJECT_ROOT / script)
-            programs = {"problem": [*command, path, *args, *problem], "fixed": [*command, path, *args, *fixed]}
-            recorded[key] = _record(root, stem, programs, agent_args, timeout_s)
-        return recorded[key]
+            def build(folder: Path) -> None:
+                record_pair(folder, name, spec)
 
-    return record
+            seen[name] = _runs(build_once(tmp_path_factory, f"variant-{name}", build), name)
+        return seen[name]
+
+    return get

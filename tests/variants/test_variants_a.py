@@ -2,45 +2,30 @@
 agent, problem on and off; the advisor's finding on the problem side only, read from the trace
 (never from the script's flags), and ``torchscope diff``'s change in the expected direction.
 
-Each variant is one test, so that its pair is recorded once per session even under xdist.
+Each pair is recorded once per session for all xdist workers (tests/variants/conftest.py).
 Assertions rest on call counts and allocated bytes (deterministic), not on time.
 """
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
-import re
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.analysis.advisor import advise, registered_rules
-from app.cli import main
-from app.workspace.evidence import load_evidence
-from tests.variants.conftest import PROJECT_ROOT, VariantPair
+from app.analysis.advisor import advise
+from tests.variants.conftest import VariantPair, run_evidence
+from tests.variants.table import check_row
 
 # A loaded machine (eight sessions on 2 cores) made one pair take over 3 minutes of wall time.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("module_trace_cache")]
 
-VARIANTS = "sample_models/variants"
-ARGS = ("--steps", "6")
 
 
 def _advice_rules(run: Path, rule: str) -> tuple[list[str], tuple[str, ...]]:
-    advice = advise(load_evidence(run), rules=[rule])
+    advice = advise(run_evidence(run), rules=[rule])
     assert not advice.errors, advice.errors
     return [f.rule for f in advice.findings], advice.checked
-
-
-def _diff(pair: VariantPair) -> dict[str, Any]:
-    out = io.StringIO()
-    with redirect_stdout(out):
-        code = main(["diff", str(pair.problem), str(pair.fixed), "--json"])
-    assert code in (0, None), out.getvalue()[-2000:]
-    return json.loads(out.getvalue())
 
 
 def _calls(diff: dict[str, Any], op: str) -> tuple[float, float]:
@@ -56,32 +41,35 @@ def _fires_on_problem_only(pair: VariantPair, rule: str) -> None:
     assert rule in checked and found == [], f"{rule} fired on the fixed side {pair.fixed.name}"
 
 
-def test_zero_grad_variant(record_variant_pair) -> None:
-    pair = record_variant_pair(f"{VARIANTS}/zero_grad.py", args=ARGS)
+def test_zero_grad_variant(variant_pair) -> None:
+    pair = variant_pair("zero_grad")
+    check_row("zero_grad.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "zero_grad_set_to_none")
-    finding = advise(load_evidence(pair.problem), rules=["zero_grad_set_to_none"]).findings[0]
+    finding = advise(run_evidence(pair.problem), rules=["zero_grad_set_to_none"]).findings[0]
     assert finding.evidence["zeroing_calls_per_step"] == 18  # one aten::zero_ per parameter (9 Linear layers)
-    diff = _diff(pair)
+    diff = pair.diff
     assert "zero_grad_set_to_none" in {f["rule"] for f in diff["advice"]["resolved"]}
     before, after = _calls(diff, "aten::zero_")  # calls per profiled step
     assert before - after >= 18
 
 
-def test_inplace_variant(record_variant_pair) -> None:
-    pair = record_variant_pair(f"{VARIANTS}/inplace.py", args=ARGS)
+def test_inplace_variant(variant_pair) -> None:
+    pair = variant_pair("inplace")
+    check_row("inplace.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "inplace_activations")
-    diff = _diff(pair)
+    diff = pair.diff
     assert "inplace_activations" in {f["rule"] for f in diff["advice"]["resolved"]}
     assert _calls(diff, "aten::relu") == (4.0, 0.0)  # 4 ReLUs per profiled step
     assert _calls(diff, "aten::relu_")[1] == 4.0
 
 
-def test_checkpointing_variant(record_variant_pair) -> None:
-    pair = record_variant_pair(f"{VARIANTS}/checkpointing.py", args=ARGS)
+def test_checkpointing_variant(variant_pair) -> None:
+    pair = variant_pair("checkpointing")
+    check_row("checkpointing.py", pair)  # docs/variants.md's row
     _fires_on_problem_only(pair, "activation_memory")
     # The recomputation in backward is not an evaluation with gradients (it fired here before).
     assert _advice_rules(pair.fixed, "eval_without_no_grad")[0] == []
-    diff = _diff(pair)
+    diff = pair.diff
     assert "activation_memory" in {f["rule"] for f in diff["advice"]["resolved"]}
     peak = diff["peak_memory"]
     assert peak["candidate_bytes"] < 0.6 * peak["baseline_bytes"], peak  # measured 14.7 → 3.3 MB
@@ -89,9 +77,10 @@ def test_checkpointing_variant(record_variant_pair) -> None:
     assert after >= 1.5 * before  # each block's forward runs again in backward
 
 
-def test_mixed_precision_variant(record_variant_pair) -> None:
-    pair = record_variant_pair(f"{VARIANTS}/mixed_precision.py", args=ARGS)
-    problem, fixed = load_evidence(pair.problem), load_evidence(pair.fixed)
+def test_mixed_precision_variant(variant_pair) -> None:
+    pair = variant_pair("mixed_precision")
+    check_row("mixed_precision.py", pair)  # docs/variants.md's row
+    problem, fixed = run_evidence(pair.problem), run_evidence(pair.fixed)
     cpu = next(d for d in problem.devices if d.get("type") == "cpu")
     assert isinstance(cpu.get("bf16_native"), bool)  # the agent recorded the CPU's bf16 support
 
@@ -116,7 +105,7 @@ def test_mixed_precision_variant(record_variant_pair) -> None:
     assert "cpu_mixed_precision" in advise(old, rules=["cpu_mixed_precision"]).skipped
     # Whatever this machine is, the advice follows its recorded flags.
     assert found(problem) == (["cpu_mixed_precision"] if cpu["bf16_native"] else [])
-    diff = _diff(pair)
+    diff = pair.diff
     mm = next(r for r in diff["ops"] if r["name"] == "aten::mm")
     assert mm["baseline_calls"] == mm["candidate_calls"]  # same matmuls, in bf16 on the fixed side
     assert _calls(diff, "aten::_to_copy")[1] > _calls(diff, "aten::_to_copy")[0]  # autocast's casts
@@ -130,20 +119,3 @@ def test_cpu_bf16_flags_from_cpuinfo() -> None:
     assert cpu_bf16("processor : 0\nflags : fpu sse avx2\n") == {"bf16_native": False, "bf16_flags": []}
     assert cpu_bf16("processor : 0\nFeatures : fp asimd bf16 sve\n")["bf16_native"] is True  # Arm
     assert cpu_bf16("nothing here") == {}
-
-
-_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+)`\s*\|(?P<problem>[^|]*)\|(?P<finding>[^|]*)\|(?P<diff>.*)\|\s*$")
-
-
-def test_docs_table_names_real_variants_and_rules() -> None:
-    """docs/variants.md's rows of this section: the script exists, the finding names a registered rule."""
-    text = (PROJECT_ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
-    section = text.split("## Precision, memory and the optimizer step", 1)[1].split("\n## ", 1)[0]
-    rows = [m for line in section.splitlines() if (m := _ROW.match(line))]
-    assert [Path(m["file"]).name for m in rows] == ["mixed_precision.py", "checkpointing.py", "inplace.py",
-                                                     "zero_grad.py"]
-    rules = {r.id for r in registered_rules()}
-    for m in rows:
-        assert (PROJECT_ROOT / m["file"]).is_file(), m["file"]
-        rule_id = re.match(r"\s*`([a-z0-9_]+)`", m["finding"])
-        assert rule_id and rule_id[1] in rules, f"{m['file']}: the finding {m['finding']!r} names no registered rule"

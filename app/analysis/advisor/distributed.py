@@ -63,7 +63,8 @@ if rank == 0 and step % 1000 == 0:
 def _module_types(tree: Mapping[str, Any] | None) -> Iterator[str]:
     if not tree:
         return
-    stack = [tree]
+    # graph/modules.json holds the tree under "root"; a bare node is taken as the root itself.
+    stack = [tree.get("root", tree)]
     while stack:
         node = stack.pop()
         if isinstance(node, Mapping):
