@@ -71,6 +71,7 @@ def _chart_data(block: Any) -> list[list[dict[str, Any]]]:
 
 def test_overview_first_visit_computes_only_the_step_tables(monkeypatch: pytest.MonkeyPatch, make_run: Any) -> None:
     run = _traced_run(make_run)
+    _join_prefetches()  # another test's background analysis must not be counted here
     asked = _count_analyses(monkeypatch)
     at = open_app(monkeypatch, run.parent, run=run.name)
     assert_clean(at)
