@@ -94,9 +94,17 @@ def _prefetch(path: str, sig: tuple[float, ...]) -> None:
         pass
 
 
-def prefetch_trace_analysis(path: str | os.PathLike[str]) -> threading.Thread:
+# Above this many events (all ranks) the op table alone takes seconds, holding the interpreter's
+# lock much of that time: the page's own reruns would wait on it. The tab then computes it when opened.
+PREFETCH_MAX_EVENTS = 2_000_000
+
+
+def prefetch_trace_analysis(path: str | os.PathLike[str], events: int) -> threading.Thread | None:
     """Start computing ``cached_trace_analysis(path)`` in a daemon thread (at most one per run
-    state) and return that thread; the page does not wait for it."""
+    state) and return that thread, or None for traces of more than PREFETCH_MAX_EVENTS
+    ``events``; the page does not wait for it."""
+    if events > PREFETCH_MAX_EVENTS:
+        return None
     key = (str(path), run_signature(path))
     with _prefetches_lock:
         thread = _prefetches.get(key)

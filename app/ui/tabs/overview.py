@@ -296,4 +296,5 @@ def render(ctx: RunContext) -> None:
         _render_peak_tile(ctx, peak_col)
     _render_ranks(ctx)
     if ctx.run.trace_files:
-        prefetch_trace_analysis(ctx.run_dir)
+        events = sum(int(t["events"]) for t in cached_step_analysis(ctx.run_dir).traces)
+        prefetch_trace_analysis(ctx.run_dir, events)
