@@ -16,7 +16,7 @@ __all__ = ["warm_run_page", "WARM_MODULES"]
 
 # What the Run page's first visit imports beyond the Runs page's modules (the Overview tab).
 WARM_MODULES = ("app.ui.run_view", "app.ui.tabs.overview", "app.ui.trace_view", "app.workspace.traces",
-                "app.data.trace_parse", "plotly.graph_objects")
+                "app.data.trace_parse", "app.charts.steps")
 
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
@@ -27,17 +27,15 @@ def _warm() -> None:
         for name in WARM_MODULES:
             importlib.import_module(name)
         import pandas as pd
-        import plotly.graph_objects as go
 
-        # plotly's first figure loads its bar and scatter validators and narwhals' pandas path;
-        # to_json its serialiser, as st.plotly_chart does
-        x = pd.Series([1.0, 2.0])
-        fig = go.Figure([go.Bar(x=["1", "2"], y=x, customdata=x), go.Scatter(x=x, y=x, mode="lines+markers")],
-                        layout={"barmode": "stack", "xaxis": {"type": "category", "title": "x"},
-                                "yaxis": {"title": "y", "rangemode": "tozero"}, "margin": {"l": 10},
-                                "legend": {"orientation": "h"}})
-        fig.add_hline(y=1.0, line_dash="dash", annotation_text="median")
-        fig.to_json()
+        from app.charts.steps import DEVICE_CATEGORIES, make_breakdown_figure, make_step_time_figure
+
+        # The Overview's two figures, of three made-up steps: plotly's bar and scatter validators,
+        # its layout objects and narwhals' pandas path load; to_json as st.plotly_chart serialises
+        metrics = pd.DataFrame({"step": [1, 2, 3], "step_time_s": [0.1, 0.2, 0.15], "rank": [0, 0, 0]})
+        make_step_time_figure(metrics).to_json()
+        steps = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "duration_us": [10.0, 12.0], "cpu_exec_us": [5.0, 6.0]})
+        make_breakdown_figure(steps, DEVICE_CATEGORIES).to_json()
     except Exception:  # noqa: BLE001 - a warm-up only: the page imports what it needs itself, and says why not
         pass
 
