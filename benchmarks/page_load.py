@@ -1,11 +1,17 @@
 """Page loads in a real browser, each next to an empty Streamlit page loaded in the same run (benchmark).
 
     python -m benchmarks.page_load [--root STORE] [--run baseline] [--compare baseline,optimized] [--rounds 3]
+                                   [--run-charts 2]
 
-Two servers of the same streamlit run side by side: the app on a copy of the store, and a page
-whose whole script is one ``st.write``. Headless Chromium (Playwright) then times, in each round:
+Three servers of the same streamlit run side by side: the app on a copy of the store, a page
+whose whole script is one ``st.write`` and one with a small plotly chart. Headless Chromium
+(Playwright) then times, in each round:
 
 - ``empty``: the empty page, loaded three times (the median is the round's yardstick);
+- ``plotly_floor``: a page of one ``st.write`` and one three-bar plotly chart, loaded three times
+  (median): what any page with a plotly chart costs in this browser before the app does any work
+  (plotly.js, ~4.7 MB, is loaded and compiled in each fresh browser context). Not a goal, a second
+  yardstick: the Run page's Overview and Compare draw plotly charts;
 - ``run_page``: the first visit of the run's Run page, caches cold (the store is a fresh copy
   without ``.cache`` folders and the server has not seen the run), after the Runs page was
   opened once: the server is up and its modules are imported, as when a user arrives from the
@@ -14,8 +20,12 @@ whose whole script is one ``st.write``. Headless Chromium (Playwright) then time
 - ``compare``: the Compare page of the two runs (the second run's caches cold).
 
 A page is ready when Streamlit's script is no longer running (``data-test-script-state`` is
-``notRunning``) and the page's expected element is visible. Reported: each time in seconds and
-its ratio to the round's empty page; the goals of issue 16 are run_page ≤ 3×, tab_switch ≤ 1×,
+``notRunning``) and the page's expected elements are visible: on the Run page every chart of the
+Overview (``--run-charts``, 2 for an agent run with traces), the Operators table, Compare's first
+table. Work the server does after that in the background (the rest of the trace analysis, the
+comparison's op and kernel deltas) is not shown on those pages and counts for the next one; its
+CPU seconds count for the page during which it ran. Reported: each time in seconds and its ratio
+to the round's empty page; the goals of issue 16 are run_page ≤ 3×, tab_switch ≤ 1×,
 compare ≤ 4×; and the CPU seconds the app's server spent on each (user + system, from the
 process's own counters: on a busy machine the steadier figure). Without ``--root`` the sample
 runs are recorded first (``sample_models.record``).
@@ -97,14 +107,17 @@ def _visit(browser, url: str, expect: Callable[[object], None]) -> float:  # noq
         context.close()
 
 
-def _run_page_and_tab(browser, url: str, cpu: Callable[[], float]) -> tuple[float, float, float, float]:  # noqa: ANN001
+def _run_page_and_tab(browser, url: str, cpu: Callable[[], float],  # noqa: ANN001 - a Playwright browser
+                      charts: int) -> tuple[float, float, float, float]:
     context = browser.new_context(viewport={"width": 1440, "height": 1400})
     page = context.new_page()
     page.set_default_timeout(_TIMEOUT_MS)
     try:
         def first_ready() -> None:
             page.get_by_role("tab", name="Overview").wait_for()
-            page.locator("[role='tabpanel']:visible .js-plotly-plot").first.wait_for()
+            page.wait_for_selector(_READY)
+            # every chart of the Overview drawn (time per step, the breakdown), not the first only
+            page.locator("[role='tabpanel']:visible .js-plotly-plot").nth(charts - 1).wait_for()
             page.wait_for_selector(_READY)
 
         c0 = cpu()
@@ -121,6 +134,14 @@ def _run_page_and_tab(browser, url: str, cpu: Callable[[], float]) -> tuple[floa
         context.close()
 
 
+_PLOTLY_PAGE = ('import plotly.graph_objects as go\nimport streamlit as st\n\nst.write("empty page")\n'
+                'st.plotly_chart(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2])))\n')
+
+
+def _plotly_drawn(page) -> None:  # noqa: ANN001 - a Playwright page
+    page.locator(".js-plotly-plot").first.wait_for()
+
+
 def _fresh_store(source: Path, into: Path) -> Path:
     store = into / "store"
     shutil.copytree(source, store, symlinks=True)
@@ -129,20 +150,25 @@ def _fresh_store(source: Path, into: Path) -> Path:
     return store
 
 
-def _round(browser, source: Path, run: str, pair: str, work: Path) -> dict[str, float]:  # noqa: ANN001
+def _round(browser, source: Path, run: str, pair: str, work: Path, charts: int) -> dict[str, float]:  # noqa: ANN001
     from tests.browser.conftest import stop_server
 
     store = _fresh_store(source, work)
     empty_script = work / "empty_page.py"
     empty_script.write_text('import streamlit as st\n\nst.write("empty page")\n')
+    floor_script = work / "plotly_page.py"
+    floor_script.write_text(_PLOTLY_PAGE)
     app, app_url = _server(ROOT / "app" / "streamlit_app.py", store, work)
     empty, empty_url = _server(empty_script, store, work)
+    floor, floor_url = _server(floor_script, store, work)
     try:
-        _visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for())  # both servers warmed the
+        _visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for())  # the servers warmed the
+        _visit(browser, floor_url, _plotly_drawn)
         _visit(browser, f"{app_url}/", lambda p: p.get_by_role("heading", name="Runs").wait_for())  # same way
         empties = [_visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for()) for _ in range(3)]
+        floors = [_visit(browser, floor_url, _plotly_drawn) for _ in range(3)]
         cpu = _ServerCpu(app.pid)
-        cold, switch, run_cpu, switch_cpu = _run_page_and_tab(browser, f"{app_url}/run?run={run}", cpu)
+        cold, switch, run_cpu, switch_cpu = _run_page_and_tab(browser, f"{app_url}/run?run={run}", cpu, charts)
         before = cpu()
         compare = _visit(browser, f"{app_url}/compare?runs={pair}",
                          lambda p: p.locator("[data-testid='stDataFrame']").first.wait_for())
@@ -150,7 +176,8 @@ def _round(browser, source: Path, run: str, pair: str, work: Path) -> dict[str, 
     finally:
         stop_server(app)
         stop_server(empty)
-    return {"empty": statistics.median(empties), "run_page": cold, "tab_switch": switch, "compare": compare,
+        stop_server(floor)
+    return {"empty": statistics.median(empties), "plotly_floor": statistics.median(floors), "run_page": cold, "tab_switch": switch, "compare": compare,
             "run_page_cpu": run_cpu, "tab_switch_cpu": switch_cpu, "compare_cpu": compare_cpu}
 
 
@@ -176,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", default="baseline", help="the run whose Run page is timed")
     parser.add_argument("--compare", default="baseline,optimized", help="the two runs compared")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--run-charts", type=int, default=2,
+                        help="plotly charts the run's Overview draws, all awaited (2: time per step, breakdown)")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -190,15 +219,18 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.rounds):
                     work = Path(tmp) / f"round{i}"
                     work.mkdir()
-                    rows.append(_round(browser, source, run, pair, work))
+                    rows.append(_round(browser, source, run, pair, work, args.run_charts))
                     r = rows[-1]
-                    print(f"round {i + 1}: empty {r['empty']:.2f} s · " + " · ".join(
+                    print(f"round {i + 1}: empty {r['empty']:.2f} s · plotly floor {r['plotly_floor']:.2f} s "
+                          f"({r['plotly_floor'] / r['empty']:.1f}×) · " + " · ".join(
                         f"{k} {r[k]:.2f} s ({r[k] / r['empty']:.1f}×)" for k in GOALS)
                         + " · server CPU: " + ", ".join(f"{k} {r[k + '_cpu']:.2f} s" for k in GOALS), flush=True)
             finally:
                 browser.close()
     print(f"\n{'page':<12} {'median s':>9} {'× empty':>8} {'goal':>6}")
     print(f"{'empty':<12} {statistics.median(r['empty'] for r in rows):>9.2f}")
+    print(f"{'plotly floor':<12} {statistics.median(r['plotly_floor'] for r in rows):>9.2f} "
+          f"{statistics.median(r['plotly_floor'] / r['empty'] for r in rows):>7.1f}×  (a page of one plotly chart)")
     ok = True
     for k, goal in GOALS.items():
         ratio = statistics.median(r[k] / r["empty"] for r in rows)

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.analysis.compare.comparison import Comparison
 from app.errors import TorchscopeError
-from app.ui.compare_cache import SideRef, cached_findings_diff, cached_side_comparison
+from app.ui.compare_cache import (
+    SideRef,
+    cached_findings_diff,
+    cached_side_comparison,
+    prefetch_side_comparison,
+)
 from app.ui.compare_many import render_config_tab, render_curves_tab, render_stored_sweep, render_sweep_tab
 from app.ui.compare_tabs import (
     render_advisor_tab,
@@ -58,22 +64,29 @@ def _body() -> None:
         return
     options = render_options()
     base = _ref(selection, selection.baseline, root)
+    refs = [_ref(selection, c, root) for c in selection.candidates]
+    # Without their op and kernel deltas (the costliest part, shown by two tabs only): those are
+    # computed in the background once the page is drawn, or by their tab when it is opened first.
     with st.spinner("Comparing…"):
-        comparisons = [cached_side_comparison(base, _ref(selection, c, root), options) for c in selection.candidates]
+        comparisons = [cached_side_comparison(base, ref, options, op_tables=False) for ref in refs]
     render_verdicts(comparisons)
-    detail = comparisons[0]
+    pick = 0
     if len(comparisons) > 1:
         names = [c.candidate.label for c in comparisons]
         pick = st.selectbox("Candidate shown in detail", range(len(names)), format_func=lambda i: names[i],
                             key="compare_detail")
-        detail = comparisons[pick]
+    detail = comparisons[pick]
+
+    def whole() -> Comparison:  # the detail's comparison with its op and kernel deltas
+        return cached_side_comparison(base, refs[pick], options)
+
     runs = _side_runs([detail.baseline] + [c.candidate for c in comparisons])
     # Only the open tab is built (the tabs track their state, bound to ?compare_tab=…): the
     # advisor's diff, the sweep's store scan and every figure wait until their tab is opened.
     renderers = {
         "Where the time went": lambda: render_time_tab(detail),
-        "Operators": lambda: render_ops_tab(detail),
-        "Kernels": lambda: render_kernels_tab(detail),
+        "Operators": lambda: render_ops_tab(whole()),
+        "Kernels": lambda: render_kernels_tab(whole()),
         "Memory": lambda: render_memory_tab(detail),
         "Model": lambda: render_model_tab(detail),
         "Curves": lambda: render_curves_tab(runs),
@@ -81,12 +94,13 @@ def _body() -> None:
         # every run of the store comes from the catalog index (app.workspace.catalog_query), read when asked
         "Sweep": lambda: render_sweep_tab(runs, lambda: cached_runs_table(root)),
         "Advisor": lambda: _advisor(detail, export=False),
-        "Export": lambda: _advisor(detail, export=True),
+        "Export": lambda: _advisor(whole(), export=True),
     }
     for container, title in zip(st.tabs(_TABS, key="compare_tab", bind="query-params"), _TABS, strict=True):
         if container.open is not False:
             with container:
                 renderers[title]()
+    prefetch_side_comparison(base, refs[pick], options)
 
 
 def _advisor(detail, *, export: bool) -> None:  # noqa: ANN001 - a Comparison

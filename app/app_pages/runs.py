@@ -17,6 +17,7 @@ from app.ui.runs_view import (
     render_store_problems,
 )
 from app.ui.store import cached_store_view
+from app.ui.warmup import warm_run_page
 from profiler_agent import runformat as rf
 
 
@@ -62,6 +63,7 @@ def main() -> None:
         st.fragment(run_every=refresh_s)(_catalog)(root)
     else:
         _catalog(root)
+    warm_run_page()  # once per server: the Run page's modules and plotly's first figure, while the user reads
 
 
 main()

@@ -28,6 +28,7 @@ __all__ = [
     "cached_traces",
     "cached_trace_analysis",
     "cached_step_analysis",
+    "prefetch_trace_analysis",
     "cached_figure",
 ]
 
@@ -75,6 +76,45 @@ def cached_step_analysis(path: str | os.PathLike[str]) -> StepAnalysis:
     """The StepAnalysis (steps, memory peaks, rank summary) of a run or trace path: the Overview's
     part of its TraceAnalysis, the same tables, computed without the op, kernel and breakdown tables."""
     return _steps(str(path), run_signature(path))
+
+
+# Once the Overview is drawn, the rest of the run's TraceAnalysis (breakdown, ops, kernels) is
+# computed in a thread of the server, so that the first trace tab opened finds it in the cache
+# above instead of computing it then. st.cache_resource computes a key once: a tab opened before
+# the thread is done waits for its result. One thread per run state; finished ones are forgotten.
+_prefetches: dict[tuple[str, tuple[float, ...]], threading.Thread] = {}
+_prefetches_lock = threading.Lock()
+_PREFETCHES_KEPT = 64
+
+
+def _prefetch(path: str, sig: tuple[float, ...]) -> None:
+    try:
+        _analysis(path, sig)
+    except Exception:  # noqa: BLE001 - the tab that shows the analysis computes it again and shows why
+        pass
+
+
+# Above this many events (all ranks) the op table alone takes seconds, holding the interpreter's
+# lock much of that time: the page's own reruns would wait on it. The tab then computes it when opened.
+PREFETCH_MAX_EVENTS = 2_000_000
+
+
+def prefetch_trace_analysis(path: str | os.PathLike[str], events: int) -> threading.Thread | None:
+    """Start computing ``cached_trace_analysis(path)`` in a daemon thread (at most one per run
+    state) and return that thread, or None for traces of more than PREFETCH_MAX_EVENTS
+    ``events``; the page does not wait for it."""
+    if events > PREFETCH_MAX_EVENTS:
+        return None
+    key = (str(path), run_signature(path))
+    with _prefetches_lock:
+        thread = _prefetches.get(key)
+        if thread is None:
+            for old in [k for k, t in _prefetches.items() if not t.is_alive()][: max(0, len(_prefetches) - _PREFETCHES_KEPT)]:
+                del _prefetches[old]
+            thread = _prefetches[key] = threading.Thread(target=_prefetch, args=key, daemon=True,
+                                                         name="torchscope-analysis-prefetch")
+            thread.start()
+    return thread
 
 
 # Figures of a cached result (a Comparison from compare_cache, whose cache is bounded), built

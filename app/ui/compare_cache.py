@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides
+from app.analysis.compare.comparison import CompareOptions, Comparison, diff_sides, with_op_tables
 from app.analysis.compare.side import CompareSide
 from app.analysis.compare.tables import OpGrouping
 from app.analysis.trace.summary import TraceAnalysis
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # the advisor is imported when its diff is first asked for (t
     from app.analysis.advisor import FindingsDiff
 
 __all__ = ["cached_side", "cached_group_side", "cached_comparison", "cached_side_comparison",
-           "cached_findings_diff", "options_key", "SideRef"]
+           "prefetch_side_comparison", "cached_findings_diff", "options_key", "SideRef"]
 
 
 def _cached_side_traces(path: Path) -> tuple[tuple[TraceTables, ...], TraceAnalysis]:
@@ -79,33 +80,62 @@ def options_key(options: CompareOptions) -> tuple[Any, ...]:
             str(options.op_grouping))
 
 
+def _options(opts: tuple[Any, ...]) -> CompareOptions:
+    return CompareOptions(warmup_steps=opts[0], threshold=opts[1], resamples=opts[2], seed=opts[3],
+                          confidence=opts[4], op_grouping=OpGrouping(opts[5]))
+
+
+# A comparison is kept twice: without its op and kernel deltas (what the page's first load and
+# its first tab need: the costliest part of diff_sides left out) and, built on that one, whole.
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
-def _comparison(base: str, cand: str, sig: tuple[Any, ...], opts: tuple[Any, ...]) -> Comparison:
-    options = CompareOptions(warmup_steps=opts[0], threshold=opts[1], resamples=opts[2], seed=opts[3],
-                             confidence=opts[4], op_grouping=OpGrouping(opts[5]))
-    return diff_sides(cached_side(base), cached_side(cand), options)
+def _comparison(base: str, cand: str, sig: tuple[Any, ...], opts: tuple[Any, ...], op_tables: bool) -> Comparison:
+    if op_tables:
+        return with_op_tables(_comparison(base, cand, sig, opts, False))
+    return diff_sides(cached_side(base), cached_side(cand), _options(opts), op_tables=False)
 
 
-def cached_comparison(baseline: Path, candidate: Path, options: CompareOptions) -> Comparison:
-    """``diff_sides`` of two runs, cached by their file signatures and the options."""
+def cached_comparison(baseline: Path, candidate: Path, options: CompareOptions, *,
+                      op_tables: bool = True) -> Comparison:
+    """``diff_sides`` of two runs, cached by their file signatures and the options; with
+    ``op_tables=False`` without the operator and kernel deltas (empty tables)."""
     sig = (run_signature(baseline), run_signature(candidate))
-    return _comparison(str(baseline), str(candidate), sig, options_key(options))
+    return _comparison(str(baseline), str(candidate), sig, options_key(options), op_tables)
 
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)
-def _side_comparison(base: SideRef, cand: SideRef, sig: tuple[Any, ...], opts: tuple[Any, ...]) -> Comparison:
-    options = CompareOptions(warmup_steps=opts[0], threshold=opts[1], resamples=opts[2], seed=opts[3],
-                             confidence=opts[4], op_grouping=OpGrouping(opts[5]))
-    return diff_sides(_resolve(base), _resolve(cand), options)
+def _side_comparison(base: SideRef, cand: SideRef, sig: tuple[Any, ...], opts: tuple[Any, ...],
+                     op_tables: bool) -> Comparison:
+    if op_tables:
+        return with_op_tables(_side_comparison(base, cand, sig, opts, False))
+    return diff_sides(_resolve(base), _resolve(cand), _options(opts), op_tables=False)
 
 
-def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: CompareOptions) -> Comparison:
+def cached_side_comparison(baseline: SideRef, candidate: SideRef, options: CompareOptions, *,
+                           op_tables: bool = True) -> Comparison:
     """``diff_sides`` of two sides, each a run or a replicate group (SideRef), cached by the file
-    signatures of every run involved and the options."""
+    signatures of every run involved and the options; ``op_tables=False``: without the operator
+    and kernel deltas (empty tables), which the whole comparison then adds to the same one."""
     if baseline[0] == "run" and candidate[0] == "run":
-        return cached_comparison(Path(baseline[1]), Path(candidate[1]), options)
+        return cached_comparison(Path(baseline[1]), Path(candidate[1]), options, op_tables=op_tables)
     sig = (_ref_signature(baseline), _ref_signature(candidate))
-    return _side_comparison(baseline, candidate, sig, options_key(options))
+    return _side_comparison(baseline, candidate, sig, options_key(options), op_tables)
+
+
+def _prefetch(baseline: SideRef, candidate: SideRef, options: CompareOptions) -> None:
+    try:
+        cached_side_comparison(baseline, candidate, options)
+    except Exception:  # noqa: BLE001 - the tab that shows the deltas computes them again and shows why
+        pass
+
+
+def prefetch_side_comparison(baseline: SideRef, candidate: SideRef, options: CompareOptions) -> threading.Thread:
+    """Start computing the whole ``cached_side_comparison`` (op and kernel deltas included) in a
+    daemon thread, once the page is drawn: the Operators or Kernels tab opened next finds it
+    cached, or waits for that thread's result. Returns the thread; the page does not wait."""
+    thread = threading.Thread(target=_prefetch, args=(baseline, candidate, options), daemon=True,
+                              name="torchscope-comparison-prefetch")
+    thread.start()
+    return thread
 
 
 @st.cache_resource(max_entries=16, ttl=900, show_spinner=False)

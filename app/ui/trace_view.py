@@ -87,6 +87,11 @@ def _typical_traces(path: str) -> list[Any]:
     return split_traces(cached_traces(path), read_run_windows(path))[0]
 
 
+# The progress bar moves at most this often: the trace parser reports every piece (a dozen a second
+# on a small trace), and the browser re-renders the page for every message.
+_BAR_EVERY_S = 0.5
+
+
 def ingest_with_progress(paths: list[Path]) -> None:
     """Ingest the traces that are not in the on-disk cache yet, with a progress bar.
 
@@ -102,11 +107,16 @@ def ingest_with_progress(paths: list[Path]) -> None:
     bar = st.progress(0.0, text="Reading traces for the first time…")
     base = 0
     started = time.monotonic()
+    shown = [started]  # when the bar last moved
     for path, size in zip(cold, sizes):
         def report(done: int, _total: int, base: int = base, name: str = path.name) -> None:
+            now = time.monotonic()
+            if now - shown[0] < _BAR_EVERY_S:  # each move is a message the browser redraws the page for
+                return
+            shown[0] = now
             bar.progress(min(1.0, (base + done) / total),
                          text=f"Reading {name} for the first time: "
-                              f"{progress_text(base + done, total, time.monotonic() - started)} "
+                              f"{progress_text(base + done, total, now - started)} "
                               "(compressed sizes); later opens use the cache")
 
         try:

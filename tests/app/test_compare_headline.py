@@ -98,7 +98,7 @@ def test_contract_headline_drives_the_page_and_inconclusive_is_amber(monkeypatch
                  "deltas": StepSet("deltas", "typical profiled steps", 2, 3)}
     note = "The waterfall grows while the headline shrinks: the profiled steps are not typical."
     monkeypatch.setattr(compare_cache, "diff_sides",
-                        lambda a, b, o: _WithHeadline(real(a, b, o), headline, step_sets, note))
+                        lambda a, b, o, **kw: _WithHeadline(real(a, b, o, **kw), headline, step_sets, note))
     at = open_compare(monkeypatch, root, f"{runs['baseline'].name},{runs['optimized'].name}")
     assert_clean(at)
     assert "faster" not in texts(at.success)  # the step-time verdict (faster) no longer colours the page

@@ -10,6 +10,7 @@ and table is documented in docs/compare.md; ``compare_json.comparison_to_json`` 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -39,7 +40,8 @@ from app.analysis.model.graph_diff import diff_module_trees
 from app.analysis.stats.ratio import RatioEstimate, Verdict
 from app.analysis.trace.step_window import StepWindow, typical_steps
 
-__all__ = ["CompareOptions", "Comparison", "StepSet", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason"]
+__all__ = ["CompareOptions", "Comparison", "StepSet", "VERDICT_COLUMNS", "diff_sides", "no_interval_reason",
+           "with_op_tables"]
 
 
 _NO_CONTENTION = ContentionCheck()  # frozen: one shared default is safe
@@ -114,18 +116,35 @@ def _windows(a: CompareSide, b: CompareSide) -> tuple[StepWindow, StepWindow]:
     return wa, wb
 
 
-def _trace_deltas(baseline: CompareSide, candidate: CompareSide, o: CompareOptions) -> _TraceDeltas:
+def _trace_deltas(baseline: CompareSide, candidate: CompareSide, o: CompareOptions, op_tables: bool) -> _TraceDeltas:
     a, b = baseline.analysis, candidate.analysis
     if a is None or b is None:
         empty = pd.DataFrame()
         return _TraceDeltas(empty, (0, 0), empty, empty, ["breakdown, operators and kernels need traces on both sides"])
     wa, wb = _windows(baseline, candidate)
     notes = [f"{role}: {w.note}" for role, w in (("baseline", wa), ("candidate", wb)) if w.note]
+    ops, kernels = _op_kernel_deltas(baseline, candidate, o, (wa, wb)) if op_tables else (pd.DataFrame(), pd.DataFrame())
+    return _TraceDeltas(breakdown=diff_breakdown(wa.steps, wb.steps), breakdown_steps=(wa.count, wb.count),
+                        ops=ops, kernels=kernels, notes=notes)
+
+
+def _op_kernel_deltas(baseline: CompareSide, candidate: CompareSide, o: CompareOptions,
+                      windows: tuple[StepWindow, StepWindow]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The operator and kernel deltas over each side's typical profiled steps (sides with traces)."""
+    a, b = baseline.analysis, candidate.analysis
+    wa, wb = windows
     traces = {"baseline_traces": baseline.traces, "candidate_traces": candidate.traces}
-    return _TraceDeltas(
-        breakdown=diff_breakdown(wa.steps, wb.steps), breakdown_steps=(wa.count, wb.count),
-        ops=diff_ops(a, b, grouping=o.op_grouping, **traces, baseline_kept=wa.steps, candidate_kept=wb.steps),
-        kernels=diff_kernels(a, b, **traces, baseline_kept=wa.steps, candidate_kept=wb.steps), notes=notes)
+    return (diff_ops(a, b, grouping=o.op_grouping, **traces, baseline_kept=wa.steps, candidate_kept=wb.steps),
+            diff_kernels(a, b, **traces, baseline_kept=wa.steps, candidate_kept=wb.steps))
+
+
+def with_op_tables(c: Comparison) -> Comparison:
+    """``c`` with its operator and kernel deltas, for a Comparison made by ``diff_sides(...,
+    op_tables=False)``: the same Comparison as ``diff_sides(...)`` of the same sides and options."""
+    if c.baseline.analysis is None or c.candidate.analysis is None:
+        return c
+    ops, kernels = _op_kernel_deltas(c.baseline, c.candidate, c.options, _windows(c.baseline, c.candidate))
+    return dataclasses.replace(c, ops=ops, kernels=kernels)
 
 
 def _replicate_tables(side: CompareSide, first: pd.DataFrame, warmup: int | None) -> list[pd.DataFrame]:
@@ -141,11 +160,14 @@ def _machine_load(side: CompareSide) -> MachineLoad | None:
     return compute_machine_load(side.run.system, side.run.manifest) if side.run is not None else None
 
 
-def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None) -> Comparison:
+def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOptions | None = None, *,
+               op_tables: bool = True) -> Comparison:
     """Compare ``candidate`` with ``baseline``; see the module docstring and docs/compare.md.
 
     Never raises for missing data: a quantity one side lacks gets verdict ``n/a`` and a note
-    (the headline: ``inconclusive`` with its reason).
+    (the headline: ``inconclusive`` with its reason). ``op_tables=False`` leaves ``ops`` and
+    ``kernels`` empty (the Compare page's first load, whose first tab does not show them; the
+    costliest part of a comparison): ``with_op_tables`` adds them later.
     """
     o = options or CompareOptions()
     section = compute_step_section(baseline, candidate, o)
@@ -168,7 +190,7 @@ def diff_sides(baseline: CompareSide, candidate: CompareSide, options: CompareOp
               or headline.verdict in (HeadlineVerdict.FASTER, HeadlineVerdict.SLOWER))
     caution = contention.reason if contention.inconclusive else \
         load_warning(loads[0], loads[1], labels) if judged else ""
-    deltas = _trace_deltas(baseline, candidate, o)
+    deltas = _trace_deltas(baseline, candidate, o, op_tables)
     notes = ([caution] if caution else []) + notes + deltas.notes
     sets = _step_sets(headline, deltas.breakdown_steps, replicated)
     note = _sign_note(deltas.breakdown, headline, sets)

@@ -28,7 +28,7 @@ from app.analysis.run.summary import (
 from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes, format_seconds
-from app.ui.cache import cached_step_analysis
+from app.ui.cache import cached_step_analysis, prefetch_trace_analysis
 from app.ui.tabs import RunContext
 from app.ui.trace_view import load_step_analysis, rank_rows, render_trace_warnings
 
@@ -285,7 +285,9 @@ def render(ctx: RunContext) -> None:
 
     The peak memory tile is filled in last, in its place at the top: on a first visit reading the
     traces takes most of the time, and the step-time chart (from the metrics) is already on its
-    way to the browser meanwhile (the peak of a CPU run comes from the traces)."""
+    way to the browser meanwhile (the peak of a CPU run comes from the traces). Once all is drawn,
+    the rest of the trace analysis (ops, kernels, breakdown) is computed in the background for
+    the tab opened next."""
     peak_col = _render_headline(ctx)
     try:
         _render_step_times(ctx)
@@ -293,3 +295,6 @@ def render(ctx: RunContext) -> None:
     finally:  # a trace error is shown by render_tabs; the tile then falls back as before
         _render_peak_tile(ctx, peak_col)
     _render_ranks(ctx)
+    if ctx.run.trace_files:
+        events = sum(int(t["events"]) for t in cached_step_analysis(ctx.run_dir).traces)
+        prefetch_trace_analysis(ctx.run_dir, events)
