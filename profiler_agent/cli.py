@@ -87,6 +87,7 @@ _FLAGS = {"--with-stack": ("with_stack", True), "--no-profile": ("profile", Fals
           "--memory-timeline": ("memory_timeline", True), "--no-module-scopes": ("module_scopes", False),
           "--no-evaluation-window": ("evaluation_window", False)}
 _SCHEDULE = ("wait", "warmup", "active", "repeat")
+SCHEDULE_DEFAULTS = {"wait": 5, "warmup": 2, "active": 3, "repeat": 1}  # options.ProfileSchedule's (a test)
 FAST_OPTIONS = frozenset({*_STRINGS, *_INTS, *_FLOATS, *_FLAGS, "--tags"})
 
 
@@ -185,8 +186,7 @@ def parse_fast(argv: Sequence[str]) -> dict[str, Any] | None:
 
 def _valid(out: dict[str, Any], options: dict[str, Any], schedule: dict[str, int]) -> bool:
     """What options_from_args, ProfileSchedule, AgentOptions and run_from_args would accept."""
-    defaults = {"wait": 5, "warmup": 2, "active": 3, "repeat": 1}  # ProfileSchedule's
-    sched = {**defaults, **schedule}
+    sched = {**SCHEDULE_DEFAULTS, **schedule}
     if sched["wait"] < 0 or sched["warmup"] < 0 or sched["active"] <= 0 or sched["repeat"] < 0:
         return False
     if options.get("system_interval_s", 1.0) <= 0:

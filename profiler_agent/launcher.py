@@ -126,14 +126,17 @@ def record_started(job: JobProcess, run_dir: Path, *, name: str, now: float, com
         create_run(run_dir.parent, name, run_id=run_dir.name, now=now,
                    command=list(command), tags=list(tags), notes=notes, extra=extra,
                    world_size=read_rank_info().world_size)
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - the job has started: it runs on, unrecorded
         job.open_gate()  # no run.json: the job's agent stays out
         with contextlib.suppress(OSError):
             run_dir.rmdir()  # the empty folder made for it
         print(f"torchscope run: cannot create a run in {run_dir.parent} ({e}); running the command without "
               "recording", file=sys.stderr)
         try:
-            return 127 if job.start_error is not None else job.wait_unrecorded()
+            if job.start_error is not None:
+                print(f"torchscope run: cannot start {command[0]!r}: {job.start_error}", file=sys.stderr)
+                return 127
+            return job.wait_unrecorded()
         finally:
             job.restore_handlers()
     job.open_gate()
