@@ -57,6 +57,11 @@ class Background:
     wait for the scheduler per thread, and the launcher starts five beside the job (issue 11).
     ``_thread.start_new_thread`` returns at once; ``join`` waits for the function's end. The
     thread is a daemon: it never keeps the launcher alive. ``fn`` must catch its own errors.
+
+    The thread blocks the signals the launcher forwards (it is started with them blocked, so
+    there is no moment when it could take one): the kernel then delivers them to the main thread,
+    whose wait for the job they interrupt. A signal taken by another thread would wait for the
+    main thread to wake by itself -- in ``Popen.wait()``, until the job ends.
     """
 
     def __init__(self, fn: Callable[..., object], *args: object) -> None:
@@ -66,7 +71,11 @@ class Background:
         self._done = threading.Event()
         self._fn = fn
         self._args = args
-        _thread.start_new_thread(self._run, ())
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            _thread.start_new_thread(self._run, ())
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _run(self) -> None:
         try:
