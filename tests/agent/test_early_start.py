@@ -253,3 +253,12 @@ def test_a_manifest_that_cannot_be_written_leaves_the_job_running_unrecorded(tmp
     assert "running the command without recording" in proc.stderr
     assert "job True True False False True" in proc.stdout  # its output still reaches the terminal
     assert list((tmp_path / "runs").iterdir()) == []  # no folder left without its manifest
+
+
+def test_the_launchers_threads_leave_the_forwarded_signals_to_the_main_thread() -> None:
+    import signal
+
+    seen: list[set[int]] = []
+    job_start.Background(lambda: seen.append(set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))).join(10)
+    assert seen and set(job_start._FORWARDED) <= seen[0]  # blocked there: the kernel picks the main thread
+    assert not set(job_start._FORWARDED) & set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # not here
