@@ -1,9 +1,11 @@
 """The zero-code launcher behind ``torchscope run``: create the run, start the job instrumented, mark the end (agent layer).
 
-The launcher never imports torch. It creates the run folder, starts the user's command with
-the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
-job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
-SIGINT/SIGTERM, and finally writes the status.
+The launcher never imports torch. It makes the run folder, starts the user's command with
+the bootstrap on PYTHONPATH (every Python process of the job arms the agent) -- both from the
+light ``job_start.py``, before this module loads on ``torchscope run``'s hot path -- then writes
+run.json and opens the gate the job's agent waits behind, copies the job's stdout/stderr to the
+terminal and to logs/, keeps the heartbeat fresh, forwards SIGINT/SIGTERM, and finally writes
+the status.
 
 The job sees exactly the signals it would see unwrapped. Without a controlling terminal the job
 runs in a process group of its own, so a signal sent to the launcher's group (``kill -INT -PGID``,
