@@ -25,12 +25,17 @@ least give an interval; 16 give the 4th to 13th of the sorted differences.
 ``git archive`` of an older commit), so before/after figures share the machine's load; its
 ``change`` is this tree minus that one, per round, with the same intervals.
 
+Each job first writes the time its own code starts (``STAMP``): the report adds how much later
+than plain the wrapped job's code starts (the launcher's start, its work before the job, the
+bootstrap), per side, as the median per round.
+
 Python's bytecode cache is allowed (``PYTHONDONTWRITEBYTECODE`` is removed for the jobs) as in a
 normal install; the first, untimed round writes the caches.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -45,7 +50,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-JOB = """\
+# Every job first notes when its own code starts (the wrapped side: after the launcher and the
+# bootstrap), in the file $FIXED_COST_STAMP: the start delay, wrapped minus plain, is how much
+# later the wrapper lets the job begin (issue 11: the launcher starts the job before its imports).
+STAMP = """\
+import os, time
+with open(os.environ["FIXED_COST_STAMP"], "w") as _f:
+    _f.write(repr(time.time()))
+"""
+
+JOB = STAMP + """\
 import sys
 import torch
 torch.set_num_threads(1)
@@ -61,9 +75,15 @@ for _ in range(int(sys.argv[1])):
 """
 
 
-def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float] | tuple[float, float, float]:
     # cwd = the checkout on PYTHONPATH: `python -m app` puts the working directory first on sys.path.
-    """(wall seconds, CPU seconds of the process and its reaped descendants) of one run of ``cmd``."""
+    """(wall seconds, CPU seconds of the process and its reaped descendants[, seconds until the
+    job's own code started]) of one run of ``cmd``; the third when the job writes $FIXED_COST_STAMP."""
+    stamp = env.get("FIXED_COST_STAMP")
+    if stamp:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stamp)
+    started = time.time()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -71,6 +91,9 @@ def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+    if stamp and os.path.exists(stamp):
+        with open(stamp) as f:
+            return wall, usage.ru_utime + usage.ru_stime, float(f.read()) - started
     return wall, usage.ru_utime + usage.ru_stime
 
 
@@ -152,8 +175,15 @@ def paired_summary(plain: list[float], wrapped: list[float], goal_s: float = GOA
     return out
 
 
-def _summary(plain: list[tuple[float, float]], wrapped: list[tuple[float, float]]) -> dict[str, object]:
+def _summary(plain: list[tuple[float, ...]], wrapped: list[tuple[float, ...]]) -> dict[str, object]:
     out: dict[str, object] = {}
+    if all(len(x) > 2 for x in (*plain, *wrapped)):
+        delays = [b[2] - a[2] for a, b in zip(plain, wrapped, strict=True)]
+        sign = sign_test_interval(delays)
+        out["start_delay"] = {"plain_median_s": statistics.median(x[2] for x in plain),
+                              "wrapped_median_s": statistics.median(x[2] for x in wrapped),
+                              "delay_median_s": statistics.median(delays),
+                              "sign_test_ci95_s": list(sign) if sign else None}
     for k, what in enumerate(("wall", "cpu")):
         s = paired_summary([x[k] for x in plain], [x[k] for x in wrapped])
         # The flat keys of earlier versions, kept for scripts that read them.
@@ -174,15 +204,16 @@ def measure(pairs: int, steps: int, agent_args: list[str], also: Path | None = N
     homes = {"wrapped": ROOT, **({"also": also.resolve()} if also is not None else {})}
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.py"
-        job.write_text("" if trivial else JOB)  # trivial: the launcher and bootstrap alone, no torch
+        job.write_text(STAMP if trivial else JOB)  # trivial: the launcher and bootstrap alone, no torch
         plain = [sys.executable, str(job), str(steps)]
-        sides = {"plain": (plain, _env(ROOT, bytecode_cache))}
+        stamp = {"FIXED_COST_STAMP": str(Path(tmp) / "stamp")}
+        sides = {"plain": (plain, _env(ROOT, bytecode_cache) | stamp)}
         for name, home in homes.items():
             sides[name] = ([sys.executable, "-m", "app", "run", "--root", str(Path(tmp) / name), *agent_args,
-                            "--", *plain], _env(home, bytecode_cache))
+                            "--", *plain], _env(home, bytecode_cache) | stamp)
         for cmd, env in sides.values():  # warm the page cache and write the bytecode caches
             _time(cmd, env)
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        times: dict[str, list[tuple[float, ...]]] = {name: [] for name in sides}
         names = list(sides)
         for i in range(pairs):
             for name in names[i % len(names):] + names[: i % len(names)]:
@@ -242,6 +273,9 @@ def measure_components(before: Path, rounds: int) -> dict[str, dict[str, dict[st
 IMPORTS: dict[str, tuple[str, str]] = {
     "agent after torch (job process: activation)": ("import torch", "import profiler_agent.activation"),
     "launcher (torchscope run process, no torch)": ("pass", "import profiler_agent.launcher"),
+    # Wave 8: the hot path imports these before the job starts (the old tree: its whole launcher).
+    "torchscope run before the job starts (app.cli, profiler_agent.cli)": ("pass", "import app.cli, profiler_agent.cli"),
+    "bootstrap in every Python process of the job, before torch": ("pass", "import profiler_agent.autoinstrument"),
     "runformat in the launcher (after options, environment)": (
         "import subprocess, threading, ctypes, signal, profiler_agent.options, profiler_agent.environment",
         "import profiler_agent.runformat"),
@@ -321,6 +355,12 @@ def main() -> None:
                   + f"), ratio {m['ratio_median']:.3f}; mins: plain {m['plain_min_s']:.3f} s,"
                   f" wrapped {m['wrapped_min_s']:.3f} s, difference {m['fixed_cost_of_mins_s']:.3f} s")
             print(f"      goal <= {GOAL_S} s ({what}): {m['goal']}")
+        d = s.get("start_delay")
+        if isinstance(d, dict):
+            sign = d["sign_test_ci95_s"]
+            print(f"    the job's own code starts {d['delay_median_s'] * 1e3:.0f} ms later than plain (median per round"
+                  + (f", 95 % {sign[0] * 1e3:.0f}-{sign[1] * 1e3:.0f} ms" if sign else "")
+                  + f"; plain starts after {d['plain_median_s'] * 1e3:.0f} ms)")
     change = result.get("change")
     if isinstance(change, dict):
         for what in ("wall", "cpu"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 # Submodules, not the package's names: the launcher loads no reader module (runformat/__init__
 # may load its names lazily).
+from .job_start import Background
 from .runformat.liveness import HEARTBEAT_INTERVAL_S
 from .runformat.writer import update_manifest
 
@@ -24,16 +25,16 @@ class Heartbeat:
         self._run_dir = run_dir
         self._interval = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="torchscope-heartbeat", daemon=True)
+        self._thread: Background | None = None
         self.failures = 0
 
     def start(self) -> Heartbeat:
-        self._thread.start()
+        self._thread = Background(self._loop)  # no wait for the thread to be scheduled
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread is not None:
             self._thread.join(timeout=self._interval + 5)
 
     def _loop(self) -> None:

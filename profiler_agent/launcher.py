@@ -1,9 +1,11 @@
 """The zero-code launcher behind ``torchscope run``: create the run, start the job instrumented, mark the end (agent layer).
 
-The launcher never imports torch. It creates the run folder, starts the user's command with
-the bootstrap on PYTHONPATH (every Python process of the job arms the agent), copies the
-job's stdout/stderr to the terminal and to logs/, keeps the heartbeat fresh, forwards
-SIGINT/SIGTERM, and finally writes the status.
+The launcher never imports torch. It makes the run folder, starts the user's command with
+the bootstrap on PYTHONPATH (every Python process of the job arms the agent) -- both from the
+light ``job_start.py``, before this module loads on ``torchscope run``'s hot path -- then writes
+run.json and opens the gate the job's agent waits behind, copies the job's stdout/stderr to the
+terminal and to logs/, keeps the heartbeat fresh, forwards SIGINT/SIGTERM, and finally writes
+the status.
 
 The job sees exactly the signals it would see unwrapped. Without a controlling terminal the job
 runs in a process group of its own, so a signal sent to the launcher's group (``kill -INT -PGID``,
@@ -19,21 +21,17 @@ and the code is 0; a different code of the job's own is kept as ``job_exit_code`
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 from .environment import describe_launch, read_rank_info
 from .heartbeat import Heartbeat
-from .options import AGENT_HOME_ENV, STOPPED_MAX_STEPS, AgentOptions, write_env_options
+from .job_start import BOOTSTRAP_DIR as _BOOTSTRAP_DIR
+from .job_start import Background, JobProcess, default_run_name, exit_code, run_plain, start_job
 
 # Submodules, not the package's names: the reader (read_manifest) loads only for --max-steps.
 from .runformat import layout
@@ -49,19 +47,12 @@ from .runformat.writer import (
 )
 
 if TYPE_CHECKING:
+    from .options import AgentOptions
     from .upload import Uploader
 
-__all__ = ["LaunchRequest", "launch", "default_run_name", "BOOTSTRAP_DIR"]
+__all__ = ["LaunchRequest", "launch", "record_started", "default_run_name", "BOOTSTRAP_DIR"]
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
-_PACKAGE_HOME = Path(__file__).resolve().parent.parent
-_KILL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGHUP}
-# Signals that reach the launcher are passed on to the job (their default action would end the
-# launcher and leave the job alone); the first four ask it to stop, and make the run `killed`.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_FORWARDED = (*_STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
-# What a terminal sends to its whole foreground group: the job, in that group, has it already.
-_TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}
+BOOTSTRAP_DIR = Path(_BOOTSTRAP_DIR)
 
 
 @dataclass(frozen=True)
@@ -74,23 +65,27 @@ class LaunchRequest:
     tags: tuple[str, ...] = ()
     notes: str = ""
     group: str | None = None  # replicates of one configuration: run.json "group"
-    options: AgentOptions = field(default_factory=AgentOptions)
+    options: AgentOptions = field(default_factory=lambda: _default_options())
 
 
-def default_run_name(command: tuple[str, ...]) -> str:
-    """A name from the command: the script (``train`` for ``python train.py``) or the module."""
-    args = list(command)
-    if args and Path(args[0]).name.startswith("python"):
-        args = args[1:]
-        while args and args[0].startswith("-") and args[0] != "-m":
-            args = args[1:]
-        if args[:1] == ["-m"] and len(args) > 1:
-            return args[1].rsplit(".", 1)[-1]
-    return Path(args[0]).stem if args else "run"
+def _default_options() -> AgentOptions:
+    # options.py (argparse, dataclasses, json) loads only for a request built here: torchscope
+    # run's hot path (cli.run_fast) never needs it.
+    from .options import AgentOptions
+
+    return AgentOptions()
+
+
+# options.STOPPED_MAX_STEPS: run.json "stopped" when --max-steps ended the job (a test keeps them equal).
+_STOPPED_MAX_STEPS = "max_steps"
 
 
 def launch(request: LaunchRequest) -> int:
-    """Run the job instrumented and return its exit code. Raises TorchscopeError without a command."""
+    """Run the job instrumented and return its exit code. Raises TorchscopeError without a command.
+
+    The job starts as soon as its run folder exists (job_start.py); run.json is written while its
+    interpreter starts, and the agent inside waits for it (the gate) before it writes anything.
+    """
     if not request.command:
         raise TorchscopeError("no command to run; usage: torchscope run [options] -- python train.py ...")
     store_url = _store_url(request.root)
@@ -98,8 +93,31 @@ def launch(request: LaunchRequest) -> int:
     # supported one is recorded in the local spool and uploaded by the launcher (upload.py).
     root = spool_root(check_store_url(store_url)) if store_url else layout.resolve_root(request.root)
     name = request.name or default_run_name(request.command)
+    now = time.time()
+    try:
+        run_dir = layout.make_run_folder(root, name, now=now)
+    except OSError as e:
+        return _unrecordable(root, e, request.command)
+    job = start_job(request.command, run_dir, request.options.to_json(), t0=now)
+    return record_started(job, Path(run_dir), name=name, now=now, command=request.command, tags=request.tags,
+                          notes=request.notes, group=request.group, max_steps=request.options.max_steps,
+                          store_url=store_url)
+
+
+def _unrecordable(root: Path | str, error: OSError, command: tuple[str, ...]) -> int:
+    # The job matters more than its record: run it plain.
+    print(f"torchscope run: cannot create a run in {root} ({error}); running the command without recording",
+          file=sys.stderr)
+    return run_plain(command)
+
+
+def record_started(job: JobProcess, run_dir: Path, *, name: str, now: float, command: tuple[str, ...],
+                   tags: tuple[str, ...] = (), notes: str = "", group: str | None = None,
+                   max_steps: int | None = None, store_url: str | None = None) -> int:
+    """Write the manifest of the run whose folder ``run_dir`` was made at ``now`` and whose job has
+    just started, let the job's agent in, and follow the job to its final status."""
     # "group" stays a top-level field that readers keep in Manifest.extra (old runs lack it).
-    extra: dict[str, object] = {"group": request.group} if request.group else {}
+    extra: dict[str, object] = {"group": group} if group else {}
     if store_url:
         from .upload import UPLOAD_FIELD  # the uploader loads only for a store URL
 
@@ -107,47 +125,32 @@ def launch(request: LaunchRequest) -> int:
     try:
         # git and package versions (~50 ms: subprocesses, importlib.metadata) are filled in beside
         # the job's start-up (_Job.run), not before it: the launcher's cost is every job's cost.
-        run_dir, manifest = create_run(root, name, command=list(request.command), tags=list(request.tags),
-                                       notes=request.notes, extra=extra, world_size=read_rank_info().world_size)
-    except OSError as e:
-        # The job matters more than its record: run it plain.
-        print(f"torchscope run: cannot create a run in {root} ({e}); running the command without recording",
-              file=sys.stderr)
-        return _run_plain(request.command)
+        create_run(run_dir.parent, name, run_id=run_dir.name, now=now,
+                   command=list(command), tags=list(tags), notes=notes, extra=extra,
+                   world_size=read_rank_info().world_size)
+    except Exception as e:  # noqa: BLE001 - the job has started: it runs on, unrecorded
+        job.open_gate()  # no run.json: the job's agent stays out
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()  # the empty folder made for it
+        print(f"torchscope run: cannot create a run in {run_dir.parent} ({e}); running the command without "
+              "recording", file=sys.stderr)
+        try:
+            if job.start_error is not None:
+                print(f"torchscope run: cannot start {command[0]!r}: {job.start_error}", file=sys.stderr)
+                return 127
+            return job.wait_unrecorded()
+        finally:
+            job.restore_handlers()
+    job.open_gate()
     shown = f"{scrub_url(store_url).rstrip('/')}/{run_dir.name} (spooled in {run_dir})" if store_url else run_dir
     print(f"torchscope run: recording {shown}", file=sys.stderr)
-    return _Job(run_dir, request, t0=manifest.started_at or time.time(), store_url=store_url).run()
+    return _Job(run_dir, job, command=command, max_steps=max_steps, t0=now, store_url=store_url).run()
 
 
 def _store_url(root: Path | str | None) -> str | None:
     """The store URL that ``root`` (or $TORCHSCOPE_RUNS when it is None) names, or None for a folder."""
     value = str(root) if root is not None and str(root) != "" else os.environ.get(layout.ROOT_ENV)
     return value if value and not isinstance(root, Path) and is_store_url(value) else None
-
-
-def _run_plain(command: tuple[str, ...]) -> int:
-    """Become the command (exec in place): unrecorded, it gets exactly its signals and its exit code."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(command[0], list(command))  # noqa: S606 - the user's own command
-    except OSError as e:
-        print(f"torchscope run: cannot start {command[0]!r}: {e}", file=sys.stderr)
-    return 127
-
-
-def _exit_code(returncode: int) -> int:
-    return returncode if returncode >= 0 else 128 - returncode
-
-
-def _child_env(run_dir: Path, options: AgentOptions, t0: float) -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [str(BOOTSTRAP_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env[AGENT_HOME_ENV] = str(_PACKAGE_HOME)
-    env.setdefault("PYTHONUNBUFFERED", "1")  # the job's output reaches the terminal and logs live
-    write_env_options(env, str(run_dir.resolve()), options, owner_pid=os.getpid(), t0=t0)
-    return env
 
 
 def _describe_launch(run_dir: Path, pid: int) -> None:
@@ -162,74 +165,51 @@ def _describe_launch(run_dir: Path, pid: int) -> None:
         update_manifest(run_dir, change)
 
 
-def _die_with_parent() -> None:
-    # Linux: if the launcher is killed (even SIGKILL) the job gets SIGTERM, flushes and stops.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class _Job:
-    """One wrapped command from start to final status."""
+    """One wrapped command from its start (job_start.py) to final status."""
 
-    def __init__(self, run_dir: Path, request: LaunchRequest, *, t0: float, store_url: str | None = None) -> None:
+    def __init__(self, run_dir: Path, job: JobProcess, *, command: tuple[str, ...], max_steps: int | None,
+                 t0: float, store_url: str | None = None) -> None:
         self.run_dir = run_dir
         self.store_url = store_url
         self.uploader: Uploader | None = None  # only for a store URL
-        self.request = request
+        self.command = command
+        self.max_steps = max_steps
+        self.job = job
         self.t0 = t0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.signals: list[int] = []
         self.job_exit_code: int | None = None  # the job's own code when --max-steps overrode it
-        self.own_group = False  # the job runs in a process group of its own (no terminal)
 
     def run(self) -> int:
         status, code = RunStatus.FAILED, 1
-        previous: dict[int, object] = {}
         # So that the final status fits even when the job fills the disk. 256 KB written and
         # fsynced (1.5-28 ms on this project's VM disk) beside the job's start, not before it:
         # the job's interpreter takes longer than that to start, and _finish waits for it.
-        reserve = threading.Thread(target=reserve_status_space, args=(self.run_dir,),
-                                   name="torchscope-reserve", daemon=True)
-        reserve.start()
+        reserve = Background(reserve_status_space, self.run_dir)
         try:
-            # Handlers first: a signal arriving while the job starts is forwarded once it exists.
-            for sig in _FORWARDED:
-                if signal.getsignal(sig) is not signal.SIG_IGN:  # inherited as ignored: keep it so
-                    previous[sig] = signal.signal(sig, self._on_signal)
-            self.own_group = not _in_terminal_foreground()
-            try:
-                self.proc = subprocess.Popen(  # noqa: S603 - the user's own command
-                    list(self.request.command), env=_child_env(self.run_dir, self.request.options, self.t0),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-                    process_group=0 if self.own_group else None,
-                )
-            except OSError as e:
-                print(f"torchscope run: cannot start {self.request.command[0]!r}: {e}", file=sys.stderr)
+            proc = self.job.proc
+            if proc is None:
+                error = self.job.start_error
+                print(f"torchscope run: cannot start {self.command[0]!r}: {error}", file=sys.stderr)
                 code = 127
                 return code
-            for pending in self.signals:
-                self.proc.send_signal(pending)
-            describe = threading.Thread(target=_describe_launch, args=(self.run_dir, self.proc.pid),
-                                        name="torchscope-describe", daemon=True)
-            describe.start()
+            describe = Background(_describe_launch, self.run_dir, proc.pid)
             heartbeat = Heartbeat(self.run_dir).start()
             if self.store_url:  # a thread of the launcher: the job's process never uploads
                 from .upload import Uploader
 
                 self.uploader = Uploader(self.run_dir, self.store_url).start()
-            tees = [self._tee(self.proc.stdout, sys.stdout, layout.STDOUT_LOG),
-                    self._tee(self.proc.stderr, sys.stderr, layout.STDERR_LOG)]
-            returncode = self.proc.wait()
+            tees = [self._tee(proc.stdout, sys.stdout, layout.STDOUT_LOG),
+                    self._tee(proc.stderr, sys.stderr, layout.STDERR_LOG)]
+            returncode = proc.wait()
             # A background process the job left behind may hold the pipes open: do not wait for it.
             deadline = time.monotonic() + 10
             for tee in tees:
                 tee.join(timeout=max(0.0, deadline - time.monotonic()))
             heartbeat.stop()
             describe.join(timeout=30)
-            code = _exit_code(returncode)
+            code = exit_code(returncode)
             status = self._status(returncode)
-            if not self._asked_to_stop() and self._stopped_at_max_steps():
+            if not self.job.asked_to_stop() and self._stopped_at_max_steps():
                 # The agent ended the job after --max-steps: that is a finished run, whatever the
                 # job's code did on its way out (a `finally`, a shutdown error) -- kept as job_exit_code.
                 self.job_exit_code = code if code != 0 else None
@@ -240,15 +220,13 @@ class _Job:
             reserve.join(timeout=30)
             self._finish(status, code)
             self._finish_upload()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)  # type: ignore[arg-type]
+            self.job.restore_handlers()
 
     def _status(self, returncode: int) -> RunStatus:
-        if self._asked_to_stop():
-            return RunStatus.KILLED
-        if returncode < 0:
-            return RunStatus.KILLED if -returncode in _KILL_SIGNALS else RunStatus.FAILED
-        return RunStatus.FINISHED if returncode == 0 else RunStatus.FAILED
+        killed = self.job.status_killed(returncode)
+        if killed is None:
+            return RunStatus.FINISHED if returncode == 0 else RunStatus.FAILED
+        return RunStatus.KILLED if killed else RunStatus.FAILED
 
     def _finish(self, status: RunStatus, code: int) -> None:
         now = time.time()
@@ -274,8 +252,8 @@ class _Job:
             _say(f"torchscope run: could not mark the run {status} ({e}); readers will show it as crashed")
         else:
             why = ""
-            if m.extra.get("stopped") == STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
-                why = f" after --max-steps {self.request.options.max_steps}"
+            if m.extra.get("stopped") == _STOPPED_MAX_STEPS and status is RunStatus.FINISHED:
+                why = f" after --max-steps {self.max_steps}"
                 if self.job_exit_code is not None:
                     why += f"; the job itself exited with {self.job_exit_code}"
             _say(f"torchscope run: {status}{why} (exit code {code}) → {self.run_dir}")
@@ -296,52 +274,27 @@ class _Job:
             _say(f"torchscope run: upload to {url} incomplete ({self.uploader.last_error}); the run is "
                  f"kept in {self.run_dir}; finish it with: torchscope sync --root {url}")
 
-    def _asked_to_stop(self) -> bool:
-        return any(s in _STOP_SIGNALS for s in self.signals)
-
     def _stopped_at_max_steps(self) -> bool:
-        if self.request.options.max_steps is None:
+        if self.max_steps is None:
             return False
         from .runformat.reader import read_manifest
 
         try:
-            return read_manifest(self.run_dir).extra.get("stopped") == STOPPED_MAX_STEPS
+            return read_manifest(self.run_dir).extra.get("stopped") == _STOPPED_MAX_STEPS
         except Exception:  # noqa: BLE001 - an unreadable manifest: judge by the exit code alone
             return False
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals.append(signum)
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        if signum in _STOP_SIGNALS and sum(s in _STOP_SIGNALS for s in self.signals) >= 3:
-            proc.kill()  # asked three times: stop waiting for a clean exit
-        elif self.own_group or not (signum in _TERMINAL_SIGNALS and _in_terminal_foreground()):
-            # In its own group the job got nothing from the group's sender: forward exactly once.
-            proc.send_signal(signum)
-
-    def _tee(self, source: IO[bytes] | None, terminal: IO[str], rel: str) -> threading.Thread:
+    def _tee(self, source: IO[bytes] | None, terminal: IO[str], rel: str) -> Background:
         log: IO[bytes] | None = None
         with contextlib.suppress(OSError):
             (self.run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             log = open(self.run_dir / rel, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
-        thread = threading.Thread(target=_copy_stream, args=(source, terminal, log), daemon=True,
-                                  name=f"torchscope-tee-{Path(rel).stem}")
-        thread.start()
-        return thread
+        return Background(_copy_stream, source, terminal, log)
 
 
 def _say(line: str) -> None:
     with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
         print(line, file=sys.stderr)
-
-
-def _in_terminal_foreground() -> bool:
-    """True when the launcher is the terminal's foreground group (a Ctrl-C there reaches the job too)."""
-    try:
-        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-    except OSError:
-        return False
 
 
 def _copy_stream(source: IO[bytes] | None, terminal: IO[str], log: IO[bytes] | None) -> None:

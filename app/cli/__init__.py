@@ -13,13 +13,15 @@ with exit code 2, never a traceback.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from profiler_agent.runformat.errors import TorchscopeError
+
+if TYPE_CHECKING:
+    import argparse  # loaded by build_parser: `torchscope run`'s hot path never needs it (issue 11)
 
 __all__ = ["COMMANDS", "COMMAND_MODULES", "Command", "build_parser", "load_command", "main"]
 
@@ -65,6 +67,8 @@ def load_command(name: str) -> Command:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of command ``only`` alone (``run``: nothing heavy imported)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="torchscope",
         description="Profile PyTorch training runs, browse them, compare them and get advice.",
@@ -81,6 +85,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # the job starts before argparse and the run format load (issue 11)
+        from profiler_agent.cli import run_fast
+
+        try:
+            code = run_fast(argv[1:])  # None: a form that argparse reads, below
+        except KeyboardInterrupt:
+            return 130
+        if code is not None:
+            return code
     # Only the named command's module is imported: `torchscope run` must start the job fast, and
     # a warm `analyze --json` and `ls` on an indexed store must not pay for the other commands'
     # pandas, plotly and Streamlit (~0.7 s). `torchscope --help` (or an unknown command) builds

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from .store_url import UnsupportedStoreError, is_store_url, scrub_url
@@ -28,6 +29,8 @@ __all__ = [
     "STATUS_RESERVE",
     "SWEEPS_DIR",
     "is_temp_file",
+    "new_run_id",
+    "make_run_folder",
     "GRAPH_DOT",
     "GRAPH_SVG",
     "MODULE_TREE",
@@ -165,6 +168,33 @@ def list_memory_timeline_files(run_dir: str | os.PathLike[str]) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.is_file() and MEMORY_TIMELINE_RE.match(p.name))
+
+
+def _slug(name: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.strip())
+    return "-".join(part for part in keep.split("-") if part)[:60] or "run"
+
+
+def new_run_id(name: str, *, now: float | None = None) -> str:
+    """Return a folder name that sorts by start time and reads well: 20261130-084012-baseline-3f9a."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{stamp}-{_slug(name)}-{os.urandom(2).hex()}"
+
+
+def make_run_folder(root: str | os.PathLike[str], name: str, *, now: float | None = None) -> str:
+    """Make ``root`` (and its parents) and a new, empty run folder in it named by ``new_run_id``;
+    return its path. Raises OSError when either cannot be made. Only os calls: the launcher
+    makes the folder before the job starts, the manifest after (writer.create_run's ``run_id``)."""
+    os.makedirs(root, exist_ok=True)
+    for _ in range(10):
+        run_dir = os.path.join(root, new_run_id(name, now=now))
+        try:
+            os.mkdir(run_dir)
+        except FileExistsError:
+            continue
+        return run_dir
+    # pragma: no cover - 10 collisions of 16 random bits in one second
+    raise FileExistsError(f"{root}: could not find a free run folder name for {name!r}")
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:

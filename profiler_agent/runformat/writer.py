@@ -20,6 +20,9 @@ from typing import IO, Any
 
 from . import layout
 from .errors import CorruptFileError, NotARunError
+from .layout import (
+    new_run_id,  # here before; in layout so that the launcher can name a run before loading this module
+)
 from .liveness import PID_START_FIELD, pid_alive, process_start_ticks, recorded_process_gone
 from .schema import Artifact, Manifest, RunStatus, manifest_from_dict, manifest_to_dict
 
@@ -155,17 +158,6 @@ class JsonlWriter:
         self.close()
 
 
-def _slug(name: str) -> str:
-    keep = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.strip())
-    return "-".join(part for part in keep.split("-") if part)[:60] or "run"
-
-
-def new_run_id(name: str, *, now: float | None = None) -> str:
-    """Return a folder name that sorts by start time and reads well: 20261130-084012-baseline-3f9a."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    return f"{stamp}-{_slug(name)}-{os.urandom(2).hex()}"
-
-
 def create_run(
     root: str | os.PathLike[str],
     name: str,
@@ -173,25 +165,25 @@ def create_run(
     command: list[str] | tuple[str, ...] = (),
     config: Mapping[str, Any] | None = None,
     tags: list[str] | tuple[str, ...] = (),
+    run_id: str | None = None,
+    now: float | None = None,
     **fields: Any,
 ) -> tuple[Path, Manifest]:
     """Create a new run folder under ``root`` with a ``running`` manifest.
 
     Returns the run folder and its manifest. Raises OSError when the folder cannot be made.
+    ``run_id``: the folder ``root/run_id`` that the caller already made, empty, with
+    ``layout.make_run_folder`` at time ``now`` (the launcher names the run before the job starts,
+    and writes its manifest while the job's interpreter starts).
     """
-    now = time.time()
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for _ in range(10):
-        run_id = new_run_id(name, now=now)
+    if run_id is not None:
         run_dir = root / run_id
-        try:
-            run_dir.mkdir()
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - 10 collisions of 16 random bits in one second
-        raise FileExistsError(f"{root}: could not find a free run folder name for {name!r}")
+        now = time.time() if now is None else now
+    else:
+        now = time.time()
+        run_dir = Path(layout.make_run_folder(root, name, now=now))
+        run_id = run_dir.name
     ticks = process_start_ticks(os.getpid())
     if ticks is not None:  # lets readers tell this process from a later one given the same pid
         fields["extra"] = {PID_START_FIELD: ticks, **fields.get("extra", {})}
