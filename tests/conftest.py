@@ -149,18 +149,23 @@ def fixture_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return root, build_fixture_store(root)
 
 
+def import_shared_traces(root: Path, traces: Path) -> None:
+    """Import ``imported_store``'s real traces into ``root``: a GPU trace and two ranks."""
+    from app.data.tbprofiler import import_traces
+
+    import_traces(traces / "gpu_before_after" / "control.json.gz", root, name="gpu-control")
+    import_traces(traces / "two_ranks", root, name="two-ranks")
+
+
 @pytest.fixture(scope="session")
 def imported_store(
     tmp_path_factory: pytest.TempPathFactory, shared_data: Path
 ) -> tuple[Path, dict[str, Path]]:
-    """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks."""
-    from app.data.tbprofiler import import_traces
-
-    root = tmp_path_factory.mktemp("imported_store")
-    traces = shared_data / "traces"
-    gpu = import_traces(traces / "gpu_before_after" / "control.json.gz", root, name="gpu-control")[0]
-    two = import_traces(traces / "two_ranks", root, name="two-ranks")[0]
-    return root, {"gpu-control": gpu, "two-ranks": two}
+    """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks,
+    imported once per session for all xdist workers (tests/once.py), with the traces' cache."""
+    root = build_once(tmp_path_factory, "imported_store", lambda folder: import_shared_traces(folder, shared_data / "traces"))
+    runs = {m.name: path for path, m in rf.list_runs(root).runs}
+    return root, {name: runs[name] for name in ("gpu-control", "two-ranks")}
 
 
 def record_sample_store(root: Path) -> None:
