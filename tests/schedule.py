@@ -87,7 +87,7 @@ def order_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
     first_seen = {g: n for n, g in enumerate(groups)}
     order = sorted(groups, key=lambda g: (-cost[g], first_seen[g]))
     items[:] = [item for g in order for item in groups[g]]
-    if config.getvalue("loadgroup"):
+    if getattr(config.option, "loadgroup", False):  # set on the workers by xdist under --dist loadgroup
         for item in items:
             if item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(group_of(item)))

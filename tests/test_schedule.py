@@ -21,7 +21,7 @@ class FakeItem:
 
 
 def _config(worker: bool) -> SimpleNamespace:
-    cfg = SimpleNamespace(getvalue=lambda name: name == "loadgroup")
+    cfg = SimpleNamespace(option=SimpleNamespace(loadgroup=True))
     if worker:
         cfg.workerinput = {}
     return cfg
