@@ -56,10 +56,12 @@ EXPECTED_S: dict[str, float] = {
     "tests/agent/test_api.py": 10,
     "tests/agent/test_tensorboard.py": 10,
 }
-# A file not listed: this many seconds per test (AppTest pages and agent jobs are slow, pure code fast).
-PER_TEST_S: tuple[tuple[str, float], ...] = (
-    ("tests/app/", 2.0), ("tests/agent/", 3.0), ("tests/stores/", 2.0), ("tests/faults/", 0.5),
-    ("tests/cli/", 0.5), ("tests/golden/", 2.0), ("", 0.2),
+# A file not listed: this many seconds per test, and at least a floor per file (AppTest pages and
+# agent jobs are slow even one at a time, pure code fast); a test marked slow adds 3 s.
+PER_TEST_S: tuple[tuple[str, float, float], ...] = (
+    ("tests/app/", 2.0, 10.0), ("tests/agent/", 3.0, 10.0), ("tests/stores/", 2.0, 10.0),
+    ("tests/variants/", 2.0, 10.0), ("tests/sweep/", 1.0, 5.0), ("tests/golden/", 2.0, 10.0),
+    ("tests/faults/", 0.5, 0.0), ("tests/cli/", 0.5, 0.0), ("", 0.2, 0.0),
 )
 
 
@@ -71,8 +73,8 @@ def group_of(item: pytest.Item) -> str:
 def expected_seconds(group: str, n_tests: int, n_slow: int) -> float:
     if group in EXPECTED_S:
         return EXPECTED_S[group]
-    per_test = next(s for prefix, s in PER_TEST_S if group.startswith(prefix))
-    return per_test * n_tests + 3.0 * n_slow
+    per_test, floor = next((s, f) for prefix, s, f in PER_TEST_S if group.startswith(prefix))
+    return max(floor, per_test * n_tests + 3.0 * n_slow)
 
 
 def order_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
