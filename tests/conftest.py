@@ -308,7 +308,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # --- Two xdist workers: one file per worker, the longest files first (tests/schedule.py) ---------
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     schedule.order_for_workers(config, items)
 

@@ -1,25 +1,26 @@
-"""How the suite is shared between two pytest-xdist workers (``make test``: ``-n 2 --dist loadgroup``).
+"""How the suite is shared between two pytest-xdist workers (``make test``: ``-n 2``).
 
-Two rules, applied to the collected items on every worker (the same on each, as xdist requires;
-pyproject.toml's addopts choose ``--dist loadgroup --no-loadscope-reorder``, which a serial run ignores):
+pyproject.toml's addopts choose ``--dist loadfile --no-loadscope-reorder`` (a serial run ignores
+them), and ``order_for_workers`` sorts the collected files, on every worker alike as xdist requires:
 
-- **One file, one worker.** Every test file is one xdist group, so its module-scoped fixtures
-  (real jobs recorded once for the file, a trace cache per module) are built once, as with
-  ``--dist loadfile``; the browser tests are one group together, so one streamlit server, one
-  browser store and one Chromium serve them all.
-- **The longest first.** Groups are sent in the order of their expected seconds, longest first
-  (``--no-loadscope-reorder`` keeps that order): a long file that started last would leave the
-  other core idle at the end. Expected seconds come from ``EXPECTED_S`` (measured, see below),
-  else from the number of tests of the file. Within a file the order of its tests is kept.
+- **One file, one worker** (``loadfile``): a file's module-scoped fixtures (real jobs recorded once
+  for the file, a trace cache per module) are built once, never on both workers.
+- **The longest first**: files are sent in the order of their expected seconds, longest first
+  (``--no-loadscope-reorder`` keeps that order instead of xdist's count of tests): a long file that
+  started last would leave the other core idle at the end. Expected seconds come from
+  ``EXPECTED_S`` (measured, see below), else from the number of tests of the file. Within a file
+  the order of its tests is kept.
+
+(``--dist loadgroup`` with an ``xdist_group`` per file and one for the browser tests was the first
+plan: pytest-xdist 3.8 renames grouped items through ``item._nodeid``, which pytest 9 no longer
+reads, so its groups are silently ignored there.)
 
 ``EXPECTED_S`` is a hint, not a contract: a stale entry only makes the split less even. To refresh
 it, run the suite with ``--durations=0`` and add up setup, call and teardown per file (``python -m
 tests.schedule durations.txt`` prints the table).
 
-Without xdist (a serial run, ``TEST_WORKERS=0``) nothing is changed.
-
-A file's module-scoped fixture is now set up on one worker only; a session-scoped one still once
-per worker that needs it (use tests/once.py for an expensive one).
+Without xdist (a serial run, ``TEST_WORKERS=0``) nothing is changed. A session-scoped fixture is
+still built once per worker that needs it: use tests/once.py for an expensive one.
 """
 
 from __future__ import annotations
@@ -31,20 +32,22 @@ from pathlib import Path
 
 import pytest
 
-BROWSER_GROUP = "tests/browser"
-
 # Seconds per file (setup + call + teardown of its tests) on two workers of a 2-core machine, from
 # CI's --durations listings; a shared session store (sample_store, ddp_store, tests/once.py) is
-# counted once, in the first file expected to ask for it (the browser tests, tests/agent/test_distributed.py).
+# counted once, in the first file expected to ask for it (test_every_tab_flow.py, test_distributed.py).
 EXPECTED_S: dict[str, float] = {
-    BROWSER_GROUP: 360,
+    "tests/browser/test_every_tab_flow.py": 170,
     "tests/faults/test_agent_sigkill.py": 85,
+    "tests/browser/test_flows.py": 80,
+    "tests/browser/test_security.py": 70,
     "tests/stores/test_agent_remote.py": 65,
     "tests/agent/test_frameworks.py": 62,
     "tests/cli/test_ab.py": 56,
     "tests/agent/test_evaluation_steps.py": 55,
     "tests/agent/test_lifecycle.py": 50,
     "tests/agent/test_distributed.py": 45,
+    "tests/browser/test_compare_flow.py": 40,
+    "tests/browser/test_clean_numbers.py": 30,
     "tests/workspace/test_parallel_ingest.py": 25,
     "tests/agent/test_windows.py": 24,
     "tests/analysis/compare/test_comparison.py": 22,
@@ -66,8 +69,8 @@ PER_TEST_S: tuple[tuple[str, float, float], ...] = (
 
 
 def group_of(item: pytest.Item) -> str:
-    path = item.nodeid.split("::", 1)[0]
-    return BROWSER_GROUP if path.startswith(BROWSER_GROUP + "/") else path
+    """The file of a test: xdist's unit of work under ``--dist loadfile``."""
+    return item.nodeid.split("::", 1)[0]
 
 
 def expected_seconds(group: str, n_tests: int, n_slow: int) -> float:
@@ -78,7 +81,7 @@ def expected_seconds(group: str, n_tests: int, n_slow: int) -> float:
 
 
 def order_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each item with its file's xdist group and sort the files longest first (in place)."""
+    """Sort the files longest first, keeping the order of each file's tests (in place)."""
     if not hasattr(config, "workerinput"):  # not an xdist worker: a serial run keeps its order
         return
     groups: dict[str, list[pytest.Item]] = defaultdict(list)
@@ -89,10 +92,6 @@ def order_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
     first_seen = {g: n for n, g in enumerate(groups)}
     order = sorted(groups, key=lambda g: (-cost[g], first_seen[g]))
     items[:] = [item for g in order for item in groups[g]]
-    if getattr(config.option, "loadgroup", False):  # set on the workers by xdist under --dist loadgroup
-        for item in items:
-            if item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(group_of(item)))
 
 
 _LINE = re.compile(r"^\s*([\d.]+)s\s+(setup|call|teardown)\s+(\S+?)::")
@@ -104,8 +103,7 @@ def table_from_durations(text: str) -> dict[str, float]:
     for line in text.splitlines():
         m = _LINE.match(line)
         if m:
-            path = m.group(3)
-            per[BROWSER_GROUP if path.startswith(BROWSER_GROUP + "/") else path] += float(m.group(1))
+            per[m.group(3)] += float(m.group(1))
     return dict(sorted(per.items(), key=lambda kv: -kv[1]))
 
 

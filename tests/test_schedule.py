@@ -16,12 +16,9 @@ class FakeItem:
     def get_closest_marker(self, name: str):  # noqa: ANN201
         return next((m for m in self.marks if m.name == name), None)
 
-    def add_marker(self, mark) -> None:  # noqa: ANN001
-        self.marks.append(mark.mark)
-
 
 def _config(worker: bool) -> SimpleNamespace:
-    cfg = SimpleNamespace(option=SimpleNamespace(loadgroup=True))
+    cfg = SimpleNamespace()
     if worker:
         cfg.workerinput = {}
     return cfg
@@ -39,20 +36,15 @@ def test_longest_groups_first_every_test_once_in_file_order() -> None:
     schedule.order_for_workers(_config(worker=True), items)  # type: ignore[arg-type]
     ids = [i.nodeid for i in items]
     assert sorted(ids) == sorted(i.nodeid for i in _items())
-    # the browser group keeps the collection's order of its tests
-    assert ids == ["tests/browser/test_flows.py::f1", "tests/browser/test_security.py::s1",
-                   "tests/browser/test_flows.py::f2", "tests/faults/test_agent_sigkill.py::k",
+    assert ids == ["tests/faults/test_agent_sigkill.py::k", "tests/browser/test_flows.py::f1",
+                   "tests/browser/test_flows.py::f2", "tests/browser/test_security.py::s1",
                    "tests/agent/test_new.py::n1", "tests/data/test_a.py::t1", "tests/data/test_a.py::t2"]
-    groups = {i.nodeid: i.get_closest_marker("xdist_group").args[0] for i in items}
-    assert groups["tests/browser/test_security.py::s1"] == groups["tests/browser/test_flows.py::f1"] == "tests/browser"
-    assert groups["tests/data/test_a.py::t2"] == "tests/data/test_a.py"
 
 
 def test_a_serial_run_keeps_the_collection_order() -> None:
     items = _items()
     schedule.order_for_workers(_config(worker=False), items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [i.nodeid for i in _items()]
-    assert all(i.get_closest_marker("xdist_group") is None for i in items)
 
 
 def test_table_from_a_durations_listing() -> None:
@@ -60,4 +52,5 @@ def test_table_from_a_durations_listing() -> None:
             "3.00s setup    tests/browser/test_security.py::test_b\n"
             "2.25s call     tests/cli/test_ab.py::test_c[1]\n"
             "0.75s teardown tests/cli/test_ab.py::test_c[2]\n")
-    assert schedule.table_from_durations(text) == {"tests/browser": 15.5, "tests/cli/test_ab.py": 3.0}
+    assert schedule.table_from_durations(text) == {"tests/browser/test_flows.py": 12.5, "tests/cli/test_ab.py": 3.0,
+                                                   "tests/browser/test_security.py": 3.0}

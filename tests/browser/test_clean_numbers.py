@@ -30,8 +30,8 @@ def _visible_text(page) -> str:  # noqa: ANN001
     return f"{text}\n{svg}"
 
 
-# The first browser test (the browser tests run together on one xdist worker, tests/schedule.py):
-# its setup also records the session's sample runs (minutes on a loaded machine).
+# Its setup may record the session's sample runs, or wait for the other xdist worker to record
+# them (minutes on a loaded machine).
 @pytest.mark.timeout(900)
 def test_cpu_agent_run_shows_clean_numbers(page, server, browser_store):  # noqa: ANN001
     run = _agent_run_or(browser_store, "baseline")
