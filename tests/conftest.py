@@ -20,8 +20,9 @@ import pytest
 
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests import process_tree
+from tests import process_tree, schedule
 from tests.faults import summary as fault_summary
+from tests.once import build_once
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -148,29 +149,27 @@ def fixture_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return root, build_fixture_store(root)
 
 
+def import_shared_traces(root: Path, traces: Path) -> None:
+    """Import ``imported_store``'s real traces into ``root``: a GPU trace and two ranks."""
+    from app.data.tbprofiler import import_traces
+
+    import_traces(traces / "gpu_before_after" / "control.json.gz", root, name="gpu-control")
+    import_traces(traces / "two_ranks", root, name="two-ranks")
+
+
 @pytest.fixture(scope="session")
 def imported_store(
     tmp_path_factory: pytest.TempPathFactory, shared_data: Path
 ) -> tuple[Path, dict[str, Path]]:
-    """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks."""
-    from app.data.tbprofiler import import_traces
-
-    root = tmp_path_factory.mktemp("imported_store")
-    traces = shared_data / "traces"
-    gpu = import_traces(traces / "gpu_before_after" / "control.json.gz", root, name="gpu-control")[0]
-    two = import_traces(traces / "two_ranks", root, name="two-ranks")[0]
-    return root, {"gpu-control": gpu, "two-ranks": two}
+    """(store root, name → run) of real traces imported from ../shared/data: a GPU trace and two ranks,
+    imported once per session for all xdist workers (tests/once.py), with the traces' cache."""
+    root = build_once(tmp_path_factory, "imported_store", lambda folder: import_shared_traces(folder, shared_data / "traces"))
+    runs = {m.name: path for path, m in rf.list_runs(root).runs}
+    return root, {name: runs[name] for name in ("gpu-control", "two-ranks")}
 
 
-@pytest.fixture(scope="session")
-def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store of real runs recorded by the agent from sample_models (baseline and optimized).
-
-    Skips when sample_models.record is not available.
-    """
-    if importlib.util.find_spec("sample_models.record") is None:
-        pytest.skip("sample_models.record is not available")
-    root = tmp_path_factory.mktemp("sample_store")
+def record_sample_store(root: Path) -> None:
+    """Record the sample runs (baseline and optimized) into ``root`` with ``sample_models.record``."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "sample_models.record", "--root", str(root)]
     if "--steps" in subprocess.run([*args, "--help"], capture_output=True, text=True, env=env).stdout:
@@ -180,7 +179,18 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"sample_models.record failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return root
+
+
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of real runs recorded by the agent from sample_models (baseline and optimized),
+    recorded once per session for all xdist workers (tests/once.py): read-only, copy it to change it.
+
+    Skips when sample_models.record is not available.
+    """
+    if importlib.util.find_spec("sample_models.record") is None:
+        pytest.skip("sample_models.record is not available")
+    return build_once(tmp_path_factory, "sample_store", record_sample_store)
 
 
 # The 4-rank DDP job of the torchrun tests: rank SLOW_DDP_RANK computes this much longer each step.
@@ -188,17 +198,8 @@ SLOW_DDP_RANK = 2
 SLOW_DDP_MS = 150
 
 
-@pytest.fixture(scope="session")
-def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(store root, run folder) of a real 4-rank job: ``torchscope run -- torchrun --nproc_per_node 4
-    tests/agent/ddp_job.py`` (gloo on CPU, 6 steps, 3 profiled) with rank SLOW_DDP_RANK slowed.
-
-    Skips when torchrun is not installed next to this python.
-    """
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this python")
-    root = tmp_path_factory.mktemp("ddp_store")
+def record_ddp_store(root: Path, torchrun: str) -> None:
+    """Record the 4-rank DDP job of ``ddp_store`` into ``root``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "ddp", "--wait", "1", "--warmup", "1",
             "--active", "3", "--", torchrun, "--standalone", "--nproc_per_node", "4",
@@ -207,6 +208,20 @@ def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"torchscope run -- torchrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(store root, run folder) of a real 4-rank job: ``torchscope run -- torchrun --nproc_per_node 4
+    tests/agent/ddp_job.py`` (gloo on CPU, 6 steps, 3 profiled) with rank SLOW_DDP_RANK slowed,
+    recorded once per session for all xdist workers (tests/once.py): read-only, copy it to change it.
+
+    Skips when torchrun is not installed next to this python.
+    """
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not installed next to this python")
+    root = build_once(tmp_path_factory, "ddp_store", lambda folder: record_ddp_store(folder, torchrun))
     runs = rf.list_runs(root).runs
     assert len(runs) == 1, f"expected one run in {root}, found {[p.name for p, _ in runs]}"
     return root, runs[0][0]
@@ -288,6 +303,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     process_tree.kill_strays(strays)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- Two xdist workers: one file per worker, the longest files first (tests/schedule.py) ---------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    schedule.order_for_workers(config, items)
 
 
 # --- The fault suite's tally, for every test marked fault("class") (tests/faults/summary.py) -----

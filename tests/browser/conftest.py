@@ -33,6 +33,12 @@ CHROMIUM_ARGS = [
 ]
 
 
+def _not_caches(folder: str, names: list[str]) -> set[str]:
+    """What a copy of a shared run leaves out: its trace cache (keyed by the traces' paths, so of no
+    use to a copy) and writers' temporary files."""
+    return {n for n in names if n == layout.CACHE_DIR or layout.is_temp_file(n)}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,8 +118,9 @@ def browser_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
     try:
         sample = request.getfixturevalue("sample_store")
         for run in sample.iterdir():
-            if run.is_dir():
-                shutil.copytree(run, root / run.name, symlinks=True)
+            if run.is_dir() and not run.name.startswith("."):  # not the shared store's catalog index
+                # nor its caches: the other xdist worker may be writing into them meanwhile
+                shutil.copytree(run, root / run.name, symlinks=True, ignore=_not_caches)
     except pytest.skip.Exception:
         pass
     build_fixture_store(root)
