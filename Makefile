@@ -37,9 +37,7 @@ check: setup
 # Two pytest-xdist workers: most of the suite's time is real jobs, servers and browsers waiting on
 # each other, so two workers on two cores finish well before one process would (11 min 40 s for
 # 1,421 tests on 2 cores, where the serial run was 13 min for 1,273). TEST_WORKERS=0: one process.
-# pyproject.toml's addopts add `--dist loadfile --no-loadscope-reorder`: each test file goes whole to
-# one worker, the longest first (tests/schedule.py); stores recorded by real jobs are recorded once
-# for both workers (tests/once.py).
+# Stores recorded by real jobs are recorded once for both workers (tests/once.py).
 TEST_WORKERS ?= 2
 
 test: setup check

@@ -20,7 +20,7 @@ import pytest
 
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests import process_tree, schedule
+from tests import process_tree
 from tests.faults import summary as fault_summary
 from tests.once import build_once
 
@@ -303,13 +303,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     process_tree.kill_strays(strays)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-# --- Two xdist workers: one file per worker, the longest files first (tests/schedule.py) ---------
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    schedule.order_for_workers(config, items)
 
 
 # --- The fault suite's tally, for every test marked fault("class") (tests/faults/summary.py) -----
