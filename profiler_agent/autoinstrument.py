@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .import_hooks import AfterExecLoader
+from .import_hooks import spec_running_after
 
 TYPE_CHECKING = False  # typing itself costs ~3 ms of every wrapped process's start; mypy reads it as True
 if TYPE_CHECKING:
@@ -70,18 +70,7 @@ class TorchImportWatcher:
             return None
         if not self._pending:
             _remove_watcher()
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            try:
-                spec = finder.find_spec(fullname, path, target)
-            except Exception:  # noqa: BLE001 - let the import system ask that finder itself
-                return None
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = AfterExecLoader(spec.loader, after)
-                return spec
-        return None
+        return spec_running_after(self, fullname, path, target, after)
 
     def forget(self, names: Sequence[str]) -> None:
         for name in names:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from .import_hooks import AfterExecLoader
+from .import_hooks import spec_running_after
 
 __all__ = [
     "install_framework_capture",
@@ -367,18 +367,7 @@ class FrameworkWatcher(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _PATCHES or fullname in _patched:
             return None
-        for finder in sys.meta_path:
-            if isinstance(finder, FrameworkWatcher) or not hasattr(finder, "find_spec"):
-                continue
-            try:
-                spec = finder.find_spec(fullname, path, target)
-            except Exception:  # noqa: BLE001 - let the import system ask that finder itself
-                return None
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = AfterExecLoader(spec.loader, functools.partial(_apply, fullname))
-                return spec
-        return None
+        return spec_running_after(self, fullname, path, target, functools.partial(_apply, fullname))
 
 
 def install_framework_capture() -> None:

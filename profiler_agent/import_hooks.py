@@ -13,14 +13,14 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing itself costs ~3 ms of start-up; mypy reads the name as True
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from importlib.abc import Loader as _Loader
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 else:
     _Loader = object
 
-__all__ = ["AfterExecLoader"]
+__all__ = ["AfterExecLoader", "spec_running_after"]
 
 
 class AfterExecLoader(_Loader):
@@ -41,3 +41,26 @@ class AfterExecLoader(_Loader):
         module.__loader__ = self._inner
         self._inner.exec_module(module)
         self._after(module)
+
+
+def spec_running_after(
+    watcher: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None,
+    after: Callable[[ModuleType], None],
+) -> ModuleSpec | None:
+    """The spec the other meta path finders give ``fullname`` (every finder but those of
+    ``watcher``'s type), its loader wrapped to run ``after`` once the module has executed; None
+    when none has it, or when one raised (the import system then asks that finder itself)."""
+    import sys
+
+    for finder in list(sys.meta_path):
+        if isinstance(finder, type(watcher)) or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec(fullname, path, target)
+        except Exception:  # noqa: BLE001 - let the import system ask that finder itself
+            return None
+        if spec is not None:
+            if spec.loader is not None:
+                spec.loader = AfterExecLoader(spec.loader, after)
+            return spec
+    return None
