@@ -4,6 +4,11 @@ Used by the bootstrap once torch is imported (``activate_from_environment``) and
 (``start_session``). A process-wide exit handler flushes the session; an exception hook
 saves the traceback to logs/traceback.txt; SIGTERM flushes and then dies as SIGTERM would.
 Forked children (DataLoader workers) get a disabled session: they must not write the run.
+
+Both the exception hook and the exit flush defer the signals that have Python handlers until they
+are done: such a handler may raise (torch's DataLoader raises from SIGCHLD when a worker dies,
+Ctrl-C raises KeyboardInterrupt), and an exception raised inside the agent's guarded writes would
+cut the traceback or the last metrics short. The deferred signals are raised again right after.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -82,6 +88,63 @@ def write_traceback(run_dir: Path, exc: BaseException, *, rank: int) -> None:
         os.fsync(f.fileno())
 
 
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """While the body runs, the signals that have Python handlers are only noted; they are raised
+    again, to their own handlers, once it is done.
+
+    Blocking them would not do: a signal sent to the process reaches any thread that does not
+    block it (torch runs several), and its Python handler then runs in the main thread anyway.
+    Python calls handlers whose signal came in earlier from ``signal.signal`` itself: such a
+    handler may raise here, with the handlers swapped so far put back (``_shielded`` tries again).
+    """
+    if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
+        yield
+        return
+    noted: list[int] = []
+    swapped: dict[signal.Signals | int, object] = {}
+    try:
+        for signum in signal.valid_signals():
+            with contextlib.suppress(ValueError, OSError):
+                if callable(signal.getsignal(signum)):
+                    swapped[signum] = signal.signal(signum, lambda n, _frame: noted.append(n))
+        yield
+    finally:
+        escaped: BaseException | None = None
+        for swapped_signal, handler in swapped.items():
+            try:
+                signal.signal(swapped_signal, handler)  # type: ignore[arg-type]
+            except ValueError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - a handler put back ran for an earlier signal
+                escaped = escaped or e
+        for noted_signal in dict.fromkeys(noted):
+            with contextlib.suppress(ValueError, OSError):
+                signal.raise_signal(noted_signal)  # its own handler, now
+        if escaped is not None:
+            raise escaped
+
+
+def _shielded(work: Callable[[], None], *, tries: int = 5) -> None:
+    """Run ``work`` once, whole, with the Python-handled signals deferred (``_signals_deferred``).
+
+    A handler can still raise before they are deferred (then ``work`` is tried again) or when
+    they are raised again after it (then the job is ending anyway: the error is dropped).
+    ``work`` must catch its own errors: only a handler's escape this way.
+    """
+    done = False
+    for _ in range(tries):
+        try:
+            with _signals_deferred():
+                if not done:
+                    work()
+                    done = True
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 - raised by a signal handler around the work
+            pass
+        if done:
+            return
+
+
 _handlers_installed = False
 
 
@@ -96,12 +159,7 @@ def _install_process_handlers() -> None:
     def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         session = get_session()
         if session is not None and not session.disabled:
-            with contextlib.suppress(Exception):  # an out-of-memory error dumps an allocator snapshot
-                session.windows.on_exception(exc)
-            if not isinstance(exc, KeyboardInterrupt):
-                with contextlib.suppress(Exception):
-                    write_traceback(session.run_dir, exc, rank=session.rank)
-            _finalize(session, RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED)
+            _shielded(lambda: _record_exception(session, exc))
         previous_hook(kind, exc, tb)
 
     sys.excepthook = excepthook
@@ -109,6 +167,20 @@ def _install_process_handlers() -> None:
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _record_exception(session: Session, exc: BaseException) -> None:
+    if not isinstance(exc, KeyboardInterrupt):
+        with contextlib.suppress(Exception):
+            write_traceback(session.run_dir, exc, rank=session.rank)
+    with contextlib.suppress(Exception):  # an out-of-memory error dumps an allocator snapshot
+        session.windows.on_exception(exc)
+    _finalize(session, RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED)
+
+
+def _stop_finished(session: Session) -> None:
+    stop_session(session)
+    _finalize(session, RunStatus.FINISHED)
 
 
 def _finalize(session: Session, status: RunStatus) -> None:
@@ -123,8 +195,7 @@ def _finalize(session: Session, status: RunStatus) -> None:
 def _at_exit() -> None:
     session = get_session()
     if session is not None and not session.disabled:
-        stop_session(session)
-        _finalize(session, RunStatus.FINISHED)
+        _shielded(lambda: _stop_finished(session))
 
 
 def _disable_in_child() -> None:

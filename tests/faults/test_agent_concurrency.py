@@ -21,11 +21,14 @@ from profiler_agent.runformat import (
 
 from ..agent.helpers import PROJECT_ROOT, env
 
-# Writes like the agent: metrics lines appended, run.json rewritten under its lock, as fast as it can.
+# Writes like the agent: it waits for the launcher's run.json (the gate the agent waits for at
+# `import torch`), then appends metrics lines and rewrites run.json under its lock, as fast as it can.
 WRITER = """
     import os, time
     from pathlib import Path
+    from profiler_agent.autoinstrument import wait_for_run
     from profiler_agent.runformat import JsonlWriter, layout, update_manifest
+    assert wait_for_run()
     run_dir = Path(os.environ["TORCHSCOPE_RUN_DIR"])
     print("READY", flush=True)
     with JsonlWriter(run_dir / layout.METRICS) as w:

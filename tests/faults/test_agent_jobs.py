@@ -80,6 +80,30 @@ def test_a_lost_dataloader_worker_fails_the_run_with_the_jobs_code(tmp_path: Pat
     assert (run_dir / layout.TRACEBACK_LOG).is_file()
 
 
+@pytest.mark.fault("job crash")
+def test_a_raising_signal_handler_cannot_cut_the_traceback_or_the_last_metrics(tmp_path: Path) -> None:
+    # As torch's DataLoader raises from its SIGCHLD handler when a worker dies, at any moment: here
+    # one such signal per millisecond for 40 ms from the moment the job fails, through the agent's
+    # exception hook and its exit flush.
+    storm = textwrap.dedent("""
+        import signal, threading, time
+        def raising(*_): raise RuntimeError("raised by a signal handler")
+        signal.signal(signal.SIGUSR2, raising)
+        def storm():
+            for _ in range(40):
+                os.kill(os.getpid(), signal.SIGUSR2)
+                time.sleep(0.001)
+    """).replace("\n", "\n    ")
+    script = textwrap.dedent(TRAIN.format(before=storm, batches="[(torch.randn(8, 16), torch.randint(0, 4, (8,)))] * 6")) \
+        + "threading.Thread(target=storm, daemon=True).start()\nraise ValueError('the job fails')\n"
+    res, run_dir = _wrapped(tmp_path / "runs", script)
+    assert res.returncode == 1 and "trained" in res.stdout, res.stderr
+    assert read_manifest(run_dir).status is RunStatus.FAILED
+    text = (run_dir / layout.TRACEBACK_LOG).read_text()
+    assert "the job fails" in text or "raised by a signal handler" in text, text
+    assert len(read_jsonl(run_dir / layout.METRICS).records) >= 5  # the exit flush was not cut either
+
+
 @pytest.mark.slow
 @pytest.mark.fault("agent failure")
 def test_no_graphviz_and_a_failing_trace_export_leave_the_job_alone(tmp_path: Path) -> None:

@@ -68,8 +68,10 @@ def _analyze_collecting(folder: Path, capsys: pytest.CaptureFixture[str], monkey
 
     monkeypatch.setattr(ws_traces, "prefetch_traces", spy)
     capsys.readouterr()
-    assert main(["analyze", str(folder), "--json", *extra]) == 0
-    return json.loads(capsys.readouterr().out), sorted(got, key=lambda r: r.rank)
+    code = main(["analyze", str(folder), "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out), sorted(got, key=lambda r: r.rank)
 
 
 @pytest.mark.slow
