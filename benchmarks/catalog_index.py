@@ -8,6 +8,8 @@ every figure is a whole process, timed in this run next to its peer:
 - ``loop``: a plain Python process that lists the store and ``json.load``s every run.json (the peer);
 - ``ls cold``: ``python -m app ls --json`` without an index (it reads every run and builds the index);
 - ``ls warm``: the same with the index present and nothing else cached (goal: <= 0.2x the loop);
+  the loop, ``ls warm`` and the stat floor are timed in interleaved rounds, and the per-round
+  ratios are printed too;
 - ``stat floor``: a plain Python process that lists the store and ``stat``s every file the index
   signature covers (run.json, metrics.jsonl, system.jsonl: app.workspace.signatures.scan_store) and
   prints nothing: what any listing that notices a changed run pays, index or not;
@@ -147,7 +149,8 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     store = work / f"runs{n}"
     t = time.perf_counter()
     write_store(store, n)
-    print(f"\n== {n} runs (written in {time.perf_counter() - t:.1f} s) ==")
+    print(f"\n== {n} runs (written in {time.perf_counter() - t:.1f} s; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}) ==")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHSCOPE_CACHE": str(work / "cache")}
     py = sys.executable
     ls = [py, "-m", "app", "ls", "--root", str(store), "--json"]
@@ -157,10 +160,22 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
         return timed(ls, env)
 
     ls_cold = median_of(1, cold)  # builds the index: reads every run once
-    loop = median_of(repeat, lambda: timed([py, "-c", LOOP, str(store)], env))
-    ls_warm = median_of(repeat, lambda: timed(ls, env))
+    # Interleaved rounds (loop, ls, floor, loop, ls, floor, ...): a load that changes during the run
+    # moves each side alike; each figure is the median of its rounds, each ratio the median of
+    # the rounds' own ratios.
+    rounds: list[tuple[tuple[float, float, str], ...]] = []
+    for _ in range(repeat):
+        rounds.append((timed([py, "-c", LOOP, str(store)], env), timed(ls, env),
+                       timed([py, "-c", STAT_FLOOR, str(store), SIGNATURE_FILES], env)))
+
+    def med(i: int) -> tuple[float, float, str]:
+        return (statistics.median(r[i][0] for r in rounds), statistics.median(r[i][1] for r in rounds),
+                rounds[-1][i][2])
+
+    loop, ls_warm, floor = med(0), med(1), med(2)
     assert len(json.loads(ls_warm[2])["runs"]) == n
-    floor = median_of(repeat, lambda: timed([py, "-c", STAT_FLOOR, str(store), SIGNATURE_FILES], env))
+    paired = [r[1][0] / r[0][0] for r in rounds]
+    paired_cpu = [r[1][1] / max(r[0][1], 1e-9) for r in rounds]
     page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
     first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
     query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
@@ -175,6 +190,9 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     line("loop: json.load every manifest", loop)
     line("ls --json, no index (builds it)", ls_cold)
     line("ls --json, index present", ls_warm, "   goal <= 0.2x")
+    print(f"  {'  per round, ls / loop':34s} wall {' '.join(f'{x:.3f}' for x in paired)} (median "
+          f"{statistics.median(paired):.3f}x), CPU {' '.join(f'{x:.3f}' for x in paired_cpu)} "
+          f"(median {statistics.median(paired_cpu):.3f}x)")
     line("stat floor: stat the signature files", floor)
     line("Runs page process (AppTest)", page)
     print(f"  {'Runs page first render':34s} wall {first:7.3f} s  CPU {first_cpu:7.3f} s   "

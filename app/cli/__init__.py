@@ -94,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         if code is not None:
             return code
+    if argv[:1] == ["ls"]:  # `ls --json` of a store where nothing changed: printed before any import
+        from app.workspace.ls_snapshot import print_if_current
+
+        if print_if_current(argv):
+            return 0
     # Only the named command's module is imported: `torchscope run` must start the job fast, and
     # a warm `analyze --json` and `ls` on an indexed store must not pay for the other commands'
     # pandas, plotly and Streamlit (~0.7 s). `torchscope --help` (or an unknown command) builds

@@ -8,9 +8,10 @@ or null. Runs are
 listed newest first by start time, and a torch-tb-profiler log folder's runs through the same
 read-only mirror ``torchscope ui`` uses: both list the store through app.workspace.catalog, so
 they show the same runs in the same order with the same problem messages. The listing goes through
-the store's catalog index (docs/catalog.md): only runs whose manifest changed are read, and with a
-current index this module imports neither pandas nor the analysis (``--json`` prints the stored
-record texts). ``--reindex`` reads every run again.
+the store's catalog index (docs/catalog.md): only runs the store's change journal names (or that were
+added, replaced or are running) are checked, only those that changed are read, and with a current
+index this module imports neither pandas nor the analysis (``--json`` prints the stored record
+texts). ``--refresh`` checks every run's files (edits by other tools); ``--reindex`` reads every run again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import math
 import sys
 from typing import Any
 
-from app.workspace import catalog_records
+from app.workspace import catalog_records, ls_snapshot
 from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
@@ -63,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"./{layout.DEFAULT_ROOT})"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--refresh", action="store_true",
+                        help="check every run's files for changes instead of trusting the store's change journal "
+                        "(sees edits made by other tools; docs/catalog.md)")
     parser.add_argument("--reindex", action="store_true",
                         help="read every run again instead of trusting the catalog index's unchanged entries")
 
@@ -143,13 +147,19 @@ def _write_bytes(data: bytes) -> None:
 
 def run(args: argparse.Namespace) -> int:
     reindex = bool(getattr(args, "reindex", False))
+    full_check = bool(getattr(args, "refresh", False))
     if args.json:
-        root, runs_text, problems = catalog_records.list_store_json(args.root, reindex=reindex)
+        url = getattr(args, "store_url", None)
+        local = url is None  # a local store's document is also kept for the check before imports
+        root, runs_text, problems = catalog_records.list_store_json(
+            args.root, reindex=reindex, full_check=full_check,
+            document=(lambda found, runs, probs: json_document(str(found), runs, probs)) if local else None,
+            root_text=ls_snapshot.root_value(args.root) if local else None)
         # a store URL stays the root shown; its mirror folder is only where it is read from
-        shown_root = getattr(args, "store_url", None) or str(root)
+        shown_root = url or str(root)
         _write_bytes(json_document(shown_root, runs_text, problems))
         return 0
-    listing = catalog_records.list_store_records(args.root, reindex=reindex)
+    listing = catalog_records.list_store_records(args.root, reindex=reindex, full_check=full_check)
     records = [json.loads(text) for text in listing.records]
     if records:
         sources = listing.steps_sources

@@ -19,32 +19,40 @@ workspace's (app.workspace.catalog_listing).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["INDEX_FORMAT", "INDEX_DIR", "INDEX_FILE", "Signature", "NO_FILE", "IndexEntry", "ListingEntry",
+from app.data.change_journal import JournalState
+
+__all__ = ["INDEX_FORMAT", "INDEX_DIR", "INDEX_FILE", "LS_SNAPSHOT_FILE", "Signature", "NO_FILE", "IndexEntry", "ListingEntry",
            "CatalogIndex", "catalog_index_path"]
 
 # Bumped when the table layout changes; the rows' own rules (which step time, which final value) are
 # versioned by the digest the workspace passes to CatalogIndex.open.
-INDEX_FORMAT = 2  # 2: the signature covers metrics.jsonl and system.jsonl beside run.json
+INDEX_FORMAT = 3  # 2: the signature covers metrics.jsonl and system.jsonl; 3: and the run folder's inode
 # Inside the store: a dot-folder, which run listings skip (runformat.list_runs, tb-profiler scans).
 INDEX_DIR = ".torchscope"
 INDEX_FILE = "catalog.sqlite3"
+# Beside the index inside the store: the last `ls --json` document with its key, written and read by
+# app.workspace.ls_snapshot (which spells the same name); deleted with every write of entries.
+LS_SNAPSHOT_FILE = "ls-json.snapshot"
 _CACHE_ENV = "TORCHSCOPE_CACHE"  # the same variable as app.data.trace_cache.CACHE_ENV
 _BUSY_MS = 5_000
 
 # (st_mtime_ns, st_size, st_ino) of a run's manifest, then of its metrics.jsonl and its system.jsonl
 # (NO_FILE for one that is missing): everything a catalog row is computed from but the traces folder,
-# so a finished run whose metrics change without its manifest changing is read again.
-Signature = tuple[int, int, int, int, int, int, int, int, int]
+# so a finished run whose metrics change without its manifest changing is read again; last the run
+# folder's own inode (from the store's directory listing, no stat), so a folder deleted and another
+# copied in under the same name is read again without its files being stat-ed.
+Signature = tuple[int, int, int, int, int, int, int, int, int, int]
 NO_FILE = (-1, -1, -1)
 _SIG_COLUMNS = ("mtime_ns", "size", "ino", "metrics_mtime_ns", "metrics_size", "metrics_ino", "system_mtime_ns",
-                "system_size", "system_ino")
+                "system_size", "system_ino", "dir_ino")
 _SIG_SELECT = ", ".join(_SIG_COLUMNS)
 
 _SCHEMA = """
@@ -54,6 +62,7 @@ CREATE TABLE IF NOT EXISTS runs (
     mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, ino INTEGER NOT NULL,   -- run.json
     metrics_mtime_ns INTEGER NOT NULL, metrics_size INTEGER NOT NULL, metrics_ino INTEGER NOT NULL,
     system_mtime_ns INTEGER NOT NULL, system_size INTEGER NOT NULL, system_ino INTEGER NOT NULL,
+    dir_ino INTEGER NOT NULL,      -- the run folder's inode (from the store's listing)
     manifest_status TEXT,          -- as written in run.json (a running run's status is checked every listing)
     steps_source TEXT,
     started_at REAL,               -- sort key: epoch seconds, NULL when unknown
@@ -64,8 +73,9 @@ CREATE TABLE IF NOT EXISTS runs (
     name TEXT, status TEXT, tags TEXT, grp TEXT,
     config_json TEXT, finals_json TEXT
 );
--- The last whole `ls --json` listing, keyed by every folder's name and signature (the exact bytes,
--- app.workspace.signatures.snapshot_key): a store where nothing changed is printed from here.
+-- The last whole `ls --json` listing, keyed by every folder's name and inode and the change journal's
+-- position (the exact bytes, app.workspace.signatures.snapshot_key): a store where nothing changed is
+-- printed from here. Any write of runs deletes it.
 CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL,
     runs_text BLOB NOT NULL, problems_json TEXT NOT NULL);  -- runs_text: the printed array, UTF-8
 """
@@ -136,6 +146,8 @@ class CatalogIndex:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        self.committed_state: JournalState | None = None  # the journal state the last write() stored
+        self.committed_generation: int | None = None  # the generation after it (None: another writer wrote)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], rules: str) -> CatalogIndex | None:
@@ -174,6 +186,9 @@ class CatalogIndex:
                 with _transaction(conn):  # another layout or other rules: nothing of it is kept
                     conn.execute("DROP TABLE IF EXISTS runs")
                     conn.execute("DROP TABLE IF EXISTS snapshot")
+                    conn.execute("DELETE FROM meta")  # the journal position belonged to those entries
+                    with contextlib.suppress(OSError):
+                        (path.parent / LS_SNAPSHOT_FILE).unlink()
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             conn.execute(statement)
@@ -194,7 +209,7 @@ class CatalogIndex:
             cur = self._conn.execute(f"SELECT folder, {_SIG_SELECT}, manifest_status, steps_source, started_at, "
                                      "status FROM runs")
             new = ListingEntry._make
-            return {r[0]: new((r[1:10], r[10], r[11], r[12], r[13])) for r in cur}
+            return {r[0]: new((r[1:11], r[11], r[12], r[13], r[14])) for r in cur}
         except sqlite3.DatabaseError:
             return None
 
@@ -207,8 +222,8 @@ class CatalogIndex:
             listing: dict[str, ListingEntry] = {}
             records: dict[str, tuple[bool, str | None, str]] = {}
             for r in cur:
-                listing[r[0]] = new((r[1:10], r[10], r[11], r[12], r[13]))
-                records[r[0]] = (bool(r[14]), r[15], r[16])
+                listing[r[0]] = new((r[1:11], r[11], r[12], r[13], r[14]))
+                records[r[0]] = (bool(r[15]), r[16], r[17])
             return listing, records
         except sqlite3.DatabaseError:
             return None
@@ -264,6 +279,73 @@ class CatalogIndex:
                 out.append((folder, row, config, finals))
         return out
 
+    def listing_and_state(self, *, with_records: bool
+                          ) -> tuple[Any, JournalState | None, int] | None:
+        """(:meth:`listing_with_records` or :meth:`listing`, :meth:`journal_state`, :meth:`generation`)
+        read in one read transaction, so that the entries and the journal position they hold belong
+        together; None when the file turns out unreadable."""
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                got = self.listing_with_records() if with_records else self.listing()
+                state = self.journal_state()
+                generation = self.generation()
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError:
+            return None
+        return None if got is None else (got, state, generation)
+
+    def generation(self) -> int:
+        """How many writes changed entries (a snapshot is kept only for the generation it was made from)."""
+        try:
+            got = self._conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            return int(got[0]) if got is not None else 0
+        except (sqlite3.DatabaseError, ValueError):
+            return -1
+
+    def journal_state(self) -> JournalState | None:
+        """How far the store's change journal was consumed by the listing that wrote these entries;
+        None when unknown (a new index: the next listing checks every run)."""
+        try:
+            meta = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                           "('journal_token', 'journal_offset')").fetchall())
+            return JournalState(meta["journal_token"], int(meta["journal_offset"]))
+        except (sqlite3.DatabaseError, KeyError, ValueError):
+            return None
+
+    def state_and_snapshot(self) -> tuple[JournalState | None, int, tuple[bytes, bytes, list[str]] | None]:
+        """(:meth:`journal_state`, :meth:`generation`, (key, runs text, problems) of the snapshot or
+        None), in one read transaction: what ``ls --json`` of an unchanged store reads."""
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                state = self.journal_state()
+                generation = self.generation()
+                got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
+            finally:
+                self._conn.execute("COMMIT")
+            if got is None:
+                return state, generation, None
+            problems = json.loads(got[2])
+        except (sqlite3.DatabaseError, ValueError):
+            return None, -1, None
+        if not isinstance(problems, list):
+            return state, generation, None
+        runs = got[1].encode("utf-8", "surrogateescape") if isinstance(got[1], str) else bytes(got[1])
+        return state, generation, (bytes(got[0]), runs, [str(p) for p in problems])
+
+    def run_if_current(self, state: JournalState, generation: int, fn: Callable[[], None]) -> bool:
+        """Run ``fn`` under the write lock if the stored journal state and generation are still these."""
+        try:
+            with _transaction(self._conn):
+                if self.journal_state() != state or self.generation() != generation:
+                    return False
+                fn()
+        except sqlite3.DatabaseError:
+            return False
+        return True
+
     def snapshot(self, key: bytes) -> tuple[bytes, list[str]] | None:
         """(runs text as UTF-8 bytes, problems) of the last listing when it was made for ``key``, else None.
         Bytes, so that ``ls --json`` writes 6 MB for 10,000 runs without decoding and encoding them."""
@@ -277,31 +359,76 @@ class CatalogIndex:
         runs = got[1].encode("utf-8", "surrogateescape") if isinstance(got[1], str) else bytes(got[1])
         return (runs, [str(p) for p in problems]) if isinstance(problems, list) else None
 
-    def write_snapshot(self, key: bytes, runs_text: bytes, problems: list[str]) -> bool:
-        """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written."""
+    def write_snapshot(self, key: bytes, runs_text: bytes, problems: list[str],
+                       state: JournalState | None = None, generation: int | None = None,
+                       also: Callable[[], None] | None = None) -> bool:
+        """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written.
+        ``state``, ``generation``: only when the stored journal state and generation are still
+        these (no listing wrote entries since the listing was made: compare and set); ``also``:
+        run inside the same transaction (the ``ls --json`` snapshot file, app.workspace.ls_snapshot)."""
         try:
             with _transaction(self._conn):
+                if state is not None and self.journal_state() != state:
+                    return False
+                if generation is not None and self.generation() != generation:
+                    return False
                 self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?, ?)",
                                    (key, runs_text, _dumps(problems)))
+                if also is not None:
+                    also()
         except sqlite3.DatabaseError:
             return False
         return True
 
-    def write(self, entries: Iterable[IndexEntry], removed: Iterable[str] = ()) -> bool:
-        """Store ``entries`` and forget the ``removed`` folders in one transaction; False when the
-        index could not be written (another writer held it past the busy timeout, a full disk):
-        the listing is still right, only not remembered."""
+    def write(self, entries: Iterable[IndexEntry], removed: Iterable[str] = (), *,
+              journal: tuple[JournalState | None, JournalState] | None = None,
+              compact: Callable[[JournalState], JournalState | None] | None = None,
+              generation: int | None = None) -> bool:
+        """Store ``entries`` and forget the ``removed`` folders in one transaction (the snapshot is
+        dropped with any change); False when the index could not be written (another writer held
+        it past the busy timeout, a full disk): the listing is still right, only not remembered.
+
+        ``journal``: (the state the entries were read with, the state consumed now): stored in the
+        same transaction, only when the stored state is still the first (compare and set: another
+        listing that moved it on keeps its position). ``compact``: called with the new state inside
+        the transaction (the journal replaced by an empty one: app.data.change_journal.compact);
+        the state it returns is stored instead. ``generation``: the one the entries were read
+        with; ``committed_generation`` is then the generation after this write, or None when
+        another listing wrote meanwhile (this listing's whole-store view is then not kept)."""
         values = [e.values() for e in entries]
         gone = [(f,) for f in removed]
-        if not values and not gone:
+        if not values and not gone and (journal is None or (journal[0] == journal[1] and compact is None)):
+            self.committed_state = journal[1] if journal is not None else None
+            self.committed_generation = generation
             return True
+        committed = None
+        self.committed_generation = None
         try:
             with _transaction(self._conn):
-                self._conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) "
-                                       f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
-                self._conn.executemany("DELETE FROM runs WHERE folder = ?", gone)
+                now = self.generation()
+                if values or gone:
+                    self._conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) "
+                                           f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+                    self._conn.executemany("DELETE FROM runs WHERE folder = ?", gone)
+                    self._conn.execute("DELETE FROM snapshot")
+                    with contextlib.suppress(OSError):
+                        (self.path.parent / LS_SNAPSHOT_FILE).unlink()
+                    self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (str(now + 1),))
+                    self.committed_generation = now + 1 if now == generation else None
+                else:
+                    self.committed_generation = now if now == generation else None
+                if journal is not None and self.journal_state() == journal[0]:
+                    new = journal[1]
+                    if compact is not None:
+                        new = compact(new) or new
+                    if new != journal[0]:
+                        self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                               [("journal_token", new.token), ("journal_offset", str(new.offset))])
+                    committed = new
         except (sqlite3.DatabaseError, OverflowError, ValueError):
+            self.committed_state = None
             return False
+        self.committed_state = committed
         return True
 
 

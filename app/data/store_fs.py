@@ -48,6 +48,7 @@ from profiler_agent.runformat import (
     layout,
     manifest_from_dict,
     manifest_to_dict,
+    note_run_changed,
 )
 from profiler_agent.runformat.errors import TorchscopeError
 from profiler_agent.runformat.store_url import (
@@ -217,8 +218,15 @@ class StoreFS:
                 wanted[rel] = str(info["token"]) if "token" in info else object_token(info)
         fresh = {rel: tok for rel, tok in wanted.items()
                  if known.get(rel) != tok or not (self.mirror_dir / rel).is_file()}
+        # The runs whose files change here, announced in the mirror's change journal before and after
+        # (its catalog index stats only those: app.data.change_journal), as the run format's writers do.
+        touched = sorted({rel.split("/", 1)[0] for rel in fresh} | {r.split("/", 1)[0] for r in known if r not in wanted})
+        for top in touched:
+            note_run_changed(self.mirror_dir / top)
         fetched = self._download(fresh, known, warnings)
         removed = self._remove_gone(known, wanted, set(listing.runs) if not listing.whole else None)
+        for top in touched:
+            note_run_changed(self.mirror_dir / top)
         if fetched or removed or listing.runs != known_runs or not (self.cache_dir / _INDEX_NAME).is_file():
             self._write_index(known, listing.runs)  # an unchanged store rewrites nothing
         return MirrorResult(self.mirror_dir, self.url, fetched=fetched, reused=len(wanted) - len(fresh),

@@ -82,11 +82,12 @@ def mirror_tb_store(root: Path, tb_runs: list[Path]) -> Path | None:
 
 
 def list_catalog_rows(root: str | os.PathLike[str] | None = None, *, mirror_of: MirrorLoader = mirror_tb_store,
-                      now: float | None = None, reindex: bool = False
+                      now: float | None = None, reindex: bool = False, full_check: bool = False
                       ) -> tuple[Path, list[dict[str, Any]], list[str], Path | None]:
     """(store root, rows of the store and of its tb-profiler mirror in listing order, problems,
-    mirror) through the catalog index. Raises RunStoreNotFoundError."""
-    done = catalog_listing.refresh(root, now=now, reindex=reindex)
+    mirror) through the catalog index (``full_check``: every run's files stat-ed, not only those
+    the change journal names). Raises RunStoreNotFoundError."""
+    done = catalog_listing.refresh(root, now=now, reindex=reindex, full_check=full_check)
     try:
         rows, listing_p, row_p = catalog_listing.rows_of(done)
     finally:
@@ -94,7 +95,7 @@ def list_catalog_rows(root: str | os.PathLike[str] | None = None, *, mirror_of: 
     tb_runs, mirror = catalog_listing.tb_mirror(done.scan, mirror_of)
     problems = catalog_listing.explain(listing_p + row_p, done.scan, tb_runs, mirror)
     if mirror is not None:
-        more = catalog_listing.refresh(mirror, now=now, reindex=reindex)
+        more = catalog_listing.refresh(mirror, now=now, reindex=reindex, full_check=full_check)
         try:
             m_rows, m_listing, m_row_p = catalog_listing.rows_of(more)
         finally:
@@ -106,7 +107,7 @@ def list_catalog_rows(root: str | os.PathLike[str] | None = None, *, mirror_of: 
 
 def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoader | None = None,
                  mirror_of: MirrorLoader = mirror_tb_store, now: float | None = None,
-                 reindex: bool = False) -> StoreTable:
+                 reindex: bool = False, full_check: bool = False) -> StoreTable:
     """Every run of the store ``root`` (default $TORCHSCOPE_RUNS or ./runs) and of its tb-profiler
     mirror, newest first, with the store's problems (see the module docstring).
 
@@ -114,7 +115,8 @@ def load_catalog(root: str | os.PathLike[str] | None = None, *, load_row: RowLoa
     problem message and the others are still listed.
     """
     if load_row is None:
-        found_root, rows, problems, mirror = list_catalog_rows(root, mirror_of=mirror_of, now=now, reindex=reindex)
+        found_root, rows, problems, mirror = list_catalog_rows(root, mirror_of=mirror_of, now=now, reindex=reindex,
+                                                               full_check=full_check)
         return store_from_rows(found_root, rows, problems, mirror=mirror)
     found_root, rows, problems, not_runs = list_rows(root, load_row)
     tb_runs = tb_runs_of(found_root)

@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from app.data.catalog_index import CatalogIndex, IndexEntry, ListingEntry, Signature, catalog_index_path
-from app.workspace.signatures import Scan, open_index, path_prefix, rules_digest, scan_store
+from app.data.change_journal import COMPACT_BYTES, JournalState, Tail, compact, read_tail
+from app.workspace.signatures import (
+    Folders,
+    Scan,
+    list_folders,
+    open_index,
+    path_prefix,
+    rules_digest,
+    scan_store,
+)
 from profiler_agent.runformat import layout
 
 __all__ = ["Scan", "Refreshed", "rules_digest", "scan_store", "refresh", "PATH_SENTINEL", "PATH_JSON", "RUNNING",
@@ -63,6 +72,10 @@ class Refreshed:
         self.computed: dict[str, IndexEntry] = {}
         self.stale_in_trace: list[str] = []
         self.rechecked: list[str] = []
+        self.journal: Tail | None = None  # the change journal's tail as read (None: no index)
+        self.journal_before: JournalState | None = None  # the state the entries were read with
+        self.journal_state: JournalState | None = None  # the state stored with this listing's entries
+        self.generation: int | None = None  # the index's generation after them (None: another listing wrote)
 
     def close(self) -> None:
         if self.index is not None:
@@ -104,28 +117,52 @@ def compute_entry(folder: str, path: Path, sig: Signature, *, now: float | None)
 
 
 def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
-            use_index: bool = True, with_records: bool = False, scan: Scan | None = None) -> Refreshed:
-    """Scan the store (or take ``scan``) and bring its index up to date (see the module docstring).
+            use_index: bool = True, with_records: bool = False, scan: Scan | None = None,
+            full_check: bool = False, listed: tuple[Path, Folders] | None = None) -> Refreshed:
+    """Bring the store's index up to date (see the module docstring) and say which entries are current.
 
-    ``reindex``: recompute every run; ``with_records``: read the stored ``ls --json`` records in the
-    same pass. Raises RunStoreNotFoundError."""
-    scan = scan or scan_store(root)
-    index = open_index(scan.root) if use_index else None
+    The runs stat-ed are those the store's change journal names since the index's last listing
+    (app.data.change_journal), those added, replaced or recorded as running; every run is stat-ed
+    when the journal cannot say (no position stored, another journal, a line that does not parse),
+    with ``full_check`` (``ls --refresh``: edits made by other tools) or ``reindex`` (every run read
+    again). ``scan``: a scan already made (every run stat-ed); ``listed``: the store's listing
+    already made (signatures.list_folders). Raises RunStoreNotFoundError."""
+    if scan is None:
+        listed = listed if listed is not None else list_folders(root)
+        found = listed[0]
+    else:
+        found = scan.root
+    index = open_index(found) if use_index else None
     known: Mapping[str, ListingEntry] = {}
     records = None
+    stored: JournalState | None = None
+    generation: int | None = index.generation() if index is not None else None
     if index is not None and not reindex:
-        got = index.listing_with_records() if with_records else index.listing()
+        got = index.listing_and_state(with_records=with_records)
         if got is None:  # readable header, unreadable pages: start again
             index.close()
-            path = catalog_index_path(scan.root)
+            path = catalog_index_path(found)
             _remove_index(path)
-            index = open_index(scan.root)
-            got = {}
-        if isinstance(got, tuple):
-            known, records = got
+            index = open_index(found)
         else:
-            known = got
+            listing, stored, generation = got
+            if isinstance(listing, tuple):
+                known, records = listing
+            else:
+                known = listing
+    # The journal is read after the entries: a line appended after that read is seen now or next time.
+    tail = read_tail(found, stored) if index is not None else None
+    if scan is None:
+        trust = tail is not None and not (tail.full or full_check or reindex)
+        if trust and tail is not None and tail.folders:
+            # A line naming no folder of the store: a run deleted since, or a torn line glued to the
+            # next writer's (whose run it then hides): check every run.
+            trust = tail.folders <= {name for name, _ in listed[1]}  # type: ignore[index]
+        scan = scan_store(found, listed=listed, known=known if trust else None,
+                          changed=tail.folders if trust and tail is not None else None)
     out = Refreshed(scan=scan, index=index, known=known, records=records)
+    out.journal = tail
+    out.journal_before = stored
     todo: list[str] = []
     for folder, sig in scan.signatures.items():
         hit = known.get(folder)
@@ -144,11 +181,15 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
     if out.stale_in_trace and index is not None:
         _recheck_in_trace(out, index)
     gone = [f for f in known if f not in scan.signatures]
-    if index is not None and (out.computed or gone):
-        add_record_texts(scan.root, out.computed)
-        index.write(out.computed.values(), gone)
-    else:
-        add_record_texts(scan.root, out.computed)
+    add_record_texts(scan.root, out.computed)
+    if index is not None:
+        moved = (stored, tail.state) if tail is not None else None
+        big = tail is not None and not tail.pending and tail.state.offset == tail.end and \
+            (tail.end > COMPACT_BYTES or tail.state.token == "!")
+        index.write(out.computed.values(), gone, journal=moved,
+                    compact=(lambda state: compact(found, state)) if big else None, generation=generation)
+        out.journal_state = index.committed_state
+        out.generation = index.committed_generation
     return out
 
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from app.data.catalog_index import INDEX_DIR, INDEX_FILE, catalog_index_path
+from app.data.change_journal import JournalState, read_tail
+from app.workspace import ls_snapshot
 from app.workspace.catalog_listing import (
     IN_TRACE,
     PATH_JSON,
@@ -28,10 +32,9 @@ from app.workspace.catalog_listing import (
     ordered_by_start,
     path_prefix,
     refresh,
-    scan_store,
     tb_mirror,
 )
-from app.workspace.signatures import snapshot_key
+from app.workspace.signatures import Folders, list_folders, snapshot_key
 
 __all__ = ["RecordItem", "record_texts", "RecordListing", "list_store_records", "list_store_json", "runs_json_text"]
 
@@ -96,14 +99,19 @@ class RecordListing(NamedTuple):
     problems: list[str]
     mirror: Path | None
     cacheable: bool = False  # depends only on the scanned signatures (list_store_json's snapshot)
+    journal_state: JournalState | None = None  # the change journal's state stored with the entries
+    generation: int | None = None  # the index's generation they were stored in
 
 
 def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float | None = None,
                        reindex: bool = False, mirror_of: MirrorOf | None = None,
-                       scan: Scan | None = None) -> RecordListing:
+                       scan: Scan | None = None, full_check: bool = False,
+                       listed: tuple[Path, Folders] | None = None) -> RecordListing:
     """The store's (and its tb-profiler mirror's) runs as ``ls --json`` records: the same runs,
-    order and problems as app.workspace.catalog.load_catalog. Raises RunStoreNotFoundError."""
-    done = refresh(root, now=now, reindex=reindex, with_records=True, scan=scan)
+    order and problems as app.workspace.catalog.load_catalog. ``full_check``: stat every run's
+    files instead of trusting the change journal (``ls --refresh``). Raises RunStoreNotFoundError."""
+    done = refresh(root, now=now, reindex=reindex, with_records=True, scan=scan, full_check=full_check,
+                   listed=listed)
     try:
         items, listing_p, row_p = record_texts(done)
         cacheable = _cacheable(done)
@@ -123,13 +131,15 @@ def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float
         items = [both[int(i)] for i in ordered_by_start([str(i) for i in range(len(both))], lambda i: both[int(i)][2])]
         problems += m_listing + m_rows
     return RecordListing(root=scan.root, records=[t for t, _, _ in items], steps_sources=[s for _, s, _ in items],
-                         problems=problems, mirror=mirror, cacheable=cacheable and mirror is None)
+                         problems=problems, mirror=mirror, cacheable=cacheable and mirror is None,
+                         journal_state=done.journal_state, generation=done.generation)
 
 
 def _cacheable(done: Refreshed) -> bool:
     """Whether the listing depends on nothing but the scanned signatures: no run recorded as
-    running (its status follows the clock) and none whose steps wait "in trace"."""
-    if done.stale_in_trace:
+    running (its status follows the clock), none whose steps wait "in trace", no journal line
+    left to check again (younger than its grace time) and no sub-folder that is not a run."""
+    if done.stale_in_trace or done.scan.not_runs or done.journal is None or done.journal.pending:
         return False
     entries = [*done.computed.values()]
     if any(e.manifest_status == RUNNING or e.steps_source == IN_TRACE for e in entries):
@@ -144,29 +154,55 @@ def runs_json_text(records: list[str]) -> str:
     return "[\n" + ",\n".join("    " + text.replace("\n", "\n    ") for text in records) + "\n  ]"
 
 
-def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False
-                    ) -> tuple[Path, bytes, list[str]]:
+# (store root, the "runs" array as printed, problems) -> the whole `ls --json` document (app.cli.ls_cmd)
+Document = Callable[[Path, bytes, list[str]], bytes]
+
+
+def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool = False,
+                    full_check: bool = False, document: Document | None = None,
+                    root_text: str | None = None) -> tuple[Path, bytes, list[str]]:
     """(store root, the ``"runs"`` array of ``ls --json`` as UTF-8 bytes, problems), the same as
-    :func:`list_store_records`. When no run changed since the last listing (every folder's
-    signature is the same: app.workspace.signatures.snapshot_key) and none is recorded as running,
-    the last listing's text is printed again without touching a row. Raises RunStoreNotFoundError."""
-    scan = scan_store(root)
-    key = snapshot_key(scan) if not scan.not_runs and not reindex else None
-    index = open_index(scan.root) if key is not None else None
-    if index is not None and key is not None:
-        try:
-            hit = index.snapshot(key)
-        finally:
-            index.close()
-        if hit is not None:
-            return scan.root, hit[0], hit[1]
-    listing = list_store_records(root, reindex=reindex, scan=scan)
-    runs_text = runs_json_text(listing.records).encode("utf-8", "surrogateescape")
-    if key is not None and listing.cacheable:
-        index = open_index(scan.root)
+    :func:`list_store_records`. When the store's listing (every folder's name and inode) and its
+    change journal are what they were at the last listing (app.workspace.signatures.snapshot_key),
+    and that listing had no run recorded as running, its text is printed again without touching
+    a row or stat-ing a run. ``full_check``: ``ls --refresh``. ``document`` and ``root_text`` (the
+    ``--root`` value as given: app.workspace.ls_snapshot.root_value): also keep the whole document
+    for ``ls --json``'s check before imports (app.workspace.ls_snapshot). Raises RunStoreNotFoundError."""
+    listed = list_folders(root)
+    found, folders = listed
+    keep = None
+    if document is not None and root_text is not None:
+        def keep(runs_text: bytes, problems: list[str], state: JournalState) -> Callable[[], None] | None:
+            if catalog_index_path(found) != found / INDEX_DIR / INDEX_FILE:
+                return None  # the index lives in the user's cache: the store is not ours to write
+            doc = document(found, runs_text, problems)
+            position = (state.token, state.offset)
+            return lambda: ls_snapshot.write_snapshot(str(found), root_text, folders, position, doc)
+    if not reindex and not full_check:
+        index = open_index(found)
         if index is not None:
             try:
-                index.write_snapshot(key, runs_text, listing.problems)
+                stored, generation, snap = index.state_and_snapshot()
+                hit = (snap is not None and stored is not None and read_tail(found, stored).unchanged_since(stored)
+                       and snap[0] == snapshot_key(found, folders, stored))
+                if hit and keep is not None and stored is not None and snap is not None:
+                    write_file = keep(snap[1], snap[2], stored)
+                    if write_file is not None:
+                        index.run_if_current(stored, generation, write_file)
+            finally:
+                index.close()
+            if hit and snap is not None:
+                return found, snap[1], snap[2]
+    listing = list_store_records(root, reindex=reindex, full_check=full_check, listed=listed)
+    runs_text = runs_json_text(listing.records).encode("utf-8", "surrogateescape")
+    state = listing.journal_state
+    if listing.cacheable and state is not None and listing.generation is not None:
+        index = open_index(found)
+        if index is not None:
+            try:
+                index.write_snapshot(snapshot_key(found, folders, state), runs_text, listing.problems, state,
+                                     listing.generation,
+                                     keep(runs_text, listing.problems, state) if keep is not None else None)
             finally:
                 index.close()
     return listing.root, runs_text, listing.problems

@@ -1,9 +1,11 @@
 """File signatures: what must change for a cached load or a catalog entry to be redone (workspace layer).
 
 - ``run_signature``, ``file_signature``: what the UI's in-memory caches are keyed by.
-- ``scan_store``: a store's run folders with the signature of each (``stat`` of run.json,
-  metrics.jsonl and system.jsonl: ``app.data.catalog_index.Signature``), which the catalog index
-  compares with the one each entry was computed from (app.workspace.catalog_listing).
+- ``list_folders``, ``scan_store``: a store's run folders with the signature of each (``stat`` of
+  run.json, metrics.jsonl and system.jsonl, and the folder's inode: ``app.data.catalog_index.Signature``),
+  which the catalog index compares with the one each entry was computed from
+  (app.workspace.catalog_listing); given the index's entries and the folders the change journal
+  names, only those runs are stat-ed.
 - ``rules_digest``, ``open_index``, ``snapshot_key``: the code an index was made by, and the exact
   key of the ``ls --json`` snapshot.
 
@@ -14,19 +16,22 @@ from __future__ import annotations
 
 import marshal
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from app.data.catalog_index import NO_FILE, CatalogIndex, Signature, catalog_index_path
+from app.data.catalog_index import NO_FILE, CatalogIndex, ListingEntry, Signature, catalog_index_path
+from app.data.change_journal import JournalState
+from app.workspace.ls_snapshot import store_folders
 from profiler_agent.runformat import errors as rf_errors
 from profiler_agent.runformat import layout
 
-__all__ = ["run_signature", "file_signature", "Scan", "scan_store", "path_prefix", "rules_digest", "open_index",
-           "snapshot_key"]
+__all__ = ["run_signature", "file_signature", "Folders", "list_folders", "Scan", "scan_store", "path_prefix",
+           "rules_digest", "open_index", "snapshot_key"]
 
 _APP = Path(__file__).resolve().parents[1]
 # The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
 _RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
-                  "workspace/cached_steps.py", "workspace/signatures.py",
+                  "workspace/cached_steps.py", "workspace/signatures.py", "data/change_journal.py",
                   "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
                   "analysis/run/final_value.py")
 
@@ -82,9 +87,12 @@ class Scan:
         self.not_runs = not_runs
 
 
-def scan_store(root: str | os.PathLike[str] | None) -> Scan:
-    """List the store ``root`` (default $TORCHSCOPE_RUNS or ./runs): one ``stat`` of each run's
-    manifest, metrics.jsonl and system.jsonl, taken before anything of the run is read.
+Folders = list[tuple[str, int]]  # (run folder name, its inode), name descending: the store's listing
+
+
+def list_folders(root: str | os.PathLike[str] | None) -> tuple[Path, Folders]:
+    """The store ``root`` (default $TORCHSCOPE_RUNS or ./runs) and its sub-folders but dot-folders,
+    each with its inode, from one directory listing (no stat: ``DirEntry`` has both).
 
     Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
     found = layout.resolve_root(root)
@@ -93,15 +101,35 @@ def scan_store(root: str | os.PathLike[str] | None) -> Scan:
             f"{found}: run store not found (create it by recording a run, or pass --root)")
     if not found.is_dir():
         raise rf_errors.RunStoreNotFoundError(f"{found}: is a file, expected a run store folder")
-    with os.scandir(found) as it:
-        names = sorted((e.name for e in it if not e.name.startswith(".") and e.is_dir()), reverse=True)
+    return found, store_folders(str(found))  # the same list as ls --json's check before imports
+
+
+def scan_store(root: str | os.PathLike[str] | None, *, listed: tuple[Path, Folders] | None = None,
+               known: Mapping[str, ListingEntry] | None = None, changed: Iterable[str] | None = None) -> Scan:
+    """The store's run folders with their signatures: one ``stat`` of each run's manifest,
+    metrics.jsonl and system.jsonl, taken before anything of the run is read.
+
+    With ``known`` (the index's entries) and ``changed`` (the folders the change journal names:
+    app.data.change_journal), only the runs that need it are stat-ed: those named, those without an
+    entry or whose folder's inode differs from it (added, replaced), and those recorded as running;
+    every other run keeps its entry's signature. ``listed``: the store's listing, already made
+    (list_folders). Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
+    found, folders = listed if listed is not None else list_folders(root)
+    names = [name for name, _ in folders]
     sigs: dict[str, Signature] = {}
     not_runs: list[Path] = []
     base = path_prefix(found)
     manifest, metrics, system = (os.sep + n for n in (layout.MANIFEST, layout.METRICS, layout.SYSTEM))
     stat = os.stat
-    # One loop, no helper calls: this is 30,000 stat calls for 10,000 runs, the bulk of a warm listing.
-    for name in names:
+    trusted = known if known is not None else {}
+    named = frozenset(changed or ())
+    # One loop, no helper calls: a full check is 30,000 stat calls for 10,000 runs.
+    for name, dir_ino in folders:
+        hit = trusted.get(name)
+        if hit is not None and hit.signature[9] == dir_ino and hit.manifest_status != "running" \
+                and name not in named:
+            sigs[name] = hit.signature
+            continue
         folder = base + name
         try:
             m = stat(folder + manifest)
@@ -121,7 +149,7 @@ def scan_store(root: str | os.PathLike[str] | None) -> Scan:
             ys = (y.st_mtime_ns, y.st_size, y.st_ino)
         except (OSError, ValueError):
             ys = NO_FILE
-        sigs[name] = (m.st_mtime_ns, m.st_size, m.st_ino) + xs + ys  # 3 + 3 + 3 ints
+        sigs[name] = (m.st_mtime_ns, m.st_size, m.st_ino) + xs + ys + (dir_ino,)  # 3 + 3 + 3 + 1 ints
     return Scan(found, names, sigs, not_runs)
 
 
@@ -148,9 +176,9 @@ def open_index(root: Path) -> CatalogIndex | None:
     return CatalogIndex.open(catalog_index_path(root), rules_digest())
 
 
-def snapshot_key(scan: Scan) -> bytes:
-    """The exact key of a listing snapshot: the store's path and every folder's name and signature,
-    in order, as bytes (marshal format 2 holds no back-references, so equal scans give equal bytes;
-    another Python may give other bytes, which only misses). Compared whole, not hashed: no two
-    different scans share a key."""
-    return marshal.dumps((str(scan.root), scan.signatures), 2)
+def snapshot_key(root: Path, folders: Folders, state: JournalState) -> bytes:
+    """The exact key of a listing snapshot: the store's path, every folder's name and inode, in
+    order, and the change journal's state, as bytes (marshal format 2 holds no back-references, so
+    equal inputs give equal bytes; another Python may give other bytes, which only misses).
+    Compared whole, not hashed: no two different listings share a key."""
+    return marshal.dumps((str(root), folders, tuple(state)), 2)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time the names come from 
         atomic_write_text,
         create_run,
         new_run_id,
+        note_run_changed,
         release_status_space,
         remove_orphaned_temp_files,
         remove_temp_files,
@@ -108,6 +109,7 @@ __all__ = [
     "remove_orphaned_temp_files",
     "remove_temp_files",
     "update_manifest_final",
+    "note_run_changed",
 ]
 
 _ERRORS = ("TorchscopeError", "RunFormatError", "RunStoreNotFoundError", "NotARunError", "CorruptFileError",
@@ -117,8 +119,8 @@ _READER = ("HEARTBEAT_INTERVAL_S", "HEARTBEAT_STALE_S", "JsonlRead", "StoreListi
 _SCHEMA = ("SCHEMA_VERSION", "Artifact", "ArtifactKind", "Manifest", "RunStatus", "manifest_from_dict",
            "manifest_to_dict")
 _WRITER = ("JsonlWriter", "add_artifact", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
-           "create_run", "new_run_id", "release_status_space", "remove_orphaned_temp_files", "remove_temp_files",
-           "reserve_status_space", "update_manifest", "update_manifest_final", "write_manifest")
+           "create_run", "new_run_id", "note_run_changed", "release_status_space", "remove_orphaned_temp_files",
+           "remove_temp_files", "reserve_status_space", "update_manifest", "update_manifest_final", "write_manifest")
 # Public name -> the submodule that defines it ("layout" is a submodule itself).
 _SUBMODULE_OF: dict[str, str] = {
     "layout": "",

@@ -50,6 +50,10 @@ __all__ = [
     "memory_timeline_file_name",
     "list_memory_timeline_files",
     "resolve_root",
+    "STORE_META_DIR",
+    "JOURNAL",
+    "JOURNAL_MAGIC",
+    "JOURNALED_FILES",
 ]
 
 MANIFEST = "run.json"
@@ -75,6 +79,14 @@ GRAPH_SVG_SKIPPED = "graph_svg_skipped"  # run.json key: why graph/backward.svg 
 
 # Space the launcher sets aside at the start so that the final status fits on a full disk.
 STATUS_RESERVE = ".status-reserve"
+# The store's change journal, <store>/.torchscope/journal: one line "<time_ns> <run folder>\n" appended by
+# every writer function that changes a run's run.json, metrics.jsonl or system.jsonl (writer.note_run_changed),
+# read by the catalog listing instead of stat-ing every run (docs/catalog.md, "The change journal").
+STORE_META_DIR = ".torchscope"
+JOURNAL = f"{STORE_META_DIR}/journal"
+JOURNAL_MAGIC = "torchscope-journal 1 "  # the first line: this text, a random token, a newline
+# The files whose change a journal line announces (the catalog signature's files).
+JOURNALED_FILES = frozenset((MANIFEST, METRICS, SYSTEM))
 
 # Sweep state (torchscope sweep): one <sweep id>.json and the Optuna study's SQLite file per
 # sweep, inside the store; list_runs skips dot-folders.

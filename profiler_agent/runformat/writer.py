@@ -4,6 +4,11 @@ Every file except the ``.jsonl`` ones is written atomically: a temporary file in
 folder, fsync, then ``os.replace``, so a reader never sees half a file. Manifest updates take
 an advisory lock (``fcntl.flock``) so the launcher and the processes it starts can all update
 run.json without losing each other's changes.
+
+Every change of a run's run.json, metrics.jsonl or system.jsonl made here is announced in the
+store's change journal (:func:`note_run_changed`, ``layout.JOURNAL``): a line before the change and
+one after it, so that a catalog listing reads the journal instead of ``stat``-ing every run
+(docs/catalog.md, "The change journal").
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ __all__ = [
     "remove_temp_files",
     "remove_orphaned_temp_files",
     "ORPHAN_TEMP_AGE_S",
+    "note_run_changed",
 ]
 
 
@@ -65,10 +71,76 @@ def _create_temp(path: Path) -> tuple[int, str]:
     raise FileExistsError(f"{path.parent}: no free temporary file name for {path.name}")
 
 
+def note_run_changed(run_dir: str | os.PathLike[str]) -> None:
+    """Append ``"<time_ns> <folder>\\n"`` to the change journal of the store that holds ``run_dir``
+    (``<store>/.torchscope/journal``, made with its header line when missing); never raises.
+
+    One ``write`` of a short line on an O_APPEND file, so several writers never interleave; then the
+    file written is checked to still be the journal (a listing compacting it replaces the file) and
+    the line written again when it is not. A folder name the line cannot hold (a newline in it) gives
+    a line without a name, which makes the next listing check every run. Costs ~10 us: no fsync."""
+    try:
+        text = os.fspath(run_dir).rstrip(os.sep)
+        store, folder = os.path.split(text)
+        if folder in ("", os.curdir, os.pardir):
+            return
+        name = folder if "\n" not in folder and "\r" not in folder else ""
+        data = f"{time.time_ns()} {name}\n".encode("utf-8", "surrogateescape") if name else \
+            f"{time.time_ns()}\n".encode()
+        path = os.path.join(store or os.curdir, layout.JOURNAL)
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                _create_journal(path)
+                continue
+            try:
+                os.write(fd, data)
+                mine, now = os.fstat(fd), os.stat(path)
+                if (mine.st_ino, mine.st_dev) == (now.st_ino, now.st_dev):
+                    return
+            except FileNotFoundError:
+                continue
+            finally:
+                os.close(fd)
+    except (OSError, ValueError, UnicodeError):
+        pass  # a store whose .torchscope/ cannot be written: listings see the change with ls --refresh
+
+
+def _create_journal(path: str) -> None:
+    """A new journal: its header (layout.JOURNAL_MAGIC and a random token) written to a temp file,
+    hard-linked into place (never over a journal another writer made first)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    header = f"{layout.JOURNAL_MAGIC}{os.urandom(8).hex()}\n".encode()
+    fd, tmp = _create_temp(Path(path))
+    try:
+        os.write(fd, header)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError:  # no hard links here: create it in place (a line landing before the header: a full check)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, header)
+            finally:
+                os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
+    """Write ``data`` to ``path`` so readers see either the old file or the whole new one (a run's
+    run.json, metrics.jsonl or system.jsonl announced in the store's journal, before and after)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    journaled = path.name in layout.JOURNALED_FILES
+    if journaled:
+        note_run_changed(path.parent)
     fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -80,6 +152,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if journaled:
+        note_run_changed(path.parent)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -105,13 +179,18 @@ class JsonlWriter:
     """Append-only JSON-lines file: one object a line, flushed after each write.
 
     Lines are written with a single ``write`` call on an O_APPEND file, so several processes
-    (ranks) can append to the same file without interleaving partial lines.
+    (ranks) can append to the same file without interleaving partial lines. A run's metrics.jsonl
+    or system.jsonl is announced in the store's journal when opened and when closed, not per line
+    (a listing re-checks a run recorded as running on every listing anyway).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
+        self._journaled = self.path.name in layout.JOURNALED_FILES
+        if self._journaled:
+            note_run_changed(self.path.parent)
         # Readable too: after a short write the tail is read back to cut a torn fragment off.
         self._f: IO[bytes] | None = open(self.path, "a+b", buffering=0)  # noqa: SIM115
 
@@ -150,6 +229,8 @@ class JsonlWriter:
         if self._f is not None:
             self._f.close()
             self._f = None
+            if self._journaled:
+                note_run_changed(self.path.parent)
 
     def __enter__(self) -> JsonlWriter:
         return self

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import ls_cmd, main
+from app.data import change_journal
 from app.data import runs as runs_data
 from app.data.catalog_index import INDEX_DIR, INDEX_FILE, catalog_index_path
 from app.workspace import catalog_listing
@@ -72,13 +74,15 @@ def test_listing_through_the_index_equals_reading_every_run(store: Path, capsys:
     assert ls_cmd.STATUS_MARKERS == runs_data.STATUS_MARKERS
 
 
-def test_a_manifest_edited_behind_its_back_is_read_again(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_manifest_edited_behind_its_back_is_read_again(store: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(change_journal, "GRACE_NS", 0)  # the writers' journal lines all settled
     _ls(store, capsys)
     run = next(p for p in store.iterdir() if "-r2-" in p.name)
     doc = json.loads((run / layout.MANIFEST).read_text())
     doc["name"], doc["tags"] = "renamed-in-place", ["edited"]
     (run / layout.MANIFEST).write_text(json.dumps(doc))  # in place, not through the atomic writer
-    out = json.loads(_ls(store, capsys))
+    out = json.loads(_ls(store, capsys, "--refresh"))  # no journal line: only the full check sees it
     assert "renamed-in-place" in [r["name"] for r in out["runs"]]
     assert out == _unindexed(store)
 
@@ -159,7 +163,9 @@ def test_a_run_whose_heartbeat_went_stale_turns_crashed_with_no_file_changed(sto
 
 
 def test_finished_metrics_changed_without_the_manifest_are_read_again(store: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(change_journal, "GRACE_NS", 0)
     _ls(store, capsys)
     run = next(p for p in store.iterdir() if "-r1-" in p.name)
     manifest = (run / layout.MANIFEST).stat()
@@ -168,7 +174,7 @@ def test_finished_metrics_changed_without_the_manifest_are_read_again(store: Pat
             f.write(json.dumps({"step": step, "time": 1.0, "rank": 0, "loss": 0.001, "step_time_s": 0.5}) + "\n")
     (run / layout.SYSTEM).unlink()  # and its system samples removed: no peak memory any more
     assert (run / layout.MANIFEST).stat().st_mtime_ns == manifest.st_mtime_ns
-    out = json.loads(_ls(store, capsys))
+    out = json.loads(_ls(store, capsys, "--refresh"))
     row = next(r for r in out["runs"] if r["name"] == "r1")
     assert row["steps"] == 40 and row["peak_memory_bytes"] is None
     assert out == _unindexed(store)
@@ -213,5 +219,6 @@ def test_two_processes_writing_the_index_at_once(store: Path, capsys: pytest.Cap
 
 def test_an_unwritable_index_still_lists(store: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.rmtree(store / INDEX_DIR)  # the writers' change journal lives there too
     (store / INDEX_DIR).write_text("a file where the index folder should be")
     assert json.loads(_ls(store, capsys)) == _unindexed(store)
