@@ -110,13 +110,27 @@ def note_run_changed(run_dir: str | os.PathLike[str]) -> None:
 def _create_journal(path: str) -> None:
     """A new journal: its header (layout.JOURNAL_MAGIC and a random token) written to a temp file,
     hard-linked into place (never over a journal another writer made first)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    folder = os.path.dirname(path)
+    made = not os.path.isdir(folder)
+    os.makedirs(folder, exist_ok=True)
     header = f"{layout.JOURNAL_MAGIC}{os.urandom(8).hex()}\n".encode()
-    fd, tmp = _create_temp(Path(path))
+    try:
+        fd, tmp = _create_temp(Path(path))
+    except OSError:  # a full disk: leave no empty .torchscope/ behind
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
     try:
         os.write(fd, header)
-    finally:
+    except OSError:
         os.close(fd)
+        os.unlink(tmp)
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    os.close(fd)
     try:
         os.link(tmp, path)
     except FileExistsError:

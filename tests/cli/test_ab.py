@@ -102,7 +102,7 @@ def test_existing_group_is_refused_without_append(tmp_path: Path, capsys) -> Non
     assert main(["ab", "python a.py", "python b.py", "--name", "lr", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "'lr-baseline' (1 run(s)) already exists" in err and "--append" in err
-    assert len(list(tmp_path.iterdir())) == 1  # nothing new was run
+    assert len([p for p in tmp_path.iterdir() if not p.name.startswith(".")]) == 1  # nothing new was run
 
 
 def _job(*extra: str) -> str:

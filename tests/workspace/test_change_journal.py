@@ -218,3 +218,21 @@ def test_compaction_keeps_the_lines_appended_meanwhile(tmp_path: Path) -> None:
     assert new is not None and new.token != done.state.token
     again = change_journal.read_tail(root, new, now_ns=4 * 10**18)
     assert again.folders == {"late"} and not again.full
+
+
+def test_ls_json_of_an_unchanged_store_is_printed_before_any_import(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    listed = _ls(store, capsys)
+    code = ("import sys\nfrom app.cli import main\nrc = main(['ls', '--json', '--root', sys.argv[1]])\n"
+            "print([m for m in ('sqlite3', 'argparse', 'json') if m in sys.modules], file=sys.stderr)\n"
+            "sys.exit(rc)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code, str(store)], cwd=ROOT, env=env, capture_output=True,
+                         timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout) == listed
+    assert out.stderr.decode().strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+    rf.update_manifest(_run(store, "r1"), tags=("moved-on",))  # a journal line: the snapshot is no longer current
+    out = subprocess.run([sys.executable, "-c", code, str(store)], cwd=ROOT, env=env, capture_output=True,
+                         timeout=120)
+    assert out.returncode == 0 and "sqlite3" in out.stderr.decode().splitlines()[-1]
+    assert next(r for r in json.loads(out.stdout)["runs"] if r["name"] == "r1")["tags"] == ["moved-on"]
