@@ -1,6 +1,15 @@
 """`python -m app ...` is the same as the `torchscope` command."""
 import sys
 
+if sys.argv[1:2] == ["ls"]:  # `ls --json` of an unchanged store: printed before app.cli's imports
+    from app.workspace.ls_snapshot import print_if_current
+
+    if print_if_current(sys.argv[1:]):
+        sys.exit(0)
+    from app.cli import main
+
+    sys.exit(main(ls_checked=True))
+
 from app.cli import main
 
 sys.exit(main())

@@ -12,7 +12,9 @@ every figure is a whole process, timed in this run next to its peer:
   ratios are printed too;
 - ``stat floor``: a plain Python process that lists the store and ``stat``s every file the index
   signature covers (run.json, metrics.jsonl, system.jsonl: app.workspace.signatures.scan_store) and
-  prints nothing: what any listing that notices a changed run pays, index or not;
+  prints nothing: what a listing that checks every run pays (before the change journal, every
+  listing; now ``ls --refresh``), index or not;
+- ``ls --refresh``: ``ls --json --refresh``, the full check of every run's files (no change found);
 - ``page``: the Runs page through AppTest in a fresh interpreter, index present: first render
   (imports included) and the second run in the same process (goal: <= 0.05x the loop);
 - ``query``: ``torchscope query --by batch_size,num_workers`` as a process, and the query itself
@@ -174,6 +176,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
 
     loop, ls_warm, floor = med(0), med(1), med(2)
     assert len(json.loads(ls_warm[2])["runs"]) == n
+    refresh = median_of(repeat, lambda: timed([*ls, "--refresh"], env))
     paired = [r[1][0] / r[0][0] for r in rounds]
     paired_cpu = [r[1][1] / max(r[0][1], 1e-9) for r in rounds]
     page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
@@ -194,6 +197,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
           f"{statistics.median(paired):.3f}x), CPU {' '.join(f'{x:.3f}' for x in paired_cpu)} "
           f"(median {statistics.median(paired_cpu):.3f}x)")
     line("stat floor: stat the signature files", floor)
+    line("ls --json --refresh (full check)", refresh)
     line("Runs page process (AppTest)", page)
     print(f"  {'Runs page first render':34s} wall {first:7.3f} s  CPU {first_cpu:7.3f} s   "
           f"{first / loop[0]:6.3f}x loop (wall), {first_cpu / max(loop[1], 1e-9):6.3f}x (CPU); "

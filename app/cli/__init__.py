@@ -82,8 +82,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
+def main(argv: Sequence[str] | None = None, *, ls_checked: bool = False) -> int:
+    """Run the command named in ``argv`` (default ``sys.argv[1:]``); return its exit code.
+    ``ls_checked``: the ``ls --json`` snapshot was already checked (``python -m app``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # the job starts before argparse and the run format load (issue 11)
         from profiler_agent.cli import run_fast
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         if code is not None:
             return code
-    if argv[:1] == ["ls"]:  # `ls --json` of a store where nothing changed: printed before any import
+    if argv[:1] == ["ls"] and not ls_checked:  # `ls --json` of an unchanged store: printed before argparse
         from app.workspace.ls_snapshot import print_if_current
 
         if print_if_current(argv):

@@ -3,8 +3,9 @@
 The last whole ``ls --json`` document of a store is kept in ``<store>/.torchscope/ls-json.snapshot``
 with its key: the ``--root`` value as given (the printed paths follow its spelling), every run
 folder's name and inode from one directory listing, the change journal's token and size
-(app.data.change_journal), and a digest of the code that prints it. ``torchscope ls --json
-[--root DIR]`` compares that key first (app.cli.main, before argparse): one directory listing,
+(app.data.change_journal), and the modification time and size of each source file of the code
+that prints it. ``torchscope ls --json
+[--root DIR]`` compares that key first (app/__main__.py and app.cli.main, before argparse): one directory listing,
 one read of the journal's header, one read of the file, no ``stat`` of any run, nor sqlite3,
 json, pathlib or argparse imported. Anything else (another key, a URL, other options) lists the
 store the normal way (app.workspace.catalog_records.list_store_json), which writes the file again.
@@ -67,23 +68,22 @@ def journal_position(store: str) -> tuple[str, int]:
     return token.decode("ascii", "replace"), size
 
 
-def _code_digest() -> str:
-    import zlib
-
-    crc, size = 0, 0
+def _code_version() -> tuple[tuple[int, int], ...]:
+    """(mtime in ns, size) of each source file that decides the printed bytes: a changed file
+    (an update, a checkout) gives another key. A stat each, no read: the check must stay cheap."""
+    out = []
     for rel in _CODE:
         try:
-            with open(os.path.join(_APP, rel), "rb") as f:
-                data = f.read()
+            st = os.stat(os.path.join(_APP, rel))
+            out.append((st.st_mtime_ns, st.st_size))
         except OSError:
-            data = rel.encode()
-        crc, size = zlib.crc32(data, crc), size + len(data)
-    return f"{crc:08x}-{size}"
+            out.append((-1, -1))
+    return tuple(out)
 
 
 def snapshot_key(value: str, folders: list[tuple[str, int]], journal: tuple[str, int]) -> bytes:
     """The exact key (marshal format 2: equal inputs, equal bytes; compared whole, not hashed)."""
-    return marshal.dumps((value, folders, tuple(journal), _code_digest()), 2)
+    return marshal.dumps((value, folders, tuple(journal), _code_version()), 2)
 
 
 def _store_dir(value: str) -> str:

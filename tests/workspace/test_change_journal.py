@@ -231,6 +231,9 @@ def test_ls_json_of_an_unchanged_store_is_printed_before_any_import(
                          timeout=120)
     assert out.returncode == 0 and json.loads(out.stdout) == listed
     assert out.stderr.decode().strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+    by_module = subprocess.run([sys.executable, "-m", "app", "ls", "--root", str(store), "--json"], cwd=ROOT,
+                               env=env, capture_output=True, timeout=120)  # app/__main__.py's own check
+    assert by_module.returncode == 0 and by_module.stdout == out.stdout
     rf.update_manifest(_run(store, "r1"), tags=("moved-on",))  # a journal line: the snapshot is no longer current
     out = subprocess.run([sys.executable, "-c", code, str(store)], cwd=ROOT, env=env, capture_output=True,
                          timeout=120)
