@@ -132,24 +132,8 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
         found = listed[0]
     else:
         found = scan.root
-    index = open_index(found) if use_index else None
-    known: Mapping[str, ListingEntry] = {}
-    records = None
-    stored: JournalState | None = None
-    generation: int | None = index.generation() if index is not None else None
-    if index is not None and not reindex:
-        got = index.listing_and_state(with_records=with_records)
-        if got is None:  # readable header, unreadable pages: start again
-            index.close()
-            path = catalog_index_path(found)
-            _remove_index(path)
-            index = open_index(found)
-        else:
-            listing, stored, generation = got
-            if isinstance(listing, tuple):
-                known, records = listing
-            else:
-                known = listing
+    index, known, records, stored, generation = _read_index(found, use_index=use_index, reindex=reindex,
+                                                            with_records=with_records)
     # The journal is read after the entries: a line appended after that read is seen now or next time.
     tail = read_tail(found, stored) if index is not None else None
     if scan is None:
@@ -191,6 +175,30 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
         out.journal_state = index.committed_state
         out.generation = index.committed_generation
     return out
+
+
+def _read_index(found: Path, *, use_index: bool, reindex: bool, with_records: bool
+                ) -> tuple[CatalogIndex | None, Mapping[str, ListingEntry],
+                           Mapping[str, tuple[bool, str | None, str]] | None, JournalState | None, int | None]:
+    """(the open index or None, its entries, their record texts when asked, the journal state and
+    the generation they were written with), read in one transaction; an index whose pages turn
+    out unreadable is deleted and made anew (empty)."""
+    index = open_index(found) if use_index else None
+    if index is None:
+        return None, {}, None, None, None
+    generation = index.generation()
+    if reindex:
+        return index, {}, None, None, generation
+    got = index.listing_and_state(with_records=with_records)
+    if got is None:  # readable header, unreadable pages: start again
+        index.close()
+        _remove_index(catalog_index_path(found))
+        index = open_index(found)
+        return index, {}, None, None, index.generation() if index is not None else None
+    listing, stored, generation = got
+    if isinstance(listing, tuple):
+        return index, listing[0], listing[1], stored, generation
+    return index, listing, None, stored, generation
 
 
 def _status_now(run_dir: Path, now: float | None) -> str | None:

@@ -239,3 +239,14 @@ def test_ls_json_of_an_unchanged_store_is_printed_before_any_import(
                          timeout=120)
     assert out.returncode == 0 and "sqlite3" in out.stderr.decode().splitlines()[-1]
     assert next(r for r in json.loads(out.stdout)["runs"] if r["name"] == "r1")["tags"] == ["moved-on"]
+
+
+def test_the_snapshot_check_spells_the_run_format_names_as_layout_does() -> None:
+    # app.workspace.ls_snapshot repeats these names so that it imports nothing of the run format
+    from app.data.catalog_index import INDEX_DIR, LS_SNAPSHOT_FILE
+    from app.workspace import ls_snapshot
+
+    assert ls_snapshot._JOURNAL == layout.JOURNAL and layout.JOURNAL_MAGIC.encode() == ls_snapshot._JOURNAL_MAGIC
+    assert (ls_snapshot._ROOT_ENV, ls_snapshot._DEFAULT_ROOT) == (layout.ROOT_ENV, layout.DEFAULT_ROOT)
+    assert os.path.join(INDEX_DIR, LS_SNAPSHOT_FILE) == ls_snapshot.SNAPSHOT_FILE
+    assert INDEX_DIR == layout.STORE_META_DIR
