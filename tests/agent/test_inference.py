@@ -138,7 +138,8 @@ def _record_serve_runs(folder: Path) -> None:
 def serve_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The three serving runs, recorded once per session (both xdist workers share them: read-only)."""
     root = build_once(tmp_path_factory, "serve_runs", _record_serve_runs) / "runs"
-    return {name: next(p for p in root.iterdir() if p.name.split("-", 2)[2].startswith(name)) for name in VARIANTS}
+    runs = [p for p in root.iterdir() if not p.name.startswith(".")]  # not the store's .torchscope/ (journal, index)
+    return {name: next(p for p in runs if p.name.split("-", 2)[2].startswith(name)) for name in VARIANTS}
 
 
 def _calls(run_dir: Path) -> list[dict]:
