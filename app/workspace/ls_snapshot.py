@@ -24,6 +24,7 @@ import marshal
 import os
 import sys
 from collections.abc import Sequence
+from io import BufferedReader
 
 __all__ = ["SNAPSHOT_FILE", "root_value", "store_folders", "journal_position", "snapshot_key", "print_if_current",
            "write_snapshot", "remove_snapshot"]
@@ -122,26 +123,45 @@ def print_if_current(argv: Sequence[str]) -> bool:
     store = _store_dir(value)
     try:
         with open(os.path.join(store, SNAPSHOT_FILE), "rb") as f:
-            data = f.read()
-        if not data.startswith(_MAGIC):
-            return False
-        size = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "little")
-        start = len(_MAGIC) + 8
-        key = data[start:start + size]
-        if key != snapshot_key(value, store_folders(store), journal_position(store)):
-            return False
+            head = f.read(len(_MAGIC) + 8)
+            if len(head) != len(_MAGIC) + 8 or not head.startswith(_MAGIC):
+                return False
+            size = int.from_bytes(head[len(_MAGIC):], "little")
+            if f.read(size) != snapshot_key(value, store_folders(store), journal_position(store)):
+                return False
+            _copy_out(f)
     except (OSError, ValueError):
         return False
+    return True
+
+
+def _copy_out(f: BufferedReader) -> None:
+    """The rest of ``f`` to stdout: by ``os.sendfile`` (no copy through Python) when stdout is a
+    file or a pipe, else read and written."""
     out = sys.stdout
     buffer = getattr(out, "buffer", None)
-    document = memoryview(data)[start + size:]
-    if buffer is None:
-        out.write(bytes(document).decode("utf-8", "surrogateescape"))
-    else:
-        out.flush()
-        buffer.write(document)
+    if buffer is None:  # a StringIO put in its place
+        out.write(f.read().decode("utf-8", "surrogateescape"))
+        return
+    out.flush()
+    buffer.flush()
+    offset, end = f.tell(), os.fstat(f.fileno()).st_size
+    try:
+        target = buffer.fileno()
+    except (OSError, ValueError, AttributeError):  # a BytesIO
+        target = -1
+    while target >= 0 and offset < end:
+        try:
+            sent = os.sendfile(target, f.fileno(), offset, end - offset)
+        except OSError:
+            break  # not supported here: the rest below
+        if sent <= 0:
+            break
+        offset += sent
+    if offset < end:
+        f.seek(offset)
+        buffer.write(f.read())
         buffer.flush()
-    return True
 
 
 def write_snapshot(store: str, value: str, folders: list[tuple[str, int]], journal: tuple[str, int],
