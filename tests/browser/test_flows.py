@@ -13,8 +13,6 @@ from tests.browser.waits import EXCEPTION, wait_idle
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-
-
 def test_runs_catalog(page, server):  # noqa: ANN001
     page.goto(f"{server}/")
     page.get_by_role("heading", name="Runs").wait_for()
@@ -70,6 +68,7 @@ def test_open_run_from_catalog(page, server):  # noqa: ANN001
     wait_idle(page)
     page.get_by_role("button", name="Open run").click()
     page.get_by_role("tab", name="Overview").wait_for()
+    page.locator('[data-testid="stMetricValue"]').first.wait_for()  # the headline numbers, not skeletons
     wait_idle(page)
     assert "/run" in page.url and "run=" in page.url
     assert page.locator(EXCEPTION).count() == 0
