@@ -50,7 +50,9 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Logs":
             panel = page.locator('[role="tabpanel"]:visible')
-            assert "<script>window.__pwned=2</script>" in panel.inner_text()  # the log, as text
+            # the log, as text (its code block may be drawn a moment after the panel's first element)
+            panel.get_by_text("<script>window.__pwned=2</script>").first.wait_for(timeout=60_000)
+            assert "<script>window.__pwned=2</script>" in panel.inner_text()
             screenshot(page, "xss_run_logs")
         if name == "Operators":
             plot = page.locator('[role="tabpanel"]:visible .js-plotly-plot').first
