@@ -48,7 +48,7 @@ def cat_in(ev: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
     # categories as one list (iterating the Index is per element), codes gathered with np.take (~2.5x
     # faster than fancy indexing at 374,000 events); code -1 (missing) takes the trailing False
     cats = np.asarray([str(c).lower() in names for c in col.cat.categories.tolist()] + [False])
-    return np.take(cats, col.cat.codes.to_numpy())
+    return np.asarray(np.take(cats, col.cat.codes.to_numpy()), dtype=bool)
 
 
 def name_mask(ev: pd.DataFrame, pred: Callable[[str], object]) -> np.ndarray:
@@ -57,7 +57,7 @@ def name_mask(ev: pd.DataFrame, pred: Callable[[str], object]) -> np.ndarray:
     if not isinstance(col.dtype, pd.CategoricalDtype):
         return np.fromiter((bool(pred(str(n))) for n in col), bool, len(col))
     hits = np.asarray([bool(pred(str(c))) for c in col.cat.categories.tolist()] + [False])
-    return np.take(hits, col.cat.codes.to_numpy())  # as in cat_in
+    return np.asarray(np.take(hits, col.cat.codes.to_numpy()), dtype=bool)  # as in cat_in
 
 
 def is_host_op(ev: pd.DataFrame) -> np.ndarray:
