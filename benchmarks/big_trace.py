@@ -238,7 +238,7 @@ def main() -> None:
         print(json.dumps(g))
     if args.out:
         doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0],
-               "cpus": os.cpu_count(), "note": note, "baseline_root": str(args.baseline_root or "") or None,
+               "cpus": os.cpu_count(), "note": note, "baseline_root": args.baseline_root.name if args.baseline_root else None,
                "goals": summary, "rows": rows}
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
