@@ -249,7 +249,11 @@ def _run_local(tasks: Sequence[_Task], sizes: Sequence[int], workers: int, tally
     pending: dict[Future[RankIngest], int] = {}
     out: list[RankIngest] = []
     try:
-        pending = {pool.submit(ingest_one, *task): i for i, task in enumerate(tasks)}
+        try:
+            pending = {pool.submit(ingest_one, *task): i for i, task in enumerate(tasks)}
+        except OSError as e:  # the worker processes cannot start (no current folder, no processes or files left)
+            raise TraceError(f"{tasks[0][0]}: cannot start the ingest worker processes ({type(e).__name__}: "
+                             f"{e.strerror or e}); set {WORKERS_ENV}=1 to read the files in this process") from None
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
