@@ -12,7 +12,7 @@ import pytest
 from profiler_agent import runformat as rf
 from tests.browser.conftest import screenshot
 from tests.browser.hostile import HOSTILE_NAME, PAYLOAD
-from tests.browser.waits import EXCEPTION, wait_idle
+from tests.browser.waits import CHART, EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -53,9 +53,10 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
             assert "<script>window.__pwned=2</script>" in panel.inner_text()  # the log, as text
             screenshot(page, "xss_run_logs")
         if name == "Operators":
-            plot = page.locator('[role="tabpanel"]:visible .js-plotly-plot').first
+            plot = page.locator(f'[role="tabpanel"]:visible {CHART}').first
             plot.wait_for()
-            ticks = plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")
+            # the op axis's labels: plotly's ticks or Vega-Lite's axis labels
+            ticks = plot.locator(".ytick text, .role-axis-label text").evaluate_all("els => els.map(e => e.textContent)")
             assert any("::op" in t for t in ticks), ticks  # the payload op is drawn (as text)
             assert page.evaluate(INJECTED) == CLEAN
             screenshot(page, "xss_run_operators")
