@@ -3,15 +3,19 @@
     python -m benchmarks.page_load [--root STORE] [--run baseline] [--compare baseline,optimized] [--rounds 3]
                                    [--run-charts 2]
 
-Three servers of the same streamlit run side by side: the app on a copy of the store, a page
-whose whole script is one ``st.write`` and one with a small plotly chart. Headless Chromium
+Four servers of the same streamlit run side by side: the app on a copy of the store, a page
+whose whole script is one ``st.write``, and that page with a small plotly chart or a Vega-Lite one.
+Headless Chromium
 (Playwright) then times, in each round:
 
 - ``empty``: the empty page, loaded three times (the median is the round's yardstick);
 - ``plotly_floor``: a page of one ``st.write`` and one three-bar plotly chart, loaded three times
   (median): what any page with a plotly chart costs in this browser before the app does any work
   (plotly.js, ~4.7 MB, is loaded and compiled in each fresh browser context). Not a goal, a second
-  yardstick: the Run page's Overview and Compare draw plotly charts;
+  yardstick: pages with plotly charts pay it;
+- ``vega_floor``: the same page with the three bars as a Vega-Lite chart (median of three): what
+  the Run page's Overview, its Operators tab and Compare's first tab pay for their charts, which
+  are Vega-Lite since issue 16's last round;
 - ``run_page``: the first visit of the run's Run page, caches cold (the store is a fresh copy
   without ``.cache`` folders and the server has not seen the run), after the Runs page was
   opened once: the server is up and its modules are imported, as when a user arrives from the
@@ -140,10 +144,19 @@ def _run_page_and_tab(browser, url: str, cpu: Callable[[], float],  # noqa: ANN0
 
 _PLOTLY_PAGE = ('import plotly.graph_objects as go\nimport streamlit as st\n\nst.write("empty page")\n'
                 'st.plotly_chart(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2])))\n')
+# The same three bars as a Vega-Lite chart, as the Overview's and Compare's first charts are drawn.
+_VEGA_PAGE = ('import streamlit as st\n\nst.write("empty page")\n'
+              'st.vega_lite_chart({"data": {"values": [{"x": 1, "y": 3}, {"x": 2, "y": 1}, {"x": 3, "y": 2}]},'
+              ' "mark": "bar", "encoding": {"x": {"field": "x", "type": "ordinal"},'
+              ' "y": {"field": "y", "type": "quantitative"}}})\n')
 
 
 def _plotly_drawn(page) -> None:  # noqa: ANN001 - a Playwright page
     page.locator(".js-plotly-plot").first.wait_for()
+
+
+def _vega_drawn(page) -> None:  # noqa: ANN001 - a Playwright page
+    page.locator("[data-testid='stVegaLiteChart'] svg.marks").first.wait_for()
 
 
 def _fresh_store(source: Path, into: Path) -> Path:
@@ -162,15 +175,20 @@ def _round(browser, source: Path, run: str, pair: str, work: Path, charts: int) 
     empty_script.write_text('import streamlit as st\n\nst.write("empty page")\n')
     floor_script = work / "plotly_page.py"
     floor_script.write_text(_PLOTLY_PAGE)
+    vega_script = work / "vega_page.py"
+    vega_script.write_text(_VEGA_PAGE)
     app, app_url = _server(ROOT / "app" / "streamlit_app.py", store, work)
     empty, empty_url = _server(empty_script, store, work)
     floor, floor_url = _server(floor_script, store, work)
+    vega, vega_url = _server(vega_script, store, work)
     try:
         _visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for())  # the servers warmed the
         _visit(browser, floor_url, _plotly_drawn)
+        _visit(browser, vega_url, _vega_drawn)
         _visit(browser, f"{app_url}/", lambda p: p.get_by_role("heading", name="Runs").wait_for())  # same way
         empties = [_visit(browser, empty_url, lambda p: p.get_by_text("empty page").wait_for()) for _ in range(3)]
         floors = [_visit(browser, floor_url, _plotly_drawn) for _ in range(3)]
+        vegas = [_visit(browser, vega_url, _vega_drawn) for _ in range(3)]
         cpu = _ServerCpu(app.pid)
         cold, switch, run_cpu, switch_cpu = _run_page_and_tab(browser, f"{app_url}/run?run={run}", cpu, charts)
         before = cpu()
@@ -181,7 +199,9 @@ def _round(browser, source: Path, run: str, pair: str, work: Path, charts: int) 
         stop_server(app)
         stop_server(empty)
         stop_server(floor)
-    return {"empty": statistics.median(empties), "plotly_floor": statistics.median(floors), "run_page": cold, "tab_switch": switch, "compare": compare,
+        stop_server(vega)
+    return {"empty": statistics.median(empties), "plotly_floor": statistics.median(floors),
+            "vega_floor": statistics.median(vegas), "run_page": cold, "tab_switch": switch, "compare": compare,
             "run_page_cpu": run_cpu, "tab_switch_cpu": switch_cpu, "compare_cpu": compare_cpu}
 
 
@@ -226,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(_round(browser, source, run, pair, work, args.run_charts))
                     r = rows[-1]
                     print(f"round {i + 1}: empty {r['empty']:.2f} s · plotly floor {r['plotly_floor']:.2f} s "
-                          f"({r['plotly_floor'] / r['empty']:.1f}×) · " + " · ".join(
+                          f"({r['plotly_floor'] / r['empty']:.1f}×) · Vega-Lite floor {r['vega_floor']:.2f} s "
+                          f"({r['vega_floor'] / r['empty']:.1f}×) · " + " · ".join(
                         f"{k} {r[k]:.2f} s ({r[k] / r['empty']:.1f}×)" for k in GOALS)
                         + " · server CPU: " + ", ".join(f"{k} {r[k + '_cpu']:.2f} s" for k in GOALS), flush=True)
             finally:
@@ -235,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'empty':<12} {statistics.median(r['empty'] for r in rows):>9.2f}")
     print(f"{'plotly floor':<12} {statistics.median(r['plotly_floor'] for r in rows):>9.2f} "
           f"{statistics.median(r['plotly_floor'] / r['empty'] for r in rows):>7.1f}×  (a page of one plotly chart)")
+    print(f"{'vega floor':<12} {statistics.median(r['vega_floor'] for r in rows):>9.2f} "
+          f"{statistics.median(r['vega_floor'] / r['empty'] for r in rows):>7.1f}×  (the same, one Vega-Lite chart)")
     ok = True
     for k, goal in GOALS.items():
         ratio = statistics.median(r[k] / r["empty"] for r in rows)

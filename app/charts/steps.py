@@ -2,7 +2,7 @@
 
 Both are the Run page Overview's, its first screen: Vega-Lite specs (``st.vega_lite_chart``), not
 plotly figures. In a fresh browser a page with plotly charts waits for plotly.js (4.7 MB) to load
-and compile, about 1.6 empty-page loads on the sample runs; Vega-Lite costs a third of that
+and compile, about 1.5 empty-page loads; Vega-Lite about a quarter of that
 (benchmarks/README.md, issue 16). Everything the plotly charts showed is there: every step, the
 dropped ones hollow with the reason in the tooltip, the labelled medians, the parts' shares.
 """
