@@ -5,8 +5,7 @@
 
 Four servers of the same streamlit run side by side: the app on a copy of the store, a page
 whose whole script is one ``st.write``, and that page with a small plotly chart or a Vega-Lite one.
-Headless Chromium
-(Playwright) then times, in each round:
+Headless Chromium (Playwright) then times, in each round:
 
 - ``empty``: the empty page, loaded three times (the median is the round's yardstick);
 - ``plotly_floor``: a page of one ``st.write`` and one three-bar plotly chart, loaded three times

@@ -25,7 +25,7 @@ def _title(text: str) -> dict[str, Any]:
     return {"text": text, "anchor": "start", "fontSize": 14}
 
 
-def step_time_chart(tables: Mapping[str, pd.DataFrame], *, height: int = 300) -> dict[str, Any]:
+def step_time_chart(tables: Mapping[str, pd.DataFrame], *, height: int = 380) -> dict[str, Any]:
     """Per-step times of each side (table of ``compute_step_times``), kept steps solid, warm-up
     and profiled steps hollow (the reason in the tooltip), with each side's steady-state median
     as a dashed line."""
@@ -41,7 +41,7 @@ def step_time_chart(tables: Mapping[str, pd.DataFrame], *, height: int = 300) ->
         if kept.any():
             med = float(np.median(t.loc[kept, "step_time_s"])) * 1e3
             medians.append({"side": label, "ms": round(med, 3), "label": f"{label} median {med:.2f} ms"})
-    colour = {"field": "side", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+    colour = {"field": "side", "type": "nominal", "title": None, "legend": {"orient": "top"},
               "scale": {"domain": sides, "range": [_PALETTE[i % len(_PALETTE)] for i in range(len(sides))]}}
     x = {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1},
          "scale": {"zero": False}}
@@ -63,7 +63,7 @@ def step_time_chart(tables: Mapping[str, pd.DataFrame], *, height: int = 300) ->
     return {"title": _title("Step time per step (dashed: steady-state median)"), "layer": layers, "height": height}
 
 
-def waterfall_chart(breakdown: pd.DataFrame, *, view: str = "device", height: int = 340,
+def waterfall_chart(breakdown: pd.DataFrame, *, view: str = "device", height: int = 400,
                     steps: tuple[int, int] | None = None) -> dict[str, Any]:
     """Baseline mean profiled step → each category's change → candidate mean profiled step
     (per-step means, ms), from ``diff_breakdown``'s rows of one ``view``. ``steps`` (profiled

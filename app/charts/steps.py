@@ -42,6 +42,9 @@ _FALLBACK = {"loop_dataloader_us": "dataloader_us"}
 # Ranks whose median line gets a text label in the step-time chart (more would overlap).
 _LABELLED_MEDIANS = 4
 _REST = "loop_other_us"
+# Distinct colours per rank (plotly's first ten, as the other tabs' charts use)
+_RANK_COLOURS = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
+                 "#FECB52")
 # Device-side categories: left out of the chart (bar and legend entry) when they are 0 in every step.
 _DEVICE_ONLY = frozenset({"kernel_us", "memcpy_us", "memset_us", "communication_us", "runtime_us"})
 
@@ -122,7 +125,8 @@ def step_time_chart(
     x_axis: dict[str, Any] = {"title": "step (hollow: left out of the median)", "format": "d", "tickMinStep": 1}
     x = {"field": "step", "type": "quantitative", "axis": x_axis, "scale": {"zero": False}}
     y = {"field": "ms", "type": "quantitative", "title": "step time (ms)", "scale": {"zero": True}}
-    color = {"field": "rank", "type": "nominal", "title": None, "legend": {"orient": "top"}}
+    color = {"field": "rank", "type": "nominal", "title": None, "legend": {"orient": "top"},
+             "scale": {"range": list(_RANK_COLOURS)}}
     layers: list[dict[str, Any]] = [
         {"data": {"values": points}, "mark": {"type": "line", "strokeWidth": 1.5},
          "encoding": {"x": x, "y": y, "color": color}},
@@ -138,14 +142,20 @@ def step_time_chart(
             {"data": {"values": rules},
              "mark": {"type": "rule", "color": "#555"},
              "encoding": {"y": {"field": "ms", "type": "quantitative"},
-                          "strokeDash": {"condition": {"test": "datum.pooled", "value": [1, 3]}, "value": [5, 4]},
+                          "strokeDash": {"condition": {"test": "datum.pooled", "value": [2, 2]}, "value": [5, 4]},
                           "strokeWidth": {"condition": {"test": "datum.pooled", "value": 2}, "value": 1},
                           "opacity": {"condition": {"test": "datum.pooled", "value": 0.9}, "value": 0.6},
                           "tooltip": [{"field": "label", "title": "line"}]}},
-            {"data": {"values": [r for r in rules if r["label"]]},
-             "mark": {"type": "text", "align": "right", "x": "width", "dx": -2, "dy": -6, "fontSize": 11},
-             "encoding": {"y": {"field": "ms", "type": "quantitative"}, "text": {"field": "label"}}},
         ]
+        # One text layer per label, stacked above its line (the pooled one below its own): ranks'
+        # medians are often within a few ms of each other, and labels at one place would overlap.
+        above = 0
+        for rule in (r for r in rules if r["label"]):
+            dy = 14 if rule["pooled"] else -6 - 13 * above
+            above += not rule["pooled"]
+            layers.append({"data": {"values": [rule]},
+                           "mark": {"type": "text", "align": "right", "x": "width", "dx": -2, "dy": dy, "fontSize": 11},
+                           "encoding": {"y": {"field": "ms", "type": "quantitative"}, "text": {"field": "label"}}})
     return {"layer": layers, "height": 320, "config": {"legend": {"orient": "top"}}}
 
 
