@@ -77,17 +77,15 @@ def waterfall_chart(breakdown: pd.DataFrame, *, view: str = "device", height: in
     cats = part[(part["category"] != "step") & (part["delta_us"].abs() > 0)]
     counts = [f" ({n} step{'s' if n != 1 else ''})" if steps else "" for n in (steps or (0, 0))]
     base, cand = float(step["baseline_us"]) / 1e3, float(step["candidate_us"]) / 1e3
-    bars = [{"bar": f"baseline: mean profiled step{counts[0]}", "start": 0.0, "end": base, "kind": "total",
-             "text": f"{base:.2f} ms"}]
+    ends: list[tuple[str, float, float, str, str]] = [  # (bar, start, end, kind, label), ms
+        (f"baseline: mean profiled step{counts[0]}", 0.0, base, "total", f"{base:.2f} ms")]
     level = base
     for name, delta in zip(cats["category"].astype(str), cats["delta_us"].astype(float) / 1e3):
-        bars.append({"bar": name, "start": level, "end": level + delta, "kind": "up" if delta > 0 else "down",
-                     "text": f"{delta:+.2f}"})
+        ends.append((name, level, level + delta, "up" if delta > 0 else "down", f"{delta:+.2f}"))
         level += delta
-    bars.append({"bar": f"candidate: mean profiled step{counts[1]}", "start": 0.0, "end": cand, "kind": "total",
-                 "text": f"{cand:.2f} ms"})
-    for i, b in enumerate(bars):
-        b.update(order=i, start=round(b["start"], 4), end=round(b["end"], 4), top=round(max(b["start"], b["end"]), 4))
+    ends.append((f"candidate: mean profiled step{counts[1]}", 0.0, cand, "total", f"{cand:.2f} ms"))
+    bars = [{"bar": bar, "order": i, "start": round(a, 4), "end": round(b, 4), "top": round(max(a, b), 4),
+             "kind": kind, "text": text} for i, (bar, a, b, kind, text) in enumerate(ends)]
     x = {"field": "bar", "type": "nominal", "sort": [b["bar"] for b in bars], "title": None,
          "axis": {"labelAngle": -30, "labelLimit": 220}}
     return {
