@@ -6,10 +6,10 @@ if sys.argv[1:2] == ["ls"]:  # `ls --json` of an unchanged store: printed before
 
     if print_if_current(sys.argv[1:]):
         sys.exit(0)
-    from app.cli import main
+    from app.cli import entry
 
-    sys.exit(main(ls_checked=True))
+    entry(ls_checked=True)
+else:
+    from app.cli import entry
 
-from app.cli import main
-
-sys.exit(main())
+    entry()

@@ -15,7 +15,15 @@ heavy and generates the traces in children, so no child starts from a large pare
 - ``analyze_cold``: ``python -m app.cli analyze --json f`` with an empty cache — ingest + analysis;
 - ``analyze_warm``: the same command again — the cached trace, analysis and document;
 - ``hta_json``: HTA's fastest backend (``parse_trace_dataframe``, json) when ``hta`` is installed
-  (``pip install -r benchmarks/requirements.txt``), else left out and said so.
+  (``pip install -r benchmarks/requirements.txt``), else left out and said so;
+- ``hta_ijson_batch_and_compress``: HTA's leanest backend (the lowest peak in "Trace ingest"), the
+  reference of the memory goal;
+- ``analyze_cold_base``: ``analyze_cold`` run from another checkout (``--baseline-root DIR``, e.g. a
+  ``git worktree`` of the commit before a change), for before/after pairs in the same rounds.
+
+``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
+--target DIR``, away from the project's environment). With ``--rounds N`` the cases of a size run
+one after the other, N times (A B C A B C): each round's ratios compare processes of the same minute.
 
 ``--gzip SIZE ...`` also measures ``ingest`` of the gzip-compressed trace of those sizes (made with
 level 1). Ratios printed: peak RSS / uncompressed size (goal ≤ 0.40 for the ingest), seconds per
@@ -36,21 +44,26 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ["orjson", "ingest", "analyze_cold", "analyze_warm", "hta_json"]
+CASES = ["orjson", "ingest", "analyze_cold", "analyze_warm", "hta_json", "hta_ijson_batch_and_compress",
+         "analyze_cold_base"]
+HTA_CASES = ("hta_json", "hta_ijson_batch_and_compress")
 
 _SNIPPETS = {
     "orjson": "import orjson,sys; orjson.loads(open(sys.argv[1],'rb').read())",
     "ingest": "import sys; from app.data.trace import load_trace; load_trace(sys.argv[1])",
-    "hta_json": ("import sys, logging; logging.disable(logging.WARNING)\n"
-                 "from hta.common.trace_parser import parse_trace_dataframe\n"
-                 "from hta.configs.parser_config import ParserBackend, ParserConfig\n"
-                 "cfg = ParserConfig(ParserConfig.get_minimum_args()); cfg.set_parser_backend(ParserBackend.JSON)\n"
-                 "parse_trace_dataframe(sys.argv[1], cfg)"),
 }
+_HTA = ("import sys, logging; logging.disable(logging.WARNING)\n"
+        "from hta.common.trace_parser import parse_trace_dataframe\n"
+        "from hta.configs.parser_config import ParserBackend, ParserConfig\n"
+        "cfg = ParserConfig(ParserConfig.get_minimum_args()); cfg.set_parser_backend(ParserBackend({backend!r}))\n"
+        "parse_trace_dataframe(sys.argv[1], cfg)")
+for _case in HTA_CASES:
+    _SNIPPETS[_case] = _HTA.format(backend=_case[len("hta_"):])
 
 
-def _have_hta() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import hta"], capture_output=True)
+def _have_hta(peer_path: str | None) -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import hta"], capture_output=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [peer_path, str(ROOT)]))})
     return probe.returncode == 0
 
 
@@ -60,10 +73,13 @@ def _command(case: str, trace: Path) -> list[str]:
     return [sys.executable, "-c", _SNIPPETS[case], str(trace)]
 
 
-def _run(case: str, trace: Path, cache: Path, timeout: float) -> dict:
-    env = {**os.environ, "TORCHSCOPE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str | None = None,
+         base_root: Path | None = None) -> dict:
+    root = base_root if case == "analyze_cold_base" and base_root is not None else ROOT
+    path = os.pathsep.join(filter(None, [peer_path if case in HTA_CASES else None, str(root)]))
+    env = {**os.environ, "TORCHSCOPE_CACHE": str(cache), "PYTHONPATH": path}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(_command(case, trace), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_command(case, trace), env=env, cwd=root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = t0 + timeout
     while True:
@@ -104,7 +120,7 @@ def _generate(trace: Path, mb: float) -> int:
 
 
 def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float,
-             rounds: int = 1) -> list[dict]:
+             rounds: int = 1, *, peer_path: str | None = None, base_root: Path | None = None) -> list[dict]:
     rows = []
     for mb in sizes:
         trace = work / f"big_{mb:g}mb.json"
@@ -120,19 +136,19 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
             # rounds: the cases one after the other, again and again (A B C A B C), so that each
             # round's ratios compare processes run in the same minute of a shared machine
             for rnd, case in ((r, c) for r in range(1, rounds + 1) for c in wanted):
-                # analyze_warm reuses analyze_cold's cache; ingest has its own
-                c = work / "cache-ingest" if case == "ingest" else cache
+                # analyze_warm reuses analyze_cold's cache; ingest and the baseline have their own
+                c = work / f"cache-{case}" if case in ("ingest", "analyze_cold_base") else cache
                 if case != "analyze_warm":  # cold: an empty cache
                     shutil.rmtree(c, ignore_errors=True)
-                r = _run(case, f, c, timeout)
+                r = _run(case, f, c, timeout, peer_path=peer_path, base_root=base_root)
                 r.update(round=rnd, trace=f.name, mb=mb, events=n, uncompressed_bytes=size, file_bytes=f.stat().st_size,
                          load_avg=_load_avg())
                 if "peak_rss_mb" in r:
                     r["peak_rss_ratio"] = round(r["peak_rss_mb"] * 2**20 / size, 3)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
-            shutil.rmtree(cache, ignore_errors=True)
-            shutil.rmtree(work / "cache-ingest", ignore_errors=True)
+            for c in (cache, work / "cache-ingest", work / "cache-analyze_cold_base"):
+                shutil.rmtree(c, ignore_errors=True)
             if f != trace:
                 f.unlink()
         trace.unlink()
@@ -155,6 +171,38 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    return None if not xs else xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def goals(rows: list[dict]) -> list[dict]:
+    """Issue 13's cold goals per size, from the rounds' ratios (medians over rounds; each ratio
+    compares processes of one round): HTA's fastest backend / cold analyze (goal ≥ 8), cold analyze
+    / a bare orjson process (goal ≤ 1), cold analyze's peak / HTA's leanest peak (goal ≤ 0.5), and
+    the baseline checkout's cold analyze / this one's (> 1: this checkout is faster)."""
+    by: dict[tuple[float, int], dict[str, dict]] = {}
+    for r in rows:
+        if "error" not in r and r["trace"].endswith(".json"):
+            by.setdefault((r["mb"], r.get("round", 1)), {})[r["case"]] = r
+    ratios = {"hta_json / analyze_cold": ("hta_json", "analyze_cold", "num"),
+              "analyze_cold / orjson": ("analyze_cold", "orjson", "num"),
+              "analyze_cold_base / analyze_cold": ("analyze_cold_base", "analyze_cold", "num"),
+              "peak analyze_cold / hta_ijson_batch_and_compress": ("analyze_cold", "hta_ijson_batch_and_compress", "peak")}
+    out = []
+    for mb in sorted({k[0] for k in by}):
+        rounds = [v for k, v in sorted(by.items()) if k[0] == mb]
+        doc: dict = {"mb": mb, "rounds": len(rounds)}
+        for label, (a, b, kind) in ratios.items():
+            for unit in (("peak_rss_mb",) if kind == "peak" else ("wall_s", "cpu_s")):
+                vals = [r[a][unit] / r[b][unit] for r in rounds if a in r and b in r and r[b][unit]]
+                if vals:
+                    doc[f"{label} ({unit})"] = {"median": round(_median(vals) or 0, 3),
+                                                "rounds": [round(v, 3) for v in vals]}
+        out.append(doc)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=float, nargs="+", default=[20, 100, 300, 1000], help="MB of uncompressed JSON")
@@ -163,23 +211,35 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where traces and caches go (default: a temp folder)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--rounds", type=int, default=1, help="run the cases of each size this many times, interleaved")
+    ap.add_argument("--peer-path", help="a folder put on the peers' PYTHONPATH only (HTA installed with pip --target)")
+    ap.add_argument("--baseline-root", type=Path,
+                    help="another checkout of the project: adds case analyze_cold_base, run from there")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cases = list(args.cases)
     note = None
-    if "hta_json" in cases and not _have_hta():
-        cases.remove("hta_json")
+    if any(c in cases for c in HTA_CASES) and not _have_hta(args.peer_path):
+        cases = [c for c in cases if c not in HTA_CASES]
         note = "hta is not installed (pip install -r benchmarks/requirements.txt): HTA left out"
         print(note, file=sys.stderr)
+    if args.baseline_root is None and "analyze_cold_base" in cases:
+        cases.remove("analyze_cold_base")
+    elif args.baseline_root is not None and "analyze_cold_base" not in cases:
+        cases.append("analyze_cold_base")
     work = Path(tempfile.mkdtemp(prefix="torchscope-big-", dir=args.workdir))
     try:
-        rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout, max(1, args.rounds))
+        rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout, max(1, args.rounds),
+                        peer_path=args.peer_path, base_root=args.baseline_root.resolve() if args.baseline_root else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(_table(rows))
+    summary = goals(rows)
+    for g in summary:
+        print(json.dumps(g))
     if args.out:
         doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0],
-               "cpus": os.cpu_count(), "note": note, "rows": rows}
+               "cpus": os.cpu_count(), "note": note, "baseline_root": args.baseline_root.name if args.baseline_root else None,
+               "goals": summary, "rows": rows}
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 

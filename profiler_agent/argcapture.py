@@ -2,7 +2,9 @@
 
 ``ArgumentParser.parse_known_args`` (which ``parse_args`` calls) is wrapped; each top-level
 result is handed to the sink (the session) or kept until one is set, because scripts often
-parse their arguments before importing torch.
+parse their arguments before importing torch. Once a session has ended (its sink is unset),
+nothing is kept until the next one: a later parse in the same process (a tool's own command
+line, a test's) belongs to no run.
 """
 from __future__ import annotations
 
@@ -16,12 +18,20 @@ __all__ = ["install_argparse_capture", "set_config_sink"]
 
 _pending: dict[str, Any] = {}
 _sink: Callable[[Mapping[str, Any]], None] | None = None
+_keep_pending = True  # False between a session's end and the next one's start
 _state = threading.local()
 
 
 def set_config_sink(sink: Callable[[Mapping[str, Any]], None] | None) -> None:
-    """Send parsed arguments to ``sink`` from now on, starting with any parsed before."""
-    global _sink
+    """Send parsed arguments to ``sink`` from now on, starting with any parsed before.
+
+    ``None`` (a session ended): arguments parsed from now on are dropped until a sink is set."""
+    global _sink, _keep_pending
+    if sink is None and _sink is not None:
+        _keep_pending = False
+        _pending.clear()
+    elif sink is not None:
+        _keep_pending = True
     _sink = sink
     if sink is not None and _pending:
         values = dict(_pending)
@@ -33,7 +43,7 @@ def _record(namespace: Any) -> None:
     values = {k: v for k, v in vars(namespace).items() if not k.startswith("_")}
     if _sink is not None:
         _sink(values)
-    else:
+    elif _keep_pending:
         _pending.update(values)
 
 

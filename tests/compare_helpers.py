@@ -16,6 +16,13 @@ from profiler_agent.runformat import layout
 __all__ = ["skip_if_overloaded", "write_steps_run", "write_step_trace"]
 
 
+def overload() -> str | None:
+    """A reason when the machine is oversubscribed (load above 1.5x the cores), else None: timing
+    figures recorded then measure the other jobs as much as the code."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    return f"machine overloaded (load {load:.1f} on {cores} cores)" if load > 1.5 * cores else None
+
+
 def skip_if_overloaded(verdict: str, detail: str = "", contention: Any = None) -> None:
     """A timing verdict needs a machine that is not oversubscribed. When the verdict is not the
     expected "faster" and the load is far above the core count (other jobs competing for the

@@ -1,18 +1,22 @@
-"""Step-time charts: time per step from metrics, step breakdown as stacked bars (charts layer)."""
+"""Step-time charts: time per step from metrics, step breakdown as stacked bars (charts layer).
+
+Both are the Run page Overview's, its first screen: Vega-Lite specs (``st.vega_lite_chart``), not
+plotly figures. In a fresh browser a page with plotly charts waits for plotly.js (4.7 MB) to load
+and compile, about 1.5 empty-page loads; Vega-Lite about a quarter of that
+(benchmarks/README.md, issue 16). Everything the plotly charts showed is there: every step, the
+dropped ones hollow with the reason in the tooltip, the labelled medians, the parts' shares.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
 
 from app.analysis.run.step_time import StepTime, steady_step_time
 
-__all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "make_step_time_figure", "make_breakdown_figure"]
-
-# Horizontal legend above the plot, clear of the x-axis title.
-_LEGEND_TOP = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0}
+__all__ = ["DEVICE_CATEGORIES", "LOOP_PHASES", "breakdown_chart", "breakdown_parts", "step_time_chart"]
 
 # (column of the trace engine's step table, label) — device view, as torch-tb-profiler's Overview.
 DEVICE_CATEGORIES: tuple[tuple[str, str], ...] = (
@@ -38,6 +42,9 @@ _FALLBACK = {"loop_dataloader_us": "dataloader_us"}
 # Ranks whose median line gets a text label in the step-time chart (more would overlap).
 _LABELLED_MEDIANS = 4
 _REST = "loop_other_us"
+# Distinct colours per rank (plotly's first ten, as the other tabs' charts use)
+_RANK_COLOURS = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
+                 "#FECB52")
 # Device-side categories: left out of the chart (bar and legend entry) when they are 0 in every step.
 _DEVICE_ONLY = frozenset({"kernel_us", "memcpy_us", "memset_us", "communication_us", "runtime_us"})
 
@@ -59,88 +66,112 @@ def _rank_headlines(metrics: pd.DataFrame, value: str, from_trace: bool,
     return [(r, h) for r, h in out if h.steps]
 
 
-def _add_rank_steps(fig: go.Figure, rank: int, head: StepTime, *, ranks_drawn: int) -> None:
-    """One rank's step times (hollow markers: left out of the median) and its dashed median line."""
-    reasons = [head.dropped.get(s, "steady state") for s in head.steps]
-    fig.add_trace(
-        go.Scatter(
-            x=list(head.steps),
-            y=[t * 1e3 for t in head.times_s],
-            mode="lines+markers",
-            name=f"rank {rank}",
-            customdata=reasons,
-            marker={"size": 5, "symbol": ["circle-open" if s in head.dropped else "circle" for s in head.steps]},
-            hovertemplate="step %{x}<br>%{y:.2f} ms (%{customdata})<extra></extra>",
-        )
-    )
-    if head.value_s is None:
-        return
-    med = head.value_s * 1e3
-    # An hline given an empty annotation draws plotly's placeholder "new text": label each
-    # rank's median while they stay readable, otherwise draw the lines without labels.
-    label: dict[str, str] = {}
-    if ranks_drawn == 1:
-        label = {"annotation_text": f"median {med:.2f} ms"}
-    elif ranks_drawn <= _LABELLED_MEDIANS:
-        label = {"annotation_text": f"rank {rank} median {med:.2f} ms"}
-    fig.add_hline(y=float(med), line_dash="dash", line_width=1, opacity=0.6, **label)
+def _ms(value: float) -> float:
+    """Milliseconds rounded for the browser (µs resolution: the hover shows 2 decimals)."""
+    return round(float(value), 3)
 
 
-def make_step_time_figure(
+def _rank_points(rank: int, head: StepTime) -> list[dict[str, object]]:
+    """One rank's step times (ms), each with whether the median keeps it and why not."""
+    return [
+        {"rank": f"rank {rank}", "step": int(s), "ms": _ms(t * 1e3), "kept": s not in head.dropped,
+         "why": head.dropped.get(s, "steady state")}
+        for s, t in zip(head.steps, head.times_s)
+    ]
+
+
+def _median_rules(groups: list[tuple[int, StepTime]], pooled: StepTime | None) -> list[dict[str, object]]:
+    """The dashed median line of each rank (labelled while they stay readable) and the pooled one."""
+    rules: list[dict[str, object]] = []
+    for rank, head in groups:
+        if head.value_s is None:
+            continue
+        med = head.value_s * 1e3
+        label = ""
+        if len(groups) == 1:
+            label = f"median {med:.2f} ms"
+        elif len(groups) <= _LABELLED_MEDIANS:
+            label = f"rank {rank} median {med:.2f} ms"
+        rules.append({"ms": _ms(med), "label": label, "pooled": False})
+    if pooled is not None and pooled.value_s is not None and len(groups) > 1:
+        rules.append({"ms": _ms(pooled.value_s * 1e3), "pooled": True,
+                      "label": f"median, slowest rank per step {pooled.value_s * 1e3:.2f} ms"})
+    return rules
+
+
+_POINT_TOOLTIP = [{"field": "rank", "title": "rank"}, {"field": "step", "title": "step"},
+                  {"field": "ms", "title": "step time (ms)", "format": ".2f"}, {"field": "why", "title": "median"}]
+
+
+def step_time_chart(
     metrics: pd.DataFrame, *, value: str = "step_time_s", from_trace: bool = False,
     pooled: StepTime | None = None, ranks: Sequence[int] | None = None,
-) -> go.Figure:
-    """Time of every step (ms) per rank, with each rank's headline median dashed and labelled.
+) -> dict[str, Any]:
+    """Time of every step (ms) per rank, with each rank's headline median dashed and labelled: a
+    Vega-Lite spec (the Overview's first chart; Vega-Lite loads in the browser in a fraction of
+    plotly.js's time, docs/app.md).
 
     ``metrics`` needs columns ``step`` and ``value`` (seconds), optionally ``rank``, ``profiled``
     and evaluation values (``val_*`` ...). The median line of a rank is app.analysis.run.step_time's
     :func:`steady_step_time` of that rank (warm-up, profiled and evaluation steps left out; steps
     from traces, ``from_trace``, all count), the same number as the Overview tile; its steps are
-    drawn filled, the dropped ones hollow with the reason in the hover. ``pooled`` (the headline
-    over every rank, slowest rank per step) adds its own line when several ranks are drawn.
+    drawn filled, the dropped ones hollow with the reason in the tooltip. ``pooled`` (the headline
+    over every rank, slowest rank per step) adds its own dotted line when several ranks are drawn.
     ``ranks``: draw only these ranks (their medians still see every rank's evaluation marks).
     """
-    fig = go.Figure()
     groups = _rank_headlines(metrics, value, from_trace, ranks)
-    for rank, head in groups:
-        _add_rank_steps(fig, rank, head, ranks_drawn=len(groups))
-    if pooled is not None and pooled.value_s is not None and len(groups) > 1:
-        fig.add_hline(y=pooled.value_s * 1e3, line_dash="dot", line_width=2, opacity=0.9,
-                      annotation_text=f"median, slowest rank per step {pooled.value_s * 1e3:.2f} ms",
-                      annotation_position="bottom right")
-    xaxis: dict[str, object] = {}
-    steps = [s for _, h in groups for s in h.steps]
-    if steps and max(steps) - min(steps) <= 10:
-        # Steps are integers; plotly's automatic ticks would put them at 0.5 intervals.
-        xaxis = {"tick0": 0, "dtick": 1, "tickformat": "d"}
-    fig.update_layout(
-        xaxis_title="step (hollow: left out of the median)",
-        yaxis_title="step time (ms)",
-        # From 0: a 2 % jitter drawn from its own minimum looks like a 2× swing.
-        yaxis={"rangemode": "tozero"},
-        height=320,
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        legend=_LEGEND_TOP,
-        xaxis=xaxis,
-    )
-    return fig
-
-
-def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str], ...]) -> go.Figure:
-    """Stacked bars, one per profiled step (x: ``step``; ms), one colour per category column.
-
-    Columns missing from ``steps`` are skipped; hover shows each part's share of the step.
-    """
-    fig = go.Figure()
-    x = (
-        [
-            f"rank {r} · step {s}" if steps["rank"].nunique() > 1 else str(s)
-            for r, s in zip(steps["rank"], steps["step"])
+    points = [p for rank, head in groups for p in _rank_points(rank, head)]
+    rules = _median_rules(groups, pooled)
+    x_axis: dict[str, Any] = {"title": "step (hollow: left out of the median)", "format": "d", "tickMinStep": 1}
+    x = {"field": "step", "type": "quantitative", "axis": x_axis, "scale": {"zero": False}}
+    y = {"field": "ms", "type": "quantitative", "title": "step time (ms)", "scale": {"zero": True}}
+    color = {"field": "rank", "type": "nominal", "title": None, "legend": {"orient": "top"},
+             "scale": {"range": list(_RANK_COLOURS)}}
+    layers: list[dict[str, Any]] = [
+        {"data": {"values": points}, "mark": {"type": "line", "strokeWidth": 1.5},
+         "encoding": {"x": x, "y": y, "color": color}},
+        {"data": {"values": points}, "transform": [{"filter": "datum.kept"}],
+         "mark": {"type": "point", "filled": True, "size": 30},
+         "encoding": {"x": x, "y": y, "color": color, "tooltip": _POINT_TOOLTIP}},
+        {"data": {"values": points}, "transform": [{"filter": "!datum.kept"}],
+         "mark": {"type": "point", "filled": False, "size": 30, "strokeWidth": 1.5},
+         "encoding": {"x": x, "y": y, "color": color, "tooltip": _POINT_TOOLTIP}},
+    ]
+    if rules:
+        layers += [
+            {"data": {"values": rules},
+             "mark": {"type": "rule", "color": "#555"},
+             "encoding": {"y": {"field": "ms", "type": "quantitative"},
+                          "strokeDash": {"condition": {"test": "datum.pooled", "value": [2, 2]}, "value": [5, 4]},
+                          "strokeWidth": {"condition": {"test": "datum.pooled", "value": 2}, "value": 1},
+                          "opacity": {"condition": {"test": "datum.pooled", "value": 0.9}, "value": 0.6},
+                          "tooltip": [{"field": "label", "title": "line"}]}},
         ]
-        if "rank" in steps
-        else steps["step"].astype(str)
-    )
+        # One text layer per label, stacked above its line (the pooled one below its own): ranks'
+        # medians are often within a few ms of each other, and labels at one place would overlap.
+        above = 0
+        for rule in (r for r in rules if r["label"]):
+            dy = 14 if rule["pooled"] else -6 - 13 * above
+            above += not rule["pooled"]
+            layers.append({"data": {"values": [rule]},
+                           "mark": {"type": "text", "align": "right", "x": "width", "dx": -2, "dy": dy, "fontSize": 11},
+                           "encoding": {"y": {"field": "ms", "type": "quantitative"}, "text": {"field": "label"}}})
+    return {"layer": layers, "height": 320, "config": {"legend": {"orient": "top"}}}
+
+
+def _breakdown_x(steps: pd.DataFrame) -> list[str]:
+    if "rank" in steps and steps["rank"].nunique() > 1:
+        return [f"rank {r} · step {s}" for r, s in zip(steps["rank"], steps["step"])]
+    return [str(s) for s in steps["step"]]
+
+
+def breakdown_parts(steps: pd.DataFrame, categories: tuple[tuple[str, str], ...]
+                    ) -> list[tuple[str, pd.Series]]:
+    """(label, µs per step) of each category drawn: columns missing from ``steps`` are skipped,
+    "Rest of step" is computed from the step's duration when the table lacks it, and device
+    categories that are 0 in every step are left out (a CPU run: no all-zero legend entry)."""
     total = pd.to_numeric(steps.get("duration_us"), errors="coerce") if "duration_us" in steps else None
+    out = []
     for col, label in categories:
         if col not in steps.columns and _FALLBACK.get(col) in steps.columns:
             col = _FALLBACK[col]
@@ -155,25 +186,39 @@ def make_breakdown_figure(steps: pd.DataFrame, categories: tuple[tuple[str, str]
         else:
             values = pd.to_numeric(steps[col], errors="coerce").fillna(0.0)
         if col in _DEVICE_ONLY and not (values > 0).any():
-            continue  # no device activity of this kind (a CPU run): no all-zero legend entry
-        ms = values / 1e3
-        share = (ms * 1e3 / total * 100).round(1) if total is not None else None
-        fig.add_trace(
-            go.Bar(
-                x=list(x),
-                y=ms,
-                name=label,
-                customdata=share,
-                hovertemplate=f"{label}: %{{y:.2f}} ms (%{{customdata}}% of step)<extra></extra>",
-            )
-        )
-    fig.update_layout(
-        barmode="stack",
-        xaxis_title="profiled step",
-        yaxis_title="time (ms)",
-        height=360,
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        legend=_LEGEND_TOP,
-        xaxis={"type": "category"},
-    )
-    return fig
+            continue
+        out.append((label, values))
+    return out
+
+
+def breakdown_chart(steps: pd.DataFrame, categories: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """Stacked bars, one per profiled step (x: ``step``; ms), one colour per category column, as a
+    Vega-Lite spec; the tooltip shows each part's time and share of the step (:func:`breakdown_parts`)."""
+    x = _breakdown_x(steps)
+    total = pd.to_numeric(steps.get("duration_us"), errors="coerce") if "duration_us" in steps else None
+    parts = breakdown_parts(steps, categories)
+    rows = []
+    for order, (label, values) in enumerate(parts):
+        for i, (step, us) in enumerate(zip(x, values)):
+            t = float(total.iloc[i]) if total is not None else float("nan")
+            share = round(float(us) / t * 100, 1) if t > 0 else None
+            rows.append({"step": step, "part": label, "order": order, "ms": _ms(float(us) / 1e3), "share": share})
+    labels = [label for label, _ in parts]
+    return {
+        "layer": [{
+            "data": {"values": rows},
+            "mark": {"type": "bar"},
+            "encoding": {
+                "x": {"field": "step", "type": "nominal", "sort": list(dict.fromkeys(x)), "title": "profiled step",
+                      "axis": {"labelAngle": 0 if len(x) <= 12 else -45}},
+                "y": {"field": "ms", "type": "quantitative", "stack": "zero", "title": "time (ms)"},
+                "color": {"field": "part", "type": "nominal", "title": None, "scale": {"domain": labels},
+                          "legend": {"orient": "top"}},
+                "order": {"field": "order", "type": "quantitative"},
+                "tooltip": [{"field": "step", "title": "step"}, {"field": "part", "title": "part"},
+                            {"field": "ms", "title": "time (ms)", "format": ".2f"},
+                            {"field": "share", "title": "% of step", "format": ".1f"}],
+            },
+        }],
+        "height": 360,
+    }

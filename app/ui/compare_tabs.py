@@ -10,11 +10,8 @@ import streamlit as st
 from app.analysis.compare.comparison import Comparison
 from app.analysis.compare.side import CompareSide
 from app.analysis.model.graph_diff import diff_backward_graphs, diff_module_trees
-from app.charts.compare import (
-    make_delta_bar_figure,
-    make_step_time_figure,
-    make_waterfall_figure,
-)
+from app.charts.compare import make_delta_bar_figure
+from app.charts.compare_vega import step_time_chart, waterfall_chart
 from app.charts.graph import make_module_diff_dot
 from app.presentation.report import breakdown_display_table
 from app.ui.cache import cached_figure
@@ -102,9 +99,10 @@ def _labels(cmp: Comparison) -> tuple[str, str]:
 
 def render_time_tab(cmp: Comparison) -> None:
     b, c = _labels(cmp)
-    st.plotly_chart(cached_figure(cmp, "steps", lambda: make_step_time_figure({b: cmp.step_times[0],
-                                                                             c: cmp.step_times[1]})),
-                    width="stretch", key="compare_steps_fig")
+    # Vega-Lite, not plotly: the first tab of a fresh browser then loads no plotly.js (app.charts.compare_vega)
+    st.vega_lite_chart(cached_figure(cmp, "steps", lambda: step_time_chart({b: cmp.step_times[0],
+                                                                          c: cmp.step_times[1]})),
+                       width="stretch", key="compare_steps_fig")
     st.caption("Step set of the headline: the steady-state steps (filled; warm-up, profiled and evaluation steps "
                "hollow and left out). The dashed lines are each side's median, the numbers the headline compares.")
     note = getattr(cmp, "sign_note", "")
@@ -116,7 +114,7 @@ def render_time_tab(cmp: Comparison) -> None:
     view = st.radio("View", ["device", "phase"], horizontal=True, key="compare_view",
                     format_func=lambda v: {"device": "kernels / copies / CPU / data loading",
                                            "phase": "forward / backward / optimizer"}[v])
-    st.plotly_chart(cached_figure(cmp, ("waterfall", view), lambda: make_waterfall_figure(
+    st.vega_lite_chart(cached_figure(cmp, ("waterfall", view), lambda: waterfall_chart(
         cmp.breakdown, view=view, steps=cmp.breakdown_steps)), width="stretch", key="compare_waterfall")
     ms = st.column_config.NumberColumn(format="%.2f")
     st.dataframe(breakdown_display_table(cmp, view), hide_index=True, width="stretch",

@@ -24,14 +24,12 @@ Progress is reported per file: ``progress(files_done, files_total, bytes_done, b
 from __future__ import annotations
 
 import contextvars
-import multiprocessing
 import os
 import platform
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -241,12 +239,21 @@ def _run_serial(tasks: Sequence[_Task], sizes: Sequence[int], tally: _Tally) -> 
 
 
 def _run_local(tasks: Sequence[_Task], sizes: Sequence[int], workers: int, tally: _Tally) -> list[RankIngest]:
+    # Imported here: a command that reads one trace (a cold `analyze`) never starts a pool.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     # spawn, not fork: this process may already run Arrow's and pandas' threads, which fork does not copy.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     pending: dict[Future[RankIngest], int] = {}
     out: list[RankIngest] = []
     try:
-        pending = {pool.submit(ingest_one, *task): i for i, task in enumerate(tasks)}
+        try:
+            pending = {pool.submit(ingest_one, *task): i for i, task in enumerate(tasks)}
+        except OSError as e:  # the worker processes cannot start (no current folder, no processes or files left)
+            raise TraceError(f"{tasks[0][0]}: cannot start the ingest worker processes ({type(e).__name__}: "
+                             f"{e.strerror or e}); set {WORKERS_ENV}=1 to read the files in this process") from None
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:

@@ -113,6 +113,22 @@ def test_argparse_capture_records_the_outer_namespace() -> None:
     json.dumps(seen)
 
 
+def test_arguments_parsed_after_a_session_ended_belong_to_no_later_run() -> None:
+    argcapture.install_argparse_capture()
+    argcapture.set_config_sink(lambda values: None)  # a session...
+    argcapture.set_config_sink(None)  # ...that ended
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root")
+    parser.parse_args(["--root", "elsewhere"])  # a tool's own command line, in the same process
+    seen: list[dict[str, object]] = []
+    argcapture.set_config_sink(lambda values: seen.append(dict(values)))
+    try:
+        parser.parse_args(["--root", "mine"])
+    finally:
+        argcapture.set_config_sink(None)
+    assert seen == [{"root": "mine"}]
+
+
 def test_heartbeat_refreshes_the_manifest(tmp_path: Path) -> None:
     import time
 

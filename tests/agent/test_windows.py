@@ -83,7 +83,9 @@ def test_analyze_shows_the_anomaly_window_apart_with_its_slowdown(slowdown_run: 
     anomaly = [w for w in doc["windows"] if w["reason"] == "anomaly" and w["first_step"] >= 30]
     assert anomaly and anomaly[0]["typical"] is False and by_reason["early"]["typical"] is True
     assert re.fullmatch(r"anomaly: step [0-9.]+× the running median", anomaly[0]["label"]), anomaly[0]
-    assert 1.5 < anomaly[0]["ratio_to_typical"] < 10, doc["windows"]
+    # The same room as above: the typical windows' steps may be the quiet ones, the anomaly's the
+    # disturbed ones (12.3 seen with four agents sharing two cores); a unit slip would be 1000x.
+    assert 1.5 < anomaly[0]["ratio_to_typical"] < 40, doc["windows"]
     # Every profiled step stays in the step table; the ops come from the typical traces: fewer calls
     # of the repeated layer per step than in a slow step (8 against 40 applications).
     steps = {s["step"] for s in doc["steps"]}

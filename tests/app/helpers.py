@@ -95,3 +95,16 @@ def show_tab(at: AppTest, title: str, *, key: str = "run_tab") -> Any:
         at.session_state[key] = title
         at.run()
     return next(t for t in at.tabs if t.label == title)
+
+
+def vega_specs(block: Any) -> list[dict[str, Any]]:
+    """The Vega-Lite specs of the charts in ``block`` (a tab or the app), as sent to the browser."""
+    import json
+
+    return [json.loads(c.proto.spec) for c in block.get("vega_lite_chart")]
+
+
+def chart_labels(spec: dict[str, Any]) -> list[str]:
+    """The texts a Vega-Lite spec writes on its chart (its text layers' labels, e.g. the medians')."""
+    return [str(r.get("label", "")) for layer in spec.get("layer", []) if layer["mark"]["type"] == "text"
+            for r in layer["data"]["values"]]

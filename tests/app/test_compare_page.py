@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout
-from tests.app.helpers import APP, assert_clean, show_tab, texts
+from tests.app.helpers import APP, assert_clean, show_tab, texts, vega_specs
 
 PAGE = "app_pages/compare.py"
 
@@ -79,8 +79,15 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     shown = texts(at.success) + texts(at.info) + texts(at.error) + texts(at.warning)
     assert "optimized" in shown and "baseline" in shown  # the headline names both runs
     time_tab = _tab(at, "Where the time went")
-    assert len(time_tab.get("plotly_chart")) >= 2  # step times and the waterfall
+    charts = vega_specs(time_tab)
+    assert len(charts) >= 2  # step times and the waterfall
     breakdown = time_tab.dataframe[0].value
+    waterfall = next(c for c in charts if c["title"]["text"].startswith("Where the time went"))
+    bars = waterfall["layer"][0]["data"]["values"]  # baseline step, each change, candidate step
+    step_row = breakdown.set_index("category").loc["mean profiled step"]
+    assert bars[0]["end"] == pytest.approx(step_row["baseline (ms/step)"], abs=0.01)
+    assert bars[-1]["end"] == pytest.approx(step_row["candidate (ms/step)"], abs=0.01)
+    assert bars[-2]["end"] == pytest.approx(bars[-1]["end"], abs=0.01)  # the changes add up to the candidate
     assert list(breakdown.columns) == ["category", "baseline (ms/step)", "candidate (ms/step)", "Δ (ms/step)",
                                        "Δ share of baseline step (%)"]
     assert "mean profiled step" in set(breakdown["category"])

@@ -19,7 +19,7 @@ from app.ui.store import clear_store_caches
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import APP, assert_clean, open_app, show_tab
+from tests.app.helpers import APP, assert_clean, chart_labels, open_app, show_tab, vega_specs
 
 
 def _noisy_run(make_run):  # noqa: ANN001, ANN202
@@ -42,12 +42,11 @@ def _noisy_run(make_run):  # noqa: ANN001, ANN202
 
 
 def _chart_median(at) -> str:  # noqa: ANN001
-    """The text of the Overview step-time chart's median annotation."""
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
-        for a in spec.get("layout", {}).get("annotations", []):
-            if str(a.get("text", "")).startswith("median"):
-                return a["text"]
+    """The text of the Overview step-time chart's median label."""
+    for spec in vega_specs(at):
+        for text in chart_labels(spec):
+            if text.startswith("median"):
+                return text
     raise AssertionError("no median line in any chart")
 
 
@@ -132,9 +131,8 @@ def _annotations(block) -> list[str]:  # noqa: ANN001
 
 
 def _chart_median_texts(at) -> list[str]:  # noqa: ANN001
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
-        texts = [str(a.get("text", "")) for a in spec.get("layout", {}).get("annotations", [])]
+    for spec in vega_specs(at):
+        texts = chart_labels(spec)
         if any("median" in t for t in texts):
             return texts
     raise AssertionError("no median line in any chart")

@@ -180,7 +180,7 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     # no metrics in an imported trace: step time comes from its 6 profiled steps (~76 ms each)
     assert headline[STEP_TIME_LABEL].endswith(" ms") and 70 < float(headline[STEP_TIME_LABEL][:-3]) < 90
     assert "From the profiled steps" in texts(overview.caption)
-    assert len(overview.get("plotly_chart")) >= 2  # time per step and the breakdown of the profiled steps
+    assert len(overview.get("vega_lite_chart")) >= 2  # time per step and the breakdown of the profiled steps
     at.radio(key="run_overview_breakdown_view").set_value("Training-loop phases").run()
     assert_clean(at)
     _tab(at, "Operators")

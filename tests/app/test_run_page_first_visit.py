@@ -15,7 +15,7 @@ import pytest
 
 from app.analysis.run.summary import compute_peak_memory
 from app.analysis.trace.summary import ANALYSIS_TABLES, STEP_TABLES, analyze_traces
-from app.charts.steps import DEVICE_CATEGORIES, make_breakdown_figure
+from app.charts.steps import DEVICE_CATEGORIES, breakdown_chart
 from app.data import trace_analysis_cache as tac
 from app.presentation.names import final_name
 from app.presentation.units import format_bytes
@@ -66,7 +66,7 @@ def _join_prefetches() -> None:
 
 
 def _chart_data(block: Any) -> list[list[dict[str, Any]]]:
-    return [json.loads(c.proto.spec)["data"] for c in block.get("plotly_chart")]
+    return [[layer["data"] for layer in json.loads(c.proto.spec)["layer"]] for c in block.get("vega_lite_chart")]
 
 
 def test_overview_first_visit_computes_only_the_step_tables(monkeypatch: pytest.MonkeyPatch, make_run: Any) -> None:
@@ -83,7 +83,7 @@ def test_overview_first_visit_computes_only_the_step_tables(monkeypatch: pytest.
     assert source != "rss"  # the tile takes the traces' tensor peak: the step analysis was read for it
     tiles = {m.label: m.value for m in at.metric}
     assert format_bytes(peak) in tiles.values()
-    expected = json.loads(make_breakdown_figure(full.steps, DEVICE_CATEGORIES).to_json())["data"]
+    expected = [layer["data"] for layer in json.loads(json.dumps(breakdown_chart(full.steps, DEVICE_CATEGORIES)))["layer"]]
     assert expected in _chart_data(at)  # "Where a step's time goes", bar for bar
 
     # Once drawn, the Overview left the rest to a background thread, which reads the step tables back

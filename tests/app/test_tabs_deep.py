@@ -34,7 +34,9 @@ def open_tab(run_dir: Path, tab: str, rank: int | None = None) -> AppTest:
 
 
 def charts(at: AppTest) -> list:
-    return list(at.get("plotly_chart"))
+    """The tab's charts: plotly figures, then Vega-Lite charts (a tab draws one kind or the other:
+    the Overview and the Operators tab draw Vega-Lite), in page order within a kind."""
+    return list(at.get("plotly_chart")) + list(at.get("vega_lite_chart"))
 
 
 def assert_ok(at: AppTest) -> None:

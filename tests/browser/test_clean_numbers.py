@@ -9,7 +9,7 @@ import pytest
 
 from tests.browser.conftest import screenshot
 from tests.browser.test_flows import _agent_run_or
-from tests.browser.waits import EXCEPTION, wait_idle
+from tests.browser.waits import CHART_TEXT, EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ def _visible_text(page) -> str:  # noqa: ANN001
     panel = page.locator('[role="tabpanel"]:visible')
     text = panel.inner_text()
     # chart titles, axes and legends are SVG text: no innerText
-    svg = panel.locator(".js-plotly-plot text").evaluate_all("els => els.map(e => e.textContent).join('\\n')")
+    svg = panel.locator(CHART_TEXT).evaluate_all("els => els.map(e => e.textContent).join('\\n')")
     return f"{text}\n{svg}"
 
 

@@ -36,7 +36,8 @@ def test_compare_flow(page, server, browser_store) -> None:  # noqa: ANN001
     for label in ("Step time (median, steady state)", "Judged by", "Replicates"):
         page.get_by_text(label).first.wait_for(timeout=60_000)
     # the first tab's charts (step times, waterfall) drawn, so the screenshot shows them
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+    page.wait_for_function("() => document.querySelectorAll("
+                           "'.js-plotly-plot .main-svg, [data-testid=\"stVegaLiteChart\"] svg.marks').length >= 2",
                            timeout=60_000)
     screenshot(page, "compare_00_verdicts")
     tabs = page.get_by_role("tab")

@@ -8,11 +8,9 @@ import re
 import pytest
 
 from tests.browser.conftest import screenshot
-from tests.browser.waits import EXCEPTION, wait_idle
+from tests.browser.waits import CHART, EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
 
 
 def test_runs_catalog(page, server):  # noqa: ANN001
@@ -48,7 +46,7 @@ def test_imported_gpu_two_rank_run(page, server):  # noqa: ANN001
     page.get_by_role("tab", name="Operators").click()
     wait_idle(page)
     panel = page.locator('[role="tabpanel"]:visible')
-    panel.locator(".js-plotly-plot").first.wait_for()
+    panel.locator(CHART).first.wait_for()
     assert page.locator(EXCEPTION).count() == 0
     screenshot(page, "run_two_ranks_operators")
     page.get_by_role("tab", name="Kernels").click()
@@ -70,6 +68,7 @@ def test_open_run_from_catalog(page, server):  # noqa: ANN001
     wait_idle(page)
     page.get_by_role("button", name="Open run").click()
     page.get_by_role("tab", name="Overview").wait_for()
+    page.locator('[data-testid="stMetricValue"]').first.wait_for()  # the headline numbers, not skeletons
     wait_idle(page)
     assert "/run" in page.url and "run=" in page.url
     assert page.locator(EXCEPTION).count() == 0

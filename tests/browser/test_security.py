@@ -12,7 +12,7 @@ import pytest
 from profiler_agent import runformat as rf
 from tests.browser.conftest import screenshot
 from tests.browser.hostile import HOSTILE_NAME, PAYLOAD
-from tests.browser.waits import EXCEPTION, wait_idle
+from tests.browser.waits import CHART, EXCEPTION, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -50,13 +50,26 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Logs":
             panel = page.locator('[role="tabpanel"]:visible')
-            assert "<script>window.__pwned=2</script>" in panel.inner_text()  # the log, as text
+            # the log, as text (its code block may be drawn a moment after the panel's first element)
+            panel.get_by_text("<script>window.__pwned=2</script>").first.wait_for(timeout=60_000)
+            assert "<script>window.__pwned=2</script>" in panel.inner_text()
             screenshot(page, "xss_run_logs")
         if name == "Operators":
-            plot = page.locator('[role="tabpanel"]:visible .js-plotly-plot').first
+            plot = page.locator(f'[role="tabpanel"]:visible {CHART}').first
             plot.wait_for()
-            ticks = plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")
+            # the op axis's labels: plotly's ticks or Vega-Lite's axis labels
+            ticks = plot.locator(".ytick text, .role-axis-label text").evaluate_all("els => els.map(e => e.textContent)")
             assert any("::op" in t for t in ticks), ticks  # the payload op is drawn (as text)
+            # and its tooltip shows the name as text: hover every bar until the payload's tooltip shows
+            bars = plot.locator(".mark-rect path, .bars .point path")
+            shown = []
+            for i in range(bars.count()):
+                bars.nth(i).hover(force=True)
+                tip = page.locator("#vg-tooltip-element, .hoverlayer")
+                shown += [t for t in tip.all_inner_texts() if "::op" in t]
+                if shown:
+                    break
+            assert shown, "no tooltip named the payload op"
             assert page.evaluate(INJECTED) == CLEAN
             screenshot(page, "xss_run_operators")
     page.goto(f"{server}/")

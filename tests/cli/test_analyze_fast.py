@@ -88,3 +88,24 @@ def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
     out = _cli(["import", "--help"], tmp_path / "cache", "-X", "importtime")
     assert out.returncode == 0 and "usage: torchscope import" in out.stdout
     assert not _imported(out.stderr) & set(_HEAVY)  # `ls`, `diff`... (pandas) were not imported for it
+
+
+@pytest.mark.parametrize("args, code", [(["analyze", "--json", "{trace}"], 0), (["analyze", "{missing}"], 2)])
+def test_the_program_runs_exit_handlers_and_keeps_the_exit_code(args: list[str], code: int, tmp_path: Path) -> None:
+    """``app.cli.entry`` ends a read-only command with ``os._exit`` after the exit handlers and a
+    flush: the document is whole, an ``atexit`` handler still runs, the exit code is the command's."""
+    argv = [a.format(trace=TRACE, missing=tmp_path / "none.json") for a in args]
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: sys.stderr.write('handler ran\\n'))\n"
+              f"sys.argv = ['torchscope', *{argv!r}]\n"
+              "from app.cli import entry\n"
+              "entry()\n")
+    env = {**os.environ, "TORCHSCOPE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == code, out.stderr
+    assert out.stderr.endswith("handler ran\n")
+    if code == 0:
+        assert json.loads(out.stdout)["traces"][0]["events"] > 0
+    else:
+        assert "none.json" in out.stderr and out.stdout == ""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.data import trace_parse, trace_spill
+from app.data import trace, trace_parse, trace_spill
 from app.data.trace import load_trace
 from tests.data.test_trace_spill import _assert_same, _crafted, _whole
 
@@ -46,6 +46,7 @@ def test_streamed_tables_are_the_same_with_a_small_tail(backoff: int, tmp_path: 
     path = tmp_path / "t.json"
     path.write_bytes(json.dumps(_crafted(300, seed=5), indent=1, ensure_ascii=False).encode())
     whole = _whole(path, monkeypatch)
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", -1)  # the streamed path (trace_spill), whatever the size
     monkeypatch.setattr(trace_parse, "PIECE_BYTES", 3000)
     monkeypatch.setattr(trace_parse, "_CUT_TAIL", 500)
     monkeypatch.setattr(trace_parse, "_MAX_BACKOFF", backoff)

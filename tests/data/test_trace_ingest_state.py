@@ -61,16 +61,19 @@ def test_gc_state_is_restored_when_the_parse_fails(tmp_path: Path, enabled: bool
         (gc.enable if was else gc.disable)()
 
 
-def test_memory_pool_is_switched_during_ingest_and_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", ["_ingest_into", "_ingest_whole_into"])  # streamed (trace_spill), whole
+def test_memory_pool_is_switched_during_ingest_and_restored(path: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     before = pa.default_memory_pool().backend_name
     inside = []
-    real = trace._ingest_into  # the streamed ingest into the cache (app.data.trace_spill)
+    real = getattr(trace, path)
 
     def spy(*a, **k):  # type: ignore[no-untyped-def]
         inside.append(pa.default_memory_pool().backend_name)
         return real(*a, **k)
 
-    monkeypatch.setattr(trace, "_ingest_into", spy)
+    monkeypatch.setattr(trace, path, spy)
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", -1 if path == "_ingest_into" else 1 << 30)
     t = load_trace(_trace(tmp_path / "t.json"))
     assert inside == ["system"] and pa.default_memory_pool().backend_name == before
     assert len(t.events) == 50

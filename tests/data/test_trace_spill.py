@@ -1,5 +1,7 @@
 """The streamed ingest (compressed pieces, sorted batch by batch into the cache: app.data.trace_spill)
-gives the same tables, warnings and metadata as reading the trace whole into memory."""
+gives the same tables, warnings and metadata as reading the trace whole into memory. Every trace
+here is small enough for the cache's whole-in-memory path (trace.IN_MEMORY_BYTES), so each test
+forces the streamed one; the last tests check the choice between the two."""
 from __future__ import annotations
 
 import gzip
@@ -10,10 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.data import trace_parse, trace_pieces, trace_spill
+from app.data import trace, trace_parse, trace_pieces, trace_spill
 from app.data.trace import TraceTables, load_trace
 from app.data.trace_kinds import TABLES
 from app.errors import TraceError
+
+
+@pytest.fixture(autouse=True)
+def streamed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every trace goes through the streamed path (trace_spill), whatever its size."""
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", -1)
 
 
 def _whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> TraceTables:
@@ -136,3 +144,28 @@ def test_a_cache_that_cannot_be_written_keeps_the_tables_in_memory(tmp_path: Pat
     t = load_trace(path, cache_dir=tmp_path / "cache")
     assert t.cache_entry is None
     _assert_same(_whole(path, monkeypatch), t)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_small_trace_goes_to_the_cache_whole_with_the_same_tables(gz: bool, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    text = json.dumps(_crafted(300, seed=11), indent=1, ensure_ascii=False).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    monkeypatch.setattr(trace_parse, "PIECE_BYTES", 500)  # several pieces on both paths
+    monkeypatch.setattr(trace_spill, "BATCH_ROWS", 40)
+    streamed = load_trace(path, cache_dir=tmp_path / "streamed")
+    calls: list[str] = []
+    for name in ("_ingest_into", "_ingest_whole_into"):
+        real = getattr(trace, name)
+        monkeypatch.setattr(trace, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", len(text))  # exactly the uncompressed size: whole
+    whole = load_trace(path, cache_dir=tmp_path / "whole")
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", len(text) - 1)  # one byte less: streamed
+    again = load_trace(path, cache_dir=tmp_path / "again")
+    assert calls == ["_ingest_whole_into", "_ingest_into"]
+    assert whole.cache_entry is not None and not whole.from_cache
+    _assert_same(streamed, whole)
+    _assert_same(streamed, again)
+    # the entry written whole reads back as the same tables
+    _assert_same(streamed, load_trace(path, cache_dir=tmp_path / "whole"))

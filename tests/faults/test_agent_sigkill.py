@@ -134,11 +134,14 @@ def _wait_gone(pid: int, timeout: float = 30) -> None:
 
 @pytest.mark.slow
 @pytest.mark.fault("SIGKILL mid-run")
-def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", ["start", "end"])  # two halves of the moments: the test workers share them
+def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path, part: str) -> None:
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
     root = tmp_path / "runs"
-    cases = [Case(i, marker, delay, kill_launcher=i % 2 == 0) for i, (marker, delay) in enumerate(MOMENTS)]
+    half = len(MOMENTS) // 2
+    chosen = range(half) if part == "start" else range(half, len(MOMENTS))
+    cases = [Case(i, *MOMENTS[i], kill_launcher=i % 2 == 0) for i in chosen]
     with ThreadPoolExecutor(max_workers=4) as pool:
         done = list(pool.map(lambda c: _kill_at(c, script, root), cases))
     code, out, err = _cli("ls", "--root", str(root), "--json")

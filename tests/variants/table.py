@@ -19,6 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pytest
+
+from tests.compare_helpers import overload
 from tests.variants.conftest import PROJECT_ROOT, VariantPair, run_advice, run_evidence
 
 DOC = PROJECT_ROOT / "docs" / "variants.md"
@@ -107,6 +110,7 @@ def check_row(script: str, pair: VariantPair) -> None:
     """Fail with every mismatch between the table's row for ``script`` and the recorded pair."""
     row = rows()[script]
     problems: list[str] = []
+    timing_only: list[str] = []
     problem_share = run_advice(pair.problem).measures.get(row.rule)
     for side, claim, run in (("problem", row.problem, pair.problem), ("fixed", row.fixed, pair.fixed)):
         if (shown := _side_matches(claim, run, row.rule, problem_share)) is not None:
@@ -117,4 +121,8 @@ def check_row(script: str, pair: VariantPair) -> None:
         a, b = _quantity(diff, quantity.strip())
         if not _direction_holds(direction.strip(), a, b):
             problems.append(f"the table says {item!r}; the diff shows {a:g} → {b:g}")
+            if "_time_s" in quantity and (busy := overload()):  # a wall-clock metric of a starved job
+                timing_only.append(f"{item}: {a:g} → {b:g}, {busy}")
+    if problems and len(timing_only) == len(problems):
+        pytest.skip(f"{DOC}, row {script}: " + "; ".join(timing_only))
     assert not problems, f"{DOC}, row {script}:\n" + "\n".join(problems)

@@ -188,3 +188,20 @@ def test_cli_pool_in_a_whole_process(tmp_path: Path) -> None:
     assert sorted(t["rank"] for t in doc["traces"]) == [0, 1, 2, 3]
     assert "ingesting traces: 4/4 files" in proc.stderr and proc.stderr.rstrip().endswith("no dask")
     assert all(trace_cache.read_cached_meta(trace_cache.cache_entry_dir(f, tmp_path / "cache")) for f in files)
+
+
+def test_a_pool_that_cannot_start_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Worker processes that cannot start (here: the current folder was deleted, which a spawned
+    worker needs) make one line naming the files and the way out, not a traceback."""
+    files = write_rank_set(tmp_path / "set", 3, slow_rank=None)
+    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ingest.WORKERS_ENV, "2")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["analyze", str(files[0].parent), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot start the ingest worker processes" in err, err
+    assert f"{ingest.WORKERS_ENV}=1" in err and "rank0.pt.trace.json" in err

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app.analysis.run.summary import compute_annotations_view, compute_ops_view
 from app.analysis.trace.modules import has_module_ranges
-from app.charts.operators import make_top_modules_figure, make_top_ops_figure
+from app.charts.operators import top_modules_chart, top_ops_chart
 from app.presentation.units import format_shape
 from app.ui.tabs import RunContext
 from app.ui.trace_view import (
@@ -156,8 +156,8 @@ def _render_by_module(ctx: RunContext, text: str, n: int) -> None:
     rank_by = st.radio("Modules by", ["self_us", "total_us"], horizontal=True, key=ctx.key("ops_module_value"),
                        format_func={"self_us": "Self time (forward + backward)",
                                     "total_us": "Total time (with submodules)"}.get)
-    st.plotly_chart(make_top_modules_figure(modules, n=n, value=rank_by), width="stretch",
-                    key=ctx.key("ops_module_fig"))
+    st.vega_lite_chart(top_modules_chart(modules, n=n, value=rank_by), width="stretch",
+                       key=ctx.key("ops_module_fig"))
     gpu = bool((modules["device_total_us"] > 0).any())
     st.dataframe(_module_view(modules.sort_values(rank_by, ascending=False, kind="stable"), gpu),
                  hide_index=True, width="stretch", column_config=_MODULE_COLUMNS, key=ctx.key("ops_module_table"))
@@ -232,7 +232,7 @@ def render(ctx: RunContext) -> None:
     if view.empty:  # the search may still match module names below
         st.info(f"No operator matches “{text}”.")
     else:
-        st.plotly_chart(make_top_ops_figure(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
+        st.vega_lite_chart(top_ops_chart(view, n=n, value=value), width="stretch", key=ctx.key("ops_top_fig"))
         st.dataframe(
             _table(view), hide_index=True, width="stretch", column_config=_COLUMNS, key=ctx.key("ops_table")
         )

@@ -25,7 +25,7 @@ from app.analysis.run.summary import (
     compute_trace_step_times,
     trace_peaks_could_change,
 )
-from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, make_breakdown_figure, make_step_time_figure
+from app.charts.steps import DEVICE_CATEGORIES, LOOP_PHASES, breakdown_chart, step_time_chart
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes, format_seconds
 from app.ui.cache import cached_step_analysis, prefetch_trace_analysis
@@ -231,9 +231,9 @@ def _render_step_times(ctx: RunContext) -> None:
     # pooled line (slowest rank per step) is drawn when several ranks are shown.
     several = ctx.rank is None and "rank" in metrics.columns and metrics["rank"].nunique() > 1
     pooled = steady_step_time(metrics.to_dict(orient="records"), from_trace=from_traces) if several else None
-    st.plotly_chart(
-        make_step_time_figure(metrics, from_trace=from_traces, pooled=pooled,
-                              ranks=None if ctx.rank is None else [ctx.rank]),
+    st.vega_lite_chart(
+        step_time_chart(metrics, from_trace=from_traces, pooled=pooled,
+                        ranks=None if ctx.rank is None else [ctx.rank]),
         width="stretch",
         key=ctx.key("overview_step_time"),
     )
@@ -263,9 +263,7 @@ def _render_breakdown(ctx: RunContext) -> None:
         "data loading, forward, backward and optimizer. See docs/trace-engine.md.",
     )
     categories = DEVICE_CATEGORIES if view == "Device categories" else LOOP_PHASES
-    st.plotly_chart(
-        make_breakdown_figure(steps, categories), width="stretch", key=ctx.key("overview_breakdown")
-    )
+    st.vega_lite_chart(breakdown_chart(steps, categories), width="stretch", key=ctx.key("overview_breakdown"))
 
 
 def _render_ranks(ctx: RunContext) -> None:

