@@ -1,12 +1,16 @@
-"""A store listed through its catalog index: stat every run's files, read only the runs that changed (workspace layer).
+"""A store listed through its catalog index: stat the runs the change journal names, read only those that changed (workspace layer).
 
-``torchscope ls`` and the Runs page list a store through here (app.workspace.catalog). For each run
-folder the ``stat`` signature of its manifest, metrics.jsonl and system.jsonl
-(app.workspace.signatures.scan_store) is compared with the one its index entry was computed from
-(app.data.catalog_index); only runs whose signature differs, that have no entry, that are recorded
-as running and now show another status (crashed: a stale heartbeat, a gone process; checked from
-the manifest alone) or whose steps are still "in trace" (the trace analysis may have appeared) are
-read again, and the index is updated in one transaction. Entries of folders that are gone are dropped. docs/catalog.md has the rules.
+``torchscope ls`` and the Runs page list a store through here (app.workspace.catalog). The runs
+the store's change journal names since the index's last listing (app.data.change_journal), the
+folders without an entry or whose inode changed, and the runs recorded as running are ``stat``-ed
+(their manifest, metrics.jsonl and system.jsonl: app.workspace.signatures.scan_store); every run
+is when the journal cannot say what changed, or with ``full_check`` (``ls --refresh``). A
+signature is compared with the one its index entry was computed from (app.data.catalog_index);
+only runs whose signature differs, that have no entry, that are recorded as running and now show
+another status (crashed: a stale heartbeat, a gone process; checked from the manifest alone) or
+whose steps are still "in trace" (the trace analysis may have appeared) are read again, and the
+index is updated in one transaction with the journal position consumed. Entries of folders that
+are gone are dropped. docs/catalog.md has the rules.
 
 This module imports only the standard library and the index at load time: ``ls --json`` of a
 store whose index is current never imports pandas, the analysis or pyarrow (the benchmark's goal,
