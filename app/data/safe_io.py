@@ -103,13 +103,23 @@ def _is_inside(path: Path, folder: Path) -> bool:
     return path == folder or path.is_relative_to(folder)
 
 
+def _spelled_through(folder: Path, path: Path) -> bool:
+    """True when the relative ``path`` is written through the relative ``folder`` (``runs/a`` and
+    ``runs/a/trace.json``, ``../t`` and ``../t/x.json``): a path a caller built from the folder,
+    not one taken under it."""
+    return not folder.is_absolute() and len(path.parts) > len(folder.parts) > 0 and \
+        path.parts[:len(folder.parts)] == folder.parts
+
+
 def resolve_inside(folder: Path, path: Path | str) -> Path:
-    """The resolved ``path`` (relative paths are taken under ``folder``), checked to lie inside the
-    resolved ``folder``. Raises UnsafePath when it, or a symlink on the way, points outside, or
+    """The resolved ``path`` (relative paths are taken under ``folder``, except one written through a
+    relative ``folder`` itself, ``folder / name``), checked to lie inside the resolved ``folder``. Raises UnsafePath when it, or a symlink on the way, points outside, or
     when its symlinks loop."""
     try:
         base = Path(folder).resolve()
         p = Path(path)
+        if not p.is_absolute() and _spelled_through(Path(folder), p):
+            p = p.absolute()  # `folder / name` with a relative folder: taken from here, not doubled
         target = (p if p.is_absolute() else base / p).resolve()
     except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
         raise UnsafePath(f"{path}: cannot be resolved inside {folder} ({e})") from None

@@ -84,6 +84,26 @@ def test_a_folder_listing_skips_links_out_with_the_reason(outside: Path, tmp_pat
 
 
 @FAULT
+def test_a_folder_named_by_a_relative_path_up_is_read_and_still_guarded(outside: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # `torchscope analyze ../traces` read nothing: `../traces/x.json.gz` was taken under the folder
+    # a second time and resolved outside it.
+    folder = tmp_path / "logs" / "folder"
+    folder.mkdir(parents=True)
+    _trace(folder / "mine.pt.trace.json.gz", "mine")
+    (folder / "theirs.pt.trace.json.gz").symlink_to(outside / "secret.pt.trace.json.gz")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    scan = scan_trace_folder(Path("../logs/folder"))
+    assert [p.name for p in scan.traces] == ["mine.pt.trace.json.gz"]
+    assert [s.path.name for s in scan.skipped] == ["theirs.pt.trace.json.gz"]
+    (t,) = load_traces(Path("../logs/folder"), cache_dir=tmp_path / "cache")
+    assert list(t.events["name"].astype(str)) == ["mine"]
+    assert any("theirs" in w and "skipped" in w for w in t.warnings)
+
+
+@FAULT
 def test_memory_timelines_and_snapshots_linked_out_are_refused(run: Path, outside: Path) -> None:
     memory = run / layout.MEMORY_DIR
     memory.mkdir(exist_ok=True)
