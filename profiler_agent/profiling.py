@@ -140,6 +140,10 @@ class ProfilerWindows:
         self._requests: list[ProfileSchedule] = []  # extra windows asked for through the API
         self._window: _Window | None = None  # the reason and steps of the open window
         self._scheduled_started = 0
+        # A scheduled window whose start came while another window (an anomaly's, a requested one)
+        # held the profiler: it starts as soon as the profiler is free, rather than never -- the
+        # early window is the typical one an anomaly window is compared with.
+        self._scheduled_pending = False
         self._evaluation_left = 1 if options.profile and options.evaluation_window else 0
         self._anomaly_left = options.max_anomaly_windows if options.profile else 0
         self._slow = SlowSteps(options.anomaly_factor)
@@ -171,7 +175,10 @@ class ProfilerWindows:
             slow = self._slow.observe(step, record.get("step_time_s"),
                                       evaluation=bool(record.get("evaluation")),
                                       profiled=bool(record.get("profiled")))
+        upcoming = step + 1
         if self._prof is not None:
+            if self._options.profile and self._options.schedule.window_start(upcoming):
+                self._scheduled_pending = True
             if self._window is not None and self._prof.current_action in _RECORDING:
                 self._window.steps.append(step)
             if self._prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE:
@@ -183,7 +190,6 @@ class ProfilerWindows:
                 self._finish()
             if self._prof is not None:
                 return
-        upcoming = step + 1
         if self._requests:
             self._start(upcoming, self._requests.pop(0), _Window(WindowReason.REQUESTED))
         elif slow is not None:
@@ -194,7 +200,8 @@ class ProfilerWindows:
             sched = self._options.schedule
             self._start(upcoming, ProfileSchedule(wait=0, warmup=min(sched.warmup, 1), active=sched.active),
                         _Window(WindowReason.ANOMALY, detail))
-        elif self._options.profile and self._options.schedule.window_start(upcoming):
+        elif self._options.profile and (self._scheduled_pending or self._options.schedule.window_start(upcoming)):
+            self._scheduled_pending = False
             reason = WindowReason.SCHEDULED if self._scheduled_started else WindowReason.EARLY
             self._scheduled_started += 1
             self._start(upcoming, self._options.schedule, _Window(reason))
