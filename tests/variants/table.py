@@ -115,6 +115,8 @@ def check_row(script: str, pair: VariantPair) -> None:
     for side, claim, run in (("problem", row.problem, pair.problem), ("fixed", row.fixed, pair.fixed)):
         if (shown := _side_matches(claim, run, row.rule, problem_share)) is not None:
             problems.append(f"{side} side: the table says {claim!r}, the run shows {shown}")
+            if busy := overload():  # a rule's share of the step, measured while other jobs took the CPUs
+                timing_only.append(f"{side} side {claim!r}: {shown}, {busy}")
     diff = pair.diff
     for item in filter(None, (part.strip() for part in row.diff.split(";"))):
         quantity, _, direction = item.rpartition(":")
