@@ -405,17 +405,34 @@ def write_manifest(run_dir: str | os.PathLike[str], manifest: Manifest) -> None:
     atomic_write_json(Path(run_dir) / layout.MANIFEST, manifest_to_dict(manifest))
 
 
+# (thread, lock file) pairs this process holds. A signal handler runs in the thread it interrupts:
+# the agent's SIGTERM flush, arriving while that thread rewrites run.json under the lock, would
+# otherwise wait forever for a lock it holds itself through another file (flock is per open file).
+_held: set[tuple[int, str]] = set()
+
+
 @contextlib.contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover
         yield
         return
-    with open(run_dir / layout.MANIFEST_LOCK, "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    import _thread  # built in: no import cost
+
+    path = os.path.abspath(run_dir / layout.MANIFEST_LOCK)
+    key = (_thread.get_ident(), path)
+    if key in _held:  # this thread holds it already (a handler interrupted the holder): go on
+        yield
+        return
+    _held.add(key)  # before flock: a handler arriving in between skips the lock rather than deadlock
+    try:
+        with open(path, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    finally:
+        _held.discard(key)
 
 
 def update_manifest(

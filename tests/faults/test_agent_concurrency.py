@@ -99,3 +99,31 @@ def test_tags_edited_and_store_listed_while_a_run_writes(tmp_path: Path) -> None
     assert m.config["steps_seen"] > 0
     read = read_jsonl(run_dir / "metrics.jsonl")
     assert not read.skipped and not read.truncated_tail
+
+
+# What the agent's SIGTERM flush does when the signal lands while the main thread rewrites run.json
+# under its lock: update the manifest again from inside that update (a signal handler runs in the
+# thread it interrupts). flock is per open file, so this waited forever for its own lock: a job
+# whose launcher was SIGKILLed then hung for good. In a process of its own, with a timeout.
+NESTED = """
+    import sys
+    from pathlib import Path
+    from profiler_agent.runformat import create_run, read_manifest, update_manifest
+    run_dir, _ = create_run(Path(sys.argv[1]), "nested")
+    def change(m):
+        update_manifest(run_dir, tags=["from the handler"])
+        return m.replace(notes="outer")
+    update_manifest(run_dir, change)
+    m = read_manifest(run_dir)
+    print(m.notes, list(m.tags))
+"""
+
+
+@pytest.mark.fault("concurrent writers")
+def test_a_manifest_update_inside_one_in_the_same_thread_does_not_deadlock(tmp_path: Path) -> None:
+    job = tmp_path / "nested.py"
+    job.write_text(textwrap.dedent(NESTED))
+    res = subprocess.run([sys.executable, str(job), str(tmp_path / "runs")], capture_output=True, text=True,
+                         env=env(), cwd=PROJECT_ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "outer []"  # the outer update wins: the job is dying when this happens
