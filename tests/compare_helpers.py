@@ -13,7 +13,7 @@ import pytest
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 
-__all__ = ["skip_if_overloaded", "write_steps_run", "write_step_trace"]
+__all__ = ["overload", "skip_if_overloaded", "write_steps_run", "write_step_trace"]
 
 
 def overload() -> str | None:
@@ -31,9 +31,8 @@ def skip_if_overloaded(verdict: str, detail: str = "", contention: Any = None) -
     the two runs saw different contention."""
     if verdict == "inconclusive" and contention is not None and contention.inconclusive:
         pytest.skip(f"the runs saw different contention: {contention.reason} {detail}")
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if verdict != "faster" and load > 1.5 * cores:
-        pytest.skip(f"machine overloaded (load {load:.1f} on {cores} cores): verdict {verdict} {detail}")
+    if verdict != "faster" and (busy := overload()):
+        pytest.skip(f"{busy}: verdict {verdict} {detail}")
 
 
 def check_sample_speedup(verdict: str, ratio: float, lo: float | None, hi: float | None) -> None:
