@@ -7,11 +7,15 @@ PORT ?= 8501
 
 .PHONY: demo test setup system-deps samples ui bench check clean
 
+# The editable install puts the checkout on sys.path with a plain .pth line (`compat`): setuptools'
+# default import finder for a flat layout costs every Python start ~20 ms (pathlib, importlib.util),
+# which a user's installed wheel does not pay. Where a setuptools drops `compat`, the default is used.
 $(BIN)/torchscope: requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat \
+	  || $(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 setup: system-deps $(BIN)/torchscope
