@@ -132,6 +132,32 @@ def _wait_gone(pid: int, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _jobs_alive(script: Path) -> list[int]:
+    """Processes still running this matrix's job script (orphaned jobs whose launcher was killed)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if str(script).encode() in argv and state != "Z":
+                alive.append(int(entry.name))
+    return alive
+
+
+def _assert_no_job_left(script: Path, timeout: float = 30) -> None:
+    """Every orphaned job got SIGTERM from the dead launcher and must flush and exit, never hang
+    (wave 9: one blocked for good on its own manifest lock)."""
+    deadline = time.monotonic() + timeout
+    while (alive := _jobs_alive(script)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not alive, f"jobs still running {timeout:.0f} s after their launcher died: pids {alive}"
+
+
 @pytest.mark.slow
 @pytest.mark.fault("SIGKILL mid-run")
 @pytest.mark.parametrize("part", ["start", "end"])  # two halves of the moments: the test workers share them
@@ -181,3 +207,4 @@ def test_sigkill_at_twenty_moments_leaves_readable_runs(tmp_path: Path, part: st
             assert "Traceback" not in err and (code == 0 or err.strip()), f"{where}: {err}"
         if layout.list_trace_files(run_dir):
             assert _cli("analyze", str(run_dir), "--json")[0] == 0, where
+    _assert_no_job_left(script)
