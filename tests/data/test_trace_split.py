@@ -9,8 +9,10 @@ import json
 import os
 import random
 import threading
+from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -23,7 +25,7 @@ from app.data.trace_parse import ParsedTrace, parse_trace_file
 
 
 @pytest.fixture(autouse=True)
-def small_split(monkeypatch: pytest.MonkeyPatch) -> None:
+def small_split(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Split traces of any size (the test traces are small), and reap every child afterwards."""
     monkeypatch.setattr(trace_split, "SPLIT_MIN_BYTES", 0)
     yield
@@ -84,6 +86,7 @@ def test_split_gives_the_tables_of_one_pass(tmp_path: Path, indent: int | None) 
     assert split is not None
     whole = parse_trace_file(path)
     _assert_same(split, whole)
+    assert split.counters is not None and split.memory is not None and split.flows is not None
     assert split.counters.num_rows > 0 and split.memory.num_rows > 0 and split.flows.num_rows > 0
 
 
@@ -148,9 +151,14 @@ def _analyze_json(path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> s
 
 def test_analyze_json_is_the_same_with_and_without_the_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path / "t.json", _events(8_000))
-    started = []
+    started: list[bool] = []
     real_start = trace_split.start
-    monkeypatch.setattr(trace_split, "start", lambda *a: started.append(real_start(*a)) or started[-1])
+
+    def start(*a: Any) -> bool:
+        started.append(real_start(*a))
+        return started[-1]
+
+    monkeypatch.setattr(trace_split, "start", start)
     split = _analyze_json(path, tmp_path / "c1", monkeypatch)
     assert started == [True]
     monkeypatch.setattr(trace_split, "_can_fork", lambda: False)
