@@ -21,7 +21,14 @@ heavy and generates the traces in children, so no child starts from a large pare
 - ``analyze_cold_base``: ``analyze_cold`` run from another checkout (``--baseline-root DIR``, e.g. a
   ``git worktree`` of the commit before a change), for before/after pairs in the same rounds.
 
-``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
+``ru_maxrss`` is the largest process of a tree, not the tree's memory: a cold ``analyze`` of one big
+plain trace forks a second process (app.data.trace_split), so each row also has
+``tree_peak_rss_sum_mb``, the sum of the high-water marks (``VmHWM`` in ``/proc``, read every 10 ms)
+of every process of the tree, pages shared after the fork counted in each; the memory goal's ratio
+is given for both.
+
+``--source FILE`` is the trace gen_trace replicates (default: the shared A100 trace next to the
+checkout). ``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
 --target DIR``, away from the project's environment). With ``--rounds N`` the cases of a size run
 one after the other, N times (A B C A B C): each round's ratios compare processes of the same minute.
 

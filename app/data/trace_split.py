@@ -12,7 +12,8 @@ The split is only an optimisation and never changes a result: a part is made int
 anything to say (any warning: a cut that was not a real boundary always gives one, since its head
 then ends inside an unclosed value), when the child fails, or when the file changed, ``take`` returns
 None and the caller parses the whole file itself, as without a split. It is used only where a fork
-is safe: POSIX with ``memfd_create``, one thread in the process, two cores or more.
+is safe and pays: POSIX with ``memfd_create``, one thread in the process, two cores or more, and
+a 1-minute load average that leaves a core idle.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from app.errors import TraceError
 if TYPE_CHECKING:
     from app.data.trace_parse import ParsedTrace
 
-__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "start", "take", "cancel_all"]
+__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "start", "take", "cancel_all"]
 
 # Below this the child's own start (its imports of msgspec and pyarrow, ~0.15 s of a core) is not
 # won back; the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
@@ -44,6 +45,8 @@ SPLIT_MIN_BYTES = 24 << 20
 # The share of the file the child parses: it starts while this process still imports pandas and the
 # analysis (~0.35 s), so it takes the larger part (measured: benchmarks/README.md, issue 13 wave 10).
 TAIL_SHARE = 0.6
+# No split when the 1-minute load average is above the cores less this: no core is idle (_can_fork).
+IDLE_MARGIN = 0.25
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WINDOW = 1 << 20  # where the boundary after the cut point is looked for
 _READ = 1 << 20  # bytes read at a time, as trace_pieces reads a plain file
@@ -74,12 +77,16 @@ def _stat(path: Path) -> tuple[int, int, int]:
 
 
 def _can_fork() -> bool:
+    """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.3 s
+    more CPU than one pass (the child's imports, two parses sharing caches and memory bandwidth),
+    so with every core busy (the load average within IDLE_MARGIN of the cores) it would be slower."""
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or threading.active_count() != 1:
         return False
     try:
-        return len(os.sched_getaffinity(0)) >= 2
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return (os.cpu_count() or 1) >= 2
+        cores = os.cpu_count() or 1
+    return cores >= 2 and os.getloadavg()[0] < cores - IDLE_MARGIN
 
 
 def _cut(path: Path, size: int) -> tuple[int, int] | None:

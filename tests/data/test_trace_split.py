@@ -28,6 +28,8 @@ from app.data.trace_parse import ParsedTrace, parse_trace_file
 def small_split(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Split traces of any size (the test traces are small), and reap every child afterwards."""
     monkeypatch.setattr(trace_split, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else the machine runs
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})  # a one-core runner too
     yield
     trace_split.cancel_all()
     with pytest.raises(ChildProcessError):  # no child of this process is left, not even a zombie
@@ -133,6 +135,12 @@ def test_what_is_not_split(tmp_path: Path) -> None:
         stop.set()
         other.join()
     assert trace_split.take(plain) is None  # nothing was started
+
+
+def test_no_split_when_no_core_is_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _write(tmp_path / "t.json", _events(2_000))
+    monkeypatch.setattr(os, "getloadavg", lambda: (2 - trace_split.IDLE_MARGIN, 0.0, 0.0))
+    assert not trace_split.start(plain, 1 << 30)
 
 
 def test_an_unclaimed_child_is_reaped(tmp_path: Path) -> None:
