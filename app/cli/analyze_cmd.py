@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
     if docs is not None and (text := docs.read()) is not None:
         sys.stdout.write(text)
         return 0
+    if "pyarrow" not in sys.modules:
+        # Arrow's default pool (mimalloc) keeps what the ingest and the cache write free, on top of
+        # the analysis' peak: the system allocator gives it back (cold analyze at 100 MB: 263-278 MB
+        # peak -> 237-240 MB, same CPU; benchmarks/README.md, issue 13 wave 10). Read when pyarrow loads.
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     if not args.no_cache and getattr(args, "scheduler", None) is None:
         # one big trace the cache lacks: its tail is parsed by a second process from now on, while
         # this one imports pandas and the analysis, then parses the head (app.data.trace_split)
