@@ -37,7 +37,7 @@ from app.errors import TraceError
 if TYPE_CHECKING:
     from app.data.trace_parse import ParsedTrace
 
-__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "start", "take", "cancel_all"]
+__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "SWITCH_ENV", "start", "take", "cancel_all"]
 
 # Below this the child's own start (its imports of msgspec and pyarrow, ~0.15 s of a core) is not
 # won back; the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
@@ -47,6 +47,7 @@ SPLIT_MIN_BYTES = 24 << 20
 TAIL_SHARE = 0.6
 # No split when the 1-minute load average is above the cores less this: no core is idle (_can_fork).
 IDLE_MARGIN = 0.25
+SWITCH_ENV = "TORCHSCOPE_SPLIT_PARSE"  # "0": never split (one process, the lower summed peak)
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WINDOW = 1 << 20  # where the boundary after the cut point is looked for
 _READ = 1 << 20  # bytes read at a time, as trace_pieces reads a plain file
@@ -80,6 +81,8 @@ def _can_fork() -> bool:
     """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.3 s
     more CPU than one pass (the child's imports, two parses sharing caches and memory bandwidth),
     so with every core busy (the load average within IDLE_MARGIN of the cores) it would be slower."""
+    if os.environ.get(SWITCH_ENV) == "0":  # the user prefers one process (memory over wall time)
+        return False
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or threading.active_count() != 1:
         return False
     try:

@@ -137,6 +137,12 @@ def test_what_is_not_split(tmp_path: Path) -> None:
     assert trace_split.take(plain) is None  # nothing was started
 
 
+def test_no_split_when_switched_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _write(tmp_path / "t.json", _events(2_000))
+    monkeypatch.setenv(trace_split.SWITCH_ENV, "0")
+    assert not trace_split.start(plain, 1 << 30)
+
+
 def test_no_split_when_no_core_is_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = _write(tmp_path / "t.json", _events(2_000))
     monkeypatch.setattr(os, "getloadavg", lambda: (2 - trace_split.IDLE_MARGIN, 0.0, 0.0))
