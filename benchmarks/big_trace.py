@@ -21,7 +21,14 @@ heavy and generates the traces in children, so no child starts from a large pare
 - ``analyze_cold_base``: ``analyze_cold`` run from another checkout (``--baseline-root DIR``, e.g. a
   ``git worktree`` of the commit before a change), for before/after pairs in the same rounds.
 
-``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
+``ru_maxrss`` is the largest process of a tree, not the tree's memory: a cold ``analyze`` of one big
+plain trace forks a second process (app.data.trace_split), so each row also has
+``tree_peak_rss_sum_mb``, the sum of the high-water marks (``VmHWM`` in ``/proc``, read every 10 ms)
+of every process of the tree, pages shared after the fork counted in each; the memory goal's ratio
+is given for both.
+
+``--source FILE`` is the trace gen_trace replicates (default: the shared A100 trace next to the
+checkout). ``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
 --target DIR``, away from the project's environment). With ``--rounds N`` the cases of a size run
 one after the other, N times (A B C A B C): each round's ratios compare processes of the same minute.
 
@@ -82,6 +89,7 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     proc = subprocess.Popen(_command(case, trace), env=env, cwd=root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = t0 + timeout
+    hwm: dict[int, int] = {}  # each process of the tree: its high-water mark of RSS, kB (last read)
     while True:
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -90,15 +98,49 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
             proc.kill()
             pid, status, ru = os.wait4(proc.pid, 0)
             return {"case": case, "error": f"timed out after {timeout:.0f} s"}
+        _sample_tree(proc.pid, hwm)
         time.sleep(0.01)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = {"case": case, "wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
+    # ru_maxrss is the largest process of the tree, not their sum: a command that forks a helper
+    # (app.data.trace_split) is also charged the sum of every process's peak (shared pages counted
+    # in each), read from /proc every 10 ms.
+    kids = {p: v for p, v in hwm.items() if p != proc.pid}
+    out["processes"] = 1 + len(kids)
+    out["tree_peak_rss_sum_mb"] = round((max(hwm.get(proc.pid, 0), 0 if kids else ru.ru_maxrss)
+                                         + sum(kids.values())) / 1024, 1)
     if proc.returncode:
         out["error"] = err.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
     return out
+
+
+def _hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _sample_tree(root: int, hwm: dict[int, int]) -> None:
+    """Note the RSS high-water mark of ``root`` and of every process under it (Linux /proc)."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        kb = _hwm_kb(pid)
+        if kb:
+            hwm[pid] = max(hwm.get(pid, 0), kb)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
 
 
 def _gzip(src: Path, dst: Path) -> None:
@@ -110,21 +152,23 @@ def _load_avg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _generate(trace: Path, mb: float) -> int:
+def _generate(trace: Path, mb: float, source: Path | None = None) -> int:
     """Generate in a child process: the driver stays small, since a child's ``ru_maxrss`` starts
     from the size of the process it was forked from."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gen_trace", "--mb", str(mb), "--out", str(trace)],
+    more = ["--source", str(source)] if source is not None else []
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gen_trace", "--mb", str(mb), "--out", str(trace), *more],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
                          capture_output=True, text=True).stdout
     return int(out.rsplit(" MB, ", 1)[1].split()[0].replace(",", ""))
 
 
 def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, timeout: float,
-             rounds: int = 1, *, peer_path: str | None = None, base_root: Path | None = None) -> list[dict]:
+             rounds: int = 1, *, peer_path: str | None = None, base_root: Path | None = None,
+             source: Path | None = None) -> list[dict]:
     rows = []
     for mb in sizes:
         trace = work / f"big_{mb:g}mb.json"
-        n = _generate(trace, mb)
+        n = _generate(trace, mb, source)
         size = trace.stat().st_size
         files = [(trace, cases)]
         if mb in gz:
@@ -157,17 +201,19 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
 
 def _table(rows: list[dict]) -> str:
     orj = {(r["mb"], r.get("round", 1)): r for r in rows if r["case"] == "orjson" and "wall_s" in r}
-    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | peak / size | vs orjson (wall) | vs orjson (CPU) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | tree, sum of peaks MB | peak / size "
+             "| vs orjson (wall) | vs orjson (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | |")
+            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | | |")
             continue
         o = orj.get((r["mb"], r.get("round", 1)))
         ratio = f"{r['wall_s'] / o['wall_s']:.2f}×" if o and r["case"] != "orjson" else ""
         cpu = f"{r['cpu_s'] / o['cpu_s']:.2f}×" if o and o["cpu_s"] and r["case"] != "orjson" else ""
         lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} "
-                     f"| {r['peak_rss_mb']:.0f} | {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
+                     f"| {r['peak_rss_mb']:.0f} | {r.get('tree_peak_rss_sum_mb', 0):.0f} "
+                     f"| {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -194,8 +240,8 @@ def goals(rows: list[dict]) -> list[dict]:
         rounds = [v for k, v in sorted(by.items()) if k[0] == mb]
         doc: dict = {"mb": mb, "rounds": len(rounds)}
         for label, (a, b, kind) in ratios.items():
-            for unit in (("peak_rss_mb",) if kind == "peak" else ("wall_s", "cpu_s")):
-                vals = [r[a][unit] / r[b][unit] for r in rounds if a in r and b in r and r[b][unit]]
+            for unit in (("peak_rss_mb", "tree_peak_rss_sum_mb") if kind == "peak" else ("wall_s", "cpu_s")):
+                vals = [r[a][unit] / r[b][unit] for r in rounds if a in r and b in r and r[b].get(unit) and unit in r[a]]
                 if vals:
                     doc[f"{label} ({unit})"] = {"median": round(_median(vals) or 0, 3),
                                                 "rounds": [round(v, 3) for v in vals]}
@@ -214,6 +260,8 @@ def main() -> None:
     ap.add_argument("--peer-path", help="a folder put on the peers' PYTHONPATH only (HTA installed with pip --target)")
     ap.add_argument("--baseline-root", type=Path,
                     help="another checkout of the project: adds case analyze_cold_base, run from there")
+    ap.add_argument("--source", type=Path,
+                    help="the trace whose steps are replicated (default: gen_trace's, the shared A100 trace)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cases = list(args.cases)
@@ -229,7 +277,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="torchscope-big-", dir=args.workdir))
     try:
         rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout, max(1, args.rounds),
-                        peer_path=args.peer_path, base_root=args.baseline_root.resolve() if args.baseline_root else None)
+                        peer_path=args.peer_path, base_root=args.baseline_root.resolve() if args.baseline_root else None,
+                        source=args.source)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(_table(rows))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from app.cli.progress import ProgressBar
 from app.errors import UsageError
 from app.workspace import refs
 from app.workspace.analyze_docs import AnalyzeDocuments
+from app.workspace.ingest import start_cold_parse
 
 # The analysis, pandas and the presentation modules are imported in the functions that use them:
 # a warm `analyze --json` prints its stored document without them (app.workspace.analyze_docs).
@@ -228,6 +230,15 @@ def run(args: argparse.Namespace) -> int:
     if docs is not None and (text := docs.read()) is not None:
         sys.stdout.write(text)
         return 0
+    if "pyarrow" not in sys.modules:
+        # Arrow's default pool (mimalloc) keeps what the ingest and the cache write free, on top of
+        # the analysis' peak: the system allocator gives it back (cold analyze at 100 MB: 263-278 MB
+        # peak -> 237-240 MB, same CPU; benchmarks/README.md, issue 13 wave 10). Read when pyarrow loads.
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    if not args.no_cache and getattr(args, "scheduler", None) is None:
+        # one big trace the cache lacks: its tail is parsed by a second process from now on, while
+        # this one imports pandas and the analysis, then parses the head (app.data.trace_split)
+        start_cold_parse(path)
     # pandas and the analysis (~0.35 s): imported with the cyclic GC paused, which would otherwise
     # walk the objects of every module imported so far again and again (~10 % of the imports' CPU).
     was_enabled = gc.isenabled()

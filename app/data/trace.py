@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from app.data.trace_parse import ParsedTrace
     from app.data.trace_spill import SpilledTable
 
-__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
+__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "start_split_parse", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
 
 
@@ -205,9 +205,11 @@ def _sorted(table: pa.Table) -> pa.Table:
 
 
 def _ingest(path: Path, progress: Progress | None) -> trace_cache.CachedTrace:
+    from app.data import trace_split
     from app.data.trace_parse import parse_trace_file
 
-    parsed = parse_trace_file(path, progress)
+    # a child forked by start_split_parse may be parsing the file's tail already (trace_split)
+    parsed = trace_split.take(path, progress) or parse_trace_file(path, progress)
     warnings = list(parsed.warnings)
     events, parsed.events = parsed.events, None  # the sorted copy replaces it: never hold both longer
     tables = {
@@ -273,6 +275,18 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
 # exceeds anyway, since it holds the events as a DataFrame (benchmarks/README.md "Big traces").
 # Above it the streamed path keeps the ingest's memory bounded (docs/trace-engine.md, "Gigabyte traces").
 IN_MEMORY_BYTES = 128 << 20
+
+
+def start_split_parse(path: Path) -> bool:
+    """Before the caller's imports: when ``path`` is one big uncompressed trace file that the cache
+    lacks and that is read whole (IN_MEMORY_BYTES), start parsing its tail in a forked child
+    (app.data.trace_split); its next ``load_trace`` parses only the head and joins the two. True
+    when a child was started."""
+    from app.data import trace_split
+
+    if trace_cache.read_cached_meta(trace_cache.cache_entry_dir(path)) is not None:
+        return False
+    return trace_split.start(path, IN_MEMORY_BYTES)
 
 
 def _fits_in_memory(path: Path) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +51,7 @@ from app.data.trace_scan import NOT_SPACE, Scan, ScanEnd, err_at, err_text, scan
 from app.data.trace_spill import SpilledTable
 from app.errors import TraceError
 
-__all__ = ["ParsedTrace", "parse_trace_file", "PIECE_BYTES", "KINETO_FIELDS"]
+__all__ = ["ParsedTrace", "parse_trace_file", "parse_trace_part", "join_parts", "PIECE_BYTES", "KINETO_FIELDS"]
 
 # Decompressed bytes decoded at a time. Smaller pieces mean fewer decoded objects alive at once, so
 # fewer pages for the process to fault in: 2 MB halved the page faults of the 20 MB benchmark
@@ -100,7 +100,8 @@ class ParsedTrace:
 class _Sink:
     """Collects the Arrow tables of each decoded piece and counts events."""
 
-    def __init__(self, spill: bool = False) -> None:
+    def __init__(self, spill: bool = False, emit: Callable[[str, pa.Table], None] | None = None) -> None:
+        self.emit = emit  # given: each piece's tables go there instead of being kept (trace_split)
         self.parts: dict[str, list[pa.Table]] = {name: [] for name in _PIECE_TABLES}
         self.spilled = {name: SpilledTable(TABLE_SCHEMAS[name]) for name in _PIECE_TABLES} if spill else None
         self.counter_rows: list[dict[str, Any]] = []  # ``C`` events' fields, as written
@@ -115,7 +116,9 @@ class _Sink:
         tables, has_counters = columns_from_events(evs)
         for kind, table in tables.items():
             if table.num_rows:
-                if self.spilled is not None:
+                if self.emit is not None:
+                    self.emit(kind, table)
+                elif self.spilled is not None:
                     self.spilled[kind].add(table)
                 else:
                     self.parts[kind].append(table)
@@ -226,25 +229,56 @@ def parse_trace_file(path: Path, progress: Progress | None = None, *, spill: boo
 
     ``spill``: keep the tables as compressed pieces (``ParsedTrace.spilled``, app.data.trace_spill)
     instead of Arrow tables, so that a big trace is never whole in memory."""
+    return _parse(_Pass(path, progress, spill))[0]
+
+
+def parse_trace_part(path: Path, pieces: Iterator[bytes], *,
+                     emit: Callable[[str, pa.Table], None] | None = None) -> tuple[ParsedTrace, list[dict[str, Any]]]:
+    """Parse ``pieces``, one part of ``path``'s bytes made into a trace of its own (app.data.trace_split:
+    the head of the file closed with ``]}``, or its tail opened with ``{"traceEvents":[``); return
+    its tables and its counter rows, which ``join_parts`` joins with the other part's. With ``emit``,
+    each piece's non-empty tables are given to ``emit(kind, table)`` as they are made, in order, and
+    the tables returned are empty."""
+    return _parse(_Pass(path, None, pieces=pieces, emit=emit))
+
+
+def _parse(p: _Pass) -> tuple[ParsedTrace, list[dict[str, Any]]]:
     # The pass allocates millions of short-lived objects that hold no reference cycles; the cyclic
     # GC would rescan them again and again (measured: a third of the ingest time at 100 MB).
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Pass(path, progress, spill).run()
+        return p.run(), p.sink.counter_rows
     finally:
         if was_enabled:
             gc.enable()
 
 
+def join_parts(head: ParsedTrace, head_rows: list[dict[str, Any]], tail: ParsedTrace,
+               tail_rows: list[dict[str, Any]]) -> ParsedTrace:
+    """The trace whose events are ``head``'s then ``tail``'s (two parts parsed by ``parse_trace_part``,
+    both without warnings): the tables ``parse_trace_file`` gives for the whole file. Dictionaries are
+    unified in that order, so each column's categories keep their order of first appearance."""
+    out = ParsedTrace(meta={**head.meta, **tail.meta}, n_events=head.n_events + tail.n_events)
+    for kind in _PIECE_TABLES:
+        a, b = getattr(head, kind), getattr(tail, kind)
+        parts = [t for t in (a, b) if t is not None and t.num_rows]
+        table = pa.concat_tables(parts).unify_dictionaries() if parts else TABLE_SCHEMAS[kind].empty_table()
+        setattr(out, kind, table)
+    rows = head_rows + tail_rows
+    out.counters = counters_table(rows) if rows else COUNTER_SCHEMA.empty_table()
+    return out
+
+
 class _Pass:
     """One pass over a trace file: the pieces read so far, and what was decoded from them."""
 
-    def __init__(self, path: Path, progress: Progress | None, spill: bool = False) -> None:
+    def __init__(self, path: Path, progress: Progress | None, spill: bool = False, *,
+                 pieces: Iterator[bytes] | None = None, emit: Callable[[str, pa.Table], None] | None = None) -> None:
         self.path = path
         self.out = ParsedTrace()
-        self.sink = _Sink(spill)
-        self.pieces = read_pieces(path, self.out.warnings, progress)
+        self.sink = _Sink(spill, emit)
+        self.pieces = pieces if pieces is not None else read_pieces(path, self.out.warnings, progress)
         self.head = b""  # the bytes read before the first event was found
         self.started = False  # whether the events array was found
         self.is_object = False  # whether the top level is an object (else a bare array of events)

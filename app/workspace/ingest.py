@@ -43,7 +43,7 @@ from app.errors import TraceError, UsageError
 if TYPE_CHECKING:
     from app.analysis.trace.ranks import RankStepSummary
 
-__all__ = ["SCHEDULER_ENV", "WORKERS_ENV", "MIN_PARALLEL_FILES", "MIN_PARALLEL_BYTES", "IngestProgress", "IngestMode",
+__all__ = ["SCHEDULER_ENV", "start_cold_parse", "WORKERS_ENV", "MIN_PARALLEL_FILES", "MIN_PARALLEL_BYTES", "IngestProgress", "IngestMode",
            "IngestPlan", "RankIngest", "ingest_settings", "plan_ingest", "ingest_files", "prefetch_traces",
            "ingest_one", "local_workers", "rank_step_summaries"]
 
@@ -332,6 +332,20 @@ def ingest_files(paths: Sequence[Path], *, scheduler: str | None = None, workers
     else:
         out = _run_serial(tasks, sizes, tally)
     return sorted(out, key=lambda r: (r.rank, Path(r.path).name))
+
+
+def start_cold_parse(path: Path) -> bool:
+    """Before a command imports the analysis: when ``path`` (a trace file, or a run or folder with
+    one trace file) names one big uncompressed trace that the cache lacks, start parsing part of it
+    in a second process (app.data.trace.start_split_parse), so that the parse overlaps the imports
+    and uses two cores. True when that was started; the next load of the trace takes its part."""
+    from app.data.trace import readable_trace_paths, start_split_parse
+
+    try:
+        paths = readable_trace_paths(path)
+    except (TraceError, UsageError, OSError):
+        return False  # the load reports it
+    return len(paths) == 1 and start_split_parse(paths[0])
 
 
 def prefetch_traces(paths: Sequence[Path], *, use_cache: bool = True) -> list[RankIngest]:

@@ -1,0 +1,290 @@
+"""One big uncompressed trace parsed by two processes at once (data layer).
+
+A cold ``torchscope analyze`` of one trace file spends most of its time in one core: the imports
+(pandas, the analysis), then the parse. When the file is big, uncompressed and read whole
+(``trace.IN_MEMORY_BYTES``), ``start`` cuts it at an event boundary and forks a child that parses
+the tail while this process goes on (imports, then the head); ``take`` parses the head, reads the
+child's tables (Arrow IPC in an anonymous memory file: no copy, no file on disk) and joins them
+(``trace_parse.join_parts``) into the tables one pass over the whole file gives.
+
+The split is only an optimisation and never changes a result: a part is made into a trace of its own
+(the head closed with ``]}``, the tail opened with ``{"traceEvents":[``), and when either part has
+anything to say (any warning: a cut that was not a real boundary always gives one, since its head
+then ends inside an unclosed value), when the child fails, or when the file changed, ``take`` returns
+None and the caller parses the whole file itself, as without a split. It is used only where a fork
+is safe and pays: POSIX with ``memfd_create``, one thread in the process, two cores or more, and
+a 1-minute load average that leaves a core idle.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import mmap
+import os
+import pickle
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.data.trace_kinds import Progress
+from app.errors import TraceError
+
+if TYPE_CHECKING:
+    from app.data.trace_parse import ParsedTrace
+
+__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "SWITCH_ENV", "start", "take", "cancel_all"]
+
+# Below this the child's own start (its imports of msgspec and pyarrow, ~0.15 s of a core) is not
+# won back; the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
+SPLIT_MIN_BYTES = 24 << 20
+# The share of the file the child parses: it starts while this process still imports pandas and the
+# analysis (~0.35 s), so it takes the larger part (measured: benchmarks/README.md, issue 13 wave 10).
+TAIL_SHARE = 0.6
+# No split when the 1-minute load average is above the cores less this: no core is idle (_can_fork).
+IDLE_MARGIN = 0.25
+SWITCH_ENV = "TORCHSCOPE_SPLIT_PARSE"  # "0": never split (one process, the lower summed peak)
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_WINDOW = 1 << 20  # where the boundary after the cut point is looked for
+_READ = 1 << 20  # bytes read at a time, as trace_pieces reads a plain file
+_OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
+_PIECE_KINDS = ("events", "memory", "flows", "threads")
+_INFO = "info"  # the memory file of the child's counters, metadata and status
+
+
+@dataclass
+class _Child:
+    stat: tuple[int, int, int]
+    cut: int  # the head is bytes [0, cut): it ends with an event's "}"
+    pid: int
+    fds: dict[str, int]  # the memory files the child writes into: one per table kind, and _INFO
+
+
+_started: dict[str, _Child] = {}
+_lock = threading.Lock()
+
+
+def _key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _stat(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _can_fork() -> bool:
+    """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.3 s
+    more CPU than one pass (the child's imports, two parses sharing caches and memory bandwidth),
+    so with every core busy (the load average within IDLE_MARGIN of the cores) it would be slower."""
+    if os.environ.get(SWITCH_ENV) == "0":  # the user prefers one process (memory over wall time)
+        return False
+    if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or threading.active_count() != 1:
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores >= 2 and os.getloadavg()[0] < cores - IDLE_MARGIN
+
+
+def _cut(path: Path, size: int) -> tuple[int, int] | None:
+    """(end of the head, start of the tail's first event), or None when the file does not look like
+    a trace object whose events can be cut (the parse then goes as usual)."""
+    from app.data.trace_envelope import find_start
+
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+        try:
+            start = find_start(head)
+        except (ValueError, TraceError):  # not a trace, a memory timeline: the whole-file parse says so
+            return None
+        if start is None or not start[1]:  # a bare array of events, or a huge header: not split
+            return None
+        at = int(size * (1 - TAIL_SHARE))
+        f.seek(at)
+        window = f.read(_WINDOW)
+    m = _BOUNDARY.search(window)
+    if m is None:
+        return None
+    return at + m.start() + 1, at + m.end() - 1
+
+
+def start(path: Path, max_bytes: int) -> bool:
+    """Fork a child that parses the tail of the trace file ``path`` (``SPLIT_MIN_BYTES`` to
+    ``max_bytes``, uncompressed), when this process may fork; True when one was started. The
+    caller's next parse of ``path`` (``take``) then reads only the head."""
+    if not _can_fork():
+        return False
+    try:
+        stat = _stat(path)
+        if not SPLIT_MIN_BYTES <= stat[0] <= max_bytes:
+            return False
+        with path.open("rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return False
+        where = _cut(path, stat[0])
+    except OSError:
+        return False
+    if where is None:
+        return False
+    cut, tail_from = where
+    fds = {kind: os.memfd_create(f"torchscope-trace-{kind}") for kind in (*_PIECE_KINDS, _INFO)}
+    pid = os.fork()
+    if pid == 0:  # the child: parse, write, and leave without running the parent's exit handlers
+        code = 1
+        try:
+            _child(path, tail_from, fds)
+            code = 0
+        finally:
+            os._exit(code)
+    with _lock:
+        if not _started:
+            atexit.register(cancel_all)
+        old = _started.pop(_key(path), None)
+        _started[_key(path)] = _Child(stat, cut, pid, fds)
+    if old is not None:
+        _cancel(old)
+    return True
+
+
+def _pieces(path: Path, lo: int, hi: int | None, progress: Progress | None = None) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        f.seek(lo)
+        done = lo
+        while hi is None or done < hi:
+            raw = f.read(_READ if hi is None else min(_READ, hi - done))
+            if not raw:
+                break
+            done += len(raw)
+            if progress is not None:
+                progress(done, done)
+            yield raw
+
+
+def _tail_pieces(path: Path, tail_from: int) -> Iterator[bytes]:
+    yield _OPEN
+    yield from _pieces(path, tail_from, None)
+
+
+def _head_pieces(path: Path, cut: int, size: int, progress: Progress | None) -> Iterator[bytes]:
+    report = None if progress is None else (lambda d, _t: progress(d, size))
+    yield from _pieces(path, 0, cut, report)
+    yield _CLOSE
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """pyarrow imports pandas on its first conversion of Python objects (to recognise a Series):
+    ~0.35 s and ~45 MB that the child, which makes no DataFrame, does without."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.partition(".")[0] == "pandas":
+            raise ImportError("pandas is not needed to parse a part of a trace")
+        return None
+
+
+def _child(path: Path, tail_from: int, fds: dict[str, int]) -> None:
+    """Parse the tail; each piece's tables are streamed into its kind's memory file as they are made
+    (Arrow IPC; a stream may change its dictionaries), so the child never holds its tables whole."""
+    sys.meta_path.insert(0, _NoPandas())
+    import pyarrow as pa
+
+    from app.data.trace_parse import parse_trace_part
+
+    pa.set_memory_pool(pa.system_memory_pool())  # as trace.system_memory_pool: a lower peak
+    files = {kind: os.fdopen(fd, "wb", closefd=False) for kind, fd in fds.items()}
+    writers: dict[str, pa.ipc.RecordBatchStreamWriter] = {}
+
+    def emit(kind: str, table: pa.Table) -> None:
+        if kind not in writers:
+            writers[kind] = pa.ipc.new_stream(files[kind], table.schema)
+        writers[kind].write_table(table)
+
+    out, rows = parse_trace_part(path, _tail_pieces(path, tail_from), emit=emit)
+    for w in writers.values():
+        w.close()
+    for f in files.values():
+        f.flush()
+    with os.fdopen(fds[_INFO], "wb", closefd=False) as f:
+        f.write(pickle.dumps({"ok": not out.warnings, "meta": out.meta, "rows": rows, "n_events": out.n_events,
+                              "kinds": sorted(writers)}, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _read_tail(fds: dict[str, int]) -> tuple[ParsedTrace, list[dict[str, Any]]] | None:
+    import pyarrow as pa
+
+    from app.data.trace_parse import ParsedTrace
+
+    with os.fdopen(os.dup(fds[_INFO]), "rb") as f:
+        f.seek(0)
+        data = f.read()
+    if not data:
+        return None
+    info = pickle.loads(data)
+    if not info["ok"]:
+        return None
+    out = ParsedTrace(meta=info["meta"], n_events=info["n_events"])
+    for kind in info["kinds"]:
+        size = os.fstat(fds[kind]).st_size
+        # the tables' buffers point into the mapping, which lives as long as they do
+        mm = mmap.mmap(fds[kind], size, prot=mmap.PROT_READ)
+        setattr(out, kind, pa.ipc.open_stream(pa.py_buffer(mm)).read_all())
+    return out, info["rows"]
+
+
+def take(path: Path, progress: Progress | None = None) -> ParsedTrace | None:
+    """The tables of ``path`` when ``start`` forked a child for it: this process parses the head
+    and joins the child's tail. None when no child was started for this file, or when the split
+    cannot stand for the whole file (then parse it whole, as usual)."""
+    with _lock:
+        child = _started.pop(_key(path), None)
+    if child is None:
+        return None
+    from app.data.trace_parse import join_parts, parse_trace_part
+
+    try:
+        if _stat(path) != child.stat:
+            return None
+        head, head_rows = parse_trace_part(path, _head_pieces(path, child.cut, child.stat[0], progress))
+        if head.warnings:
+            return None
+        _, status = os.waitpid(child.pid, 0)
+        child.pid = 0
+        if os.waitstatus_to_exitcode(status) != 0:
+            return None
+        tail = _read_tail(child.fds)
+        if tail is None:
+            return None
+        if progress is not None:
+            progress(child.stat[0], child.stat[0])
+        return join_parts(head, head_rows, *tail)
+    except Exception:  # noqa: BLE001 - an optimisation only: the whole-file parse reports any problem
+        return None
+    finally:
+        _cancel(child)
+
+
+def _cancel(child: _Child) -> None:
+    if child.pid:
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+            os.waitpid(child.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        child.pid = 0
+    for fd in child.fds.values():
+        os.close(fd)
+    child.fds = {}
+
+
+def cancel_all() -> None:
+    """Stop and reap every child whose tables were not taken (at exit, or a test's teardown)."""
+    with _lock:
+        children = list(_started.values())
+        _started.clear()
+    for child in children:
+        _cancel(child)
