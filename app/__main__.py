@@ -6,6 +6,10 @@ if sys.argv[1:2] == ["ls"]:  # `ls --json` of an unchanged store: printed before
 
     if print_if_current(sys.argv[1:]):
         sys.exit(0)
+    from app.workspace.printed_listing import print_from_index
+
+    if print_from_index(sys.argv[1:]):
+        sys.exit(0)
     from app.cli import entry
 
     entry(ls_checked=True)

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from io import BufferedReader
 
-__all__ = ["SNAPSHOT_FILE", "root_value", "store_folders", "journal_position", "snapshot_key", "print_if_current",
+__all__ = ["SNAPSHOT_FILE", "json_root", "root_value", "store_folders", "journal_position", "snapshot_key", "print_if_current",
            "write_snapshot", "remove_snapshot"]
 
 SNAPSHOT_FILE = os.path.join(".torchscope", "ls-json.snapshot")  # in the store's meta folder (layout.STORE_META_DIR)
@@ -91,7 +91,7 @@ def _store_dir(value: str) -> str:
     return os.path.expanduser(value)
 
 
-def _json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
+def json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
     """(whether ``argv`` is exactly ``ls --json [--root DIR]``, DIR)."""
     if not argv or argv[0] != "ls":
         return False, None
@@ -114,7 +114,7 @@ def _json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
 def print_if_current(argv: Sequence[str]) -> bool:
     """Print the stored document when ``argv`` is ``ls --json [--root DIR]`` and its key still holds;
     False (nothing printed) otherwise, and on any doubt."""
-    ok, root = _json_root(argv)
+    ok, root = json_root(argv)
     if not ok:
         return False
     value = root_value(root)
