@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS printed (
     sort_key REAL NOT NULL,        -- runs.started_at, NO_START when unknown
     folder TEXT NOT NULL,
-    head BLOB, tail BLOB,          -- the record as printed, cut around the store's path prefix (NULL: no record)
+    base BLOB, cut INTEGER,        -- the store's path prefix in out (JSON-escaped) and its byte offset
+    out BLOB,                      -- the record as printed (NULL: no record)
     listing_level INTEGER NOT NULL,
     problems TEXT,                 -- the problems as JSON strings, one a line (NULL: none)
     live INTEGER NOT NULL,         -- 1: recorded as running, or steps "in trace": checked by every listing
@@ -90,7 +91,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS printed_folder ON printed (folder);
 CREATE INDEX IF NOT EXISTS printed_problems ON printed (folder) WHERE problems IS NOT NULL;
 CREATE INDEX IF NOT EXISTS printed_live ON printed (folder) WHERE live;
 """
-_PRINTED_COLUMNS = ("sort_key", "folder", "head", "tail", "listing_level", "problems", "live")
+_PRINTED_COLUMNS = ("sort_key", "folder", "base", "cut", "out", "listing_level", "problems", "live")
 NO_START = -1e300  # the sort key of an unknown start (printed last); known starts are within ±9.2e9
 # A new index file's page size: the printed table is read whole by a listing where nothing changed,
 # and 64 KiB pages read its 6 MB (10,000 runs) ~4× faster than SQLite's default 4 KiB.
@@ -130,15 +131,15 @@ class IndexEntry(NamedTuple):
     problems: tuple[str, ...]
     config: Mapping[str, Any] | None = None
     finals: Mapping[str, Any] | None = None
-    # (head, tail) of the record as ``ls --json`` prints it (app.workspace.printed_listing.printed_parts),
+    # (base, cut, out) of the record as ``ls --json`` prints it (app.workspace.printed_listing.printed_parts),
     # with the problems as JSON strings one a line (printed_listing.problem_items; "" when none)
-    printed: tuple[bytes, bytes] | None = None
+    printed: tuple[bytes, int, bytes] | None = None
     problem_items: str = ""
 
     def printed_values(self) -> tuple[Any, ...]:
-        head, tail = self.printed if self.printed is not None else (None, None)
+        base, cut, out = self.printed if self.printed is not None else (None, None, None)
         live = self.manifest_status == "running" or self.steps_source == "in trace"
-        return (NO_START if self.started_at is None else self.started_at, self.folder, head, tail,
+        return (NO_START if self.started_at is None else self.started_at, self.folder, base, cut, out,
                 int(self.listing_level), self.problem_items or None, int(live))
 
     def values(self) -> tuple[Any, ...]:

@@ -175,8 +175,9 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
         _recheck_in_trace(out, index)
     gone = [f for f in known if f not in scan.signatures]
     add_record_texts(scan.root, out.computed)
+    prefix = path_prefix(scan.root)
     for folder, e in out.computed.items():  # what `ls --json` prints of them (app.workspace.printed_listing)
-        parts = printed_parts(folder, e.record_text, PATH_JSON) if e.record_text is not None else None
+        parts = printed_parts(folder, e.record_text, PATH_JSON, prefix) if e.record_text is not None else None
         out.computed[folder] = e._replace(printed=parts, problem_items=problem_items(e.problems))
     if scan.not_runs:
         stamp = None  # the stamp says every sub-folder is a run with an entry

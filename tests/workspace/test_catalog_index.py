@@ -116,8 +116,7 @@ def test_a_corrupt_or_stale_index_is_rebuilt(store: Path, capsys: pytest.Capture
         with _db(store) as con:
             con.execute("UPDATE meta SET value = 'old' WHERE key = 'rules'")
             con.execute("UPDATE runs SET record_text = replace(record_text, '\"r1\"', '\"stale\"')")
-            con.execute("UPDATE printed SET head = CAST(replace(CAST(head AS TEXT), '\"r1\"', '\"stale\"') AS BLOB), "
-                        "tail = CAST(replace(CAST(tail AS TEXT), '\"r1\"', '\"stale\"') AS BLOB)")
+            con.execute("UPDATE printed SET out = CAST(replace(CAST(out AS TEXT), '\"r1\"', '\"stale\"') AS BLOB)")
     assert _ls(store, capsys) == good
     done = catalog_listing.refresh(store)
     done.close()
