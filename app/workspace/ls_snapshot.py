@@ -36,10 +36,11 @@ _DEFAULT_ROOT = "runs"  # layout.DEFAULT_ROOT
 _JOURNAL = os.path.join(".torchscope", "journal")  # layout.JOURNAL
 _JOURNAL_MAGIC = b"torchscope-journal 1 "  # layout.JOURNAL_MAGIC
 _APP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The code that decides the printed bytes: the rows' rules (app.workspace.signatures._RULES_SOURCES),
-# the record texts and the document (ls_cmd), and this module.
+# The code that decides the printed bytes: the rows' rules (app.workspace.printed_listing.RULES_SOURCES),
+# the record texts and the document (printed_listing, ls_cmd), and this module.
 _CODE = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
-         "workspace/cached_steps.py", "workspace/signatures.py", "workspace/ls_snapshot.py", "data/change_journal.py",
+         "workspace/cached_steps.py", "workspace/signatures.py", "workspace/ls_snapshot.py",
+         "workspace/printed_listing.py", "data/change_journal.py",
          "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
          "analysis/run/final_value.py", "cli/ls_cmd.py")
 

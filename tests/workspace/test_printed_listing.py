@@ -195,3 +195,11 @@ def test_the_index_check_spells_the_names_as_the_index_does() -> None:
     assert os.path.join(catalog_index.INDEX_DIR, catalog_index.INDEX_FILE) == printed_listing._INDEX
     assert str(catalog_index.INDEX_FORMAT) == printed_listing._INDEX_FORMAT
     assert printed_listing._COMPACT_BYTES == change_journal.COMPACT_BYTES
+
+
+def test_the_snapshot_key_covers_every_source_the_rules_cover() -> None:
+    # a change to the code that prints the records invalidates the snapshot file too
+    assert set(printed_listing.RULES_SOURCES) <= set(ls_snapshot._CODE)
+    assert "cli/ls_cmd.py" in ls_snapshot._CODE
+    for rel in printed_listing.RULES_SOURCES:
+        assert (ROOT / "app" / rel).is_file(), rel
