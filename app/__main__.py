@@ -1,7 +1,7 @@
 """`python -m app ...` is the same as the `torchscope` command."""
 import sys
 
-if sys.argv[1:2] == ["ls"]:  # `ls --json` of an unchanged store: printed before app.cli's imports
+if sys.argv[1:2] == ["ls"]:  # `ls --json` of an unchanged store (its snapshot, else its index): before app.cli's imports
     from app.workspace.ls_snapshot import print_if_current
 
     if print_if_current(sys.argv[1:]):

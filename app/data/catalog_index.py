@@ -13,6 +13,10 @@ finds another signature recomputes the entry: an index is a cache, never trusted
 - A store that cannot be written (a read-only share) gets its index in the user's cache folder
   (``$TORCHSCOPE_CACHE/catalog/``) instead: :func:`catalog_index_path`.
 
+- Each entry's ``ls --json`` record is also kept as printed, in the printed order (the ``printed``
+  table), with the store folder's stamp in ``meta``: app.workspace.printed_listing prints a store
+  where nothing changed from it alone.
+
 This module only stores and returns entries; which rows they hold and when one is stale is the
 workspace's (app.workspace.catalog_listing).
 """
