@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.ui.layout import store_root
 from app.ui.runs_view import (
+    page_arrow,
     page_display,
     render_empty_store,
     render_filters,
@@ -40,8 +41,9 @@ def _catalog(root: Path) -> None:
     page_note = f" · rows {first + 1}–{end}" if end - first < len(matching) else ""
     st.caption(f"{len(matching)} of {len(table)} runs in `{view.store.root}`{page_note}")
     shown = matching.iloc[first:end]
-    positions = render_runs_table(shown, page_display(view, matching, first, end))
-    selected = shown.iloc[positions]
+    display = page_display(view, matching, first, end)
+    positions = render_runs_table(shown, display, page_arrow(view, display))
+    selected = shown.iloc[positions] if positions else shown.iloc[:0]  # a take of no rows costs ~1 ms
     read_only = (
         set(table.loc[table["path"].str.startswith(str(view.mirror)), "path"]) if view.mirror else set()
     )

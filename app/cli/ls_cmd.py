@@ -22,7 +22,7 @@ import math
 import sys
 from typing import Any
 
-from app.workspace import catalog_records, ls_snapshot
+from app.workspace import catalog_records, ls_snapshot, printed_listing
 from profiler_agent.runformat import layout
 
 HELP = "list the runs of a store (name, status, duration, steps, loss, step time, memory)"
@@ -124,13 +124,7 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return text_table([h for h, _ in columns], rows, rule=False, strip=True)
 
 
-def json_document(root: str, runs_text: bytes, problems: list[str]) -> bytes:
-    """``json.dumps({"root": root, "runs": [...], "problems": problems}, indent=2)`` as UTF-8 bytes,
-    with the runs array given as its printed bytes (catalog_records.runs_json_text), so that 10,000
-    stored records are joined, not encoded or decoded again."""
-    probs = json.dumps(problems, indent=2, allow_nan=False, default=str).replace("\n", "\n  ")
-    head = f'{{\n  "root": {json.dumps(root)},\n  "runs": '.encode()
-    return head + runs_text + f',\n  "problems": {probs}\n}}\n'.encode("utf-8", "surrogateescape")
+json_document = printed_listing.json_document  # one spelling of the document, also printed from the index
 
 
 def _write_bytes(data: bytes) -> None:

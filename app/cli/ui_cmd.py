@@ -68,6 +68,8 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "false",
         "--server.fileWatcherType",
         "none",  # users browse runs; they do not edit the app
+        "--runner.magicEnabled",
+        "false",  # no page writes a bare expression: each page script is compiled as it is (.streamlit/config.toml)
         "--client.toolbarMode",
         "viewer",  # no "Deploy" button (a local viewer, not an app to ship); "minimal" would also hide the
         # "Running…" status while traces are parsed

@@ -13,6 +13,10 @@ finds another signature recomputes the entry: an index is a cache, never trusted
 - A store that cannot be written (a read-only share) gets its index in the user's cache folder
   (``$TORCHSCOPE_CACHE/catalog/``) instead: :func:`catalog_index_path`.
 
+- Each entry's ``ls --json`` record is also kept as printed, in the printed order (the ``printed``
+  table), with the store folder's stamp in ``meta``: app.workspace.printed_listing prints a store
+  where nothing changed from it alone.
+
 This module only stores and returns entries; which rows they hold and when one is stale is the
 workspace's (app.workspace.catalog_listing).
 """
@@ -34,7 +38,8 @@ __all__ = ["INDEX_FORMAT", "INDEX_DIR", "INDEX_FILE", "LS_SNAPSHOT_FILE", "Signa
 
 # Bumped when the table layout changes; the rows' own rules (which step time, which final value) are
 # versioned by the digest the workspace passes to CatalogIndex.open.
-INDEX_FORMAT = 3  # 2: the signature covers metrics.jsonl and system.jsonl; 3: and the run folder's inode
+INDEX_FORMAT = 4  # 2: the signature covers metrics.jsonl and system.jsonl; 3: and the run folder's inode;
+# 4: the printed table and the store folder's stamp (app.workspace.printed_listing)
 # Inside the store: a dot-folder, which run listings skip (runformat.list_runs, tb-profiler scans).
 INDEX_DIR = ".torchscope"
 INDEX_FILE = "catalog.sqlite3"
@@ -73,12 +78,28 @@ CREATE TABLE IF NOT EXISTS runs (
     name TEXT, status TEXT, tags TEXT, grp TEXT,
     config_json TEXT, finals_json TEXT
 );
--- The last whole `ls --json` listing, keyed by every folder's name and inode and the change journal's
--- position (the exact bytes, app.workspace.signatures.snapshot_key): a store where nothing changed is
--- printed from here. Any write of runs deletes it.
-CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL,
-    runs_text BLOB NOT NULL, problems_json TEXT NOT NULL);  -- runs_text: the printed array, UTF-8
+-- What `ls --json` prints of each entry, stored in the order it prints them (newest start first,
+-- unknown starts last, ties by folder name descending), so that a listing where nothing changed
+-- is one scan of this table (app.workspace.printed_listing). One row per row of runs.
+CREATE TABLE IF NOT EXISTS printed (
+    sort_key REAL NOT NULL,        -- runs.started_at, NO_START when unknown
+    folder TEXT NOT NULL,
+    base BLOB, cut INTEGER,        -- the store's path prefix in out (JSON-escaped) and its byte offset
+    out BLOB,                      -- the record as printed (NULL: no record)
+    listing_level INTEGER NOT NULL,
+    problems TEXT,                 -- the problems as JSON strings, one a line (NULL: none)
+    live INTEGER NOT NULL,         -- 1: recorded as running, or steps "in trace": checked by every listing
+    PRIMARY KEY (sort_key DESC, folder DESC)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS printed_folder ON printed (folder);
+CREATE INDEX IF NOT EXISTS printed_problems ON printed (folder) WHERE problems IS NOT NULL;
+CREATE INDEX IF NOT EXISTS printed_live ON printed (folder) WHERE live;
 """
+_PRINTED_COLUMNS = ("sort_key", "folder", "base", "cut", "out", "listing_level", "problems", "live")
+NO_START = -1e300  # the sort key of an unknown start (printed last); known starts are within ±9.2e9
+# A new index file's page size: the printed table is read whole by a listing where nothing changed,
+# and 64 KiB pages read its 6 MB (10,000 runs) ~4× faster than SQLite's default 4 KiB.
+_PAGE_SIZE = 65536
 _COLUMNS = ("folder", *_SIG_COLUMNS, "manifest_status", "steps_source", "started_at", "listing_level",
             "row_json", "record_text", "problems_json", "name", "status", "tags", "grp", "config_json", "finals_json")
 
@@ -114,6 +135,16 @@ class IndexEntry(NamedTuple):
     problems: tuple[str, ...]
     config: Mapping[str, Any] | None = None
     finals: Mapping[str, Any] | None = None
+    # (base, cut, out) of the record as ``ls --json`` prints it (app.workspace.printed_listing.printed_parts),
+    # with the problems as JSON strings one a line (printed_listing.problem_items; "" when none)
+    printed: tuple[bytes, int, bytes] | None = None
+    problem_items: str = ""
+
+    def printed_values(self) -> tuple[Any, ...]:
+        base, cut, out = self.printed if self.printed is not None else (None, None, None)
+        live = self.manifest_status == "running" or self.steps_source == "in trace"
+        return (NO_START if self.started_at is None else self.started_at, self.folder, base, cut, out,
+                int(self.listing_level), self.problem_items or None, int(live))
 
     def values(self) -> tuple[Any, ...]:
         row = self.row or {}
@@ -148,6 +179,8 @@ class CatalogIndex:
         self._conn = conn
         self.committed_state: JournalState | None = None  # the journal state the last write() stored
         self.committed_generation: int | None = None  # the generation after it (None: another writer wrote)
+        self.read_stamp: str | None = None  # the store folder's stamp as listing_and_state read it
+        self._stamp_read = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], rules: str) -> CatalogIndex | None:
@@ -176,6 +209,7 @@ class CatalogIndex:
         conn = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")  # takes effect only in a new, empty file
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -186,6 +220,7 @@ class CatalogIndex:
                 with _transaction(conn):  # another layout or other rules: nothing of it is kept
                     conn.execute("DROP TABLE IF EXISTS runs")
                     conn.execute("DROP TABLE IF EXISTS snapshot")
+                    conn.execute("DROP TABLE IF EXISTS printed")
                     conn.execute("DELETE FROM meta")  # the journal position belonged to those entries
                     with contextlib.suppress(OSError):
                         (path.parent / LS_SNAPSHOT_FILE).unlink()
@@ -193,6 +228,7 @@ class CatalogIndex:
                         if statement.strip():
                             conn.execute(statement)
                     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(want.items()))
+                _resize_pages(conn)
             # A cheap check that the table pages are readable; a malformed page raises DatabaseError here.
             conn.execute("SELECT count(*) FROM runs").fetchone()
         except BaseException:
@@ -290,6 +326,8 @@ class CatalogIndex:
                 got = self.listing_with_records() if with_records else self.listing()
                 state = self.journal_state()
                 generation = self.generation()
+                stamp = self._conn.execute("SELECT value FROM meta WHERE key = 'folders_stamp'").fetchone()
+                self.read_stamp, self._stamp_read = (stamp[0] if stamp else None), True
             finally:
                 self._conn.execute("COMMIT")
         except sqlite3.DatabaseError:
@@ -314,27 +352,6 @@ class CatalogIndex:
         except (sqlite3.DatabaseError, KeyError, ValueError):
             return None
 
-    def state_and_snapshot(self) -> tuple[JournalState | None, int, tuple[bytes, bytes, list[str]] | None]:
-        """(:meth:`journal_state`, :meth:`generation`, (key, runs text, problems) of the snapshot or
-        None), in one read transaction: what ``ls --json`` of an unchanged store reads."""
-        try:
-            self._conn.execute("BEGIN")
-            try:
-                state = self.journal_state()
-                generation = self.generation()
-                got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
-            finally:
-                self._conn.execute("COMMIT")
-            if got is None:
-                return state, generation, None
-            problems = json.loads(got[2])
-        except (sqlite3.DatabaseError, ValueError):
-            return None, -1, None
-        if not isinstance(problems, list):
-            return state, generation, None
-        runs = got[1].encode("utf-8", "surrogateescape") if isinstance(got[1], str) else bytes(got[1])
-        return state, generation, (bytes(got[0]), runs, [str(p) for p in problems])
-
     def run_if_current(self, state: JournalState, generation: int, fn: Callable[[], None]) -> bool:
         """Run ``fn`` under the write lock if the stored journal state and generation are still these."""
         try:
@@ -346,44 +363,10 @@ class CatalogIndex:
             return False
         return True
 
-    def snapshot(self, key: bytes) -> tuple[bytes, list[str]] | None:
-        """(runs text as UTF-8 bytes, problems) of the last listing when it was made for ``key``, else None.
-        Bytes, so that ``ls --json`` writes 6 MB for 10,000 runs without decoding and encoding them."""
-        try:
-            got = self._conn.execute("SELECT key, runs_text, problems_json FROM snapshot WHERE id = 1").fetchone()
-            if got is None or got[0] != key:
-                return None
-            problems = json.loads(got[2])
-        except (sqlite3.DatabaseError, ValueError):
-            return None
-        runs = got[1].encode("utf-8", "surrogateescape") if isinstance(got[1], str) else bytes(got[1])
-        return (runs, [str(p) for p in problems]) if isinstance(problems, list) else None
-
-    def write_snapshot(self, key: bytes, runs_text: bytes, problems: list[str],
-                       state: JournalState | None = None, generation: int | None = None,
-                       also: Callable[[], None] | None = None) -> bool:
-        """Remember a whole listing for ``key`` (see :meth:`snapshot`); False when not written.
-        ``state``, ``generation``: only when the stored journal state and generation are still
-        these (no listing wrote entries since the listing was made: compare and set); ``also``:
-        run inside the same transaction (the ``ls --json`` snapshot file, app.workspace.ls_snapshot)."""
-        try:
-            with _transaction(self._conn):
-                if state is not None and self.journal_state() != state:
-                    return False
-                if generation is not None and self.generation() != generation:
-                    return False
-                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?, ?)",
-                                   (key, runs_text, _dumps(problems)))
-                if also is not None:
-                    also()
-        except sqlite3.DatabaseError:
-            return False
-        return True
-
     def write(self, entries: Iterable[IndexEntry], removed: Iterable[str] = (), *,
               journal: tuple[JournalState | None, JournalState] | None = None,
               compact: Callable[[JournalState], JournalState | None] | None = None,
-              generation: int | None = None) -> bool:
+              generation: int | None = None, stamp: str | None = None) -> bool:
         """Store ``entries`` and forget the ``removed`` folders in one transaction (the snapshot is
         dropped with any change); False when the index could not be written (another writer held
         it past the busy timeout, a full disk): the listing is still right, only not remembered.
@@ -394,10 +377,17 @@ class CatalogIndex:
         the transaction (the journal replaced by an empty one: app.data.change_journal.compact);
         the state it returns is stored instead. ``generation``: the one the entries were read
         with; ``committed_generation`` is then the generation after this write, or None when
-        another listing wrote meanwhile (this listing's whole-store view is then not kept)."""
+        another listing wrote meanwhile (this listing's whole-store view is then not kept).
+        ``stamp``: the store folder's stamp, taken before the listing listed it, when after this
+        write every sub-folder of the store is a run with an entry (app.workspace.printed_listing);
+        None deletes the stored one."""
+        entries = list(entries)
         values = [e.values() for e in entries]
+        printed = [e.printed_values() for e in entries]
         gone = [(f,) for f in removed]
-        if not values and not gone and (journal is None or (journal[0] == journal[1] and compact is None)):
+        same_stamp = self._stamp_read and stamp == self.read_stamp
+        if not values and not gone and same_stamp and \
+                (journal is None or (journal[0] == journal[1] and compact is None)):
             self.committed_state = journal[1] if journal is not None else None
             self.committed_generation = generation
             return True
@@ -410,7 +400,9 @@ class CatalogIndex:
                     self._conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) "
                                            f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
                     self._conn.executemany("DELETE FROM runs WHERE folder = ?", gone)
-                    self._conn.execute("DELETE FROM snapshot")
+                    self._conn.executemany(f"INSERT OR REPLACE INTO printed ({', '.join(_PRINTED_COLUMNS)}) "
+                                           f"VALUES ({', '.join('?' * len(_PRINTED_COLUMNS))})", printed)
+                    self._conn.executemany("DELETE FROM printed WHERE folder = ?", gone)
                     with contextlib.suppress(OSError):
                         (self.path.parent / LS_SNAPSHOT_FILE).unlink()
                     self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (str(now + 1),))
@@ -425,11 +417,34 @@ class CatalogIndex:
                         self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                                [("journal_token", new.token), ("journal_offset", str(new.offset))])
                     committed = new
+                if stamp is None:
+                    self._conn.execute("DELETE FROM meta WHERE key = 'folders_stamp'")
+                else:
+                    self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('folders_stamp', ?)", (stamp,))
         except (sqlite3.DatabaseError, OverflowError, ValueError):
             self.committed_state = None
             return False
+        self.read_stamp, self._stamp_read = stamp, True
         self.committed_state = committed
         return True
+
+
+def _resize_pages(conn: sqlite3.Connection) -> None:
+    """Give an index emptied for another format the page size of a new one (a VACUUM outside WAL
+    mode); left as it is when another process has the file open (a listing is then slower, not wrong)."""
+    try:
+        if conn.execute("PRAGMA page_size").fetchone()[0] == _PAGE_SIZE:
+            return
+        conn.execute("PRAGMA busy_timeout=0")
+        if conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower() == "delete":
+            conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")
+            conn.execute("VACUUM")
+    except sqlite3.OperationalError:
+        pass
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
 
 
 class _transaction:

@@ -28,10 +28,11 @@ from typing import Any
 
 from app.data.catalog_index import CatalogIndex, IndexEntry, ListingEntry, Signature, catalog_index_path
 from app.data.change_journal import COMPACT_BYTES, JournalState, Tail, compact, read_tail
+from app.workspace.printed_listing import printed_parts, problem_items
 from app.workspace.signatures import (
     Folders,
     Scan,
-    list_folders,
+    list_store,
     open_index,
     path_prefix,
     rules_digest,
@@ -122,7 +123,8 @@ def compute_entry(folder: str, path: Path, sig: Signature, *, now: float | None)
 
 def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, reindex: bool = False,
             use_index: bool = True, with_records: bool = False, scan: Scan | None = None,
-            full_check: bool = False, listed: tuple[Path, Folders] | None = None) -> Refreshed:
+            full_check: bool = False, listed: tuple[Path, Folders] | None = None,
+            stamp: str | None = None) -> Refreshed:
     """Bring the store's index up to date (see the module docstring) and say which entries are current.
 
     The runs stat-ed are those the store's change journal names since the index's last listing
@@ -130,12 +132,15 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
     when the journal cannot say (no position stored, another journal, a line that does not parse),
     with ``full_check`` (``ls --refresh``: edits made by other tools) or ``reindex`` (every run read
     again). ``scan``: a scan already made (every run stat-ed); ``listed``: the store's listing
-    already made (signatures.list_folders). Raises RunStoreNotFoundError."""
+    already made (signatures.list_folders), with ``stamp``, the store folder's stamp taken before it
+    (signatures.list_store). Raises RunStoreNotFoundError."""
     if scan is None:
-        listed = listed if listed is not None else list_folders(root)
+        if listed is None:
+            found, folders, stamp = list_store(root)
+            listed = (found, folders)
         found = listed[0]
     else:
-        found = scan.root
+        found, stamp = scan.root, None
     index, known, records, stored, generation = _read_index(found, use_index=use_index, reindex=reindex,
                                                             with_records=with_records)
     # The journal is read after the entries: a line appended after that read is seen now or next time.
@@ -170,12 +175,19 @@ def refresh(root: str | os.PathLike[str] | None, *, now: float | None = None, re
         _recheck_in_trace(out, index)
     gone = [f for f in known if f not in scan.signatures]
     add_record_texts(scan.root, out.computed)
+    prefix = path_prefix(scan.root)
+    for folder, e in out.computed.items():  # what `ls --json` prints of them (app.workspace.printed_listing)
+        parts = printed_parts(folder, e.record_text, PATH_JSON, prefix) if e.record_text is not None else None
+        out.computed[folder] = e._replace(printed=parts, problem_items=problem_items(e.problems))
+    if scan.not_runs:
+        stamp = None  # the stamp says every sub-folder is a run with an entry
     if index is not None:
         moved = (stored, tail.state) if tail is not None else None
         big = tail is not None and not tail.pending and tail.state.offset == tail.end and \
             (tail.end > COMPACT_BYTES or tail.state.token == "!")
         index.write(out.computed.values(), gone, journal=moved,
-                    compact=(lambda state: compact(found, state)) if big else None, generation=generation)
+                    compact=(lambda state: compact(found, state)) if big else None, generation=generation,
+                    stamp=stamp)
         out.journal_state = index.committed_state
         out.generation = index.committed_generation
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from app.data.catalog_index import INDEX_DIR, INDEX_FILE, catalog_index_path
-from app.data.change_journal import JournalState, read_tail
+from app.data.change_journal import JournalState
 from app.workspace import ls_snapshot
 from app.workspace.catalog_listing import (
     IN_TRACE,
@@ -34,7 +34,7 @@ from app.workspace.catalog_listing import (
     refresh,
     tb_mirror,
 )
-from app.workspace.signatures import Folders, list_folders, snapshot_key
+from app.workspace.signatures import Folders, list_store
 
 __all__ = ["RecordItem", "record_texts", "RecordListing", "list_store_records", "list_store_json", "runs_json_text"]
 
@@ -106,12 +106,12 @@ class RecordListing(NamedTuple):
 def list_store_records(root: str | os.PathLike[str] | None = None, *, now: float | None = None,
                        reindex: bool = False, mirror_of: MirrorOf | None = None,
                        scan: Scan | None = None, full_check: bool = False,
-                       listed: tuple[Path, Folders] | None = None) -> RecordListing:
+                       listed: tuple[Path, Folders] | None = None, stamp: str | None = None) -> RecordListing:
     """The store's (and its tb-profiler mirror's) runs as ``ls --json`` records: the same runs,
     order and problems as app.workspace.catalog.load_catalog. ``full_check``: stat every run's
     files instead of trusting the change journal (``ls --refresh``). Raises RunStoreNotFoundError."""
     done = refresh(root, now=now, reindex=reindex, with_records=True, scan=scan, full_check=full_check,
-                   listed=listed)
+                   listed=listed, stamp=stamp)
     try:
         items, listing_p, row_p = record_texts(done)
         cacheable = _cacheable(done)
@@ -162,47 +162,26 @@ def list_store_json(root: str | os.PathLike[str] | None = None, *, reindex: bool
                     full_check: bool = False, document: Document | None = None,
                     root_text: str | None = None) -> tuple[Path, bytes, list[str]]:
     """(store root, the ``"runs"`` array of ``ls --json`` as UTF-8 bytes, problems), the same as
-    :func:`list_store_records`. When the store's listing (every folder's name and inode) and its
-    change journal are what they were at the last listing (app.workspace.signatures.snapshot_key),
-    and that listing had no run recorded as running, its text is printed again without touching
-    a row or stat-ing a run. ``full_check``: ``ls --refresh``. ``document`` and ``root_text`` (the
-    ``--root`` value as given: app.workspace.ls_snapshot.root_value): also keep the whole document
-    for ``ls --json``'s check before imports (app.workspace.ls_snapshot). Raises RunStoreNotFoundError."""
-    listed = list_folders(root)
-    found, folders = listed
-    keep = None
-    if document is not None and root_text is not None:
-        def keep(runs_text: bytes, problems: list[str], state: JournalState) -> Callable[[], None] | None:
-            if catalog_index_path(found) != found / INDEX_DIR / INDEX_FILE:
-                return None  # the index lives in the user's cache: the store is not ours to write
-            doc = document(found, runs_text, problems)
-            position = (state.token, state.offset)
-            return lambda: ls_snapshot.write_snapshot(str(found), root_text, folders, position, doc)
-    if not reindex and not full_check:
-        index = open_index(found)
-        if index is not None:
-            try:
-                stored, generation, snap = index.state_and_snapshot()
-                hit = (snap is not None and stored is not None and read_tail(found, stored).unchanged_since(stored)
-                       and snap[0] == snapshot_key(found, folders, stored))
-                if hit and keep is not None and stored is not None and snap is not None:
-                    write_file = keep(snap[1], snap[2], stored)
-                    if write_file is not None:
-                        index.run_if_current(stored, generation, write_file)
-            finally:
-                index.close()
-            if hit and snap is not None:
-                return found, snap[1], snap[2]
-    listing = list_store_records(root, reindex=reindex, full_check=full_check, listed=listed)
+    :func:`list_store_records`. ``full_check``: ``ls --refresh``. ``document`` and ``root_text`` (the
+    ``--root`` value as given: app.workspace.ls_snapshot.root_value): when the listing depends on
+    nothing but the entries (no run recorded as running, ...: RecordListing.cacheable), also keep
+    the whole document for ``ls --json``'s check before imports (app.workspace.ls_snapshot), as
+    long as no other listing wrote entries meanwhile. A store where nothing changed is printed
+    from the index before this is called (app.workspace.printed_listing). Raises RunStoreNotFoundError."""
+    found, folders, stamp = list_store(root)
+    listing = list_store_records(root, reindex=reindex, full_check=full_check, listed=(found, folders), stamp=stamp)
     runs_text = runs_json_text(listing.records).encode("utf-8", "surrogateescape")
-    state = listing.journal_state
-    if listing.cacheable and state is not None and listing.generation is not None:
+    state, generation = listing.journal_state, listing.generation
+    if (document is not None and root_text is not None and listing.cacheable and state is not None
+            and generation is not None and catalog_index_path(found) == found / INDEX_DIR / INDEX_FILE):
+        # (an index in the user's cache: the store is not ours to write)
         index = open_index(found)
         if index is not None:
+            doc = document(found, runs_text, listing.problems)
+            position = (state.token, state.offset)
             try:
-                index.write_snapshot(snapshot_key(found, folders, state), runs_text, listing.problems, state,
-                                     listing.generation,
-                                     keep(runs_text, listing.problems, state) if keep is not None else None)
+                index.run_if_current(state, generation, lambda: ls_snapshot.write_snapshot(
+                    str(found), root_text, folders, position, doc))
             finally:
                 index.close()
     return listing.root, runs_text, listing.problems

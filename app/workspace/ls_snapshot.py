@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from io import BufferedReader
 
-__all__ = ["SNAPSHOT_FILE", "root_value", "store_folders", "journal_position", "snapshot_key", "print_if_current",
+__all__ = ["SNAPSHOT_FILE", "json_root", "root_value", "store_folders", "journal_position", "snapshot_key", "print_if_current",
            "write_snapshot", "remove_snapshot"]
 
 SNAPSHOT_FILE = os.path.join(".torchscope", "ls-json.snapshot")  # in the store's meta folder (layout.STORE_META_DIR)
@@ -36,10 +36,11 @@ _DEFAULT_ROOT = "runs"  # layout.DEFAULT_ROOT
 _JOURNAL = os.path.join(".torchscope", "journal")  # layout.JOURNAL
 _JOURNAL_MAGIC = b"torchscope-journal 1 "  # layout.JOURNAL_MAGIC
 _APP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The code that decides the printed bytes: the rows' rules (app.workspace.signatures._RULES_SOURCES),
-# the record texts and the document (ls_cmd), and this module.
+# The code that decides the printed bytes: the rows' rules (app.workspace.printed_listing.RULES_SOURCES),
+# the record texts and the document (printed_listing, ls_cmd), and this module.
 _CODE = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
-         "workspace/cached_steps.py", "workspace/signatures.py", "workspace/ls_snapshot.py", "data/change_journal.py",
+         "workspace/cached_steps.py", "workspace/signatures.py", "workspace/ls_snapshot.py",
+         "workspace/printed_listing.py", "data/change_journal.py",
          "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
          "analysis/run/final_value.py", "cli/ls_cmd.py")
 
@@ -91,7 +92,7 @@ def _store_dir(value: str) -> str:
     return os.path.expanduser(value)
 
 
-def _json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
+def json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
     """(whether ``argv`` is exactly ``ls --json [--root DIR]``, DIR)."""
     if not argv or argv[0] != "ls":
         return False, None
@@ -114,7 +115,7 @@ def _json_root(argv: Sequence[str]) -> tuple[bool, str | None]:
 def print_if_current(argv: Sequence[str]) -> bool:
     """Print the stored document when ``argv`` is ``ls --json [--root DIR]`` and its key still holds;
     False (nothing printed) otherwise, and on any doubt."""
-    ok, root = _json_root(argv)
+    ok, root = json_root(argv)
     if not ok:
         return False
     value = root_value(root)

@@ -6,34 +6,25 @@
   which the catalog index compares with the one each entry was computed from
   (app.workspace.catalog_listing); given the index's entries and the folders the change journal
   names, only those runs are stat-ed.
-- ``rules_digest``, ``open_index``, ``snapshot_key``: the code an index was made by, and the exact
-  key of the ``ls --json`` snapshot.
+- ``rules_digest``, ``open_index``: the code an index was made by (app.workspace.printed_listing), and the index.
 
 Standard library only at load time (no dataclasses either): ``ls --json`` of an indexed store runs
 through here, and every millisecond of imports is 0.1 % of the peer loop of benchmarks/catalog_index.py.
 """
 from __future__ import annotations
 
-import marshal
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from app.data.catalog_index import NO_FILE, CatalogIndex, ListingEntry, Signature, catalog_index_path
-from app.data.change_journal import JournalState
 from app.workspace.ls_snapshot import store_folders
+from app.workspace.printed_listing import rules_digest, store_stamp
 from profiler_agent.runformat import errors as rf_errors
 from profiler_agent.runformat import layout
 
-__all__ = ["run_signature", "file_signature", "Folders", "list_folders", "Scan", "scan_store", "path_prefix",
-           "rules_digest", "open_index", "snapshot_key"]
-
-_APP = Path(__file__).resolve().parents[1]
-# The code whose rules decide a row's numbers: a change to any of these recomputes every entry.
-_RULES_SOURCES = ("workspace/catalog_rows.py", "workspace/catalog_listing.py", "workspace/catalog_records.py",
-                  "workspace/cached_steps.py", "workspace/signatures.py", "data/change_journal.py",
-                  "data/store_rows.py", "data/runs.py", "data/catalog_index.py", "analysis/run/step_time.py",
-                  "analysis/run/final_value.py")
+__all__ = ["run_signature", "file_signature", "Folders", "list_folders", "list_store", "Scan", "scan_store", "path_prefix",
+           "rules_digest", "open_index"]
 
 
 def _mtime(path: Path) -> float:
@@ -95,13 +86,21 @@ def list_folders(root: str | os.PathLike[str] | None) -> tuple[Path, Folders]:
     each with its inode, from one directory listing (no stat: ``DirEntry`` has both).
 
     Raises RunStoreNotFoundError (the messages of runformat.list_runs)."""
+    found, folders, _ = list_store(root)
+    return found, folders
+
+
+def list_store(root: str | os.PathLike[str] | None) -> tuple[Path, Folders, str | None]:
+    """:func:`list_folders` and the store folder's stamp taken just before the listing
+    (app.workspace.printed_listing.store_stamp; None when too recent to be kept)."""
     found = layout.resolve_root(root)
     if not found.exists():
         raise rf_errors.RunStoreNotFoundError(
             f"{found}: run store not found (create it by recording a run, or pass --root)")
     if not found.is_dir():
         raise rf_errors.RunStoreNotFoundError(f"{found}: is a file, expected a run store folder")
-    return found, store_folders(str(found))  # the same list as ls --json's check before imports
+    stamp = store_stamp(str(found))
+    return found, store_folders(str(found)), stamp  # the same list as ls --json's check before imports
 
 
 def scan_store(root: str | os.PathLike[str] | None, *, listed: tuple[Path, Folders] | None = None,
@@ -153,32 +152,6 @@ def scan_store(root: str | os.PathLike[str] | None, *, listed: tuple[Path, Folde
     return Scan(found, names, sigs, not_runs)
 
 
-def rules_digest() -> str:
-    """A digest of the sources that compute rows (an entry made by other code is not reused).
-
-    CRC-32 and Adler-32 of the sources, and their length: a key of the code version, not a
-    security boundary, and zlib is loaded already where hashlib would load OpenSSL (~5 ms of
-    every ``ls --json``)."""
-    import zlib
-
-    crc, adler, size = 0, 1, 0
-    for rel in _RULES_SOURCES:
-        try:
-            data = (_APP / rel).read_bytes()
-        except OSError:
-            data = rel.encode()
-        crc, adler, size = zlib.crc32(data, crc), zlib.adler32(data, adler), size + len(data)
-    return f"{crc:08x}{adler:08x}-{size}"
-
-
 def open_index(root: Path) -> CatalogIndex | None:
     """The store's index (created when missing, rebuilt when unreadable), or None when it cannot be had."""
     return CatalogIndex.open(catalog_index_path(root), rules_digest())
-
-
-def snapshot_key(root: Path, folders: Folders, state: JournalState) -> bytes:
-    """The exact key of a listing snapshot: the store's path, every folder's name and inode, in
-    order, and the change journal's state, as bytes (marshal format 2 holds no back-references, so
-    equal inputs give equal bytes; another Python may give other bytes, which only misses).
-    Compared whole, not hashed: no two different listings share a key."""
-    return marshal.dumps((str(root), folders, tuple(state)), 2)

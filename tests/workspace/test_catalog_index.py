@@ -17,7 +17,7 @@ import pytest
 from app.cli import ls_cmd, main
 from app.data import change_journal
 from app.data import runs as runs_data
-from app.data.catalog_index import INDEX_DIR, INDEX_FILE, catalog_index_path
+from app.data.catalog_index import INDEX_DIR, INDEX_FILE, LS_SNAPSHOT_FILE, catalog_index_path
 from app.workspace import catalog_listing
 from app.workspace.catalog import load_catalog, load_catalog_row
 from profiler_agent import runformat as rf
@@ -68,8 +68,7 @@ def test_listing_through_the_index_equals_reading_every_run(store: Path, capsys:
     done.close()
     assert not done.computed and len(done.reused) == 4  # nothing read again
     assert _ls(store, capsys) == first  # printed from the last listing's snapshot
-    with _db(store) as con:
-        con.execute("DELETE FROM snapshot")
+    (store / INDEX_DIR / LS_SNAPSHOT_FILE).unlink(missing_ok=True)
     assert _ls(store, capsys) == first  # joined from the rows
     assert ls_cmd.STATUS_MARKERS == runs_data.STATUS_MARKERS
 
@@ -117,7 +116,7 @@ def test_a_corrupt_or_stale_index_is_rebuilt(store: Path, capsys: pytest.Capture
         with _db(store) as con:
             con.execute("UPDATE meta SET value = 'old' WHERE key = 'rules'")
             con.execute("UPDATE runs SET record_text = replace(record_text, '\"r1\"', '\"stale\"')")
-            con.execute("UPDATE snapshot SET runs_text = replace(runs_text, '\"r1\"', '\"stale\"')")
+            con.execute("UPDATE printed SET out = CAST(replace(CAST(out AS TEXT), '\"r1\"', '\"stale\"') AS BLOB)")
     assert _ls(store, capsys) == good
     done = catalog_listing.refresh(store)
     done.close()
@@ -131,8 +130,7 @@ def test_a_live_run_is_read_again_only_when_its_files_change(store: Path, capsys
     done = catalog_listing.refresh(store)
     done.close()
     assert not done.computed and live.name in done.reused and done.rechecked == [live.name]
-    with _db(store) as con:  # a listing with a live run is never printed again from a snapshot
-        assert con.execute("SELECT count(*) FROM snapshot").fetchone() == (0,)
+    assert not (store / INDEX_DIR / LS_SNAPSHOT_FILE).exists()  # a listing with a live run is never kept whole
     with rf.JsonlWriter(live / layout.METRICS) as w:  # it goes on: appended, the manifest untouched
         w.write({"step": 5, "time": 1.0, "rank": 0, "loss": 0.1, "step_time_s": 0.01})
     out = json.loads(_ls(store, capsys))
