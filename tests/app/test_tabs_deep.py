@@ -2,6 +2,7 @@
 on hand-made runs, a real CPU profile recorded here, real GPU traces and a hand-made snapshot."""
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import time
@@ -12,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout, update_manifest
-from tests.app.helpers import texts
+from tests.app.helpers import texts, vega_rows
 
 SNAPSHOT = Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle"
 
@@ -106,11 +107,11 @@ def test_metrics_draws_every_curve_and_ranks(make_run) -> None:  # noqa: ANN001
     chosen = at.multiselect(key="t_metrics_keys").value
     assert chosen[:2] == ["loss", "lr"] and "step_time_s" in chosen
     assert len(charts(at)) == len(chosen)
-    # One rank by default; overlaying both doubles the traces of each chart.
-    before = len(charts(at)[0].proto.spec)
+    # One rank by default; overlaying both draws each chart's points of both.
+    assert {r["rank"] for r in vega_rows(charts(at)[0])} == {"rank 0"}
     at.multiselect(key="t_metrics_ranks").set_value([0, 1]).run()
     assert_ok(at)
-    assert "rank 1" in charts(at)[0].proto.spec and len(charts(at)[0].proto.spec) > before
+    assert {r["rank"] for r in vega_rows(charts(at)[0])} == {"rank 0", "rank 1"}
     at.radio(key="t_metrics_x").set_value("relative_time").run()
     at.slider(key="t_metrics_smoothing").set_value(0.0).run()
     assert_ok(at)
@@ -314,7 +315,9 @@ def test_metrics_many_ranks_default_to_a_band(make_run) -> None:  # noqa: ANN001
     at = open_tab(run_dir, "metrics")
     assert_ok(at)
     assert at.radio(key="t_metrics_rank_mode").value == "band"
-    assert "all ranks" in charts(at)[0].proto.spec and "min–max over ranks" in charts(at)[0].proto.spec
+    band = json.loads(charts(at)[0].proto.spec)
+    assert band["title"]["text"].endswith("· all ranks") and "min–max over ranks" in json.dumps(band, ensure_ascii=False)
+    assert {r["max_rank"] for r in vega_rows(charts(at)[0])} <= set(range(12))
     at.radio(key="t_metrics_rank_mode").set_value("pick").run()
     assert_ok(at)
     assert at.multiselect(key="t_metrics_ranks").value == [0]
