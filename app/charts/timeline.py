@@ -157,10 +157,11 @@ def _flow_layers(timeline: Timeline, offsets: dict[str, int]) -> list[dict[str, 
     flows = timeline.flows
     if flows.empty:
         return []
-    rows = [{"x0": float(f.from_ms), "x1": float(f.to_ms), "y0": offsets[f.from_lane] + int(f.from_depth),
-             "y1": offsets[f.to_lane] + int(f.to_depth)} for f in flows.itertuples()]
-    for r in rows:
-        r["shape"] = "triangle-down" if r["y1"] >= r["y0"] else "triangle-up"
+    rows: list[dict[str, Any]] = []
+    for f in flows.itertuples():
+        y0, y1 = offsets[str(f.from_lane)] + int(f.from_depth), offsets[str(f.to_lane)] + int(f.to_depth)
+        rows.append({"x0": float(f.from_ms), "x1": float(f.to_ms), "y0": y0, "y1": y1,
+                     "shape": "triangle-down" if y1 >= y0 else "triangle-up"})
     data = {"values": rows}
     x = {"field": "x0", "type": "quantitative"}
     y = {"field": "y0", "type": "quantitative"}
@@ -200,13 +201,15 @@ def timeline_chart(timeline: Timeline, *, title: str | None = None) -> dict[str,
     y = {"field": "y0", "type": "quantitative", "title": None,
          "scale": {"domain": [rows - 0.5, -0.5], "nice": False, "zero": False},
          "axis": {"values": [int(t) for t in ticks], "labelExpr": f"{tick_names}[datum.value] || ''",
-                  "grid": False, "labelLimit": 320, "ticks": False, "domain": False}}
+                  "grid": False, "labelLimit": 320, "ticks": False, "domain": False,
+                  "labelOverlap": False}}  # every lane named: Vega would drop labels it finds crowded
     layers: list[dict[str, Any]] = [
         {"transform": [{"calculate": f"datum.row - {band}", "as": "y0"}, {"calculate": f"datum.row + {band}", "as": "y1"}],
          "mark": {"type": "rect", "clip": True, "tooltip": {"signal": _TOOLTIP}},
          "encoding": {"x": x, "x2": {"field": "x1"}, "y": y, "y2": {"field": "y1"},
                       "color": {"field": "cat", "type": "nominal", "title": None,
-                                "scale": {"domain": domain, "range": colours}, "legend": {"orient": "top"}},
+                                "scale": {"domain": domain, "range": colours},
+                                "legend": {"orient": "top", "labelLimit": 320}},
                       "opacity": {"condition": {"test": "datum.count > 1", "value": 0.45}, "value": 1.0}},
          "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x", "y"]}, "bind": "scales"}]},
         {"transform": [{"filter": "datum.label != ''"}, {"calculate": "(datum.x0 + datum.x1) / 2", "as": "mid"},
