@@ -38,8 +38,9 @@ def _num(v: float) -> float | None:
 
 def _x_values(x: pd.Series, x_axis: XAxis) -> list[float | None]:
     if x_axis is XAxis.WALL_TIME:  # Vega-Lite's temporal values: ms since the epoch (drawn in UTC)
-        ms = pd.to_datetime(x, utc=True).astype("int64").to_numpy(np.float64) / 1e6
-        return [float(v) for v in ms]
+        # Whatever the datetime resolution (ns in pandas 2, maybe µs later): a Timedelta ratio.
+        ms = (pd.to_datetime(x, utc=True) - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(milliseconds=1)
+        return [float(v) for v in np.asarray(ms, dtype=np.float64)]
     return [_num(v) for v in pd.to_numeric(x, errors="coerce")]
 
 

@@ -123,6 +123,10 @@ def test_metrics_draws_every_curve_and_ranks(make_run) -> None:  # noqa: ANN001
     at.slider(key="t_metrics_smoothing").set_value(0.0).run()
     assert_ok(at)
     assert "time since first sample" in charts(at)[0].proto.spec
+    at.radio(key="t_metrics_x").set_value("wall_time").run()
+    assert_ok(at)
+    wall = json.loads(charts(at)[0].proto.spec)["layer"][0]["encoding"]["x"]
+    assert wall["type"] == "temporal" and all(r["x"] > 1e12 for r in vega_rows(charts(at)[0]))  # ms since 1970
     # the agent's keys are titled in words; the options still say which key was logged
     assert "training loss" in charts(at)[0].proto.spec
     assert "learning rate" in at.multiselect(key="t_metrics_keys").options
