@@ -9,6 +9,7 @@ buckets: every spike kept), so a spec holds at most ``max_points`` points per ra
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 from app.analysis.curves.smoothing import SHORT_SERIES_POINTS, XAxis
 from app.analysis.run.final_value import FinalValue
 
-__all__ = ["RANK_COLOURS", "X_AXIS_TITLES", "curve_chart", "rank_band_chart"]
+__all__ = ["RANK_COLOURS", "X_AXIS_TITLES", "curve_chart", "curve_overlay_chart", "rank_band_chart"]
 
 X_AXIS_TITLES = {
     XAxis.STEP: "step",
@@ -72,19 +73,20 @@ def _is_unsmoothed(group: pd.DataFrame) -> bool:
     return bool(((raw == smooth) | (raw != raw)).all())
 
 
-def _rows(curve: pd.DataFrame, x_axis: XAxis, smoothed_ranks: set[str]) -> list[dict[str, Any]]:
-    """One row per point; ``s``: its rank is drawn smoothed (the raw line then faint beneath)."""
+def _rows(curve: pd.DataFrame, labels: list[str], x_axis: XAxis, field: str,
+          smoothed: set[str]) -> list[dict[str, Any]]:
+    """One row per point, its series (rank or run) under ``field``; ``s``: the series is drawn
+    smoothed (its raw line then faint beneath)."""
     xs = _x_values(curve["x"], x_axis)
-    ranks = [f"rank {int(r)}" for r in curve["rank"]]
     steps = pd.to_numeric(curve["step"], errors="coerce").tolist()
-    return [{"rank": r, "step": None if s != s else int(s), "x": x, "value": _num(v), "smoothed": _num(m),
-             "s": r in smoothed_ranks}
-            for r, s, x, v, m in zip(ranks, steps, xs, curve["value"], curve["smoothed"])]
+    return [{field: r, "step": None if s != s else int(s), "x": x, "value": _num(v), "smoothed": _num(m),
+             "s": r in smoothed}
+            for r, s, x, v, m in zip(labels, steps, xs, curve["value"], curve["smoothed"])]
 
 
-def _color(ranks: list[str]) -> dict[str, Any]:
-    return {"field": "rank", "type": "nominal", "title": None, "scale": {"domain": ranks, "range": list(RANK_COLOURS)},
-            "legend": {"orient": "top"} if len(ranks) > 1 else None}
+def _color(field: str, series: list[str]) -> dict[str, Any]:
+    return {"field": field, "type": "nominal", "title": None, "scale": {"domain": series, "range": list(RANK_COLOURS)},
+            "legend": {"orient": "top", "labelLimit": 320} if len(series) > 1 else None}
 
 
 def _final_layers(final: FinalValue, log_y: bool) -> list[dict[str, Any]]:
@@ -115,28 +117,59 @@ def curve_chart(curve: pd.DataFrame, title: str, *, x_axis: XAxis = XAxis.STEP, 
     adds a dotted line at the run's final value: the number the Runs page, the Overview and Compare
     show, which the smoothed curve's end is not.
     """
-    smoothed_ranks = [f"rank {int(rank)}" for rank, g in curve.groupby("rank", sort=True) if not _is_unsmoothed(g)]
-    rows = _rows(curve, x_axis, set(smoothed_ranks))
-    ranks = sorted(dict.fromkeys(r["rank"] for r in rows), key=lambda r: int(r.split()[1]))
-    x, color = _x_encoding(x_axis), _color(ranks)
-    y_scale = _y_scale(curve["value"], log_y)
-    value = {"field": "value", "type": "quantitative", "title": title, "scale": y_scale}
+    labels = [f"rank {int(r)}" for r in curve["rank"]]
+    order = [f"rank {int(r)}" for r in sorted(curve["rank"].unique())] if len(curve) else []
+    smoothed = {f"rank {int(rank)}" for rank, g in curve.groupby("rank", sort=True) if not _is_unsmoothed(g)}
     short = int(curve.groupby("rank").size().max()) < SHORT_SERIES_POINTS if len(curve) else False
+    return _series_chart(_rows(curve, labels, x_axis, "rank", smoothed), curve["value"], title, field="rank",
+                         order=order, any_smoothed=bool(smoothed), short=short, x_axis=x_axis, log_y=log_y,
+                         height=height, final=final)
+
+
+def curve_overlay_chart(curves: Mapping[str, pd.DataFrame], title: str, *, x_axis: XAxis = XAxis.STEP,
+                        log_y: bool = False, height: int = 340) -> dict[str, Any]:
+    """Return one curve per run (``curves``: run label → table of ``compute_curve``) as a Vega-Lite
+    spec, as :func:`curve_chart` draws ranks: one colour per run, its raw line faint beneath its
+    smoothed one (solid alone when unsmoothed). Each run's lowest rank is drawn (as the HTML report's
+    plotly overlay, ``app.charts.compare.make_curve_overlay_figure``)."""
+    parts, labels, smoothed, lengths = [], [], set(), []
+    for label, c in curves.items():
+        if len(c) == 0:
+            continue
+        c0 = c[c["rank"] == c["rank"].min()]
+        parts.append(c0)
+        labels += [label] * len(c0)
+        lengths.append(len(c0))
+        if not _is_unsmoothed(c0):
+            smoothed.add(label)
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "x", "value", "smoothed"])
+    order = [label for label in curves if label in set(labels)]
+    short = bool(lengths) and max(lengths) < SHORT_SERIES_POINTS
+    return _series_chart(_rows(frame, labels, x_axis, "run", smoothed), frame["value"], title, field="run",
+                         order=order, any_smoothed=bool(smoothed), short=short, x_axis=x_axis, log_y=log_y,
+                         height=height, final=None)
+
+
+def _series_chart(rows: list[dict[str, Any]], values: pd.Series, title: str, *, field: str, order: list[str],
+                  any_smoothed: bool, short: bool, x_axis: XAxis, log_y: bool, height: int,
+                  final: FinalValue | None) -> dict[str, Any]:
+    x, color = _x_encoding(x_axis), _color(field, order)
+    value = {"field": "value", "type": "quantitative", "title": title, "scale": _y_scale(values, log_y)}
     zoom = {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}
     layers: list[dict[str, Any]] = [
-        # Ranks drawn unsmoothed: their raw line, solid (with its points when the series is short).
+        # Series drawn unsmoothed: their raw line, solid (with its points when the series is short).
         {"transform": [{"filter": "!datum.s"}], "mark": {"type": "line", "point": short, "strokeWidth": 2, "clip": True},
          "encoding": {"x": x, "y": value, "color": color}},
-        # Smoothed ranks: the raw line faint beneath, the smoothed one solid over it.
+        # Smoothed series: the raw line faint beneath, the smoothed one solid over it.
         {"transform": [{"filter": "datum.s"}],
          "mark": {"type": "line", "strokeWidth": 1.5, "opacity": _RAW_OPACITY, "clip": True},
          "encoding": {"x": x, "y": value, "color": color}},
         {"transform": [{"filter": "datum.s"}], "mark": {"type": "line", "strokeWidth": 2, "clip": True},
          "encoding": {"x": x, "y": {**value, "field": "smoothed"}, "color": color}},
     ]
-    tooltip = [{"field": "rank", "title": "rank"}, {"field": "step", "title": "step"},
-               {"field": "value", "title": f"{title} (raw)" if smoothed_ranks else title, "format": ".6g"}]
-    if smoothed_ranks:
+    tooltip = [{"field": field, "title": field}, {"field": "step", "title": "step"},
+               {"field": "value", "title": f"{title} (raw)" if any_smoothed else title, "format": ".6g"}]
+    if any_smoothed:
         tooltip.append({"field": "smoothed", "title": f"{title} (smoothed)", "format": ".6g"})
     if x_axis is XAxis.WALL_TIME:
         tooltip.insert(2, {"field": "x", "type": "temporal", "title": "time (UTC)", "format": "%Y-%m-%d %H:%M:%S"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from app.analysis.curves.smoothing import XAxis, compute_curve, compute_rank_band
 from app.analysis.run.final_value import final_value
@@ -86,3 +87,26 @@ def test_rank_band_holds_the_extremes_and_the_straggler() -> None:
     assert min(r["min"] for r in rows) == float(f"{df['step_time_s'].min():.7g}")
     assert spec["layer"][0]["mark"]["type"] == "area" and spec["layer"][0]["encoding"]["y2"]["field"] == "max"
     assert spec["title"]["text"] == "step time (ms) · all ranks"
+
+
+def test_overlay_shows_what_the_reports_plotly_overlay_shows() -> None:
+    """Compare's Curves tab (Vega-Lite) and the HTML report (plotly, which inlines plotly.js once)
+    draw the same points per run: each run's lowest rank, raw and smoothed."""
+    from app.charts.compare import make_curve_overlay_figure
+    from app.charts.curves import curve_overlay_chart
+
+    base, other = _metrics(), _metrics().assign(loss=lambda d: d["loss"] * 0.8)
+    curves = {"baseline": compute_curve(base, "loss"), "optimized": compute_curve(other, "loss")}
+    spec = curve_overlay_chart(curves, "training loss")
+    fig = make_curve_overlay_figure(curves, "loss")
+    rows = spec["data"]["values"]
+    smoothed = {t.name: list(t.y) for t in fig.data if t.showlegend is not False}
+    raw = [list(t.y) for t in fig.data if t.showlegend is False]
+    for i, run in enumerate(curves):
+        mine = [r for r in rows if r["run"] == run]
+        assert [r["smoothed"] for r in mine] == pytest.approx(smoothed[run], rel=1e-6)
+        assert [r["value"] for r in mine] == pytest.approx(raw[i], rel=1e-6)
+        assert [r["x"] for r in mine] == pytest.approx([float(x) for x in fig.data[2 * i].x])
+    assert _drawn({**spec, "data": {"values": [{**r, "rank": r["run"]} for r in rows]}}) == [
+        ("baseline", "smoothed", 1.0), ("baseline", "value", 0.45),
+        ("optimized", "smoothed", 1.0), ("optimized", "value", 0.45)]
