@@ -231,7 +231,6 @@ def render(ctx: RunContext) -> None:
         st.info(f"No event in this window has a name containing “{view.name_contains}”.")
     else:
         _render_counts(timeline)
-        # A copy: Streamlit moves the spec's data out of the dict it is given, and this one is cached.
-        st.vega_lite_chart(dict(fig), width="stretch", key=ctx.key("timeline_fig"))
+        st.vega_lite_chart(fig, width="stretch", key=ctx.key("timeline_fig"))  # Streamlit copies it: cached spec intact
     _export(ctx, trace, zs, ze)
     _render_download(ctx, trace.path)
