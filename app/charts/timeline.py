@@ -1,19 +1,27 @@
-"""Plotly figure of a trace window: lanes of thread/stream rows, one WebGL trace per event
-category, names on the wide slices, flow arrows (charts layer: tables → figures, no Streamlit)."""
+"""Vega-Lite spec of a trace window: lanes of thread/stream rows, one colour per event category,
+names on the wide slices, flow arrows (charts layer: tables → specs, no Streamlit).
+
+Vega-Lite rather than plotly, as the Run page's other first-opened charts (app.charts.steps): the
+Timeline tab then needs no plotly.js in the browser (~4.7 MB to load and compile; benchmarks/README.md,
+issue 16). A window holds at most ``SHAPE_BOUND`` shapes (app.analysis.trace.timeline): the spec
+has one row per shape, so the browser's SVG stays bounded whatever the trace's size.
+"""
 from __future__ import annotations
 
-import html
+import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from app.analysis.trace.timeline import Timeline
 
-__all__ = ["CATEGORY_LABELS", "MAX_LABELS", "make_timeline_figure", "lane_rows", "slice_labels"]
+__all__ = ["CATEGORY_LABELS", "MAX_LABELS", "timeline_chart", "lane_rows", "slice_labels"]
 
-_PALETTE = qualitative.Plotly + qualitative.Safe
+# Colours for categories outside _COLOURS (plotly's qualitative sets, as the app's other charts).
+_PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
+            "#FECB52", "#88CCEE", "#CC6677", "#DDCC77", "#117733", "#332288", "#AA4499", "#44AA99", "#999933",
+            "#882255", "#661100", "#6699CC", "#888888")
 _NAME_CHARS = 120
 # Names are written on slices at least this many characters wide, at most MAX_LABELS of them
 # (SVG text: a few hundred stay fluid), assuming a plot about PLOT_PX wide (the page's width).
@@ -59,78 +67,69 @@ def lane_rows(timeline: Timeline) -> tuple[np.ndarray, list[float], list[str], i
     return y, ticks, list(timeline.lanes), max(row, 1)
 
 
-def _hover(frame: pd.DataFrame) -> list[str]:
-    """Hover text per shape. Names, lanes and shapes repeat a lot, so each distinct one is
-    escaped and truncated once."""
-    memo: dict[str, str] = {}
-
-    def clean(text: str) -> str:
-        out = memo.get(text)
-        if out is None:
-            short = text if len(text) <= _NAME_CHARS else text[: _NAME_CHARS - 1] + "…"
-            out = memo[text] = html.escape(short)
-        return out
-
-    texts = []
-    columns = (frame[c].to_numpy(dtype=object) for c in ("name", "cat", "lane", "input_shapes"))
-    numbers = zip(frame["dur_us"].to_numpy(np.float64).tolist(), frame["count"].to_numpy(np.int64).tolist())
-    for name, cat, lane, shapes, (dur, count) in zip(*columns, numbers):
-        if count > 1:
-            text = (f"<b>{count:,} events</b> merged at this zoom over {dur:,.1f} µs<br>longest: {clean(name)}"
-                    f"<br>{clean(lane)}<br>narrow the window to see them apart")
-        else:
-            text = f"<b>{clean(name)}</b><br>{dur:,.1f} µs · {clean(CATEGORY_LABELS.get(cat, cat))}<br>{clean(lane)}"
-            if shapes:
-                text += f"<br>shapes {clean(shapes)}"
-        texts.append(text)
-    return texts
-
-
-def _segments(start: np.ndarray, end: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each event becomes a start → end segment followed by a NaN gap. Float arrays (not lists
-    with None) let plotly skip its per-element validation: 10× faster figures."""
-    n = len(start)
-    xs = np.full(3 * n, np.nan)
-    ys = np.full(3 * n, np.nan)
-    xs[0::3], xs[1::3] = start, end
-    ys[0::3] = ys[1::3] = y
-    return xs, ys
-
-
-def _category_traces(sub: pd.DataFrame, y: np.ndarray, cat: str, colour: str, *, span_ms: float,
-                     width_px: float) -> list[go.Scattergl]:
-    """The traces of one category's shapes: slices, merged runs of sub-pixel slices (paler), and
-    an invisible hover marker each."""
-    start = sub["start_ms"].to_numpy(np.float64)
-    # Zero-length events still get a visible sliver (1/2000 of the window: about a pixel).
-    end = np.maximum(sub["end_ms"].to_numpy(np.float64), start + span_ms / 2000)
-    merged = sub["count"].to_numpy(np.int64) > 1
-    name = CATEGORY_LABELS.get(cat, cat or "(no category)")
-    traces = []
-    for mask, opacity, legend in ((~merged, 1.0, True), (merged, 0.45, not (~merged).any())):
-        if not mask.any():
-            continue
-        xs, ys = _segments(start[mask], end[mask], y[mask])
-        traces.append(go.Scattergl(
-            x=xs, y=ys, mode="lines", name=name, legendgroup=name, hoverinfo="skip", showlegend=legend,
-            opacity=opacity, line={"width": width_px, "color": colour}, connectgaps=False,
-        ))
-    # Hover text once per shape, on an invisible marker at its middle: three copies (one
-    # per segment end) would triple the payload sent to the browser.
-    traces.append(go.Scattergl(
-        x=(start + end) / 2, y=y, text=np.asarray(_hover(sub), dtype=object),
-        mode="markers", name=name,
-        legendgroup=name, showlegend=False, marker={"size": width_px, "color": colour, "opacity": 0},
-        hovertemplate="%{text}<extra></extra>",
-    ))
-    return traces
-
-
 def slice_labels(timeline: Timeline, y: np.ndarray, *, plot_px: float = PLOT_PX,
                  max_labels: int = MAX_LABELS) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(x, y, text) of the names drawn on slices wide enough to hold some of them at a
     ``plot_px`` wide plot: the name cut to the slice's width (with "…"), the widest
-    ``max_labels`` slices only; merged shapes are labelled with their event count."""
+    ``max_labels`` slices only; merged shapes are labelled with their event count. Plain text:
+    the chart writes it as SVG text, never as markup."""
+    events = timeline.events
+    span_ms = max((timeline.end_us - timeline.start_us) / 1000.0, 1e-9)
+    width = (events["end_ms"] - events["start_ms"]).to_numpy(np.float64)
+    chars = np.floor(width / span_ms * plot_px / _CHAR_PX).astype(np.int64) - 1
+    picked = _labelled(timeline, plot_px=plot_px, max_labels=max_labels)
+    names = events["name"].to_numpy(dtype=object)
+    counts = events["count"].to_numpy(np.int64)
+    texts = []
+    for i in picked.tolist():
+        text = f"{counts[i]:,} events" if counts[i] > 1 else str(names[i])
+        n = int(chars[i])
+        texts.append(text if len(text) <= n else text[: max(1, n - 1)] + "…")
+    mid = (events["start_ms"].to_numpy(np.float64) + events["end_ms"].to_numpy(np.float64)) / 2
+    return mid[picked], y[picked], texts
+
+
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _NAME_CHARS else text[: _NAME_CHARS - 1] + "…"
+
+
+def _shape_rows(timeline: Timeline, rows_of_events: np.ndarray, span_ms: float) -> pd.DataFrame:
+    """One row per shape: its row, x extent (a zero-length event keeps a sliver of 1/2000 of the
+    window, about a pixel), category label, hover texts and its label (empty when not written)."""
+    events = timeline.events
+    start = events["start_ms"].to_numpy(np.float64)
+    end = np.maximum(events["end_ms"].to_numpy(np.float64), start + span_ms / 2000)
+    memo: dict[str, str] = {}  # names and lanes repeat a lot: each distinct one is cut once
+
+    def short(values: pd.Series) -> list[str]:
+        out = []
+        for v in values.astype(str).tolist():
+            cut = memo.get(v)
+            if cut is None:
+                cut = memo[v] = _short(v)
+            out.append(cut)
+        return out
+
+    label = np.full(len(events), "", dtype=object)
+    label[_labelled(timeline)] = slice_labels(timeline, rows_of_events.astype(np.float64))[2]
+    cats = events["cat"].astype(str)
+    dur = events["dur_us"].to_numpy(np.float64)
+    return pd.DataFrame({
+        "row": rows_of_events.astype(np.int64),
+        "x0": np.round(start, 6), "x1": np.round(end, 6),
+        "cat": [CATEGORY_LABELS.get(c, c or "(no category)") for c in cats],
+        "name": short(events["name"]), "lane": short(events["lane"]),
+        "shapes": short(events["input_shapes"].fillna("")) if "input_shapes" in events else "",
+        "dur": [f"{d:,.1f} µs" for d in dur.tolist()],
+        "count": events["count"].to_numpy(np.int64),
+        "label": label,
+    })
+
+
+def _labelled(timeline: Timeline, *, plot_px: float = PLOT_PX, max_labels: int = MAX_LABELS) -> np.ndarray:
+    """The positions (in ``timeline.events``) of the shapes slice_labels writes on, in its order."""
     events = timeline.events
     span_ms = max((timeline.end_us - timeline.start_us) / 1000.0, 1e-9)
     width = (events["end_ms"] - events["start_ms"]).to_numpy(np.float64)
@@ -138,91 +137,93 @@ def slice_labels(timeline: Timeline, y: np.ndarray, *, plot_px: float = PLOT_PX,
     picked = np.flatnonzero(chars >= _MIN_LABEL_CHARS)
     if len(picked) > max_labels:
         picked = picked[np.argsort(-width[picked], kind="stable")[:max_labels]]
-    names = events["name"].to_numpy(dtype=object)
-    counts = events["count"].to_numpy(np.int64)
-    texts = []
-    for i in picked.tolist():
-        text = f"{counts[i]:,} events" if counts[i] > 1 else str(names[i])
-        n = int(chars[i])
-        texts.append(html.escape(text if len(text) <= n else text[: max(1, n - 1)] + "…"))
-    mid = (events["start_ms"].to_numpy(np.float64) + events["end_ms"].to_numpy(np.float64)) / 2
-    return mid[picked], y[picked], texts
+    return picked
 
 
-def _label_trace(timeline: Timeline, y: np.ndarray) -> go.Scatter | None:
-    x, ys, texts = slice_labels(timeline, y)
-    if not texts:
-        return None
-    # WebGL like the slices: plotly draws its WebGL canvas above the SVG layer, where text would hide.
-    return go.Scattergl(x=x, y=ys, text=texts, mode="text", textposition="middle center", hoverinfo="skip",
-                        textfont={"size": 10, "color": "#111111"}, showlegend=False, name="names")
+# The hover box: the event's name as its heading, then its duration, category, lane and shapes;
+# a merged shape says how many events it stands for. (An object tooltip: entries it lacks are not shown.)
+_TOOLTIP = (
+    "datum.count > 1 ? {'title': format(datum.count, ',') + ' events merged at this zoom', 'over': datum.dur, "
+    "'longest': datum.name, 'lane': datum.lane, 'to see them apart': 'narrow the window'} "
+    ": datum.shapes ? {'title': datum.name, 'duration': datum.dur, 'category': datum.cat, 'lane': datum.lane, "
+    "'input shapes': datum.shapes} "
+    ": {'title': datum.name, 'duration': datum.dur, 'category': datum.cat, 'lane': datum.lane}"
+)
 
 
-def _flow_trace(timeline: Timeline, offsets: dict[str, int]) -> go.Scattergl | None:
-    """Launch → device-event arrows: a line per flow with a triangle at the device event
-    (WebGL, above the slices; pointing down or up the way the arrow goes)."""
+def _flow_layers(timeline: Timeline, offsets: dict[str, int]) -> list[dict[str, Any]]:
+    """Launch → device-event arrows: a line per flow with a triangle at the device event, pointing
+    the way the arrow goes (rows grow downwards)."""
     flows = timeline.flows
     if flows.empty:
-        return None
-    y0 = -(flows["from_lane"].map(offsets).to_numpy(np.float64) + flows["from_depth"].to_numpy(np.float64))
-    y1 = -(flows["to_lane"].map(offsets).to_numpy(np.float64) + flows["to_depth"].to_numpy(np.float64))
-    n = len(flows)
-    xs, ys = np.full(3 * n, np.nan), np.full(3 * n, np.nan)
-    xs[0::3], xs[1::3] = flows["from_ms"].to_numpy(np.float64), flows["to_ms"].to_numpy(np.float64)
-    ys[0::3], ys[1::3] = y0, y1
-    sizes = np.zeros(3 * n)
-    sizes[1::3] = 9
-    symbols = np.full(3 * n, "circle", dtype=object)
-    symbols[1::3] = np.where(y1 <= y0, "triangle-down", "triangle-up")
-    return go.Scattergl(x=xs, y=ys, mode="lines+markers", name="launch → kernel", connectgaps=False,
-                        hoverinfo="skip", line={"width": 1, "color": _FLOW_COLOUR},
-                        marker={"symbol": symbols, "size": sizes, "color": _FLOW_COLOUR})
+        return []
+    rows: list[dict[str, Any]] = []
+    for f in flows.itertuples():
+        y0, y1 = offsets[str(f.from_lane)] + int(f.from_depth), offsets[str(f.to_lane)] + int(f.to_depth)
+        rows.append({"x0": float(f.from_ms), "x1": float(f.to_ms), "y0": y0, "y1": y1,
+                     "shape": "triangle-down" if y1 >= y0 else "triangle-up"})
+    data = {"values": rows}
+    x = {"field": "x0", "type": "quantitative"}
+    y = {"field": "y0", "type": "quantitative"}
+    return [
+        {"data": data, "mark": {"type": "rule", "color": _FLOW_COLOUR, "strokeWidth": 1, "clip": True},
+         "encoding": {"x": x, "y": y, "x2": {"field": "x1"}, "y2": {"field": "y1"},
+                      "tooltip": {"value": "launch → kernel (matched by correlation id)"}}},
+        {"data": data, "mark": {"type": "point", "filled": True, "size": 50, "color": _FLOW_COLOUR, "clip": True},
+         "encoding": {"x": {**x, "field": "x1"}, "y": {**y, "field": "y1"}, "shape": {"field": "shape", "type": "nominal",
+                      "scale": None}}},
+    ]
 
 
-def make_timeline_figure(timeline: Timeline, *, title: str | None = None) -> go.Figure:
-    """Return the timeline figure: x in ms from the window start, one row per lane and depth.
+def timeline_chart(timeline: Timeline, *, title: str | None = None) -> dict[str, Any]:
+    """Return the timeline as a Vega-Lite spec: x in ms from the window start, one row per lane
+    and depth, top to bottom in ``timeline.lanes`` order, each lane's name at its first row.
 
-    Shapes are drawn as thick WebGL line segments (one trace per category, merged runs paler),
-    which stays fluid for the few thousand shapes a Timeline holds; names are written on the
-    slices wide enough for them; flow arrows (when the timeline has them) go from each launch to
-    its device event. Hovering the middle of a shape shows its name, duration, category, lane and
-    input shapes (or, for a merged run, how many events it stands for).
+    One rect per shape (merged runs of sub-pixel slices paler), coloured by category; names are
+    written on the slices wide enough for them (:func:`slice_labels`); flow arrows (when the
+    timeline has them) go from each launch to its device event. Hovering a shape shows its name,
+    duration, category, lane and input shapes (or, for a merged run, how many events it stands
+    for). The mouse wheel zooms, dragging pans, a double-click resets.
     """
     events = timeline.events
     rows_of_events, ticks, labels, rows = lane_rows(timeline)
     offsets = dict(zip(labels, (int(t) for t in ticks)))
-    # Row r is drawn at y = -r on a normal axis: Streamlit's plotly.js draws WebGL traces wrongly
-    # on a reversed axis (everything collapses to one edge), so the top-down order is made with
-    # negative values instead of autorange="reversed".
-    y = -rows_of_events.astype(np.float64)
-    height = int(min(_MAX_HEIGHT, max(300, 130 + rows * _ROW_PX)))
-    width_px = float(max(2.0, min(14.0, (height - 130) / rows * 0.72)))
-    span_ms = (timeline.end_us - timeline.start_us) / 1000.0
-    traces: list[go.Scattergl] = []
-    cats = sorted(events["cat"].unique()) if len(events) else []
-    for i, cat in enumerate(cats):
-        mask = (events["cat"] == cat).to_numpy()
-        traces += _category_traces(events[mask], y[mask], cat, _COLOURS.get(cat, _PALETTE[i % len(_PALETTE)]),
-                                   span_ms=span_ms, width_px=width_px)
-    extra = [_label_trace(timeline, y), _flow_trace(timeline, offsets)]
-    fig = go.Figure(data=traces + [t for t in extra if t is not None])
-    # A thin rule between lanes, as plain layout shapes (add_hline validates each: 0.1 s a line).
-    rules = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": -(t - 0.5), "y1": -(t - 0.5),
-              "line": {"width": 1, "color": "rgba(120,120,120,0.35)"}} for t in ticks[1:]]
-    fig.update_layout(
-        shapes=rules,
-        title={"text": html.escape(title), "x": 0.01} if title else None,
-        height=height,
-        # Room above the plot for the title and the legend row, so neither covers the first lane.
-        margin={"l": 10, "r": 10, "t": 90 if title else 60, "b": 40},
-        hovermode="closest",
-        hoverdistance=40,
-        dragmode="zoom",
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "title": {"text": ""}},
-    )
-    fig.update_xaxes(title_text="ms since window start", range=[0, span_ms], showgrid=True, zeroline=False)
-    fig.update_yaxes(
-        tickvals=[-t for t in ticks], ticktext=[html.escape(label) for label in labels], automargin=True,
-        range=[-(rows - 0.5), 0.5], showgrid=False, zeroline=False, fixedrange=False,
-    )
-    return fig
+    span_ms = max((timeline.end_us - timeline.start_us) / 1000.0, 1e-9)
+    shapes = _shape_rows(timeline, rows_of_events, span_ms)
+    height = int(min(_MAX_HEIGHT, max(240, 70 + rows * _ROW_PX)))
+    band = float(max(0.1, min(0.45, (height - 70) / rows / _ROW_PX * 0.36)))
+    cats = sorted(events["cat"].astype(str).unique()) if len(events) else []
+    domain = [CATEGORY_LABELS.get(c, c or "(no category)") for c in cats]
+    colours = [_COLOURS.get(c, _PALETTE[i % len(_PALETTE)]) for i, c in enumerate(cats)]
+    tick_names = json.dumps({str(int(t)): _short(lane) for t, lane in zip(ticks, labels)})
+    x = {"field": "x0", "type": "quantitative", "title": "ms since window start",
+         "scale": {"domain": [0, span_ms], "zero": False, "nice": False}}
+    y = {"field": "y0", "type": "quantitative", "title": None,
+         "scale": {"domain": [rows - 0.5, -0.5], "nice": False, "zero": False},
+         "axis": {"values": [int(t) for t in ticks], "labelExpr": f"{tick_names}[datum.value] || ''",
+                  "grid": False, "labelLimit": 320, "ticks": False, "domain": False,
+                  "labelOverlap": False}}  # every lane named: Vega would drop labels it finds crowded
+    layers: list[dict[str, Any]] = [
+        {"transform": [{"calculate": f"datum.row - {band}", "as": "y0"}, {"calculate": f"datum.row + {band}", "as": "y1"}],
+         "mark": {"type": "rect", "clip": True, "tooltip": {"signal": _TOOLTIP}},
+         "encoding": {"x": x, "x2": {"field": "x1"}, "y": y, "y2": {"field": "y1"},
+                      "color": {"field": "cat", "type": "nominal", "title": None,
+                                "scale": {"domain": domain, "range": colours},
+                                "legend": {"orient": "top", "labelLimit": 320}},
+                      "opacity": {"condition": {"test": "datum.count > 1", "value": 0.45}, "value": 1.0}},
+         "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x", "y"]}, "bind": "scales"}]},
+        {"transform": [{"filter": "datum.label != ''"}, {"calculate": "(datum.x0 + datum.x1) / 2", "as": "mid"},
+                       {"calculate": "datum.row", "as": "y0"}],
+         "mark": {"type": "text", "fontSize": 10, "color": "#111111", "baseline": "middle", "clip": True},
+         "encoding": {"x": {**x, "field": "mid"}, "y": y, "text": {"field": "label"}}},
+    ]
+    if len(ticks) > 1:  # a thin rule between lanes
+        layers.append({"data": {"values": [{"y0": t - 0.5} for t in ticks[1:]]},
+                       "mark": {"type": "rule", "color": "rgba(120,120,120,0.35)", "strokeWidth": 1},
+                       "encoding": {"y": {"field": "y0", "type": "quantitative"}}})
+    layers += _flow_layers(timeline, offsets)
+    # The shapes as a table: Streamlit sends a spec's top-level data to the browser as Arrow.
+    spec: dict[str, Any] = {"data": {"values": shapes}, "layer": layers, "height": height}
+    if title:
+        spec["title"] = {"text": title, "anchor": "start"}
+    return spec

@@ -13,18 +13,23 @@ from app.analysis.compare.many_runs import (
     compute_sweep_table,
     diff_config,
 )
-from app.analysis.curves.smoothing import compute_curve, list_curve_keys
+from app.analysis.curves.smoothing import (
+    SHORT_SERIES_POINTS,
+    compute_curve,
+    list_curve_keys,
+    smooth_by_default,
+)
 from app.charts.compare import (
     make_band_figure,
-    make_curve_overlay_figure,
     make_parallel_coordinates_figure,
     make_param_scatter_figure,
 )
+from app.charts.curves import curve_overlay_chart
 from app.charts.sweep import make_sweep_objective_figure, make_sweep_parallel_coordinates_figure
 from app.data.runs import RunData
 from app.data.store_rows import run_group
 from app.errors import TorchscopeError
-from app.presentation.names import display_table
+from app.presentation.names import display_table, metric_display, metric_label
 from app.ui.layout import RUN_PAGE, store_root
 from app.workspace.catalog_query import query_runs, sweep_table
 from app.workspace.sweep_view import SweepView, list_sweep_ids, load_sweep_view
@@ -50,7 +55,8 @@ def render_curves_tab(runs: Sequence[RunData]) -> None:
         st.info("No logged metrics in these runs.")
         return
     c1, c2, c3 = st.columns(3)
-    key = c1.selectbox("Metric", keys, index=keys.index("loss") if "loss" in keys else 0, key="compare_curve_key")
+    key = c1.selectbox("Metric", keys, index=keys.index("loss") if "loss" in keys else 0, key="compare_curve_key",
+                       format_func=metric_label)
     smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
     config_keys = sorted({k for r in runs for k in r.manifest.config})
     replicate = [run_group(r.manifest) for r in runs]
@@ -64,14 +70,31 @@ def render_curves_tab(runs: Sequence[RunData]) -> None:
         bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
         st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
     elif group == "(none)":
-        log_y = st.checkbox("Log scale", key="compare_log_y")
-        curves = {lab: compute_curve(m, key, smoothing=smoothing) for lab, m in metrics.items() if key in m.columns}
-        st.plotly_chart(make_curve_overlay_figure(curves, key, log_y=log_y), width="stretch",
-                        key="compare_curves_fig")
+        _render_overlay(metrics, key, smoothing)
     else:
         groups = {lab: f"{group}={r.manifest.config.get(group, '–')}" for lab, r in zip(labels, runs, strict=True)}
         bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
         st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
+
+
+def _render_overlay(metrics: dict[str, pd.DataFrame], key: str, smoothing: float) -> None:
+    """One curve per run (Vega-Lite: no plotly.js to load), in the Metrics tab's names, units and
+    smoothing defaults: the learning rate and series under SHORT_SERIES_POINTS points unsmoothed."""
+    log_y = st.checkbox("Log scale", key="compare_log_y")
+    shown = {lab: m for lab, m in metrics.items() if key in m.columns}
+    points = max((int(pd.to_numeric(m[key], errors="coerce").notna().sum()) for m in shown.values()), default=0)
+    if not smooth_by_default(key, points):
+        smoothing = 0.0
+        st.caption(f"{metric_label(key)} is drawn as logged: the learning rate and series under "
+                   f"{SHORT_SERIES_POINTS} points are not smoothed.")
+    scale = metric_display(key).scale  # one unit per quantity: seconds are shown in ms
+    curves = {}
+    for lab, m in shown.items():
+        c = compute_curve(m, key, smoothing=smoothing)
+        curves[lab] = c.assign(value=c["value"] * scale, smoothed=c["smoothed"] * scale) if scale != 1.0 else c
+    spec = curve_overlay_chart(curves, metric_label(key),
+                               log_y=log_y and all(bool((c["value"] > 0).all()) for c in curves.values()))
+    st.vega_lite_chart(spec, width="stretch", key="compare_curves_fig")
 
 
 def render_config_tab(runs: Sequence[RunData]) -> None:

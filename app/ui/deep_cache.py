@@ -21,7 +21,7 @@ from app.analysis.trace.timeline import (
     compute_step_windows,
     compute_timeline,
 )
-from app.charts.timeline import make_timeline_figure
+from app.charts.timeline import timeline_chart
 from app.ui.cache import cached_run, cached_traces
 from app.workspace import artifacts
 from app.workspace.signatures import file_signature, run_signature
@@ -140,17 +140,17 @@ def _layout(view: TimelineView) -> tuple[Timeline, list[int]]:
 
 
 # A figure is built once per run state and view and kept: switching tabs or moving an unrelated
-# widget redraws it from memory. Figures of a few thousand shapes are small (~1 MB); keep a few.
+# widget redraws it from memory. Specs of a few thousand shapes are small (~1 MB); keep a few.
 @st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
 def _timeline_figure(sig: tuple[float, ...], key: tuple[Any, ...]) -> tuple[Timeline, Any, list[int]]:
     view = TimelineView(*key)
     timeline, missing = _layout(view)
-    return timeline, make_timeline_figure(timeline, title=view.title or None), missing
+    return timeline, timeline_chart(timeline, title=view.title or None), missing
 
 
 def cached_timeline_figure(view: TimelineView) -> tuple[Timeline, Any, list[int]]:
-    """(timeline, its plotly figure, ranks without the view's steps) of ``view``, laid out once per
-    run state and view (bounded, at most SHAPE_BOUND shapes each). Treat the figure as read-only."""
+    """(timeline, its Vega-Lite spec, ranks without the view's steps) of ``view``, laid out once per
+    run state and view (bounded, at most SHAPE_BOUND shapes each). Treat the spec as read-only."""
     return _timeline_figure(run_signature(view.run_dir), astuple(view))
 
 

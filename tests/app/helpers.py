@@ -104,6 +104,15 @@ def vega_specs(block: Any) -> list[dict[str, Any]]:
     return [json.loads(c.proto.spec) for c in block.get("vega_lite_chart")]
 
 
+def vega_rows(chart: Any) -> list[dict[str, Any]]:
+    """The rows of a Vega-Lite chart's top-level data, which Streamlit sends apart from the spec
+    as Arrow IPC bytes (``proto.data``); [] when the spec carries its data in its layers."""
+    import pyarrow as pa
+
+    raw = chart.proto.data.data
+    return pa.ipc.open_stream(raw).read_all().to_pylist() if raw else []
+
+
 def chart_labels(spec: dict[str, Any]) -> list[str]:
     """The texts a Vega-Lite spec writes on its chart (its text layers' labels, e.g. the medians')."""
     return [str(r.get("label", "")) for layer in spec.get("layer", []) if layer["mark"]["type"] == "text"

@@ -2,6 +2,8 @@
 on hand-made runs and on real agent runs."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -101,7 +103,8 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     assert "Parameters" in texts(model.markdown)
     graph = model.get("graphviz_chart")  # the union module tree, changed modules coloured
     assert len(graph) == 1 and "->" in graph[0].proto.spec and "#fff1cc" in graph[0].proto.spec
-    assert len(_tab(at, "Curves").get("plotly_chart")) == 1
+    (curves,) = _tab(at, "Curves").get("vega_lite_chart")  # Vega-Lite: no plotly.js for the overlay
+    assert json.loads(curves.proto.spec)["title"]["text"] == "training loss"  # the human name
     advisor = _tab(at, "Advisor")
     assert not advisor.warning, texts(advisor.warning)
     assert {m.label for m in advisor.metric} == {"Resolved", "Remaining", "New"}

@@ -2,16 +2,15 @@
 raw series visible beneath a smoothed one, every series reachable by search, human names, ms."""
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
+from tests.app.helpers import vega_rows
 from tests.app.test_tabs_deep import assert_ok, charts, open_tab
 
 USER_KEYS = [f"my_metric_{i}" for i in range(8)]
@@ -31,20 +30,28 @@ def metrics_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def _y(trace: dict) -> list[float]:
-    """A trace's y values (plotly sends numpy arrays as base64 typed arrays)."""
-    y = trace["y"]
-    if isinstance(y, dict) and "bdata" in y:
-        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"])).tolist()
-    return list(y)
-
-
-def _figure(at: AppTest, title: str) -> dict:
+def _spec(at: AppTest, title: str) -> dict:
+    """The spec of the chart titled ``title``, with its rows (sent apart, as Arrow) put back."""
     for chart in charts(at):
-        fig = json.loads(chart.proto.spec)
-        if fig["layout"]["title"]["text"] == title:
-            return fig
+        spec = json.loads(chart.proto.spec)
+        if spec["title"]["text"] == title:
+            return {**spec, "data": {"values": vega_rows(chart)}}
     raise AssertionError(f"no chart titled {title!r}")
+
+
+def _lines(spec: dict) -> list[tuple[str, float, list[float]]]:
+    """The lines a curve's spec draws: (field, opacity, y values) of each line layer that keeps
+    some rows (its filter: ``datum.s``, the rank is smoothed, or ``!datum.s``)."""
+    out = []
+    for layer in spec["layer"]:
+        if layer["mark"]["type"] != "line":
+            continue
+        test = layer["transform"][0]["filter"]
+        rows = [r for r in spec["data"]["values"] if r["s"] == (test == "datum.s")]
+        if rows:
+            field = layer["encoding"]["y"]["field"]
+            out.append((field, layer["mark"].get("opacity", 1.0), [r[field] for r in rows]))
+    return out
 
 
 def test_defaults_names_units_and_smoothing(metrics_run: Path) -> None:
@@ -52,26 +59,25 @@ def test_defaults_names_units_and_smoothing(metrics_run: Path) -> None:
     assert_ok(at)
     chosen = at.multiselect(key="t_metrics_keys").value
     assert chosen[:2] == ["loss", "val_loss"] and chosen[2] == USER_KEYS[0]  # the user's keys before the agent's
-    loss = _figure(at, "training loss")
-    assert len(loss["data"]) == 2  # 60 points: smoothed, with the raw series beneath it
-    raw, smoothed = loss["data"]
-    assert raw["name"].endswith("raw") and "0.45" in raw["line"]["color"] and smoothed["line"]["width"] == 2
+    loss = _lines(_spec(at, "training loss"))
+    assert [(f, o) for f, o, _ in loss] == [("value", 0.45), ("smoothed", 1.0)]  # raw beneath, still visible
+    assert loss[0][2][0] == pytest.approx(2.0) and loss[0][2] != loss[1][2]  # 60 points: smoothed
     # 5 validation points: drawn as logged, its last value where it was logged (not an EMA's warm-up)
-    val = _figure(at, "validation loss")
-    assert len(val["data"]) == 1
-    assert _y(val["data"][0])[-1] == pytest.approx(0.6 + 0.01 * 59)
+    (val,) = _lines(_spec(at, "validation loss"))
+    assert val[0] == "value" and val[1] == 1.0
+    assert val[2][-1] == pytest.approx(0.6 + 0.01 * 59)
 
 
 def test_every_series_by_search_and_the_learning_rate_unsmoothed(metrics_run: Path) -> None:
     at = open_tab(metrics_run, "metrics")
     at.text_input(key="t_metrics_search").set_value("learning").run()
     assert_ok(at)
-    lr = _figure(at, "learning rate (group 1)")
-    assert len(lr["data"]) == 1  # the schedule, not a blur of it
+    (lr,) = _lines(_spec(at, "learning rate (group 1)"))
+    assert lr[0] == "value" and lr[2][-1] == pytest.approx(0.1 * 0.9**5)  # the schedule, not a blur of it
     at.text_input(key="t_metrics_search").set_value("my_metric_7").run()
     assert_ok(at)
-    assert [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts(at)] == ["my_metric_7"]
+    assert [json.loads(c.proto.spec)["title"]["text"] for c in charts(at)] == ["my_metric_7"]
     at.text_input(key="t_metrics_search").set_value("data loading").run()
     assert_ok(at)
-    data = _figure(at, "data loading time (ms)")
-    assert _y(data["data"][0])[0] == pytest.approx(10.0)  # 0.01 s shown in ms
+    (data,) = _lines(_spec(at, "data loading time (ms)"))
+    assert data[2][0] == pytest.approx(10.0)  # 0.01 s shown in ms

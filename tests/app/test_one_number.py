@@ -99,7 +99,8 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
 
     metrics_tab = show_tab(at, "Metrics")  # the loss curve's final line (rank 0)
     # the chart names the series "training loss"; its final value has the tile's name and value
-    assert f"final loss (median of last 4) {loss.value:.4g}" in _annotations(metrics_tab)
+    assert f"final loss (median of last 4) {loss.value:.4g}" in [t for spec in vega_specs(metrics_tab)
+                                                                 for t in chart_labels(spec)]
 
     from app.analysis.compare.comparison import CompareOptions, diff_sides
     from app.workspace.sides import load_side
@@ -120,14 +121,6 @@ def test_every_view_shows_one_final_loss_and_one_step_time(monkeypatch, make_run
     tiles = {m.label: m.value for m in at.metric}
     assert tiles["Final loss (median of last 4)"] == f"{loss.value:,.4g}"
     assert tiles["Step time (median, steady state)"] == f"{step.value_s * 1e3:.2f} ms"
-
-
-def _annotations(block) -> list[str]:  # noqa: ANN001
-    """Every annotation text of the plotly charts in ``block`` (a tab or the app)."""
-    out = []
-    for chart in block.get("plotly_chart"):
-        out += [str(a.get("text", "")) for a in json.loads(chart.proto.spec).get("layout", {}).get("annotations", [])]
-    return out
 
 
 def _chart_median_texts(at) -> list[str]:  # noqa: ANN001

@@ -2,17 +2,19 @@
 on hand-made runs, a real CPU profile recorded here, real GPU traces and a hand-made snapshot."""
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout, update_manifest
-from tests.app.helpers import texts
+from tests.app.helpers import texts, vega_rows
 
 SNAPSHOT = Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle"
 
@@ -37,6 +39,12 @@ def charts(at: AppTest) -> list:
     """The tab's charts: plotly figures, then Vega-Lite charts (a tab draws one kind or the other:
     the Overview and the Operators tab draw Vega-Lite), in page order within a kind."""
     return list(at.get("plotly_chart")) + list(at.get("vega_lite_chart"))
+
+
+def chart_text(chart: Any) -> str:
+    """A chart's spec as text (not ASCII-escaped) and its rows, sent apart as Arrow: what it shows."""
+    return json.dumps(json.loads(chart.proto.spec), ensure_ascii=False) + json.dumps(vega_rows(chart),
+                                                                                   ensure_ascii=False, default=str)
 
 
 def assert_ok(at: AppTest) -> None:
@@ -106,15 +114,19 @@ def test_metrics_draws_every_curve_and_ranks(make_run) -> None:  # noqa: ANN001
     chosen = at.multiselect(key="t_metrics_keys").value
     assert chosen[:2] == ["loss", "lr"] and "step_time_s" in chosen
     assert len(charts(at)) == len(chosen)
-    # One rank by default; overlaying both doubles the traces of each chart.
-    before = len(charts(at)[0].proto.spec)
+    # One rank by default; overlaying both draws each chart's points of both.
+    assert {r["rank"] for r in vega_rows(charts(at)[0])} == {"rank 0"}
     at.multiselect(key="t_metrics_ranks").set_value([0, 1]).run()
     assert_ok(at)
-    assert "rank 1" in charts(at)[0].proto.spec and len(charts(at)[0].proto.spec) > before
+    assert {r["rank"] for r in vega_rows(charts(at)[0])} == {"rank 0", "rank 1"}
     at.radio(key="t_metrics_x").set_value("relative_time").run()
     at.slider(key="t_metrics_smoothing").set_value(0.0).run()
     assert_ok(at)
     assert "time since first sample" in charts(at)[0].proto.spec
+    at.radio(key="t_metrics_x").set_value("wall_time").run()
+    assert_ok(at)
+    wall = json.loads(charts(at)[0].proto.spec)["layer"][0]["encoding"]["x"]
+    assert wall["type"] == "temporal" and all(r["x"] > 1e12 for r in vega_rows(charts(at)[0]))  # ms since 1970
     # the agent's keys are titled in words; the options still say which key was logged
     assert "training loss" in charts(at)[0].proto.spec
     assert "learning rate" in at.multiselect(key="t_metrics_keys").options
@@ -142,16 +154,16 @@ def test_timeline_of_real_gpu_trace_with_level_of_detail(imported_store) -> None
     assert "shapes (at most 5,000)" in caption and "merged into paler slices" in caption
     at.select_slider(key="t_timeline_steps").set_value((1009, 1011)).run()  # three steps at once
     assert_ok(at)
-    assert "steps 1009–1011" in charts(at)[0].proto.spec
+    assert "steps 1009–1011" in chart_text(charts(at)[0])
     at.select_slider(key="t_timeline_levels").set_value("1").run()
     assert_ok(at)
     assert "nested events are folded" in texts(at.caption)
     at.toggle(key="t_timeline_flows").set_value(True).run()
     assert_ok(at)
-    assert "launch → kernel" in charts(at)[0].proto.spec
+    assert "launch → kernel" in chart_text(charts(at)[0])
     at.text_input(key="t_timeline_lane_filter").set_value("GPU").run()
     assert_ok(at)
-    assert "main thread" not in charts(at)[0].proto.spec
+    assert "main thread" not in chart_text(charts(at)[0]) and "GPU" in chart_text(charts(at)[0])
     buttons = {b.proto.label for b in at.get("download_button")}
     assert {"Download this range (Chrome trace JSON)", "Download raw trace"} <= buttons
     assert "ui.perfetto.dev" in texts(at.caption)
@@ -167,7 +179,7 @@ def test_timeline_cpu_trace_and_two_ranks(cpu_profiled_run, imported_store) -> N
     assert picker.value == 1 and picker.options[1].startswith("rank 1 · ")
     at.toggle(key="t_timeline_all_ranks").set_value(True).run()
     assert_ok(at)
-    spec = charts(at)[0].proto.spec
+    spec = chart_text(charts(at)[0])
     assert "rank 0 · " in spec and "rank 1 · " in spec and "all ranks" in spec
 
 
@@ -314,7 +326,9 @@ def test_metrics_many_ranks_default_to_a_band(make_run) -> None:  # noqa: ANN001
     at = open_tab(run_dir, "metrics")
     assert_ok(at)
     assert at.radio(key="t_metrics_rank_mode").value == "band"
-    assert "all ranks" in charts(at)[0].proto.spec and "min–max over ranks" in charts(at)[0].proto.spec
+    band = json.loads(charts(at)[0].proto.spec)
+    assert band["title"]["text"].endswith("· all ranks") and "min–max over ranks" in json.dumps(band, ensure_ascii=False)
+    assert {r["max_rank"] for r in vega_rows(charts(at)[0])} <= set(range(12))
     at.radio(key="t_metrics_rank_mode").set_value("pick").run()
     assert_ok(at)
     assert at.multiselect(key="t_metrics_ranks").value == [0]

@@ -37,14 +37,15 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
 
 
 def _check_timeline(page, panel, prefix: str) -> None:  # noqa: ANN001
-    plot = panel.locator(".js-plotly-plot").first
+    plot = panel.locator("[data-testid='stVegaLiteChart'] svg.marks").first  # Vega-Lite since issue 16's wave 10
     plot.wait_for()
-    ticks = [t.strip() for t in plot.locator(".ytick text").evaluate_all("els => els.map(e => e.textContent)")]
+    ticks = [t.strip() for t in plot.locator("g.role-axis[aria-label^='Y-axis'] g.role-axis-label text")
+             .evaluate_all("els => els.map(e => e.textContent)")]
     assert ticks and not [t for t in ticks if re.search(r"tid -\d", t)], ticks  # never a bare negative id
     if prefix != "agent":
         assert any(t.startswith(("GPU ", "rank ")) or "GPU" in t for t in ticks), ticks
         # names are written on the slices wide enough for them
-        labels = plot.evaluate("el => el.data.filter(t => t.mode === 'text').map(t => t.text.length)")
+        labels = plot.locator("g.mark-text.role-mark text").evaluate_all("els => els.map(e => e.textContent.length)")
         assert labels and labels[0] > 0, "no slice is labelled"
         with page.expect_download() as info:
             panel.get_by_role("button", name="Download this range (Chrome trace JSON)").click()
@@ -70,6 +71,6 @@ def test_every_tab(page, server, browser_store, prefix: str) -> None:  # noqa: A
         assert page.locator('[role="tabpanel"]:visible .js-plotly-plot').count() >= 2
     if prefix == "ranks":  # a deep link opens the tab it names
         page.goto(f"{server}/run?run={run}&run_tab=Timeline")
-        page.locator('[role="tabpanel"]:visible .js-plotly-plot').first.wait_for()
+        page.locator('[role="tabpanel"]:visible [data-testid="stVegaLiteChart"] svg.marks').first.wait_for()
         wait_idle(page)
         assert page.get_by_role("tab", name="Timeline").get_attribute("aria-selected") == "true"

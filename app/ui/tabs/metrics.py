@@ -22,7 +22,7 @@ from app.analysis.curves.smoothing import (
     smooth_by_default,
 )
 from app.analysis.run.final_value import final_of_table
-from app.charts.curves import make_curve_figure, make_rank_band_figure
+from app.charts.curves import curve_chart, rank_band_chart
 from app.presentation.names import final_name, metric_display, metric_label
 from app.ui.deep_cache import cached_curve, cached_rank_band
 from app.ui.tabs import RunContext
@@ -162,8 +162,8 @@ def _render_band(ctx: RunContext, key: str, c: _Controls) -> None:
     if scale != 1.0:
         band = band.assign(**{col: band[col] * scale for col in ("value_min", "value_median", "value_max",
                                                                  "smoothed_median")})
-    fig = make_rank_band_figure(band, curve_label(key), log_y=c.log_y and bool((band["value_min"] > 0).all()))
-    st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_band_{key}"))
+    spec = rank_band_chart(band, curve_label(key), log_y=c.log_y and bool((band["value_min"] > 0).all()))
+    st.vega_lite_chart(spec, width="stretch", key=ctx.key(f"metrics_band_{key}"))
 
 
 def _render_curve(ctx: RunContext, key: str, c: _Controls, ranks: list[int]) -> None:
@@ -183,9 +183,9 @@ def _render_curve(ctx: RunContext, key: str, c: _Controls, ranks: list[int]) -> 
         final = dataclasses.replace(final, value=final.value * scale) if final is not None else None
     if final is not None:  # its label names the number as the tile and the Runs page do, never the raw key
         final = dataclasses.replace(final, key=final_name(key))
-    fig = make_curve_figure(curve, curve_label(key), x_axis=c.x_axis,
-                            log_y=c.log_y and bool((curve["value"] > 0).all()), final=final)
-    st.plotly_chart(fig, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
+    spec = curve_chart(curve, curve_label(key), x_axis=c.x_axis,
+                       log_y=c.log_y and bool((curve["value"] > 0).all()), final=final)
+    st.vega_lite_chart(spec, width="stretch", key=ctx.key(f"metrics_fig_{key}"))
 
 
 def render(ctx: RunContext) -> None:

@@ -104,7 +104,7 @@ def _zoom(ctx: RunContext, start: float, end: float, activity: tuple[float, floa
         "Zoom (ms from the start of the steps)", 0.0, span_ms, (lo, hi), step=max(span_ms / 2000, 1e-3),
         key=ctx.key(f"timeline_zoom_{token}"), format="%.3f",
         help="Narrow the window to see more detail: slices narrower than a pixel are merged at the "
-             "current zoom and split again as you zoom in. Drag on the chart to look closer at what is drawn.")
+             "current zoom and split again as you zoom in. Scroll on the chart to look closer at what is drawn.")
     if not b > a:
         b = min(span_ms, a + max(span_ms / 2000, 1e-3))
     return start + a * 1000.0, start + b * 1000.0
@@ -119,7 +119,8 @@ def _render_counts(timeline: Timeline) -> None:
                      "merged into paler slices: zoom in to see them apart")
     if timeline.folded_events:
         parts.append(f"{timeline.folded_events:,} nested events are folded into their parents")
-    st.caption("; ".join(parts) + ". Drag to zoom, double-click to reset, hover a slice for details.")
+    st.caption("; ".join(parts) + ". Scroll on the chart to zoom, drag to pan, double-click to reset, "
+               "hover a slice for details.")
     if timeline.hidden_events:
         st.warning(
             f"{timeline.hidden_events:,} events of at most {timeline.hidden_max_dur_us:,.1f} µs did not fit the "
@@ -230,6 +231,6 @@ def render(ctx: RunContext) -> None:
         st.info(f"No event in this window has a name containing “{view.name_contains}”.")
     else:
         _render_counts(timeline)
-        st.plotly_chart(fig, width="stretch", key=ctx.key("timeline_fig"), config={"scrollZoom": True})
+        st.vega_lite_chart(fig, width="stretch", key=ctx.key("timeline_fig"))  # Streamlit copies it: cached spec intact
     _export(ctx, trace, zs, ze)
     _render_download(ctx, trace.path)

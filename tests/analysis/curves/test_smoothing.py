@@ -155,24 +155,8 @@ def test_compute_curve_unknown_key_and_empty() -> None:
     assert empty.empty and list(empty.columns) == CURVE_COLUMNS
 
 
-def test_curve_figure_raw_behind_smoothed_and_flat_axis() -> None:
-    from app.charts.curves import make_curve_figure
-
-    df = _metrics().assign(lr=0.05)
-    noisy = make_curve_figure(compute_curve(df, "loss"), "loss")
-    assert [d.name for d in noisy.data] == ["rank 0 raw", "rank 0", "rank 1 raw", "rank 1"]
-    assert "0.45" in noisy.data[0].line.color  # the raw line is lighter, still visible beneath
-    fig = make_curve_figure(compute_curve(df, "lr"), "lr")
-    assert [d.name for d in fig.data] == ["rank 0", "rank 1"]  # smoothed == raw: one solid line each
-    lo, hi = fig.layout.yaxis.range
-    assert lo < 0.05 < hi and hi - lo > 0.001  # a constant is drawn flat, not as rounding noise
-    only_smoothed = make_curve_figure(compute_curve(df, "loss", ranks=[0]), "loss", show_raw=False, log_y=True)
-    assert len(only_smoothed.data) == 1 and only_smoothed.layout.yaxis.type == "log"
-
-
 def test_rank_band_names_the_straggler_and_keeps_extremes() -> None:
     from app.analysis.curves.smoothing import BAND_COLUMNS, compute_rank_band
-    from app.charts.curves import make_rank_band_figure
 
     steps, ranks = 20_000, 16
     rng = np.random.default_rng(1)
@@ -187,8 +171,6 @@ def test_rank_band_names_the_straggler_and_keeps_extremes() -> None:
     assert row["value_max"] == 2.0 and row["max_rank"] == 7 and row["ranks"] == ranks
     assert band["value_min"].min() == df["step_time_s"].min()
     assert (band["value_min"] <= band["value_median"]).all() and (band["value_median"] <= band["value_max"]).all()
-    fig = make_rank_band_figure(band, "step_time_s")
-    assert [d.name for d in fig.data][1] == "min–max over ranks" and fig.data[1].fill == "tonexty"
     with pytest.raises(KeyError):
         compute_rank_band(df, "loss")
     assert compute_rank_band(df.assign(step_time_s=np.nan), "step_time_s").empty

@@ -1,6 +1,7 @@
 """Tests of app.analysis.trace.timeline and app.charts.timeline: step windows, lanes, budget, ops at an instant."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from app.analysis.trace.timeline import (
     compute_step_windows,
     compute_timeline,
 )
-from app.charts.timeline import lane_rows, make_timeline_figure
+from app.charts.timeline import lane_rows, timeline_chart
 
 
 def _events(rows: list[tuple]) -> pd.DataFrame:
@@ -99,24 +100,32 @@ def test_timeline_rejects_bad_window() -> None:
         compute_timeline(EVENTS, THREADS, 5.0, 5.0)
 
 
-def test_timeline_figure_one_trace_pair_per_category_and_escaped_names() -> None:
+def _layer(spec: dict, mark: str) -> dict:
+    return next(layer for layer in spec["layer"] if layer["mark"]["type"] == mark)
+
+
+def test_timeline_chart_one_rect_per_shape_lanes_top_down_and_plain_names() -> None:
     ev = EVENTS.copy()
     ev["name"] = ev["name"].cat.add_categories(["<script>x</script>"])
     ev.loc[1, "name"] = "<script>x</script>"
     tl = compute_timeline(ev, THREADS, 0.0, 200.0)
-    fig = make_timeline_figure(tl, title="step 3")
-    cats = tl.events["cat"].nunique()
-    # per category its slices and their hover markers; then one trace of names written on the slices
-    assert len([t for t in fig.data if t.name != "names"]) == 2 * cats
-    assert [t.mode for t in fig.data if t.name == "names"] == ["text"]
-    texts = [t for tr in fig.data if tr.text is not None for t in tr.text]
-    assert any("&lt;script&gt;" in t for t in texts) and not any("<script>" in t for t in texts)
+    spec = timeline_chart(tl, title="step 3")
+    shapes = spec["data"]["values"]
     y, ticks, labels, rows = lane_rows(tl)
     assert labels == tl.lanes and len(y) == len(tl.events) and rows >= len(tl.lanes)
-    # Streamlit's plotly.js misdraws WebGL traces on a reversed axis: rows go down as -row instead.
-    lo, hi = fig.layout.yaxis.range
-    assert lo < hi and fig.layout.yaxis.autorange is None
-    assert list(fig.layout.yaxis.tickvals) == [-t for t in ticks]
+    # one rect per shape, at its lane's row and depth; the names written as SVG text, never as markup
+    assert len(shapes) == len(tl.events) and shapes["row"].tolist() == y.tolist()
+    assert "<script>x</script>" in shapes["name"].tolist()
+    assert "<script>x</script>" in shapes["label"].tolist() and spec["title"]["text"] == "step 3"
+    axis = _layer(spec, "rect")["encoding"]["y"]
+    lo, hi = axis["scale"]["domain"]
+    assert lo > hi  # row 0 at the top
+    assert axis["axis"]["values"] == [int(t) for t in ticks]
+    assert all(json.dumps(lane)[1:-1] in axis["axis"]["labelExpr"] for lane in labels)
+    text = _layer(spec, "text")
+    assert text["transform"][0]["filter"] == "datum.label != ''"
+    # the window's x extent, in ms
+    assert _layer(spec, "rect")["encoding"]["x"]["scale"]["domain"] == [0, 0.2]
 
 
 def test_ops_at_instant() -> None:
@@ -162,15 +171,18 @@ def test_name_filter_prefix_and_combine() -> None:
         combine_timelines([])
 
 
-def test_timeline_figure_readable_categories_with_fixed_colours() -> None:
-    full = make_timeline_figure(compute_timeline(EVENTS, THREADS, 0.0, 200.0))
-    kernels_only = make_timeline_figure(compute_timeline(EVENTS, THREADS, 0.0, 200.0, name_contains="gemm"))
-    names = {t.name for t in full.data}
+def test_timeline_chart_readable_categories_with_fixed_colours() -> None:
+    full = timeline_chart(compute_timeline(EVENTS, THREADS, 0.0, 200.0))
+    kernels_only = timeline_chart(compute_timeline(EVENTS, THREADS, 0.0, 200.0, name_contains="gemm"))
+    colour = _layer(full, "rect")["encoding"]["color"]["scale"]
+    names = set(colour["domain"])
     assert {"CPU op", "CUDA runtime", "kernel", "GPU memcpy", "annotation (record_function)"} <= names
     assert not names & {"cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation"}
-    colour = {t.name: t.line.color for t in full.data if t.mode == "lines"}
+    by_name = dict(zip(colour["domain"], colour["range"]))
     # the same category keeps its colour whatever else the window holds
-    assert [t.line.color for t in kernels_only.data if t.mode == "lines"] == [colour["kernel"]]
-    assert any("µs · CPU op" in text for t in full.data if t.text is not None for text in t.text)
-    # the legend sits in the top margin, above the first lane
-    assert full.layout.legend.y >= 1.0 and full.layout.margin.t >= 60
+    only = _layer(kernels_only, "rect")["encoding"]["color"]["scale"]
+    assert dict(zip(only["domain"], only["range"])) == {"kernel": by_name["kernel"]}
+    shapes = full["data"]["values"]
+    assert "CPU op" in shapes["cat"].tolist() and all(d.endswith(" µs") for d in shapes["dur"])
+    assert "'duration': datum.dur, 'category': datum.cat" in _layer(full, "rect")["mark"]["tooltip"]["signal"]
+    assert _layer(full, "rect")["encoding"]["color"]["legend"]["orient"] == "top"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from app.analysis.trace.timeline import SHAPE_BOUND, compute_activity_span, compute_timeline
 from app.analysis.trace.timeline_detail import merge_subpixel
 from app.analysis.trace.trace_range import select_trace_range
-from app.charts.timeline import MAX_LABELS, make_timeline_figure, slice_labels
+from app.charts.timeline import MAX_LABELS, slice_labels, timeline_chart
 from tests.analysis.trace.test_timeline import EVENTS, THREADS, _events
 
 
@@ -110,8 +110,15 @@ def test_flow_arrow_from_launch_to_kernel() -> None:
     arrow = tl.flows.iloc[0]
     assert (arrow["from_lane"], arrow["from_depth"], arrow["from_ms"]) == ("main thread (tid 11)", 3, 0.025)
     assert (arrow["to_lane"], arrow["to_depth"], arrow["to_ms"]) == ("GPU 0 · stream 7", 0, 0.040)
-    fig = make_timeline_figure(tl)
-    assert [t.name for t in fig.data if t.name == "launch → kernel"] == ["launch → kernel"]
+    spec = timeline_chart(tl)
+    arrows = [layer for layer in spec["layer"] if layer["mark"].get("color") == "rgba(200,30,30,0.75)"]
+    assert [layer["mark"]["type"] for layer in arrows] == ["rule", "point"]
+    (arrow_row,) = arrows[0]["data"]["values"]
+    rows = dict(zip(tl.lanes, spec["layer"][0]["encoding"]["y"]["axis"]["values"]))
+    assert (arrow_row["x0"], arrow_row["x1"]) == (0.025, 0.040)
+    assert (arrow_row["y0"], arrow_row["y1"]) == (rows["main thread (tid 11)"] + 3, rows["GPU 0 · stream 7"])
+    assert not [layer for layer in timeline_chart(compute_timeline(EVENTS, THREADS, 0.0, 200.0))["layer"]
+                if layer["mark"].get("color") == "rgba(200,30,30,0.75)"]
     assert compute_timeline(EVENTS, THREADS, 0.0, 200.0).flows.empty  # only on demand
 
 
