@@ -16,7 +16,7 @@ def wait_idle(page: Any, timeout_ms: int = 180_000) -> None:
     page.wait_for_selector(READY, timeout=timeout_ms)
 
 # A drawn chart: a plotly figure, or a Vega-Lite chart once its marks are in the page (the Overview's,
-# the Metrics, Operators and Timeline tabs' charts are Vega-Lite, the other tabs' plotly).
+# the Metrics, Operators, Timeline and System tabs' charts are Vega-Lite, the other tabs' plotly).
 CHART = ":is(.js-plotly-plot, [data-testid='stVegaLiteChart'] svg.marks)"
 # The SVG text of every chart (titles, axes, legends): no innerText.
 CHART_TEXT = ".js-plotly-plot text, [data-testid='stVegaLiteChart'] svg.marks text"
