@@ -71,7 +71,7 @@ def system_chart(system: pd.DataFrame, columns: list[str], *, unit: SeriesUnit, 
     shows the nearest sample's line, time and value; the wheel zooms the time axis.
     """
     rows, order = _rows(system, columns, unit, labels or {})
-    x = {"field": "time_s", "type": "quantitative", "title": "time since start (s)", "scale": {"zero": False}}
+    x = {"field": "time_s", "type": "quantitative", "title": "time since start (s)", "scale": {"zero": False, "nice": False}}
     y = {"field": "value", "type": "quantitative", "title": _AXIS_TITLE[unit], "scale": {"zero": True},
          "axis": {"minExtent": 56, "maxExtent": 56}}
     colours = [RANK_COLOURS[i % len(RANK_COLOURS)] for i in range(len(order))]
