@@ -32,6 +32,9 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Timeline":
             _check_timeline(page, panel, prefix)
+        if name == "Memory" and prefix == "agent":  # its allocation timeline: Vega-Lite, no plotly.js
+            panel.locator("[data-testid='stVegaLiteChart']").first.wait_for()
+            assert panel.locator(".js-plotly-plot").count() == 0
         screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
     return names
 
