@@ -33,7 +33,7 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         if name == "Timeline":
             _check_timeline(page, panel, prefix)
         if name == "Memory" and prefix == "agent":  # its allocation timeline: Vega-Lite, no plotly.js
-            panel.locator("[data-testid='stVegaLiteChart']").first.wait_for()
+            panel.locator("[data-testid='stVegaLiteChart'] :is(svg, canvas).marks").first.wait_for()  # drawn
             assert panel.locator(".js-plotly-plot").count() == 0
         screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
     return names
