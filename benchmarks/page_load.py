@@ -57,7 +57,8 @@ GOALS = {"run_page": 3.0, "tab_switch": 1.0, "compare": 4.0}
 _READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
 _TIMEOUT_MS = 300_000
 # A drawn chart: a plotly figure, or a Vega-Lite chart's rendered marks.
-_CHART = ".js-plotly-plot, [data-testid='stVegaLiteChart'] svg.marks"
+# Vega-Lite draws on a canvas instead of SVG for large data (the Memory tab's timeline): either counts.
+_CHART = ".js-plotly-plot, [data-testid='stVegaLiteChart'] :is(svg, canvas).marks"
 
 
 def _server(script: Path, store: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -10,7 +10,7 @@ import pytest
 from app.ui.tabs.overview import STEP_TIME_LABEL
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
-from tests.app.helpers import assert_clean, open_app, show_tab, texts
+from tests.app.helpers import assert_clean, open_app, show_tab, texts, vega_rows, vega_specs
 
 HAS_TRACE_ENGINE = importlib.util.find_spec("app.analysis.trace.summary") is not None
 needs_trace_engine = pytest.mark.skipif(not HAS_TRACE_ENGINE, reason="trace engine not installed")
@@ -87,6 +87,18 @@ def test_system_tab_charts_samples(monkeypatch, fixture_store):
     tab = _tab(at, "System")
     assert not tab.info
     assert "10 samples" in texts(tab.caption)
+    # Vega-Lite charts (no plotly.js in the browser), each line named by what it measures
+    assert not tab.get("plotly_chart")
+    specs = {s["title"]["text"]: s for s in vega_specs(tab)}
+    assert list(specs) == ["CPU of the training process (100% = one core busy)",
+                           "Memory of the training process (resident set)",
+                           "Whole machine: CPU (100% = every core busy)", "Whole machine: memory"]
+    memory = specs["Memory of the training process (resident set)"]
+    assert memory["layer"][0]["encoding"]["y"]["title"] == "MiB"
+    rows = vega_rows(tab.get("vega_lite_chart")[1])  # Streamlit sends the rows apart, as Arrow
+    resident = [r["value"] for r in rows if r["series"] == "training process"]
+    assert resident == [200.0 + 10 * i for i in range(10)]  # rss_bytes in MiB
+    assert {r["series"] for r in rows} == {"training process", "its child processes"}
 
 
 def test_system_tab_without_samples_explains(monkeypatch, make_run):

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from profiler_agent.runformat import layout, update_manifest
-from tests.app.helpers import texts, vega_rows
+from tests.app.helpers import chart_labels, texts, vega_rows
 
 SNAPSHOT = Path(__file__).parents[1] / "data" / "snapshots" / "small.snapshot.pickle"
 
@@ -36,8 +36,8 @@ def open_tab(run_dir: Path, tab: str, rank: int | None = None) -> AppTest:
 
 
 def charts(at: AppTest) -> list:
-    """The tab's charts: plotly figures, then Vega-Lite charts (a tab draws one kind or the other:
-    the Overview and the Operators tab draw Vega-Lite), in page order within a kind."""
+    """The tab's charts: plotly figures, then Vega-Lite charts, in page order within a kind (most
+    tabs draw one kind; the Memory tab draws its timelines in Vega-Lite, its categories in plotly)."""
     return list(at.get("plotly_chart")) + list(at.get("vega_lite_chart"))
 
 
@@ -210,7 +210,15 @@ def test_memory_from_cpu_trace_marks_peak_and_lists_ops(cpu_profiled_run) -> Non
     assert_ok(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Peak allocated"].endswith(("KiB", "MiB"))
-    assert "peak" in charts(at)[0].proto.spec
+    # a Vega-Lite chart (no plotly.js for the tab's first chart), its rows sent as Arrow
+    assert not at.get("plotly_chart")
+    chart = at.get("vega_lite_chart")[0]
+    spec, rows = json.loads(chart.proto.spec), vega_rows(chart)
+    peak = max(r["allocated"] for r in rows if r["allocated"] is not None)
+    unit = spec["layer"][0]["encoding"]["y"]["title"]
+    assert unit in ("KiB", "MiB") and metrics["Peak allocated"].endswith(unit)
+    assert chart_labels(spec) == [f"peak {peak:,.2f} {unit}"]
+    assert all(r["reserved"] is None for r in rows)  # CPU: no reserved memory drawn
     ops = at.dataframe[0].value
     assert len(ops) > 0 and set(ops["relation"]) <= {"running", "ended before"}
     assert ops["name"].str.startswith("aten::").any()
@@ -229,7 +237,8 @@ def test_memory_snapshot_views(make_run) -> None:  # noqa: ANN001
     assert_ok(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Allocated at snapshot"] == "15.0 MiB" and metrics["Reserved"] == "24.0 MiB"
-    assert "active memory" in charts(at)[0].proto.spec
+    spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert spec["title"]["text"].startswith("active memory")
     largest = at.dataframe[0].value
     assert largest["top_frame"].iloc[0] == "train.py:42:build_model"
     assert "No profiler trace" in texts(at.info)
@@ -356,7 +365,7 @@ def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN00
     uploader.set_value(("memory_timeline.raw.json.gz", raw, "application/gzip"))
     at.run()
     assert_ok(at)
-    spec = charts(at)[-1].proto.spec
+    spec = at.get("plotly_chart")[-1].proto.spec  # the categories (the timelines above are Vega-Lite)
     assert '"stackgroup":"memory"' in spec and "activation" in spec
     peak = at.dataframe[-1].value
     assert peak["category"].iloc[0] == "activation"
@@ -429,6 +438,6 @@ def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> 
     at = open_tab(run_dir, "memory")
     assert_ok(at)
     assert not at.get("file_uploader"), "a recorded timeline needs no upload"
-    spec = charts(at)[-1].proto.spec
+    spec = at.get("plotly_chart")[-1].proto.spec  # the categories (the timelines above are Vega-Lite)
     assert '"stackgroup":"memory"' in spec and "activation" in spec
     assert at.dataframe[-1].value["category"].iloc[0] == "activation"

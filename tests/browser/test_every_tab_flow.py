@@ -32,6 +32,9 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Timeline":
             _check_timeline(page, panel, prefix)
+        if name == "Memory" and prefix == "agent":  # its allocation timeline: Vega-Lite, no plotly.js
+            panel.locator("[data-testid='stVegaLiteChart'] :is(svg, canvas).marks").first.wait_for()  # drawn
+            assert panel.locator(".js-plotly-plot").count() == 0
         screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
     return names
 
@@ -68,7 +71,11 @@ def test_every_tab(page, server, browser_store, prefix: str) -> None:  # noqa: A
     if prefix == "agent":
         page.get_by_role("tab", name="System").click()
         wait_idle(page)
-        assert page.locator('[role="tabpanel"]:visible .js-plotly-plot').count() >= 2
+        # Vega-Lite since issue 16's wave 10: the tab needs no plotly.js
+        charts = page.locator('[role="tabpanel"]:visible [data-testid="stVegaLiteChart"] svg.marks')
+        charts.first.wait_for()
+        assert charts.count() >= 2
+        assert page.locator('[role="tabpanel"]:visible .js-plotly-plot').count() == 0
     if prefix == "ranks":  # a deep link opens the tab it names
         page.goto(f"{server}/run?run={run}&run_tab=Timeline")
         page.locator('[role="tabpanel"]:visible [data-testid="stVegaLiteChart"] svg.marks').first.wait_for()

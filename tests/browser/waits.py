@@ -16,7 +16,9 @@ def wait_idle(page: Any, timeout_ms: int = 180_000) -> None:
     page.wait_for_selector(READY, timeout=timeout_ms)
 
 # A drawn chart: a plotly figure, or a Vega-Lite chart once its marks are in the page (the Overview's,
-# the Metrics, Operators and Timeline tabs' charts are Vega-Lite, the other tabs' plotly).
-CHART = ":is(.js-plotly-plot, [data-testid='stVegaLiteChart'] svg.marks)"
+# the Metrics, Operators, Timeline and System tabs' charts and the Memory tab's timelines are Vega-Lite,
+# the other charts plotly).
+# (Vega draws large data, e.g. the Memory tab's timeline, on a canvas instead of SVG.)
+CHART = ":is(.js-plotly-plot, [data-testid='stVegaLiteChart'] :is(svg, canvas).marks)"
 # The SVG text of every chart (titles, axes, legends): no innerText.
 CHART_TEXT = ".js-plotly-plot text, [data-testid='stVegaLiteChart'] svg.marks text"

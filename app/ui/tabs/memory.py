@@ -19,7 +19,7 @@ from app.analysis.memory.snapshot import (
     snapshot_devices,
 )
 from app.analysis.trace.timeline import compute_ops_at
-from app.charts.memory import make_category_figure, make_memory_timeline_figure
+from app.charts.memory import make_category_figure, memory_timeline_chart
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes
 from app.ui.cache import cached_traces
@@ -97,9 +97,9 @@ def _render_trace_memory(ctx: RunContext) -> None:
     c[1].metric("Peak reserved", format_bytes(int(reserved.max())) if reserved.notna().any() else "–",
                 help="Memory the caching allocator holds (CUDA); not reported for CPU.")
     c[2].metric("Peak at", f"{(peak_ts - origin) / 1000:,.2f} ms", help="since the trace's first event")
-    fig = make_memory_timeline_figure(shown, x="time_ms", x_title="ms since trace start", peak_index=peak,
-                                      title=f"{device} · rank {traces[index].rank}")
-    st.plotly_chart(fig, width="stretch", key=ctx.key("memory_trace_fig"))
+    spec = memory_timeline_chart(shown, x="time_ms", x_title="ms since trace start", peak_index=peak,
+                                 title=f"{device} · rank {traces[index].rank}")
+    st.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_trace_fig"))
     st.markdown("**Ops around the peak** — running at the peak (outermost first), then the last ops "
                 "that ended before it: the allocation that made the peak is in one of them.")
     ops = compute_ops_at(traces[index].events, peak_ts, before=10)
@@ -192,10 +192,10 @@ def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) 
         timed = timeline["time_us"].notna().all()
         if timed:
             shown = shown.assign(time_ms=(shown["time_us"] - timeline["time_us"].iloc[0]) / 1000)
-        fig = make_memory_timeline_figure(
+        spec = memory_timeline_chart(
             shown, x="time_ms" if timed else "event", x_title="ms since first recorded event" if timed
             else "allocator event", peak_index=peak, title=f"active memory · cuda:{device}")
-        st.plotly_chart(fig, width="stretch", key=ctx.key("memory_snapshot_fig"))
+        st.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_snapshot_fig"))
     largest = compute_largest_allocations(snap, device, top=25)
     if largest.empty:
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.charts.system import SeriesUnit, make_system_figure
+from app.charts.system import SeriesUnit, system_chart
 from app.ui.tabs import RunContext
 from app.ui.trace_view import rank_rows
 
@@ -97,9 +97,8 @@ def render(ctx: RunContext) -> None:
         st.info("The system samples of this run hold no numbers to chart.")
         return
     for i, (title, unit, columns) in enumerate(groups):
-        st.plotly_chart(
-            make_system_figure(system, columns, unit=unit, title=title,
-                               labels={c: system_label(c) for c in columns}),
+        st.vega_lite_chart(
+            system_chart(system, columns, unit=unit, title=title, labels={c: system_label(c) for c in columns}),
             width="stretch",
             key=ctx.key(f"system_fig_{i}"),
         )

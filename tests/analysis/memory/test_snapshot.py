@@ -117,19 +117,35 @@ def test_category_timeline_hand_made() -> None:
     assert compute_category_timeline(raw.iloc[0:0]).empty and compute_category_peak(cats.iloc[0:0]).empty
 
 
+def _drawn(spec: dict) -> list[tuple[str, str, str]]:
+    """(what, mark, y field) of each layer drawing the spec's rows (the peak's layers carry their own)."""
+    return [(layer["transform"][0]["calculate"].strip("'") if "transform" in layer else "", layer["mark"]["type"],
+             layer["encoding"]["y"]["field"]) for layer in spec["layer"] if "data" not in layer]
+
+
 def test_memory_figures(snap: dict) -> None:
-    from app.charts.memory import byte_unit, make_category_figure, make_memory_timeline_figure
+    from app.charts.memory import byte_unit, make_category_figure, memory_timeline_chart
 
     assert byte_unit(3 * 2**30) == (2.0**30, "GiB") and byte_unit(10) == (1.0, "B")
     t = compute_snapshot_timeline(snap, 0)
     peak = int(t["allocated_bytes"].idxmax())
-    fig = make_memory_timeline_figure(t, x="event", x_title="event", peak_index=peak, title="<b>cuda:0</b>")
-    names = [d.name for d in fig.data]
-    assert names == ["reserved", "allocated", "peak"]
-    assert fig.data[2].y[0] == pytest.approx(19 + 512 / MiB)  # in MiB
-    assert fig.layout.yaxis.title.text == "MiB" and "&lt;b&gt;" in fig.layout.title.text
-    no_reserved = make_memory_timeline_figure(t.assign(reserved_bytes=np.nan), x="event", x_title="event")
-    assert [d.name for d in no_reserved.data] == ["allocated"]
+    spec = memory_timeline_chart(t, x="event", x_title="event", peak_index=peak, title="<b>cuda:0</b>")
+    assert _drawn(spec) == [("reserved", "line", "reserved"), ("allocated", "area", "allocated"),
+                            ("allocated", "line", "allocated"), ("", "point", "allocated")]
+    rows = spec["data"]["values"]
+    assert len(rows) == len(t) and rows[peak]["allocated"] == pytest.approx(t.at[peak, "allocated_bytes"] / MiB, rel=1e-6)
+    assert rows[0]["reserved"] == pytest.approx(t["reserved_bytes"].iloc[0] / MiB, rel=1e-6)
+    mark, label = [layer for layer in spec["layer"] if "data" in layer]
+    assert mark["mark"]["shape"] == "cross" and mark["data"]["values"][0]["y"] == pytest.approx(19 + 512 / MiB)
+    assert label["data"]["values"][0]["label"] == f"peak {19 + 512 / MiB:,.2f} MiB"
+    assert spec["layer"][0]["encoding"]["y"]["title"] == "MiB"
+    assert spec["title"]["text"] == "<b>cuda:0</b>"  # SVG text: shown as written, never markup
+    tooltip = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")["encoding"]["tooltip"]
+    assert [x["title"] for x in tooltip] == ["event", "allocated (MiB)", "reserved (MiB)"]
+    no_reserved = memory_timeline_chart(t.assign(reserved_bytes=np.nan), x="event", x_title="event")
+    assert [d[0] for d in _drawn(no_reserved)] == ["allocated", "allocated", ""]
+    assert no_reserved["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["allocated"]
+    assert "title" not in no_reserved
     raw = pd.DataFrame({"ts_ns": np.array([1, 2], dtype=np.int64), "action": ["create", "create"],
                         "bytes": np.array([2**20, 2**21], dtype=np.int64),
                         "category": pd.Categorical(["parameter", "activation"], categories=list(MEMORY_CATEGORIES))})
