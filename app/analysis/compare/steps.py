@@ -81,13 +81,25 @@ def _profiler_warmup(side: CompareSide) -> int:
     return int(value) if isinstance(value, int) and value >= 0 else DEFAULT_PROFILER_WARMUP
 
 
+def _agent_marked(side: CompareSide) -> bool:
+    """Whether the run's metrics lines carry the agent's own ``profiled`` marks (warm-up included)."""
+    metrics = side.run.metrics if side.run is not None else None
+    return metrics is not None and "profiled" in metrics.columns and bool(
+        (pd.to_numeric(metrics["profiled"], errors="coerce").fillna(0.0) != 0).any())
+
+
 def _profiled_steps(side: CompareSide) -> set[int]:
     """Steps inside profiler windows: the traced ones (the agent numbers ProfilerStep#N like its
-    own steps) and the profiler's warm-up steps just before each traced block."""
+    own steps) and, when the metrics lines carry no ``profiled`` marks, the profiler's warm-up
+    steps just before each traced block, guessed from the manifest's schedule. The agent's marks
+    are exact (an anomaly window warms up 1 step, not the schedule's 2), so they are not
+    second-guessed: the records-only step time the catalog reads then equals Compare's."""
     steps = getattr(side.analysis, "steps", None)
     if steps is None or len(steps) == 0 or "step" not in steps.columns:
         return set()
     traced = {int(s) for s in pd.to_numeric(steps["step"], errors="coerce").dropna()}
+    if _agent_marked(side):
+        return traced
     warm = _profiler_warmup(side)
     starts = [s for s in traced if s - 1 not in traced]
     return traced | {s - k for s in starts for k in range(1, warm + 1) if s - k >= 0}

@@ -116,6 +116,19 @@ def test_profiled_steps_are_excluded_from_metrics(tmp_path: Path) -> None:
     assert (table.loc[table["kept"], "step_time_s"] == 0.1).all()
 
 
+def test_the_agents_profiled_marks_are_not_second_guessed(tmp_path: Path) -> None:
+    """An anomaly window warms up 1 step, not the schedule's 2: with the agent's own marks on the
+    lines, the step before that warm-up is a training step, as the records-only step time (what
+    the catalog reads) says. Wave 10's CI caught Compare dropping it."""
+    run = make_run(tmp_path, "r", [0.1] * 30)
+    records = rf.read_jsonl(run / layout.METRICS).records
+    records = [{**r, "profiled": True} if r["step"] in (9, 10, 11, 12, 13) else r for r in records]
+    (run / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    table, _ = compute_step_times(side(run, fake_analysis({"cpu_exec": 1.0}, {})), warmup_steps=0)
+    assert set(table.loc[table["reason"] == "profiled", "step"]) == {9, 10, 11, 12, 13}
+    assert bool(table.loc[table["step"] == 8, "kept"].iloc[0])
+
+
 def test_memory_gate_numbers_and_verdict(tmp_path: Path, noisy) -> None:
     a = make_run(tmp_path, "a", noisy(0.1), rss=1.0e9)
     b = make_run(tmp_path, "b", noisy(0.1), rss=1.3e9)
