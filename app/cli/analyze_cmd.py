@@ -24,6 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from app.cli.ingest_options import add_ingest_arguments, ingest_context
+from app.cli.process_memory import one_malloc_arena
 from app.cli.progress import ProgressBar
 from app.errors import UsageError
 from app.workspace import refs
@@ -235,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
         # the analysis' peak: the system allocator gives it back (cold analyze at 100 MB: 263-278 MB
         # peak -> 237-240 MB, same CPU; benchmarks/README.md, issue 13 wave 10). Read when pyarrow loads.
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+        # and one malloc arena for every thread: the peak holds no block twice (app.cli.process_memory)
+        one_malloc_arena()
     if not args.no_cache and getattr(args, "scheduler", None) is None:
         # one big trace the cache lacks: its tail is parsed by a second process from now on, while
         # this one imports pandas and the analysis, then parses the head (app.data.trace_split)
