@@ -16,7 +16,7 @@ from app.analysis.compare.memory_categories import (
     compare_side_memory_categories,
 )
 from app.presentation.compare_json import compile_counts
-from app.presentation.names import distinct_short_names, short_name
+from app.presentation.names import distinct_short_names, metric_display, short_name
 from app.presentation.units import format_change, format_shape, format_value, is_finite_number
 
 __all__ = [
@@ -114,11 +114,28 @@ def _pct_change(ratio: Any) -> str:
     return format_change(ratio) or "—"
 
 
+def _metric_keys(cmp: Comparison) -> set[str]:
+    metrics = getattr(cmp, "metrics", None)
+    if metrics is None or len(metrics) == 0 or "metric" not in metrics.columns:
+        return set()
+    return {str(m) for m in metrics["metric"]}
+
+
+def _metric_row(quantity: str, keys: set[str]) -> tuple[str, str] | None:
+    """(metric key, "final" or "best") of a verdict row of a logged metric, else None."""
+    for which in ("final", "best"):
+        key = quantity.removesuffix(f" ({which})")
+        if key != quantity and key in keys:
+            return key, which
+    return None
+
+
 def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:
     """The verdict table for people: values with units (ms, MiB/GiB, samples/s), the change in
     %, the ratio and its 95 % interval as text, "—" where a value is missing. Rows with no
     value on either side are left out; the second item says which and why."""
     rows, hidden = [], []
+    metric_keys = _metric_keys(cmp)
     for r in cmp.verdicts.itertuples(index=False):
         quantity = str(r.quantity)
         if not _has_data(r.baseline) and not _has_data(r.candidate):
@@ -129,9 +146,16 @@ def verdict_display_table(cmp: Comparison) -> tuple[pd.DataFrame, list[str]]:
         suffix = "" if unit else (f" {r.unit}" if r.unit else "")
         if quantity == "peak memory" and cmp.peak_memory[0].source != "none":
             quantity = f"peak memory ({cmp.peak_memory[0].quantity})"
+        scale = 1.0
+        if (metric := _metric_row(quantity, metric_keys)) is not None:
+            # a logged metric's row: its human name and display unit (data_time_s → ms), as on the Run page
+            key, which = metric
+            shown = metric_display(key)
+            name = shown.label.removesuffix(f" ({shown.unit})") if shown.unit else shown.label
+            quantity, scale, unit, suffix = f"{name} ({which})", shown.scale, shown.unit, ""
 
-        def value(v: Any, unit: str = unit, suffix: str = suffix) -> str:
-            return format_value(v, unit) + suffix if is_finite_number(v) else "—"
+        def value(v: Any, unit: str = unit, suffix: str = suffix, scale: float = scale) -> str:
+            return format_value(float(v) * scale, unit) + suffix if is_finite_number(v) else "—"
 
         ci = f"{float(r.ci_lo):.3f}–{float(r.ci_hi):.3f}" if is_finite_number(r.ci_lo) and is_finite_number(r.ci_hi) else "—"
         rows.append({"quantity": quantity, "baseline": value(r.baseline), "candidate": value(r.candidate),

@@ -652,6 +652,27 @@ def test_display_tables_have_units_and_no_raw_values(tmp_path: Path) -> None:
     assert "mean profiled step" in set(bd["category"])
 
 
+def test_verdict_display_names_logged_metrics_for_people(tmp_path: Path) -> None:
+    """The agent's keys in Compare's verdict table get the Run page's names and units: no raw
+    ``data_time_s (final)`` in seconds next to step times in ms (issue 16)."""
+    from app.presentation.report import verdict_display_table
+
+    runs = []
+    for name, data_s in (("a", 0.020), ("b", 0.005)):
+        run = make_run(tmp_path, name, [0.1] * 30)
+        records = [{**r, "data_time_s": data_s, "grad_norm": 1.5} for r in rf.read_jsonl(run / layout.METRICS).records]
+        (run / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in records))
+        runs.append(run)
+    cmp = diff_sides(side(runs[0]), side(runs[1]))
+    assert "data_time_s (final)" in set(cmp.verdicts["quantity"])  # the JSON keeps the key
+    table, _ = verdict_display_table(cmp)
+    rows = table.set_index("quantity")
+    assert rows.loc["data loading time (final)", "baseline"] == "20 ms"
+    assert rows.loc["data loading time (final)", "candidate"] == "5 ms"
+    assert "gradient norm (final)" in rows.index
+    assert not any("_s (" in q or "grad_norm" in q for q in rows.index)
+
+
 def test_distinct_short_names_keep_distinct_kernels_apart() -> None:
     from app.presentation.report import distinct_short_names, short_name
 
