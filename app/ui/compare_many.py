@@ -67,14 +67,32 @@ def render_curves_tab(runs: Sequence[RunData]) -> None:
     metrics = {lab: r.metrics for lab, r in zip(labels, runs, strict=True)}
     if group == _REPLICATES:
         groups = {lab: f"group {g}" if g else lab for lab, g in zip(labels, replicate, strict=True)}
-        bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
-        st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
+        _render_bands(metrics, key, groups, smoothing)
     elif group == "(none)":
         _render_overlay(metrics, key, smoothing)
     else:
         groups = {lab: f"{group}={r.manifest.config.get(group, '–')}" for lab, r in zip(labels, runs, strict=True)}
-        bands = compute_curve_bands(metrics, key, groups, smoothing=smoothing)
-        st.plotly_chart(make_band_figure(bands, key), width="stretch", key="compare_bands_fig")
+        _render_bands(metrics, key, groups, smoothing)
+
+
+def _default_smoothing(metrics: dict[str, pd.DataFrame], key: str, smoothing: float) -> float:
+    """``smoothing``, or 0 with a caption for the learning rate and series under SHORT_SERIES_POINTS."""
+    points = max((int(pd.to_numeric(m[key], errors="coerce").notna().sum()) for m in metrics.values()
+                  if key in m.columns), default=0)
+    if smooth_by_default(key, points):
+        return smoothing
+    st.caption(f"{metric_label(key)} is drawn as logged: the learning rate and series under "
+               f"{SHORT_SERIES_POINTS} points are not smoothed.")
+    return 0.0
+
+
+def _render_bands(metrics: dict[str, pd.DataFrame], key: str, groups: dict[str, str], smoothing: float) -> None:
+    """Mean ± spread per group, in the Metrics tab's names, units and smoothing defaults."""
+    bands = compute_curve_bands(metrics, key, groups, smoothing=_default_smoothing(metrics, key, smoothing))
+    scale = metric_display(key).scale  # one unit per quantity: seconds are shown in ms
+    if scale != 1.0 and len(bands):
+        bands = bands.assign(**{c: bands[c] * scale for c in ("mean", "lo", "hi")})
+    st.plotly_chart(make_band_figure(bands, metric_label(key)), width="stretch", key="compare_bands_fig")
 
 
 def _render_overlay(metrics: dict[str, pd.DataFrame], key: str, smoothing: float) -> None:
@@ -82,11 +100,7 @@ def _render_overlay(metrics: dict[str, pd.DataFrame], key: str, smoothing: float
     smoothing defaults: the learning rate and series under SHORT_SERIES_POINTS points unsmoothed."""
     log_y = st.checkbox("Log scale", key="compare_log_y")
     shown = {lab: m for lab, m in metrics.items() if key in m.columns}
-    points = max((int(pd.to_numeric(m[key], errors="coerce").notna().sum()) for m in shown.values()), default=0)
-    if not smooth_by_default(key, points):
-        smoothing = 0.0
-        st.caption(f"{metric_label(key)} is drawn as logged: the learning rate and series under "
-                   f"{SHORT_SERIES_POINTS} points are not smoothed.")
+    smoothing = _default_smoothing(shown, key, smoothing)
     scale = metric_display(key).scale  # one unit per quantity: seconds are shown in ms
     curves = {}
     for lab, m in shown.items():

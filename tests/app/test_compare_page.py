@@ -114,6 +114,8 @@ def test_sample_runs_every_tab(monkeypatch, sample_store) -> None:
     _tab(at, "Curves")
     at.selectbox(key="compare_group_by").set_value("seed").run()
     assert_clean(at)
+    (bands,) = _tab(at, "Curves").get("plotly_chart")  # grouped: the human name, not the raw key
+    assert json.loads(bands.proto.spec)["layout"]["title"]["text"].startswith("training loss: mean")
     at.radio(key="compare_by").set_value("shape").run()
     assert_clean(at)
     assert "input_shapes" in _tab(at, "Operators").dataframe[0].value.columns
