@@ -34,7 +34,7 @@ __all__ = [
     "cached_step_windows",
     "cached_activity_span",
     "TimelineView",
-    "cached_timeline_figure",
+    "cached_timeline_chart",
     "cached_snapshot",
     "cached_memory_categories",
     "cached_uploaded_categories",
@@ -142,16 +142,16 @@ def _layout(view: TimelineView) -> tuple[Timeline, list[int]]:
 # A figure is built once per run state and view and kept: switching tabs or moving an unrelated
 # widget redraws it from memory. Specs of a few thousand shapes are small (~1 MB); keep a few.
 @st.cache_resource(max_entries=8, ttl=900, show_spinner=False)
-def _timeline_figure(sig: tuple[float, ...], key: tuple[Any, ...]) -> tuple[Timeline, Any, list[int]]:
+def _timeline_chart(sig: tuple[float, ...], key: tuple[Any, ...]) -> tuple[Timeline, Any, list[int]]:
     view = TimelineView(*key)
     timeline, missing = _layout(view)
     return timeline, timeline_chart(timeline, title=view.title or None), missing
 
 
-def cached_timeline_figure(view: TimelineView) -> tuple[Timeline, Any, list[int]]:
+def cached_timeline_chart(view: TimelineView) -> tuple[Timeline, Any, list[int]]:
     """(timeline, its Vega-Lite spec, ranks without the view's steps) of ``view``, laid out once per
     run state and view (bounded, at most SHAPE_BOUND shapes each). Treat the spec as read-only."""
-    return _timeline_figure(run_signature(view.run_dir), astuple(view))
+    return _timeline_chart(run_signature(view.run_dir), astuple(view))
 
 
 @st.cache_resource(max_entries=4, ttl=900, show_spinner=False)

@@ -14,7 +14,7 @@ import streamlit as st
 from app.analysis.trace.timeline import SHAPE_BOUND, Timeline
 from app.errors import TorchscopeError
 from app.ui.cache import cached_traces
-from app.ui.deep_cache import TimelineView, cached_activity_span, cached_step_windows, cached_timeline_figure
+from app.ui.deep_cache import TimelineView, cached_activity_span, cached_step_windows, cached_timeline_chart
 from app.ui.tabs import RunContext
 from app.ui.trace_view import NO_TRACE_HINT
 from app.workspace.artifacts import read_run_bytes
@@ -218,12 +218,12 @@ def render(ctx: RunContext) -> None:
     if together:
         view = replace(view, steps=steps, zoom_us=(zs - start, ze - start), lane_slice=None)
     with st.spinner("Laying out the timeline…"):
-        timeline, fig, missing = cached_timeline_figure(view)
+        timeline, fig, missing = cached_timeline_chart(view)
         pages = max(1, -(-timeline.matched_lanes // LANES_PER_PAGE))
         if view.lane_slice is not None and view.lane_slice[0] >= pages * LANES_PER_PAGE:  # filters changed
             st.session_state[ctx.key("timeline_lane_page")] = 0
             view = replace(view, lane_slice=(0, LANES_PER_PAGE))
-            timeline, fig, missing = cached_timeline_figure(view)
+            timeline, fig, missing = cached_timeline_chart(view)
     _render_lane_controls(ctx, timeline)
     if missing:
         st.caption(f"Those steps are not in the traces of rank(s) {', '.join(map(str, missing))}.")
