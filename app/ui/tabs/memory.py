@@ -19,7 +19,7 @@ from app.analysis.memory.snapshot import (
     snapshot_devices,
 )
 from app.analysis.trace.timeline import compute_ops_at
-from app.charts.memory import make_category_figure, memory_timeline_chart
+from app.charts.memory import category_chart, memory_timeline_chart
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes
 from app.ui.cache import cached_traces
@@ -230,7 +230,7 @@ def _render_categories(ctx: RunContext) -> None:
     if cats.empty:
         st.info(f"`{source}` holds no memory records.")
         return
-    st.plotly_chart(make_category_figure(cats), width="stretch", key=ctx.key("memory_categories_fig"))
+    st.vega_lite_chart(category_chart(cats), width="stretch", key=ctx.key("memory_categories_fig"))
     peak = compute_category_peak(cats)
     st.caption(f"At the peak ({peak['time_ms'].iloc[0]:,.1f} ms, "
                f"{format_bytes(int(peak['bytes'].sum()))}):")
