@@ -1,16 +1,14 @@
 """Charts of memory over time: allocated/reserved with the peak marked (a Vega-Lite spec), and
-memory by category stacked (a plotly figure) (charts layer: tables → charts, no Streamlit)."""
+memory by category stacked (also Vega-Lite) (charts layer: tables → charts, no Streamlit)."""
 from __future__ import annotations
 
-import html
 import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
-__all__ = ["byte_unit", "memory_timeline_chart", "make_category_figure", "CATEGORY_COLOURS"]
+__all__ = ["byte_unit", "memory_timeline_chart", "category_chart", "CATEGORY_COLOURS"]
 
 # Same colours as torch.profiler's own memory timeline plot, so users recognise them.
 CATEGORY_COLOURS = {
@@ -111,28 +109,54 @@ def memory_timeline_chart(
     return spec
 
 
-def make_category_figure(categories: pd.DataFrame, *, title: str | None = None) -> go.Figure:
-    """Return memory held per category as stacked areas over ``time_ms`` (the table of
-    ``compute_category_timeline``), parameters at the bottom like torch's own plot."""
-    cols = [f"{c}_bytes" for c in CATEGORY_COLOURS if f"{c}_bytes" in categories.columns]
+def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dict[str, Any]:
+    """Return a Vega-Lite spec of memory held per category as stacked areas over ``time_ms`` (the
+    table of ``compute_category_timeline``), parameters at the bottom like torch's own plot.
+
+    Values are in the unit of :func:`byte_unit` for the largest total; a category that holds
+    nothing is left out. Hovering shows, at the nearest timestamp, every category's value and the
+    total; the wheel zooms x. A Vega-Lite spec, not a plotly figure, so that the Memory tab needs
+    no plotly.js in the browser (benchmarks/README.md, issue 16).
+    """
     top = float(categories["total_bytes"].max()) if len(categories) else 0.0
     div, unit = byte_unit(top)
-    fig = go.Figure()
-    for col in cols:
-        name = col.removesuffix("_bytes")
-        values = categories[col].to_numpy(np.float64) / div
-        if not np.any(values):
-            continue
-        fig.add_trace(go.Scatter(
-            x=categories["time_ms"], y=values, mode="lines", name=name.replace("_", " "), stackgroup="memory",
-            line={"width": 0.5, "color": CATEGORY_COLOURS[name], "shape": "hv"},
-            hovertemplate=f"{name} %{{y:,.2f}} {unit}<extra></extra>",
-        ))
-    fig.update_layout(
-        title={"text": html.escape(title), "x": 0.01} if title else None,
-        height=360, margin={"l": 50, "r": 10, "t": 40 if title else 20, "b": 40}, hovermode="x unified",
-        legend={"orientation": "h", "y": -0.2},
-    )
-    fig.update_xaxes(title_text="ms since profiling started")
-    fig.update_yaxes(title_text=unit, rangemode="tozero")
-    return fig
+    names = [c for c in CATEGORY_COLOURS if f"{c}_bytes" in categories.columns
+             and np.any(categories[f"{c}_bytes"].to_numpy(np.float64))]
+    columns = {"time_ms": pd.to_numeric(categories["time_ms"], errors="coerce").to_numpy(np.float64),
+               **{n: categories[f"{n}_bytes"].to_numpy(np.float64) / div for n in names},
+               "total": categories["total_bytes"].to_numpy(np.float64) / div if len(categories) else np.array([])}
+    rows = [{k: _num(v) for k, v in zip(columns, values)} for values in zip(*columns.values())]
+    labels = [n.replace("_", " ") for n in names]
+    xe = {"field": "time_ms", "type": "quantitative", "title": "ms since profiling started",
+          "scale": {"zero": False, "nice": False}}
+    # Folded to one row per (timestamp, category); the stack order follows CATEGORY_COLOURS.
+    stacked = {
+        "transform": [{"fold": names, "as": ["key", "held"]},
+                      {"calculate": "replace(datum.key, '_', ' ')", "as": "category"},
+                      {"calculate": f"indexof({names!r}, datum.key)", "as": "order"}],
+        "mark": {"type": "area", "interpolate": "step-after", "opacity": 0.85, "clip": True},
+        "encoding": {
+            "x": xe,
+            "y": {"field": "held", "type": "quantitative", "stack": "zero", "title": unit},
+            "color": {"field": "category", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+                      "scale": {"domain": labels, "range": [CATEGORY_COLOURS[n] for n in names]}},
+            "order": {"field": "order", "type": "quantitative"},
+        },
+    }
+    tooltip = [{"field": "time_ms", "title": "ms", "format": ",.2f"},
+               *({"field": n, "title": f"{label} ({unit})", "format": ",.2f"} for n, label in zip(names, labels)),
+               {"field": "total", "title": f"total ({unit})", "format": ",.2f"}]
+    # The total at the nearest timestamp is marked and carries every category's value (plotly's
+    # unified hover did the same).
+    hover = {"mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
+             "encoding": {"x": xe, "y": {"field": "total", "type": "quantitative", "title": unit},
+                          "tooltip": tooltip,
+                          "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
+             "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
+                                                    "fields": ["time_ms"], "clear": "mouseout"}},
+                        {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]}
+    spec: dict[str, Any] = {"data": {"values": rows}, "layer": [stacked, hover] if names else [hover],
+                            "height": 360}
+    if title:  # SVG text: shown as written, no markup
+        spec["title"] = {"text": title, "anchor": "start"}
+    return spec

@@ -4,6 +4,7 @@ System, Logs and Config tabs on hand-made runs, real GPU/multi-rank traces and a
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
@@ -183,6 +184,10 @@ def test_gpu_trace_tabs(monkeypatch, imported_store):
     kernels = _tab(at, "Kernels")
     assert len(kernels.dataframe[0].value) > 0
     assert not kernels.info
+    assert not kernels.get("plotly_chart")  # Vega-Lite since wave 11: the tab needs no plotly.js
+    busy, share = (json.loads(c.proto.spec) for c in kernels.get("vega_lite_chart"))
+    assert busy["encoding"]["y"]["title"] == "% of step"
+    assert share["layer"][0]["mark"]["type"] == "arc"
     config = _tab(at, "Config")
     assert "a profiler trace records no hyperparameters" in texts(config.info)
     env = dict(zip(config.dataframe[0].value["Key"], config.dataframe[0].value["Value"]))

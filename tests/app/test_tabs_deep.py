@@ -37,7 +37,7 @@ def open_tab(run_dir: Path, tab: str, rank: int | None = None) -> AppTest:
 
 def charts(at: AppTest) -> list:
     """The tab's charts: plotly figures, then Vega-Lite charts, in page order within a kind (most
-    tabs draw one kind; the Memory tab draws its timelines in Vega-Lite, its categories in plotly)."""
+    tabs draw one kind)."""
     return list(at.get("plotly_chart")) + list(at.get("vega_lite_chart"))
 
 
@@ -365,8 +365,10 @@ def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN00
     uploader.set_value(("memory_timeline.raw.json.gz", raw, "application/gzip"))
     at.run()
     assert_ok(at)
-    spec = at.get("plotly_chart")[-1].proto.spec  # the categories (the timelines above are Vega-Lite)
-    assert '"stackgroup":"memory"' in spec and "activation" in spec
+    assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
+    spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
+    assert "activation" in spec["layer"][0]["transform"][0]["fold"]
+    assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
     peak = at.dataframe[-1].value
     assert peak["category"].iloc[0] == "activation"
     assert "At the peak" in texts(at.caption)
@@ -438,6 +440,8 @@ def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> 
     at = open_tab(run_dir, "memory")
     assert_ok(at)
     assert not at.get("file_uploader"), "a recorded timeline needs no upload"
-    spec = at.get("plotly_chart")[-1].proto.spec  # the categories (the timelines above are Vega-Lite)
-    assert '"stackgroup":"memory"' in spec and "activation" in spec
+    assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
+    spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
+    assert "activation" in spec["layer"][0]["transform"][0]["fold"]
+    assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
     assert at.dataframe[-1].value["category"].iloc[0] == "activation"

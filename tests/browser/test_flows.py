@@ -51,7 +51,9 @@ def test_imported_gpu_two_rank_run(page, server):  # noqa: ANN001
     screenshot(page, "run_two_ranks_operators")
     page.get_by_role("tab", name="Kernels").click()
     wait_idle(page)
-    page.locator('[role="tabpanel"]:visible').locator(".js-plotly-plot").first.wait_for()
+    kernels = page.locator('[role="tabpanel"]:visible')
+    kernels.locator("[data-testid='stVegaLiteChart'] :is(svg, canvas).marks").nth(1).wait_for()  # busy, share
+    assert kernels.locator(".js-plotly-plot").count() == 0  # Vega-Lite since wave 11: no plotly.js
     screenshot(page, "run_two_ranks_kernels")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.charts.kernels import make_gpu_busy_figure, make_kernel_share_figure
+from app.charts.kernels import gpu_busy_chart, kernel_share_chart
 from app.ui.tabs import RunContext
 from app.ui.trace_view import cached_kernel_table, load_trace_analysis, rank_rows
 
@@ -36,13 +36,13 @@ def render(ctx: RunContext) -> None:
     steps = rank_rows(analysis.steps, ctx.rank)
     if not steps.empty and "kernel_us" in steps.columns:
         st.subheader("Device busy and idle per profiled step")
-        st.plotly_chart(make_gpu_busy_figure(steps), width="stretch", key=ctx.key("kernels_busy"))
+        st.vega_lite_chart(gpu_busy_chart(steps), width="stretch", key=ctx.key("kernels_busy"))
         st.caption(
             "Busy = kernels + memcpy + memset + communication on the device, as a share of the step's "
             "wall time; idle is the rest (the device waiting for the CPU, data or synchronisation)."
         )
     n = st.slider("Kernels in the chart", 5, 40, 12, key=ctx.key("kernels_top_n"))
-    st.plotly_chart(make_kernel_share_figure(kernels, n=n), width="stretch", key=ctx.key("kernels_share"))
+    st.vega_lite_chart(kernel_share_chart(kernels, n=n), width="stretch", key=ctx.key("kernels_share"))
     table = kernels.sort_values("total_us", ascending=False).copy()
     table["total_ms"] = table["total_us"] / 1e3
     if "mean_us" not in table.columns:

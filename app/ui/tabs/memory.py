@@ -10,25 +10,25 @@ import streamlit as st
 
 from app.analysis.curves.smoothing import minmax_downsample_indices
 from app.analysis.memory.snapshot import (
-    compute_category_peak,
-    compute_category_timeline,
     compute_largest_allocations,
     compute_oom_events,
     compute_segment_summary,
     compute_snapshot_timeline,
     snapshot_devices,
 )
-from app.analysis.trace.timeline import compute_ops_at
-from app.charts.memory import make_category_figure, memory_timeline_chart
+from app.charts.memory import memory_timeline_chart
 from app.errors import TorchscopeError
 from app.presentation.units import format_bytes
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import (
-    cached_memory_timeline,
-    cached_recorded_categories,
     cached_snapshot,
     cached_trace_allocations,
-    cached_uploaded_categories,
+)
+from app.ui.memory_views import MAX_POINTS as _MAX_POINTS
+from app.ui.memory_views import (
+    cached_recorded_category_view,
+    cached_trace_memory_views,
+    cached_uploaded_category_view,
 )
 from app.ui.tabs import RunContext
 from app.ui.tabs.timeline import has_traces
@@ -38,7 +38,6 @@ __all__ = ["TITLE", "render"]
 
 TITLE = "Memory"
 
-_MAX_POINTS = 5000
 _NO_MEMORY_HELP = (
     "No memory events in this run's traces. The profiler records allocations when it runs with "
     "`profile_memory=True` (Torchscope's profiling windows do; an imported trace may not)."
@@ -73,37 +72,27 @@ def _render_trace_memory(ctx: RunContext) -> None:
     if len(traces) > 1:
         index = st.selectbox("Trace", range(len(traces)), index=index, key=ctx.key("memory_trace"),
                              format_func=lambda i: f"rank {traces[i].rank} · {traces[i].path.name}")
-    timeline = cached_memory_timeline(ctx.run_dir, index)
-    if timeline.empty:
+    views = cached_trace_memory_views(ctx.run_dir, index)
+    if not views:
         st.info(_NO_MEMORY_HELP)
         return
-    devices = sorted(timeline["device"].unique(), key=lambda d: (d == "cpu", d))
+    devices = list(views)
     device = st.radio("Device", devices, horizontal=True, key=ctx.key("memory_device")) if len(devices) > 1 \
         else devices[0]
-    rows = timeline[timeline["device"] == device].reset_index(drop=True)
-    if rows["allocated_bytes"].isna().all():
+    view = views[device]
+    if view.spec is None:
         st.info(f"The memory events of {device} carry no allocator totals to draw.")
         return
-    if not (rows["reserved_bytes"] > 0).any():  # CPU allocators report no reserved memory
-        rows = rows.assign(reserved_bytes=np.nan)
-    peak = int(rows["allocated_bytes"].idxmax())
-    peak_ts = float(rows.at[peak, "ts_us"])
-    origin = float(traces[index].events["ts_us"].min()) if len(traces[index].events) else float(rows["ts_us"].min())
-    keep = minmax_downsample_indices(rows["allocated_bytes"].to_numpy(np.float64), _MAX_POINTS)
-    shown = rows.iloc[keep].assign(time_ms=lambda d: (d["ts_us"] - origin) / 1000)
     c = st.columns(3)
-    c[0].metric("Peak allocated", format_bytes(int(rows.at[peak, "allocated_bytes"])))
-    reserved = rows["reserved_bytes"]
-    c[1].metric("Peak reserved", format_bytes(int(reserved.max())) if reserved.notna().any() else "–",
-                help="Memory the caching allocator holds (CUDA); not reported for CPU.")
-    c[2].metric("Peak at", f"{(peak_ts - origin) / 1000:,.2f} ms", help="since the trace's first event")
-    spec = memory_timeline_chart(shown, x="time_ms", x_title="ms since trace start", peak_index=peak,
-                                 title=f"{device} · rank {traces[index].rank}")
-    st.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_trace_fig"))
+    c[0].metric("Peak allocated", format_bytes(view.peak_bytes))
+    c[1].metric("Peak reserved", format_bytes(view.peak_reserved_bytes) if view.peak_reserved_bytes is not None
+                else "–", help="Memory the caching allocator holds (CUDA); not reported for CPU.")
+    c[2].metric("Peak at", f"{view.peak_ms:,.2f} ms", help="since the trace's first event")
+    st.vega_lite_chart(view.spec, width="stretch", key=ctx.key("memory_trace_fig"))
     st.markdown("**Ops around the peak** — running at the peak (outermost first), then the last ops "
                 "that ended before it: the allocation that made the peak is in one of them.")
-    ops = compute_ops_at(traces[index].events, peak_ts, before=10)
-    if ops.empty:
+    ops = view.ops
+    if ops is None or ops.empty:
         st.caption("No host ops recorded around the peak.")
     else:
         st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"),
@@ -114,7 +103,7 @@ def _render_trace_memory(ctx: RunContext) -> None:
                              "ended before the peak (ms)", help="0 for ops still running at the peak"),
                          "input_shapes": st.column_config.TextColumn("input shapes"),
                      })
-    _render_trace_allocations(ctx, index, device, origin)
+    _render_trace_allocations(ctx, index, device, view.origin_us)
 
 
 def _render_trace_allocations(ctx: RunContext, index: int, device: str, origin: float) -> None:
@@ -217,7 +206,7 @@ def _render_categories(ctx: RunContext) -> None:
         chosen = st.selectbox("Memory timeline (one per profiler window and rank)", names,
                               key=ctx.key("memory_categories_file")) if len(names) > 1 else names[0]
         source = chosen
-        raw = cached_recorded_categories(str(recorded[names.index(chosen)]), ctx.run_dir)
+        view = cached_recorded_category_view(str(recorded[names.index(chosen)]), ctx.run_dir)
     else:
         upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
                                   key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
@@ -225,13 +214,12 @@ def _render_categories(ctx: RunContext) -> None:
             st.info(_CATEGORY_HELP)
             return
         source = upload.name
-        raw = cached_uploaded_categories(upload.getvalue(), upload.name)
-    cats = compute_category_timeline(raw, max_points=_MAX_POINTS)
-    if cats.empty:
+        view = cached_uploaded_category_view(upload.getvalue(), upload.name)
+    if view.spec is None or view.peak is None:
         st.info(f"`{source}` holds no memory records.")
         return
-    st.plotly_chart(make_category_figure(cats), width="stretch", key=ctx.key("memory_categories_fig"))
-    peak = compute_category_peak(cats)
+    st.vega_lite_chart(view.spec, width="stretch", key=ctx.key("memory_categories_fig"))
+    peak = view.peak
     st.caption(f"At the peak ({peak['time_ms'].iloc[0]:,.1f} ms, "
                f"{format_bytes(int(peak['bytes'].sum()))}):")
     st.dataframe(peak.assign(size=[format_bytes(int(b)) for b in peak["bytes"]])[["category", "size", "share"]],

@@ -124,7 +124,7 @@ def _drawn(spec: dict) -> list[tuple[str, str, str]]:
 
 
 def test_memory_figures(snap: dict) -> None:
-    from app.charts.memory import byte_unit, make_category_figure, memory_timeline_chart
+    from app.charts.memory import byte_unit, category_chart, memory_timeline_chart
 
     assert byte_unit(3 * 2**30) == (2.0**30, "GiB") and byte_unit(10) == (1.0, "B")
     t = compute_snapshot_timeline(snap, 0)
@@ -149,9 +149,18 @@ def test_memory_figures(snap: dict) -> None:
     raw = pd.DataFrame({"ts_ns": np.array([1, 2], dtype=np.int64), "action": ["create", "create"],
                         "bytes": np.array([2**20, 2**21], dtype=np.int64),
                         "category": pd.Categorical(["parameter", "activation"], categories=list(MEMORY_CATEGORIES))})
-    cat_fig = make_category_figure(compute_category_timeline(raw))
-    assert [d.name for d in cat_fig.data] == ["parameter", "activation"]  # parameters at the bottom
-    assert all(d.stackgroup == "memory" for d in cat_fig.data)
+    cats = compute_category_timeline(raw)
+    cat_spec = category_chart(cats, title="<i>rank 0</i>")
+    stacked, hover = cat_spec["layer"]
+    assert stacked["transform"][0]["fold"] == ["parameter", "activation"]  # parameters at the bottom
+    assert stacked["encoding"]["y"]["stack"] == "zero" and stacked["encoding"]["y"]["title"] == "MiB"
+    assert stacked["encoding"]["color"]["scale"] == {"domain": ["parameter", "activation"],
+                                                    "range": ["darkgreen", "red"]}
+    assert cat_spec["data"]["values"][-1] == {"time_ms": pytest.approx(1e-6), "parameter": 1.0, "activation": 2.0,
+                                              "total": 3.0}
+    assert [x["title"] for x in hover["encoding"]["tooltip"]] == ["ms", "parameter (MiB)", "activation (MiB)",
+                                                                  "total (MiB)"]
+    assert cat_spec["title"]["text"] == "<i>rank 0</i>"
 
 
 def test_oom_events(snap: dict) -> None:
