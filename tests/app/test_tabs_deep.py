@@ -225,6 +225,9 @@ def test_memory_from_cpu_trace_marks_peak_and_lists_ops(cpu_profiled_run) -> Non
     allocs = at.dataframe[1].value
     assert 0 < len(allocs) <= 20 and allocs["op"].str.startswith("aten::").all()
     assert not allocs["op"].isin(["aten::empty", "aten::empty_strided"]).any()
+    # shapes for people (32×3×32×32), as in the Operators tab, never the recorded lists
+    shapes = [str(v) for v in [*ops["input_shapes"], *allocs["input_shapes"]] if v]
+    assert shapes and not any("[" in v for v in shapes) and any("×" in v for v in shapes)
     info = texts(at.info)
     assert "No CUDA allocator snapshot" in info and "export_memory_timeline" in info
 

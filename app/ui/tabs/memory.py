@@ -18,7 +18,7 @@ from app.analysis.memory.snapshot import (
 )
 from app.charts.memory import memory_timeline_chart
 from app.errors import TorchscopeError
-from app.presentation.units import format_bytes
+from app.presentation.units import format_bytes, format_shape
 from app.ui.cache import cached_traces
 from app.ui.deep_cache import (
     cached_snapshot,
@@ -57,7 +57,8 @@ _CATEGORY_HELP = (
 
 
 def _ops_table(ops: pd.DataFrame) -> pd.DataFrame:
-    return ops.assign(dur_ms=ops["dur_us"] / 1000, ended_ms_before=ops["ends_before_us"] / 1000)[
+    return ops.assign(dur_ms=ops["dur_us"] / 1000, ended_ms_before=ops["ends_before_us"] / 1000,
+                      input_shapes=ops["input_shapes"].map(format_shape))[
         ["relation", "name", "dur_ms", "ended_ms_before", "input_shapes"]]
 
 
@@ -117,7 +118,7 @@ def _render_trace_allocations(ctx: RunContext, index: int, device: str, origin: 
         "size": [format_bytes(int(b)) for b in allocs["bytes"]],
         "at_ms": (allocs["ts_us"] - origin) / 1000,
         "lived_ms": allocs["lifetime_us"] / 1000,
-        "op": allocs["op"], "input_shapes": allocs["input_shapes"], "op_stack": allocs["op_stack"],
+        "op": allocs["op"], "input_shapes": allocs["input_shapes"].map(format_shape), "op_stack": allocs["op_stack"],
     })
     st.dataframe(table, hide_index=True, width="stretch", key=ctx.key("memory_trace_allocs"),
                  column_config={
