@@ -1,18 +1,17 @@
-"""Figures of the model's structure: a zoomable view of the graph's SVG, an icicle of the module
-tree, and the two runs' module trees as one highlighted graph (charts layer: tables → figures,
-no Streamlit)."""
+"""Charts of the model's structure: a zoomable view of the graph's SVG and an icicle of the module
+tree (Vega-Lite specs), and the two runs' module trees as one highlighted graph (DOT) (charts
+layer: tables → specs, no Streamlit, no plotly: the Graph tab then loads no plotly.js, issue 16)."""
 from __future__ import annotations
 
 import base64
-import html
+from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
 
 from app.analysis.model.graph_diff import ROOT_PATH, module_parent
 from app.analysis.model.tree import ROOT_LABEL
 
-__all__ = ["make_svg_figure", "make_module_icicle_figure", "make_module_diff_dot", "MODULE_DIFF_STYLES"]
+__all__ = ["svg_graph_chart", "module_icicle_chart", "ICICLE_ROW_PX", "make_module_diff_dot", "MODULE_DIFF_STYLES"]
 
 # change → (fill colour, border colour, border style, legend text)
 MODULE_DIFF_STYLES = {
@@ -25,45 +24,95 @@ MODULE_DIFF_STYLES = {
     "same": ("#ffffff", "#9e9e9e", "solid", "unchanged"),
 }
 
+# The model's own cell is grey; each top-level branch takes a light colour (ColorBrewer's Set3 less
+# its grey), cycling, so the dark labels stay readable on every cell.
+_ROOT_COLOR = "#d9d9d9"
+_BRANCH_COLORS = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
+                  "#bc80bd", "#ccebc5", "#ffed6f")
+ICICLE_ROW_PX = 44  # height of one level of the icicle
 
-def make_svg_figure(svg: str, width_pt: float, height_pt: float, *, height_px: int = 700) -> go.Figure:
-    """Return a figure showing ``svg`` as an image on fixed-ratio axes, so plotly's zoom (drag a
-    box, scroll) and pan work on it. The SVG is passed as a data-URI image, never as HTML, so
-    nothing in it runs."""
+
+def svg_graph_chart(svg: str, width_pt: float, height_pt: float, *, height_px: int = 700) -> dict[str, Any]:
+    """Return a Vega-Lite chart of ``svg`` (``width_pt`` × ``height_pt`` points) as one image mark on
+    x/y scales of its points, ``height_px`` tall, kept to its aspect ratio and centred. The mouse
+    wheel zooms both axes alike (the picture keeps its shape), dragging pans, a double-click resets
+    (an interval selection bound to the scales).
+
+    The SVG comes from a run folder, so it is untrusted: it is only ever the ``data:`` URI of an
+    image, which browsers draw without running its scripts or event handlers, never markup put into
+    the page."""
     uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    fig = go.Figure()
-    # An invisible trace gives the axes their extent (plotly needs data to autorange).
-    fig.add_trace(go.Scatter(x=[0, width_pt], y=[0, height_pt], mode="markers", marker={"opacity": 0},
-                             hoverinfo="skip", showlegend=False))
-    fig.add_layout_image(source=uri, xref="x", yref="y", x=0, y=height_pt, sizex=width_pt, sizey=height_pt,
-                         sizing="stretch", layer="below")
-    fig.update_xaxes(visible=False, range=[0, width_pt], constrain="domain")
-    fig.update_yaxes(visible=False, range=[0, height_pt], scaleanchor="x", scaleratio=1, constrain="domain")
-    fig.update_layout(height=height_px, margin={"l": 0, "r": 0, "t": 0, "b": 0}, dragmode="pan",
-                      plot_bgcolor="white")
-    return fig
+    w, h = float(width_pt), float(height_pt)
+    return {
+        "data": {"values": [{"x": 0.0, "x2": w, "y": 0.0, "y2": h}]},
+        "mark": {"type": "image", "url": uri, "aspect": True, "clip": True},
+        "encoding": {
+            "x": {"field": "x", "type": "quantitative", "axis": None,
+                  "scale": {"domain": [0.0, w], "nice": False, "zero": False}},
+            "x2": {"field": "x2"},
+            # y grows downwards, as in the SVG: its top at the chart's top
+            "y": {"field": "y", "type": "quantitative", "axis": None,
+                  "scale": {"domain": [0.0, h], "nice": False, "zero": False, "reverse": True}},
+            "y2": {"field": "y2"},
+        },
+        "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x", "y"]}, "bind": "scales"}],
+        "height": int(height_px),
+        "padding": 0,
+        "view": {"stroke": None},
+    }
 
 
-def make_module_icicle_figure(table: pd.DataFrame, *, value: str = "params", height: int = 520) -> go.Figure:
-    """Return an icicle of the module tree (the table of ``compute_module_table``), each module
-    sized by ``value`` ("params" or "flops", children included). Click a module to zoom into it."""
+def module_icicle_chart(partition: pd.DataFrame, *, value: str = "params") -> dict[str, Any]:
+    """Return a Vega-Lite icicle of the module tree: one row of cells per depth, the model on top,
+    each module's cell as wide as its share of its parent's (``partition`` is
+    ``compute_module_partition``; modules of empty span are left out), coloured by top-level branch
+    and labelled with its name where it is wide enough. The tooltip gives the module's path, type,
+    parameters, FLOPs and share of the model's ``value`` ("params" or "flops"). The mouse wheel
+    zooms across, dragging pans, a double-click resets.
+
+    Raises ValueError for another ``value``."""
     if value not in ("params", "flops"):
         raise ValueError(f"value must be 'params' or 'flops', got {value!r}")
-    rows = table
-    values = rows[value].clip(lower=0)
-    # branchvalues="total" needs each parent to be at least the sum of its children, which holds
-    # for params and flops as the agent writes them (children included).
-    labels = [html.escape(p.rsplit(".", 1)[-1]) if p != ROOT_LABEL else ROOT_LABEL for p in rows["path"]]
-    custom = list(zip(rows["type"], rows["params"], rows["flops"], rows["path"]))
-    fig = go.Figure(go.Icicle(
-        ids=rows["path"], parents=rows["parent"], labels=labels, values=values, branchvalues="total",
-        customdata=[[html.escape(str(t)), p, f, html.escape(str(path))] for t, p, f, path in custom],
-        hovertemplate="<b>%{customdata[3]}</b> (%{customdata[0]})<br>params %{customdata[1]:,}<br>"
-                      "FLOPs %{customdata[2]:,}<br>%{percentRoot:.1%} of the model<extra></extra>",
-        root={"color": "lightgrey"}, tiling={"orientation": "v"}, maxdepth=4,
-    ))
-    fig.update_layout(height=height, margin={"l": 0, "r": 0, "t": 10, "b": 0})
-    return fig
+    drawn = partition[partition["x1"] > partition["x0"]]
+    branches = list(dict.fromkeys(str(b) for b in drawn["branch"]))
+    top = {str(p) for p, d in zip(drawn["path"], drawn["depth"]) if d == 0}
+    colors, k = [], 0
+    for b in branches:
+        colors.append(_ROOT_COLOR if b in top else _BRANCH_COLORS[k % len(_BRANCH_COLORS)])
+        k += b not in top
+    rows = [{"path": str(r.path), "name": str(r.path) if r.path == ROOT_LABEL else str(r.path).rsplit(".", 1)[-1],
+             "type": str(r.type), "params": int(r.params), "flops": int(r.flops), "share": float(r.share),
+             "x0": float(r.x0), "x1": float(r.x1), "depth": int(r.depth), "branch": str(r.branch)}
+            for r in drawn.itertuples(index=False)]
+    levels = int(drawn["depth"].max()) + 1 if len(drawn) else 1
+    what = "parameters" if value == "params" else "FLOPs"
+    x = {"field": "x0", "type": "quantitative", "axis": None, "scale": {"domain": [0, 1], "nice": False, "zero": False}}
+    y = {"field": "depth", "type": "ordinal", "axis": None, "scale": {"domain": list(range(levels)), "padding": 0}}
+    # the pixel width of a cell, at the current zoom
+    px = "(scale('x', datum.x1) - scale('x', datum.x0))"
+    return {
+        "data": {"values": rows},
+        "encoding": {"x": x, "y": y},
+        "layer": [
+            {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 1, "clip": True},
+             "encoding": {
+                 "x2": {"field": "x1"},
+                 "color": {"field": "branch", "type": "nominal", "legend": None,
+                           "scale": {"domain": branches, "range": colors}},
+                 "tooltip": [{"field": "path", "title": "module"}, {"field": "type", "title": "type"},
+                             {"field": "params", "title": "parameters", "format": ","},
+                             {"field": "flops", "title": "forward FLOPs", "format": ","},
+                             {"field": "share", "title": f"share of the model's {what}", "format": ".1%"}]},
+             "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]},
+            # SVG text: shown as written, no markup; cut to its cell, and none on a cell too narrow
+            {"mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 4, "fontSize": 11,
+                      "color": "#212121", "clip": True, "limit": {"expr": f"max(1, {px} - 8)"}},
+             "encoding": {"text": {"condition": {"test": f"{px} >= 24", "field": "name", "type": "nominal"},
+                                   "value": ""}}},
+        ],
+        "height": {"step": ICICLE_ROW_PX},
+        "view": {"stroke": None},
+    }
 
 
 def _dot_text(text: str) -> str:

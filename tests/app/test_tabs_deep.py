@@ -268,9 +268,26 @@ def test_memory_refuses_hostile_snapshot_without_crashing(make_run, tmp_path) ->
 
 
 def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
+    import base64
+
+    from app.analysis.model.tree import ROOT_LABEL
+
     at = open_tab(graph_run, "graph")
     assert_ok(at)
-    assert "svg+xml;base64," in charts(at)[0].proto.spec
+    assert not at.get("plotly_chart"), "the Graph tab needs no plotly.js"
+    graph, icicle = (json.loads(c.proto.spec) for c in at.get("vega_lite_chart"))
+    uri = graph["mark"]["url"]
+    assert graph["mark"]["type"] == "image" and uri.startswith("data:image/svg+xml;base64,")
+    assert base64.b64decode(uri.split(",", 1)[1]) == (graph_run / layout.GRAPH_SVG).read_bytes()
+    assert graph["params"][0]["bind"] == "scales"
+    assert "Scroll over the graph to zoom" in texts(at.caption)
+    # the icicle: the model, then its four layers side by side by their parameters
+    rows = {r["path"]: r for r in vega_rows(at.get("vega_lite_chart")[1])}
+    params = {"0": 4 * 3 * 9 + 4, "3": 144 * 10 + 10}
+    assert set(rows) == {ROOT_LABEL, "0", "3"}  # ReLU and Flatten hold no parameters: no cell
+    for path, n in params.items():
+        assert rows[path]["x1"] - rows[path]["x0"] == pytest.approx(n / sum(params.values()))
+    assert icicle["layer"][0]["encoding"]["tooltip"][-1]["title"] == "share of the model's parameters"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Parameters"] == f"{4 * 3 * 9 + 4 + 144 * 10 + 10:,}"
     assert metrics["Modules"] == "5"
@@ -278,8 +295,6 @@ def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
     assert table["type"].tolist() == ["Sequential", "Conv2d", "ReLU", "Flatten", "Linear"]
     # FLOPs in millions (a ten-digit count is unreadable), every column with a readable header
     assert "flops" not in table.columns and table["mflops"].iloc[0] * 1e6 >= table["mflops"].iloc[1:].sum() * 1e6
-    import json
-
     labels = {k: v.get("label") for k, v in json.loads(at.dataframe[0].proto.columns).items() if k != "_index"}
     assert set(labels) == set(table.columns) and all(labels.values())
     assert labels["mflops"] == "Forward MFLOPs" and labels["trainable_params"] == "Trainable"
@@ -292,6 +307,48 @@ def test_graph_height_follows_its_shape() -> None:
     assert graph_height_px(500, 1500) == 1400  # tall backward graph: as tall as allowed
     assert graph_height_px(1000, 800) == 800
     assert graph_height_px(2000, 100) == 500 and graph_height_px(0, 100) == 700
+
+
+def test_graph_icicle_by_flops_and_depth(graph_run) -> None:  # noqa: ANN001
+    import torch
+
+    from profiler_agent.graph import write_module_tree
+
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    model = torch.nn.Sequential(block, torch.nn.Linear(8, 4))
+    write_module_tree(graph_run, model, {id(block[0]): (2, 8), id(model[1]): (2, 4)})
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    assert {r["depth"] for r in vega_rows(at.get("vega_lite_chart")[1])} == {0, 1, 2}
+    at.toggle(key="t_graph_by_flops").set_value(True).run()
+    assert_ok(at)
+    icicle = at.get("vega_lite_chart")[1]
+    assert json.loads(icicle.proto.spec)["layer"][0]["encoding"]["tooltip"][-1]["title"] == \
+        "share of the model's FLOPs"
+    rows = {r["path"]: r for r in vega_rows(icicle)}
+    flops = {"0": 2 * 2 * 8 * 8, "1": 2 * 2 * 8 * 4}  # 2 × outputs (2×8, 2×4) × inputs (8): block, head
+    assert rows["0"]["x1"] - rows["0"]["x0"] == pytest.approx(flops["0"] / sum(flops.values()))
+    assert "FLOPs" in texts(at.caption)
+    at.slider(key="t_graph_depth").set_value(1).run()
+    assert_ok(at)
+    assert {r["depth"] for r in vega_rows(at.get("vega_lite_chart")[1])} == {0, 1}
+
+
+def test_graph_hostile_svg_is_drawn_only_as_an_image(graph_run) -> None:  # noqa: ANN001
+    import base64
+
+    hostile = ('<svg xmlns="http://www.w3.org/2000/svg" width="200pt" height="600pt" onload="window.__pwned=6">'
+               '<script>window.__pwned=7</script><text x="5" y="20">MulBackward0</text></svg>')
+    (graph_run / layout.GRAPH_SVG).write_text(hostile)
+    at = open_tab(graph_run, "graph")
+    assert_ok(at)
+    graph = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert base64.b64decode(graph["mark"]["url"].split(",", 1)[1]).decode() == hostile
+    assert graph["mark"]["type"] == "image" and graph["height"] == 1400  # tall: as tall as allowed
+    # its markup is nowhere in the page: not in a chart's spec or rows, nor in any text or HTML element
+    page = [chart_text(c) for c in at.get("vega_lite_chart")] + [str(e.proto) for e in at.get("markdown")]
+    page += [str(e.proto) for e in at.get("html")]
+    assert not [p for p in page if "__pwned" in p or "<script" in p or "onload" in p]
 
 
 def test_graph_too_big_offers_download_only(graph_run) -> None:  # noqa: ANN001

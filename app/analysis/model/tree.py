@@ -1,4 +1,5 @@
-"""The model's module tree as a table, and the size of its backward graph (analysis layer).
+"""The model's module tree as a table, its partition layout (an icicle's cells), and the size of its
+backward graph (analysis layer).
 
 Input is the parsed graph/modules.json written by ``profiler_agent.graph.describe_module_tree``
 (format 1): ``{"format": 1, "root": node, "nodes": n, "truncated": bool}`` where each node has
@@ -7,6 +8,7 @@ included), ``own_params``, ``trainable_params``, ``output_shape``, ``extra_repr`
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,8 @@ __all__ = [
     "ROOT_LABEL",
     "GraphSize",
     "compute_module_table",
+    "PARTITION_COLUMNS",
+    "compute_module_partition",
     "compute_graph_size",
     "svg_size_pt",
 ]
@@ -69,6 +73,75 @@ def compute_module_table(tree: dict[str, Any], *, max_depth: int | None = None) 
         if max_depth is None or depth < max_depth:
             stack.extend((c, path, depth + 1) for c in reversed(children))
     return pd.DataFrame(rows, columns=MODULE_COLUMNS)
+
+
+PARTITION_COLUMNS = ["path", "parent", "depth", "type", "params", "flops", "value", "share", "x0", "x1", "branch"]
+
+
+def compute_module_partition(table: pd.DataFrame, *, value: str = "params") -> pd.DataFrame:
+    """Return the icicle layout of a module table (``compute_module_table``, maybe cut to a depth):
+    one row per module in the table's order (PARTITION_COLUMNS), ``x0``–``x1`` its span on [0, 1]
+    and ``depth`` its row (0 for the model).
+
+    A module's children share its span in proportion to their ``value`` ("params" or "flops",
+    children included), left to right in tree order; what they leave of it on the right is the
+    module's own part (its own parameters, its own FLOPs), as plotly's icicle left it. Children
+    that add up to more than their parent (a hand-edited or inconsistent tree) are squeezed into
+    its span rather than drawn past it. A module whose value is 0 (or negative, or missing) gets an
+    empty span. ``share`` is the module's value over the model's, ``branch`` the path of its
+    top-level ancestor (the model's own row: the model), to colour each branch alike.
+
+    Raises ValueError for another ``value``.
+    """
+    if value not in ("params", "flops"):
+        raise ValueError(f"value must be 'params' or 'flops', got {value!r}")
+    paths = [str(p) for p in table["path"]]
+    parents = [str(p) for p in table["parent"]]
+    values = [_nonnegative(v) for v in table[value]]
+    first: dict[str, int] = {}
+    for i, p in enumerate(paths):
+        first.setdefault(p, i)
+    # A row hangs under the first earlier row of its parent's path: a tree by construction, even
+    # for a malformed table (no cycles, no row counted twice). Rows without one are top level.
+    parent_of = [j if (j := first.get(parents[i], -1)) < i else -1 for i in range(len(paths))]
+    children: list[list[int]] = [[] for _ in paths]
+    for i, j in enumerate(parent_of):
+        if j >= 0:
+            children[j].append(i)
+    size = values[:]
+    for i in reversed(range(len(paths))):  # children come after their parent
+        size[i] = max(values[i], sum(size[c] for c in children[i]))
+    x0, x1 = [0.0] * len(paths), [0.0] * len(paths)
+    tops = [i for i, j in enumerate(parent_of) if j < 0]
+
+    def lay_out(rows: list[int], start: float, unit: float) -> None:
+        for r in rows:
+            x0[r], x1[r] = start, start + size[r] * unit
+            start = x1[r]
+
+    lay_out(tops, 0.0, 1.0 / s if (s := sum(size[t] for t in tops)) > 0 else 0.0)
+    for i in range(len(paths)):  # parents first: each one's span is set before its children's
+        if children[i]:
+            lay_out(children[i], x0[i], (x1[i] - x0[i]) / size[i] if size[i] > 0 else 0.0)
+    total = sum(values[t] for t in tops)
+    branch, depth = [""] * len(paths), [0] * len(paths)
+    for i, j in enumerate(parent_of):
+        branch[i] = paths[i] if j < 0 or parent_of[j] < 0 else branch[j]
+        depth[i] = depth[j] + 1 if j >= 0 else 0
+    return pd.DataFrame({
+        "path": paths, "parent": parents, "depth": depth,
+        "type": [str(t) for t in table["type"]], "params": [_int(v) for v in table["params"]],
+        "flops": [_int(v) for v in table["flops"]], "value": values,
+        "share": [v / total if total > 0 else 0.0 for v in values], "x0": x0, "x1": x1, "branch": branch,
+    }, columns=PARTITION_COLUMNS)
+
+
+def _nonnegative(value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if math.isfinite(f) and f > 0 else 0.0
 
 
 def _int(value: Any) -> int:

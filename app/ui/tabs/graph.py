@@ -1,13 +1,18 @@
 """Run page tab "Graph": the first backward graph (zoomable) and the module tree with parameter
-counts and FLOPs (UI layer)."""
+counts and FLOPs (UI layer). Its charts are Vega-Lite: the tab loads no plotly.js (issue 16)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import streamlit as st
 
-from app.analysis.model.tree import compute_graph_size, compute_module_table, svg_size_pt
-from app.charts.graph import make_module_icicle_figure, make_svg_figure
+from app.analysis.model.tree import (
+    compute_graph_size,
+    compute_module_partition,
+    compute_module_table,
+    svg_size_pt,
+)
+from app.charts.graph import module_icicle_chart, svg_graph_chart
 from app.errors import TorchscopeError
 from app.ui.deep_cache import cached_module_tree
 from app.ui.tabs import RunContext
@@ -79,14 +84,13 @@ def graph_height_px(width_pt: float, height_pt: float, *, page_px: int = 1000) -
 
 
 def _draw(ctx: RunContext, dot: str | None, svg: str | None) -> None:
-    """The SVG on zoomable plotly axes; without one, the DOT through st.graphviz_chart."""
+    """The SVG as a zoomable Vega-Lite image; without one, the DOT through st.graphviz_chart."""
     if svg is not None and (dims := svg_size_pt(svg)) is not None:
         # A backward graph is tall and narrow: at a fixed 700 px it is drawn a third of the page
         # wide with unreadable labels. Give it the height its shape needs on a ~1000 px wide page.
         height = graph_height_px(*dims)
-        st.plotly_chart(make_svg_figure(svg, *dims, height_px=height), width="stretch", key=ctx.key("graph_svg"),
-                        config={"scrollZoom": True, "displaylogo": False})
-        st.caption("Scroll or drag a box to zoom, drag to pan, double-click to reset.")
+        st.vega_lite_chart(svg_graph_chart(svg, *dims, height_px=height), width="stretch", key=ctx.key("graph_svg"))
+        st.caption("Scroll over the graph to zoom, drag to pan, double-click to reset.")
     elif dot is not None:
         st.graphviz_chart(dot, width="stretch")
     else:
@@ -142,8 +146,11 @@ def _render_tree(ctx: RunContext) -> None:
     shown = table[table["depth"] <= depth]
     value = "flops" if root["flops"] and st.toggle("Size by FLOPs", key=ctx.key("graph_by_flops")) else "params"
     if int(root[value]) > 0:
-        st.plotly_chart(make_module_icicle_figure(shown, value=value), width="stretch",
-                        key=ctx.key("graph_icicle"))
+        st.vega_lite_chart(module_icicle_chart(compute_module_partition(shown, value=value), value=value),
+                           width="stretch", key=ctx.key("graph_icicle"))
+        st.caption("Each module as wide as its share of its parent's "
+                   f"{'FLOPs' if value == 'flops' else 'parameters'} (the gap on a parent's right: its own). "
+                   "Scroll to zoom across, drag to pan, double-click to reset; hover a module for its numbers.")
     rows = shown[["module", "type", "params", "trainable_params", "param_share", "flops", "output_shape",
                   "extra_repr"]].copy()
     rows["flops"] = rows["flops"] / 1e6
