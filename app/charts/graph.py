@@ -45,7 +45,8 @@ def svg_graph_chart(svg: str, width_pt: float, height_pt: float, *, height_px: i
     w, h = float(width_pt), float(height_pt)
     return {
         "data": {"values": [{"x": 0.0, "x2": w, "y": 0.0, "y2": h}]},
-        "mark": {"type": "image", "url": uri, "aspect": True, "clip": True},
+        # no tooltip: Streamlit's theme would show the image's corners
+        "mark": {"type": "image", "url": uri, "aspect": True, "clip": True, "tooltip": None},
         "encoding": {
             "x": {"field": "x", "type": "quantitative", "axis": None,
                   "scale": {"domain": [0.0, w], "nice": False, "zero": False}},
@@ -88,29 +89,32 @@ def module_icicle_chart(partition: pd.DataFrame, *, value: str = "params") -> di
     what = "parameters" if value == "params" else "FLOPs"
     x = {"field": "x0", "type": "quantitative", "axis": None, "scale": {"domain": [0, 1], "nice": False, "zero": False}}
     y = {"field": "depth", "type": "ordinal", "axis": None, "scale": {"domain": list(range(levels)), "padding": 0}}
-    # the pixel width of a cell, at the current zoom
-    px = "(scale('x', datum.x1) - scale('x', datum.x0))"
+    tooltip = [{"field": "path", "title": "module"}, {"field": "type", "title": "type"},
+               {"field": "params", "title": "parameters", "format": ","},
+               {"field": "flops", "title": "forward FLOPs", "format": ","},
+               {"field": "share", "title": f"share of the model's {what}", "format": ".1%"}]
+    # A label starts at its cell's left edge, or at the chart's when the cell is zoomed past it,
+    # and is cut to the cell's visible width (pixels, at the current zoom); none on a narrow cell.
+    left = "max(scale('x', datum.x0), 0)"
+    room = f"(min(scale('x', datum.x1), width) - {left})"
     return {
         "data": {"values": rows},
-        "encoding": {"x": x, "y": y},
+        "encoding": {"y": y, "tooltip": tooltip},  # the label's tooltip is its cell's
         "layer": [
             {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 1, "clip": True},
              "encoding": {
-                 "x2": {"field": "x1"},
+                 "x": x, "x2": {"field": "x1"},
                  "color": {"field": "branch", "type": "nominal", "legend": None,
-                           "scale": {"domain": branches, "range": colors}},
-                 "tooltip": [{"field": "path", "title": "module"}, {"field": "type", "title": "type"},
-                             {"field": "params", "title": "parameters", "format": ","},
-                             {"field": "flops", "title": "forward FLOPs", "format": ","},
-                             {"field": "share", "title": f"share of the model's {what}", "format": ".1%"}]},
+                           "scale": {"domain": branches, "range": colors}}},
              "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]},
-            # SVG text: shown as written, no markup; cut to its cell, and none on a cell too narrow
+            # SVG text: shown as written, no markup
             {"mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 4, "fontSize": 11,
-                      "color": "#212121", "clip": True, "limit": {"expr": f"max(1, {px} - 8)"}},
-             "encoding": {"text": {"condition": {"test": f"{px} >= 24", "field": "name", "type": "nominal"},
+                      "color": "#212121", "clip": True, "limit": {"expr": f"max(1, {room} - 8)"}},
+             "encoding": {"x": {"value": {"expr": left}},
+                          "text": {"condition": {"test": f"{room} >= 30", "field": "name", "type": "nominal"},
                                    "value": ""}}},
         ],
-        "height": {"step": ICICLE_ROW_PX},
+        "height": ICICLE_ROW_PX * levels,
         "view": {"stroke": None},
     }
 

@@ -287,7 +287,7 @@ def test_graph_svg_and_module_tree(graph_run) -> None:  # noqa: ANN001
     assert set(rows) == {ROOT_LABEL, "0", "3"}  # ReLU and Flatten hold no parameters: no cell
     for path, n in params.items():
         assert rows[path]["x1"] - rows[path]["x0"] == pytest.approx(n / sum(params.values()))
-    assert icicle["layer"][0]["encoding"]["tooltip"][-1]["title"] == "share of the model's parameters"
+    assert icicle["encoding"]["tooltip"][-1]["title"] == "share of the model's parameters"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Parameters"] == f"{4 * 3 * 9 + 4 + 144 * 10 + 10:,}"
     assert metrics["Modules"] == "5"
@@ -323,7 +323,7 @@ def test_graph_icicle_by_flops_and_depth(graph_run) -> None:  # noqa: ANN001
     at.toggle(key="t_graph_by_flops").set_value(True).run()
     assert_ok(at)
     icicle = at.get("vega_lite_chart")[1]
-    assert json.loads(icicle.proto.spec)["layer"][0]["encoding"]["tooltip"][-1]["title"] == \
+    assert json.loads(icicle.proto.spec)["encoding"]["tooltip"][-1]["title"] == \
         "share of the model's FLOPs"
     rows = {r["path"]: r for r in vega_rows(icicle)}
     flops = {"0": 2 * 2 * 8 * 8, "1": 2 * 2 * 8 * 4}  # 2 × outputs (2×8, 2×4) × inputs (8): block, head

@@ -48,6 +48,16 @@ def test_payloads_are_shown_as_text_everywhere(page, server, browser_store):  # 
         wait_idle(page)
         assert page.evaluate(INJECTED) == CLEAN, f"tab {name}"
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
+        if name == "Graph":  # the SVG's script and handlers never run: it is drawn as an image only
+            panel = page.locator('[role="tabpanel"]:visible')
+            image = panel.locator("[data-testid='stVegaLiteChart'] svg.marks image").first
+            image.wait_for()
+            assert (image.get_attribute("href") or "").startswith("data:image/svg+xml;base64,")
+            assert panel.get_by_text("HostileBackward0").count() == 0  # its text is not in the page's DOM
+            panel.locator("[data-testid='stVegaLiteChart'] svg.marks g.mark-rect path").nth(1).wait_for()  # icicle
+            page.wait_for_timeout(500)  # an image's onload would have fired by now
+            assert page.evaluate(INJECTED) == CLEAN
+            screenshot(page, "xss_run_graph")
         if name == "Logs":
             panel = page.locator('[role="tabpanel"]:visible')
             # the log, as text (its code block may be drawn a moment after the panel's first element)

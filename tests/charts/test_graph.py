@@ -95,7 +95,7 @@ def test_svg_graph_is_a_data_uri_image_on_scales_bound_for_zoom() -> None:
     spec = svg_graph_chart(HOSTILE_SVG, 300.0, 900.0, height_px=1400)
     _valid_vega_lite(spec)
     mark = spec["mark"]
-    assert mark["type"] == "image" and mark["aspect"] is True and mark["clip"] is True
+    assert mark["type"] == "image" and mark["aspect"] is True and mark["clip"] is True and mark["tooltip"] is None
     prefix = "data:image/svg+xml;base64,"
     assert mark["url"].startswith(prefix)
     assert base64.b64decode(mark["url"].removeprefix(prefix)).decode() == HOSTILE_SVG  # the file, unchanged
@@ -159,8 +159,9 @@ def test_icicle_cells_in_proportion_to_each_parents_parameters() -> None:
     assert rows["enc.conv"]["share"] == pytest.approx(0.5)
     rect, text = spec["layer"]
     assert rect["mark"]["type"] == "rect" and rect["encoding"]["x2"]["field"] == "x1"
-    assert spec["encoding"]["x"]["field"] == "x0" and spec["encoding"]["y"]["field"] == "depth"
-    tips = {t["field"]: t for t in rect["encoding"]["tooltip"]}
+    assert rect["encoding"]["x"]["field"] == "x0" and spec["encoding"]["y"]["field"] == "depth"
+    tips = {t["field"]: t for t in spec["encoding"]["tooltip"]}  # the cells' and their labels'
+
     assert list(tips) == ["path", "type", "params", "flops", "share"]
     assert tips["params"]["format"] == "," and tips["share"]["format"] == ".1%"
     assert tips["share"]["title"] == "share of the model's parameters"
@@ -179,7 +180,7 @@ def test_icicle_by_flops_and_of_nothing() -> None:
     rows = {r["path"]: r for r in spec["data"]["values"]}
     assert rows["enc"]["x1"] - rows["enc"]["x0"] == pytest.approx(600 / 900)
     assert rows["enc"]["params"] == 10 and rows["enc"]["flops"] == 600  # both in the tooltip
-    assert spec["layer"][0]["encoding"]["tooltip"][-1]["title"] == "share of the model's FLOPs"
+    assert spec["encoding"]["tooltip"][-1]["title"] == "share of the model's FLOPs"
     empty = module_icicle_chart(compute_module_partition(_modules([0] * 6)))
     assert empty["data"]["values"] == []
     _valid_vega_lite(empty)
