@@ -35,8 +35,34 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         if name == "Memory" and prefix == "agent":  # its allocation timeline: Vega-Lite, no plotly.js
             panel.locator("[data-testid='stVegaLiteChart'] :is(svg, canvas).marks").first.wait_for()  # drawn
             assert panel.locator(".js-plotly-plot").count() == 0
+        if name == "Graph" and prefix == "agent":
+            _check_graph(page, panel)
         screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
     return names
+
+
+def _check_graph(page, panel) -> None:  # noqa: ANN001
+    """The backward graph is drawn as an image (a data URI: nothing in the SVG runs), the wheel zooms
+    it, a double-click resets it, and the module icicle has its cells; Vega-Lite, no plotly.js."""
+    charts = panel.locator("[data-testid='stVegaLiteChart']")
+    image = charts.nth(0).locator("svg.marks image")
+    image.wait_for()
+    assert (image.get_attribute("href") or "").startswith("data:image/svg+xml;base64,")
+    charts.nth(1).locator("svg.marks g.mark-rect path").nth(2).wait_for()  # the model and two modules at least
+    assert panel.locator(".js-plotly-plot").count() == 0
+    drawn = image.evaluate("e => e.getBBox().width")
+    box = charts.nth(0).bounding_box()
+    assert box is not None and drawn > 0
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 3)
+    for _ in range(3):
+        page.mouse.wheel(0, -200)
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(500)
+    zoomed = image.evaluate("e => e.getBBox().width")
+    assert zoomed > 1.5 * drawn, (drawn, zoomed)  # the picture grew under the pointer
+    page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 3)
+    page.wait_for_timeout(500)
+    assert image.evaluate("e => e.getBBox().width") == pytest.approx(drawn, rel=0.01)
 
 
 def _check_timeline(page, panel, prefix: str) -> None:  # noqa: ANN001

@@ -15,9 +15,8 @@ def wait_idle(page: Any, timeout_ms: int = 180_000) -> None:
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
     page.wait_for_selector(READY, timeout=timeout_ms)
 
-# A drawn chart: a plotly figure, or a Vega-Lite chart once its marks are in the page (the Overview's,
-# the Metrics, Operators, Timeline and System tabs' charts and the Memory tab's timelines are Vega-Lite,
-# the other charts plotly).
+# A drawn chart: a plotly figure, or a Vega-Lite chart once its marks are in the page (every Run page
+# tab's charts are Vega-Lite; Compare's other tabs and the HTML report are plotly).
 # (Vega draws large data, e.g. the Memory tab's timeline, on a canvas instead of SVG.)
 CHART = ":is(.js-plotly-plot, [data-testid='stVegaLiteChart'] :is(svg, canvas).marks)"
 # The SVG text of every chart (titles, axes, legends): no innerText.

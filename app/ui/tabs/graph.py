@@ -148,9 +148,10 @@ def _render_tree(ctx: RunContext) -> None:
     if int(root[value]) > 0:
         st.vega_lite_chart(module_icicle_chart(compute_module_partition(shown, value=value), value=value),
                            width="stretch", key=ctx.key("graph_icicle"))
-        st.caption("Each module as wide as its share of its parent's "
-                   f"{'FLOPs' if value == 'flops' else 'parameters'} (the gap on a parent's right: its own). "
-                   "Scroll to zoom across, drag to pan, double-click to reset; hover a module for its numbers.")
+        what = "FLOPs" if value == "flops" else "parameters"
+        st.caption(f"Each module is as wide as its share of its parent's {what}; what its children leave empty "
+                   f"on its right is its own {what}. Scroll over it to zoom across, drag to pan, double-click to "
+                   "reset; hover a module for its numbers.")
     rows = shown[["module", "type", "params", "trainable_params", "param_share", "flops", "output_shape",
                   "extra_repr"]].copy()
     rows["flops"] = rows["flops"] / 1e6
