@@ -100,9 +100,12 @@ def main(argv: Sequence[str] | None = None, *, ls_checked: bool = False) -> int:
             return code
     if argv[:1] == ["ls"] and not ls_checked:  # `ls --json` of an unchanged store: printed before argparse
         from app.workspace.ls_snapshot import print_if_current
+
+        if print_if_current(argv):  # before printed_listing's import, which loads sqlite3
+            return 0
         from app.workspace.printed_listing import print_from_index
 
-        if print_if_current(argv) or print_from_index(argv):
+        if print_from_index(argv):
             return 0
     # Only the named command's module is imported: `torchscope run` must start the job fast, and
     # a warm `analyze --json` and `ls` on an indexed store must not pay for the other commands'

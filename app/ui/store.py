@@ -2,8 +2,9 @@
 
 The catalog (rows, the tb-profiler mirror, the problem messages) is the workspace's, the same as
 ``torchscope ls``, listed through the store's catalog index: a rerun stats each manifest and reads
-only the runs that changed (docs/catalog.md). A view is reused for VIEW_MAX_AGE_S, and the mirror
-is cached under its sub-folders' times.
+only the runs that changed (docs/catalog.md). A view is reused for VIEW_MAX_AGE_S, and past that
+while the store's index vouches that nothing changed (app.workspace.printed_listing.unchanged_token);
+the mirror is cached under its sub-folders' times.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import streamlit as st
 
 from app.data.runs import StoreTable
 from app.workspace import catalog, catalog_query
+from app.workspace.printed_listing import unchanged_token
 from app.workspace.signatures import file_signature
 from profiler_agent import runformat as rf
 
@@ -51,26 +53,39 @@ def _cached_mirror(root: Path, tb_runs: list[Path]) -> Path | None:
 
 
 # Store views younger than this are reused as they are: every widget click reruns a page, and
-# stat-ing 10,000 manifests on each click would be felt (benchmarks/catalog_index.py).
+# stat-ing 10,000 manifests on each click would be felt (benchmarks/catalog_index.py). An older one
+# is reused while the store's index vouches that nothing changed since it was listed (its token,
+# taken before the listing, is the same): listing 10,000 runs again from the index and building
+# their table costs ~0.5 s, the token ~1 ms.
 VIEW_MAX_AGE_S = 2.0
-_VIEWS: dict[str, tuple[float, StoreView]] = {}
+# root -> (when it was listed or last vouched for, monotonic s; the view; the store's token before it was listed)
+_VIEWS: dict[str, tuple[float, StoreView, str | None]] = {}
 _VIEWS_LOCK = threading.Lock()
 
 
 def cached_store_view(root: str | os.PathLike[str], *, max_age_s: float = VIEW_MAX_AGE_S) -> StoreView:
     """Summary rows of every run under ``root`` (newest first) and the store's problems.
 
-    A view computed less than ``max_age_s`` ago is reused. Raises RunStoreNotFoundError when
-    ``root`` does not exist.
+    A view computed less than ``max_age_s`` ago is reused, and an older one while the store's
+    unchanged token is still the one taken before it was listed (no run added, removed, replaced or
+    changed through the run format's writers since; a store with a running run has no token).
+    Raises RunStoreNotFoundError when ``root`` does not exist.
     """
     key = str(root)
     with _VIEWS_LOCK:
         hit = _VIEWS.get(key)
-    if hit is not None and time.monotonic() - hit[0] < max_age_s:
-        return hit[1]
+    if hit is not None:
+        made, view, token = hit
+        if time.monotonic() - made < max_age_s:
+            return view
+        if token is not None and unchanged_token(key) == token:
+            with _VIEWS_LOCK:
+                _VIEWS[key] = (time.monotonic(), view, token)
+            return view
+    token = unchanged_token(key)  # before the listing: a change during it gives another token next time
     view = _compute_store_view(Path(root))
     with _VIEWS_LOCK:
-        _VIEWS[key] = (time.monotonic(), view)
+        _VIEWS[key] = (time.monotonic(), view, token)
         if len(_VIEWS) > 16:
             _VIEWS.pop(next(iter(_VIEWS)))
     return view

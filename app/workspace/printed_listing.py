@@ -20,12 +20,14 @@ folders, ``stat``-ing a run or importing json, pathlib or argparse:
 
 Anything else, or any doubt (no index, a file SQLite cannot read, a URL, a ``~`` to expand), and
 the store is listed the normal way (app.workspace.catalog_records), which stores the stamp again.
-docs/catalog.md, "``ls --json`` of a store where nothing changed".
+docs/catalog.md, "``ls --json`` of a store where nothing changed". The same checks give
+:func:`unchanged_token`, with which the Runs page reuses a listing while nothing changed (app/ui/store.py).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import time
 import zlib
@@ -33,7 +35,7 @@ from _json import encode_basestring_ascii as _json_str  # json.dumps of a str: j
 from collections.abc import Sequence
 
 __all__ = ["STAMP_AGE_NS", "rules_digest", "path_text", "store_stamp", "printed_parts", "problem_items", "json_document",
-           "print_from_index"]
+           "print_from_index", "unchanged_token"]
 
 _APP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The code whose rules decide a row's numbers and its printed text: a change to any of these
@@ -136,9 +138,21 @@ _RUNS_SQL = ("SELECT CAST(group_concat(CASE WHEN base = ?1 THEN out ELSE substr(
              "FROM printed NOT INDEXED WHERE out IS NOT NULL")
 
 
-def _document(store: str, value: str) -> list[bytes] | None:
-    """The whole ``ls --json`` document of ``store`` from its index, in pieces (6 MB for 10,000 runs:
-    not copied into one), or None when the index cannot vouch for it (see the module docstring)."""
+def _vouched(conn: sqlite3.Connection, st: os.stat_result, token: str, size: int) -> bool:
+    """Whether the open index ``conn`` vouches that nothing changed since the listing that wrote its
+    entries (the module docstring's checks), for the store folder's ``stat`` ``st`` and the change
+    journal's ``token`` and ``size`` as read before. Call it inside a read transaction."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    want = {"format": _INDEX_FORMAT, "rules": rules_digest(), "journal_token": token,
+            "journal_offset": str(size), "folders_stamp": _stamp(st)}
+    if any(meta.get(k) != v for k, v in want.items()):
+        return False
+    return conn.execute("SELECT 1 FROM printed WHERE live LIMIT 1").fetchone() is None
+
+
+def _open_vouched(store: str) -> tuple[sqlite3.Connection, str] | None:
+    """(an index connection inside a read transaction that vouches for the store, the state it vouches
+    for: the store folder's stamp and the journal's token and size), or None on any doubt."""
     index = os.path.join(store, _INDEX)
     if not os.path.isfile(index):
         return None
@@ -151,21 +165,47 @@ def _document(store: str, value: str) -> list[bytes] | None:
         st = os.stat(store)
     except (OSError, ValueError):
         return None
-    import sqlite3
-
     try:
         conn = sqlite3.connect(index, timeout=5.0, isolation_level=None)
     except sqlite3.Error:
         return None
     try:
-        conn.execute("BEGIN")  # one read transaction: the checks and the texts belong together
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        want = {"format": _INDEX_FORMAT, "rules": rules_digest(), "journal_token": token,
-                "journal_offset": str(size), "folders_stamp": _stamp(st)}
-        if any(meta.get(k) != v for k, v in want.items()):
-            return None
-        if conn.execute("SELECT 1 FROM printed WHERE live LIMIT 1").fetchone() is not None:
-            return None
+        conn.execute("BEGIN")  # one read transaction: the checks and what is read after them belong together
+        if _vouched(conn, st, token, size):
+            return conn, f"{_stamp(st)} {token} {size}"
+    except sqlite3.Error:
+        pass
+    conn.close()
+    return None
+
+
+def unchanged_token(store: str) -> str | None:
+    """A token of the store's state, for a cache of its listing (the Runs page's store view,
+    app/ui/store.py): the store folder's stamp and the change journal's token and size, given only
+    while the index vouches that nothing changed since its last listing (the same checks as
+    ``ls --json`` printed from the index: every journal line consumed, the stamp the one stored,
+    no live entry, this format and these rules). None on any doubt.
+
+    Take it *before* listing: when a later call gives the same token, no run was added, removed,
+    renamed or replaced in the store and none changed through the run format's writers (a tag
+    edited, a run finishing: each appends to the journal) since then, so that listing is still
+    right. Like ``ls`` itself, it does not see an edit by another tool (docs/catalog.md)."""
+    opened = _open_vouched(store)
+    if opened is None:
+        return None
+    conn, token = opened
+    conn.close()
+    return token
+
+
+def _document(store: str, value: str) -> list[bytes] | None:
+    """The whole ``ls --json`` document of ``store`` from its index, in pieces (6 MB for 10,000 runs:
+    not copied into one), or None when the index cannot vouch for it (see the module docstring)."""
+    opened = _open_vouched(store)
+    if opened is None:
+        return None
+    conn = opened[0]
+    try:
         shown = path_text(value)
         base = "" if shown == "." else os.path.join(shown, "")
         (runs,) = conn.execute(_RUNS_SQL, (_json_str(base)[1:-1].encode("ascii"),)).fetchone()

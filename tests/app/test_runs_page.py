@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from app.data import change_journal
 from app.data import runs as runs_data
+from app.ui import store as ui_store
+from app.workspace import catalog, printed_listing
 from profiler_agent import runformat as rf
 from profiler_agent.runformat import layout
 from tests.app.helpers import assert_clean, open_app, texts
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "traces" / "cpu_torch213" / "tiny_mlp.pt.trace.json.gz"
 
 
 def test_app_lists_every_run(monkeypatch, fixture_store):
@@ -282,3 +292,121 @@ def test_tb_folder_with_freely_named_traces_lists_every_run(monkeypatch, shared_
             "profiler trace (config.json: a JSON object without" in warning)
     assert f"{tb / 'empty'}: not a run folder (no run.json) and no trace files" in warning
     assert f"{tb / 'two'}:" not in warning and f"{tb / 'cpu'}:" not in warning
+
+
+def _settle(root: Path) -> None:
+    """Wait until the store folder's last change is old enough for a listing to keep its stamp."""
+    st = os.stat(root)
+    left = max(st.st_mtime_ns, st.st_ctime_ns) + printed_listing.STAMP_AGE_NS - time.time_ns()
+    if left > 0:
+        time.sleep(left / 1e9 + 0.01)
+
+
+@pytest.fixture
+def settled_store(make_run, monkeypatch, tmp_path):
+    """Two finished runs, indexed by a listing that kept the store folder's stamp, every journal
+    line settled at once (GRACE_NS = 0): the index vouches for the store (unchanged_token)."""
+    monkeypatch.setenv("TORCHSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(change_journal, "GRACE_NS", 0)
+    make_run("first")
+    root = make_run("second", tags=("old",)).parent
+    catalog.load_catalog(root)
+    _settle(root)
+    catalog.load_catalog(root)
+    assert printed_listing.unchanged_token(str(root)) is not None
+    ui_store.clear_store_caches()
+    yield root
+    ui_store.clear_store_caches()
+
+
+def _view(root: Path) -> ui_store.StoreView:
+    return ui_store.cached_store_view(root, max_age_s=0)  # every call past the view's age
+
+
+def _reused(root: Path) -> ui_store.StoreView:
+    view = _view(root)
+    assert _view(root) is view  # past its age, reused: nothing changed
+    return view
+
+
+@pytest.mark.parametrize("change", ["added", "removed", "retagged", "replaced"])
+def test_store_view_past_its_age_is_reused_until_something_changed(settled_store, make_run, tmp_path, change):
+    root = settled_store
+    view = _reused(root)
+    second = next(p for p in root.iterdir() if "-second-" in p.name)
+    if change == "added":
+        make_run("third")
+    elif change == "removed":
+        runs_data.delete_run(second)  # the Runs page's Delete
+    elif change == "retagged":  # the Runs page's own edit goes through the same writer
+        rf.update_manifest(second, tags=("new",))
+    elif change == "replaced":  # another folder put in its place under its name (made first: another inode)
+        shutil.copytree(second, tmp_path / "keep")
+        doc = json.loads((tmp_path / "keep" / layout.MANIFEST).read_text())
+        (tmp_path / "keep" / layout.MANIFEST).write_text(json.dumps({**doc, "name": "swapped"}))
+        shutil.rmtree(second)
+        (tmp_path / "keep").rename(second)
+    table = _view(root).store.table
+    assert _view(root) is not view
+    names = sorted(table["name"])
+    tags = dict(zip(table["name"], table["tags"]))
+    expected = {"added": ["first", "second", "third"], "removed": ["first"], "retagged": ["first", "second"],
+                "replaced": ["first", "swapped"]}[change]
+    assert names == expected
+    if change == "retagged":
+        assert tags["second"] == "new"
+    _settle(root)
+    _view(root)  # a listing that keeps the stamp again
+    assert _reused(root).store.table["name"].tolist() == table["name"].tolist()
+
+
+def test_store_view_of_a_running_run_is_listed_again_until_it_finished(settled_store):
+    root = settled_store
+    run = next(p for p in root.iterdir() if "-second-" in p.name)
+    rf.update_manifest(run, status=rf.RunStatus.RUNNING, heartbeat=time.time(), pid=os.getpid(), ended_at=None)
+    view = _view(root)
+    assert dict(zip(view.store.table["name"], view.store.table["status"]))["second"] == "running"
+    _view(root)  # the journal's lines of that change consumed
+    assert _view(root) is not _view(root)  # its status follows the clock (crashed once stale): never vouched for
+    rf.update_manifest(run, status=rf.RunStatus.FINISHED, ended_at=time.time())
+    finished = _view(root)
+    assert dict(zip(finished.store.table["name"], finished.store.table["status"]))["second"] == "finished"
+    assert _reused(root) is not None
+
+
+def test_store_view_with_steps_in_trace_shows_them_once_analysed(settled_store, monkeypatch):
+    from app.data.tbprofiler import import_traces
+    from app.data.trace import load_traces
+    from app.workspace.traces import analyze_trace_set
+
+    root = settled_store
+    run_dir = import_traces(TINY, root, name="imported")[0]
+    _settle(root)
+    _view(root)
+    row = _view(root).store.table.set_index("name").loc["imported"]
+    assert row["steps_source"] == "in trace"
+    analyze_trace_set(load_traces(run_dir))  # what opening the run does: no run file changes
+    row = _view(root).store.table.set_index("name").loc["imported"]
+    assert row["steps_source"] == "trace" and row["steps"] > 0
+
+
+def test_runs_page_rerun_past_the_age_lists_again_only_after_a_change(settled_store, monkeypatch):
+    root = settled_store
+    listings = []
+    compute = ui_store._compute_store_view
+    monkeypatch.setattr(ui_store, "_compute_store_view", lambda r: listings.append(r) or compute(r))
+    at = open_app(monkeypatch, root)
+    assert_clean(at)
+    assert len(listings) == 1
+    time.sleep(ui_store.VIEW_MAX_AGE_S + 0.1)
+    at.run()
+    assert_clean(at)
+    assert len(listings) == 1  # past the view's age, nothing changed: not listed again
+    second = next(p for p in root.iterdir() if "-second-" in p.name)
+    rf.update_manifest(second, tags=("new",))
+    time.sleep(ui_store.VIEW_MAX_AGE_S + 0.1)
+    at.run()
+    assert_clean(at)
+    assert len(listings) == 2
+    df = at.dataframe[0].value
+    assert dict(zip(df["name"], df["tags"]))["second"] == "new"

@@ -203,3 +203,69 @@ def test_the_snapshot_key_covers_every_source_the_rules_cover() -> None:
     assert "cli/ls_cmd.py" in ls_snapshot._CODE
     for rel in printed_listing.RULES_SOURCES:
         assert (ROOT / "app" / rel).is_file(), rel
+
+
+def test_the_unchanged_token_holds_while_nothing_changes(store: Path) -> None:
+    _normal(store)
+    _settle(store)
+    assert printed_listing.unchanged_token(str(store)) is None  # the stamp not stored yet
+    _normal(store)  # stores it
+    token = printed_listing.unchanged_token(str(store))
+    assert token is not None
+    _normal(store)  # a listing that finds nothing changed keeps what the token is made of
+    assert printed_listing.unchanged_token(str(store)) == token
+    assert printed_listing.unchanged_token(str(store.parent / "nowhere")) is None
+
+
+@pytest.mark.parametrize("change", ["new run", "folder copied in", "deleted", "replaced", "not a run", "retagged",
+                                    "started running", "journal replaced", "rules"])
+def test_the_unchanged_token_moves_once_something_changed(store: Path, tmp_path: Path, change: str) -> None:
+    _keep_stamp(store)
+    before = printed_listing.unchanged_token(str(store))
+    assert before is not None
+    run = next(p for p in store.iterdir() if "-c-" in p.name)
+    if change == "new run":
+        write_run(store, "late", steps=6, logs=False)
+    elif change == "folder copied in":
+        shutil.copytree(run, store / (run.name + "-copy"))
+    elif change == "deleted":
+        shutil.rmtree(run)
+    elif change == "replaced":  # as in the test above: the new folder made before the old one is deleted
+        shutil.copytree(run, tmp_path / "keep")
+        shutil.rmtree(run)
+        (tmp_path / "keep").rename(run)
+    elif change == "not a run":
+        (store / "notes").mkdir()
+    elif change == "retagged":  # through the writer: the journal names the run, no folder changes
+        rf.update_manifest(run, tags=("moved-on",))
+    elif change == "started running":
+        rf.update_manifest(run, status=rf.RunStatus.RUNNING, heartbeat=time.time(), pid=os.getpid())
+    elif change == "journal replaced":
+        journal = store / layout.JOURNAL
+        journal.unlink(missing_ok=True)
+        journal.write_text(f"{layout.JOURNAL_MAGIC}0123abcd\n")
+    elif change == "rules":
+        with closing(sqlite3.connect(catalog_index_path(store))) as con, con:
+            con.execute("UPDATE meta SET value = 'other' WHERE key = 'rules'")
+    assert printed_listing.unchanged_token(str(store)) != before
+    _normal(store)  # the change listed
+    _settle(store)
+    _normal(store)
+    after = printed_listing.unchanged_token(str(store))
+    if change in ("not a run", "started running"):  # a folder that is not a run, a run whose status follows the clock
+        assert after is None
+    elif change == "rules":  # the index rebuilt by these rules; the store itself did not change
+        assert after == before
+    else:
+        assert after is not None and after != before
+
+
+def test_the_unchanged_token_comes_back_once_a_running_run_finished(store: Path) -> None:
+    run = next(p for p in store.iterdir() if "-c-" in p.name)
+    rf.update_manifest(run, status=rf.RunStatus.RUNNING, heartbeat=time.time(), pid=os.getpid())
+    _keep_stamp(store)
+    assert printed_listing.unchanged_token(str(store)) is None
+    rf.update_manifest(run, status=rf.RunStatus.FINISHED, ended_at=time.time())
+    assert printed_listing.unchanged_token(str(store)) is None
+    _normal(store)
+    assert printed_listing.unchanged_token(str(store)) is not None
