@@ -100,11 +100,12 @@ def test_path_text_is_pathlib_s(tmp_path: Path) -> None:
         assert printed_listing.path_text(value) == str(PurePosixPath(value)), value
 
 
-@pytest.mark.parametrize("change", ["new run", "folder copied in", "deleted", "replaced", "not a run",
-                                    "through the writer", "running", "rules", "journal replaced"])
-def test_nothing_printed_from_the_index_once_something_changed(store: Path, tmp_path: Path, change: str) -> None:
-    _keep_stamp(store)
-    assert _from_index(store) is not None
+CHANGES = ["new run", "folder copied in", "deleted", "replaced", "not a run", "retagged", "started running",
+           "rules", "journal replaced"]
+
+
+def _change(store: Path, tmp_path: Path, change: str) -> None:
+    """Make one of CHANGES to the store."""
     run = next(p for p in store.iterdir() if "-c-" in p.name)
     if change == "new run":
         write_run(store, "late", steps=6, logs=False)
@@ -122,9 +123,9 @@ def test_nothing_printed_from_the_index_once_something_changed(store: Path, tmp_
         (tmp_path / "keep").rename(run)
     elif change == "not a run":
         (store / "notes").mkdir()
-    elif change == "through the writer":  # no folder changes: the journal names the run
+    elif change == "retagged":  # through the writer: no folder changes: the journal names the run
         rf.update_manifest(run, tags=("moved-on",))
-    elif change == "running":
+    elif change == "started running":
         rf.update_manifest(run, status=rf.RunStatus.RUNNING, heartbeat=time.time(), pid=os.getpid())
     elif change == "rules":
         with closing(sqlite3.connect(catalog_index_path(store))) as con, con:
@@ -133,11 +134,18 @@ def test_nothing_printed_from_the_index_once_something_changed(store: Path, tmp_
         journal = store / layout.JOURNAL
         journal.unlink(missing_ok=True)
         journal.write_text(f"{layout.JOURNAL_MAGIC}0123abcd\n")
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_nothing_printed_from_the_index_once_something_changed(store: Path, tmp_path: Path, change: str) -> None:
+    _keep_stamp(store)
+    assert _from_index(store) is not None
+    _change(store, tmp_path, change)
     assert _from_index(store) is None
     normal = _normal(store)
     if change == "replaced":
         assert b'"swapped"' in normal
-    if change != "running":  # a running run is never printed from the index: its status follows the clock
+    if change != "started running":  # a running run is never printed from the index: its status follows the clock
         _settle(store)
         normal = _normal(store)
         assert _from_index(store) == (None if change == "not a run" else normal)
@@ -217,36 +225,12 @@ def test_the_unchanged_token_holds_while_nothing_changes(store: Path) -> None:
     assert printed_listing.unchanged_token(str(store.parent / "nowhere")) is None
 
 
-@pytest.mark.parametrize("change", ["new run", "folder copied in", "deleted", "replaced", "not a run", "retagged",
-                                    "started running", "journal replaced", "rules"])
+@pytest.mark.parametrize("change", CHANGES)
 def test_the_unchanged_token_moves_once_something_changed(store: Path, tmp_path: Path, change: str) -> None:
     _keep_stamp(store)
     before = printed_listing.unchanged_token(str(store))
     assert before is not None
-    run = next(p for p in store.iterdir() if "-c-" in p.name)
-    if change == "new run":
-        write_run(store, "late", steps=6, logs=False)
-    elif change == "folder copied in":
-        shutil.copytree(run, store / (run.name + "-copy"))
-    elif change == "deleted":
-        shutil.rmtree(run)
-    elif change == "replaced":  # as in the test above: the new folder made before the old one is deleted
-        shutil.copytree(run, tmp_path / "keep")
-        shutil.rmtree(run)
-        (tmp_path / "keep").rename(run)
-    elif change == "not a run":
-        (store / "notes").mkdir()
-    elif change == "retagged":  # through the writer: the journal names the run, no folder changes
-        rf.update_manifest(run, tags=("moved-on",))
-    elif change == "started running":
-        rf.update_manifest(run, status=rf.RunStatus.RUNNING, heartbeat=time.time(), pid=os.getpid())
-    elif change == "journal replaced":
-        journal = store / layout.JOURNAL
-        journal.unlink(missing_ok=True)
-        journal.write_text(f"{layout.JOURNAL_MAGIC}0123abcd\n")
-    elif change == "rules":
-        with closing(sqlite3.connect(catalog_index_path(store))) as con, con:
-            con.execute("UPDATE meta SET value = 'other' WHERE key = 'rules'")
+    _change(store, tmp_path, change)
     assert printed_listing.unchanged_token(str(store)) != before
     _normal(store)  # the change listed
     _settle(store)
