@@ -74,15 +74,13 @@ def cached_store_view(root: str | os.PathLike[str], *, max_age_s: float = VIEW_M
     key = str(root)
     with _VIEWS_LOCK:
         hit = _VIEWS.get(key)
-    if hit is not None:
-        made, view, token = hit
-        if time.monotonic() - made < max_age_s:
-            return view
-        if token is not None and unchanged_token(key) == token:
-            with _VIEWS_LOCK:
-                _VIEWS[key] = (time.monotonic(), view, token)
-            return view
-    token = unchanged_token(key)  # before the listing: a change during it gives another token next time
+    if hit is not None and time.monotonic() - hit[0] < max_age_s:
+        return hit[1]
+    token = unchanged_token(key)  # before any listing: a change during it gives another token next time
+    if hit is not None and token is not None and token == hit[2]:
+        with _VIEWS_LOCK:
+            _VIEWS[key] = (time.monotonic(), hit[1], token)
+        return hit[1]
     view = _compute_store_view(Path(root))
     with _VIEWS_LOCK:
         _VIEWS[key] = (time.monotonic(), view, token)
