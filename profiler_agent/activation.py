@@ -146,6 +146,7 @@ def _shielded(work: Callable[[], None], *, tries: int = 5) -> None:
 
 
 _handlers_installed = False
+_recorded: BaseException | None = None  # the exception the exception hook recorded, if any
 
 
 def _install_process_handlers() -> None:
@@ -153,6 +154,12 @@ def _install_process_handlers() -> None:
     if _handlers_installed:
         return
     _handlers_installed = True
+    # A signal handler that raises (torch's DataLoader does, from SIGCHLD) can run at the very first
+    # instruction of a hook, before any `try` in it: Python then reports that error and goes on.
+    # Registered twice, the exit hook runs whole once (the second call finds the session stopped);
+    # an exception hook cut that way is made good at exit from `sys.last_value`, which Python sets
+    # before it calls the hook.
+    atexit.register(_at_exit)
     atexit.register(_at_exit)
     previous_hook = sys.excepthook
 
@@ -170,6 +177,8 @@ def _install_process_handlers() -> None:
 
 
 def _record_exception(session: Session, exc: BaseException) -> None:
+    global _recorded
+    _recorded = exc
     if not isinstance(exc, KeyboardInterrupt):
         with contextlib.suppress(Exception):
             write_traceback(session.run_dir, exc, rank=session.rank)
@@ -194,8 +203,12 @@ def _finalize(session: Session, status: RunStatus) -> None:
 
 def _at_exit() -> None:
     session = get_session()
-    if session is not None and not session.disabled:
-        _shielded(lambda: _stop_finished(session))
+    if session is None or session.disabled:
+        return
+    missed = getattr(sys, "last_value", None)
+    if missed is not None and missed is not _recorded:  # the exception hook was cut before it recorded
+        _shielded(lambda: _record_exception(session, missed))
+    _shielded(lambda: _stop_finished(session))
 
 
 def _disable_in_child() -> None:

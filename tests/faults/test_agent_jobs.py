@@ -77,7 +77,7 @@ def test_a_lost_dataloader_worker_fails_the_run_with_the_jobs_code(tmp_path: Pat
     m = read_manifest(run_dir)
     assert m.status is RunStatus.FAILED and m.exit_code == 1
     assert read_jsonl(run_dir / layout.METRICS).records  # the steps before the loss are kept
-    assert (run_dir / layout.TRACEBACK_LOG).is_file()
+    assert (run_dir / layout.TRACEBACK_LOG).is_file(), res.stderr
 
 
 @pytest.mark.fault("job crash")
@@ -102,6 +102,38 @@ def test_a_raising_signal_handler_cannot_cut_the_traceback_or_the_last_metrics(t
     text = (run_dir / layout.TRACEBACK_LOG).read_text()
     assert "the job fails" in text or "raised by a signal handler" in text, text
     assert len(read_jsonl(run_dir / layout.METRICS).records) >= 5  # the exit flush was not cut either
+
+
+@pytest.mark.fault("job crash")
+@pytest.mark.parametrize("hook", ["excepthook", "_at_exit"])
+def test_a_signal_handler_raising_at_the_first_instruction_of_a_hook_loses_nothing(tmp_path: Path, hook: str) -> None:
+    # The storm above leaves a window of microseconds untested: a handler that runs at the very
+    # first instruction of the agent's exception hook or exit hook, before any `try` of theirs. Here
+    # the signal is raised from a profile function at that moment, every time. The failing job must
+    # keep its traceback; the job that ends inside its profiling window (3 steps of wait 1, warm-up 1,
+    # active 2) must keep its trace, which only the exit hook writes, and its own exit code.
+    aim = textwrap.dedent(f"""
+        import signal, sys
+        def raising(*_): raise RuntimeError("raised by a signal handler")
+        signal.signal(signal.SIGUSR2, raising)
+        def aim(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == {hook!r} and frame.f_code.co_filename.endswith("activation.py"):
+                sys.setprofile(None)
+                signal.raise_signal(signal.SIGUSR2)
+    """).replace("\n", "\n    ")
+    fails = hook == "excepthook"
+    steps = 6 if fails else 3
+    script = textwrap.dedent(TRAIN.format(before=aim, batches=f"[(torch.randn(8, 16), torch.randint(0, 4, (8,)))] * {steps}")) \
+        + "sys.setprofile(aim)\n" + ("raise ValueError('the job fails')\n" if fails else "")
+    res, run_dir = _wrapped(tmp_path / "runs", script)
+    assert "raised by a signal handler" in res.stderr  # the handler did run, at the hook's start
+    assert res.returncode == (1 if fails else 0) and "trained" in res.stdout, res.stderr
+    assert read_manifest(run_dir).status is (RunStatus.FAILED if fails else RunStatus.FINISHED)
+    if fails:
+        assert "the job fails" in (run_dir / layout.TRACEBACK_LOG).read_text()
+    else:
+        assert list((run_dir / layout.TRACES_DIR).glob("*.json.gz")), "the exit hook's trace export was cut"
+    assert len(read_jsonl(run_dir / layout.METRICS).records) == steps
 
 
 @pytest.mark.slow
