@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["byte_unit", "memory_timeline_chart", "category_chart", "CATEGORY_COLOURS"]
+from app.analysis.curves.smoothing import minmax_downsample_indices
+
+__all__ = ["byte_unit", "memory_timeline_chart", "category_chart", "CATEGORY_COLOURS", "HOVER_POINTS"]
+
+# The hover layer (a point per row, found by a Voronoi diagram over all of them) cost the browser
+# about as much as the areas themselves: it gets at most this many rows, picked by min/max so the
+# peaks keep their hover. The areas and lines keep every row they are given.
+HOVER_POINTS = 500
 
 # Same colours as torch.profiler's own memory timeline plot, so users recognise them.
 CATEGORY_COLOURS = {
@@ -36,6 +43,12 @@ def _num(v: float) -> float | None:
     return float(f"{f:.7g}") if math.isfinite(f) else None
 
 
+def _hover_rows(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """At most HOVER_POINTS of ``rows``, the minimum and maximum of ``key`` kept in each bucket."""
+    values = np.array([np.nan if r[key] is None else r[key] for r in rows], dtype=np.float64)
+    return [rows[int(i)] for i in minmax_downsample_indices(values, HOVER_POINTS)]
+
+
 def memory_timeline_chart(
     frame: pd.DataFrame,
     *,
@@ -49,8 +62,8 @@ def memory_timeline_chart(
     ``frame`` has ``x``, ``allocated_bytes`` and optionally ``reserved_bytes``; both are drawn as
     steps (a total holds until the next event), allocated filled to zero, in the unit of
     :func:`byte_unit` for the largest value. ``peak_index`` (a row label of ``frame``) gets a cross
-    and its value written beside it. Hovering shows the nearest event's x, allocated and reserved;
-    the wheel zooms x. A Vega-Lite spec, not a plotly figure: the Memory tab, opened first in a
+    and its value written beside it. Hovering shows the nearest event's x, allocated and reserved
+    (among at most HOVER_POINTS events, the extremes kept); the wheel zooms x. A Vega-Lite spec, not a plotly figure: the Memory tab, opened first in a
     browser session, then needs no plotly.js (benchmarks/README.md, issue 16).
     """
     cols = [c for c in ("allocated_bytes", "reserved_bytes") if c in frame.columns and frame[c].notna().any()]
@@ -63,29 +76,29 @@ def memory_timeline_chart(
     rows = [{"x": _num(xv), "allocated": _num(a / div), "reserved": _num(r / div)}
             for xv, a, r in zip(pd.to_numeric(frame[x], errors="coerce"), allocated, held)]
     names = ["allocated", "reserved"] if reserved else ["allocated"]
-    color = {"field": "what", "type": "nominal", "title": None, "legend": {"orient": "top"},
-             "scale": {"domain": names, "range": ["#1f77b4", "#ff7f0e"][:len(names)]}}
+    # A constant `datum` per layer names the series for the legend: a `calculate` per row would be
+    # run by Streamlit's Vega expression interpreter for every row of every layer.
+    legend = {"type": "nominal", "title": None, "legend": {"orient": "top"},
+              "scale": {"domain": names, "range": ["#1f77b4", "#ff7f0e"][:len(names)]}}
     xe = {"field": "x", "type": "quantitative", "title": x_title, "scale": {"zero": False, "nice": False}}
     ye = {"type": "quantitative", "title": unit, "scale": {"zero": True}}
     layers: list[dict[str, Any]] = []
     if reserved:
-        layers.append({"transform": [{"calculate": "'reserved'", "as": "what"}],
-                       "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5, "clip": True},
-                       "encoding": {"x": xe, "y": {**ye, "field": "reserved"}, "color": color}})
+        layers.append({"mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5, "clip": True},
+                       "encoding": {"x": xe, "y": {**ye, "field": "reserved"}, "color": {**legend, "datum": "reserved"}}})
+    allocated_colour = {**legend, "datum": "allocated"}
     layers += [
-        {"transform": [{"calculate": "'allocated'", "as": "what"}],
-         "mark": {"type": "area", "interpolate": "step-after", "opacity": 0.3, "clip": True},
-         "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "color": color}},
-        {"transform": [{"calculate": "'allocated'", "as": "what"}],
-         "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5, "clip": True},
-         "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "color": color}},
+        {"mark": {"type": "area", "interpolate": "step-after", "opacity": 0.3, "clip": True},
+         "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "color": allocated_colour}},
+        {"mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5, "clip": True},
+         "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "color": allocated_colour}},
     ]
     tooltip = [{"field": "x", "title": x_title, "format": ",.2f"},
                {"field": "allocated", "title": f"allocated ({unit})", "format": ",.2f"}]
     if reserved:
         tooltip.append({"field": "reserved", "title": f"reserved ({unit})", "format": ",.2f"})
     # The nearest event is highlighted and its totals shown (plotly's unified hover did the same).
-    layers.append({"mark": {"type": "point", "filled": True, "size": 40, "color": "#1f77b4", "clip": True},
+    layers.append({"data": {"values": _hover_rows(rows, "allocated")}, "mark": {"type": "point", "filled": True, "size": 40, "color": "#1f77b4", "clip": True},
                    "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "tooltip": tooltip,
                                 "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
                    "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
@@ -114,8 +127,8 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
     table of ``compute_category_timeline``), parameters at the bottom like torch's own plot.
 
     Values are in the unit of :func:`byte_unit` for the largest total; a category that holds
-    nothing is left out. Hovering shows, at the nearest timestamp, every category's value and the
-    total; the wheel zooms x. A Vega-Lite spec, not a plotly figure, so that the Memory tab needs
+    nothing is left out. Hovering shows, at the nearest timestamp (among at most HOVER_POINTS,
+    the extremes of the total kept), every category's value and the total; the wheel zooms x. A Vega-Lite spec, not a plotly figure, so that the Memory tab needs
     no plotly.js in the browser (benchmarks/README.md, issue 16).
     """
     top = float(categories["total_bytes"].max()) if len(categories) else 0.0
@@ -129,11 +142,12 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
     labels = [n.replace("_", " ") for n in names]
     xe = {"field": "time_ms", "type": "quantitative", "title": "ms since profiling started",
           "scale": {"zero": False, "nice": False}}
-    # Folded to one row per (timestamp, category); the stack order follows CATEGORY_COLOURS.
+    # One row per (timestamp, category), made here: a fold with a `calculate` per row would be run
+    # by Streamlit's Vega expression interpreter, row by row. The stack order follows CATEGORY_COLOURS.
+    long = [{"time_ms": r["time_ms"], "category": label, "held": r[n], "order": i}
+            for r in rows for i, (n, label) in enumerate(zip(names, labels))]
     stacked = {
-        "transform": [{"fold": names, "as": ["key", "held"]},
-                      {"calculate": "replace(datum.key, '_', ' ')", "as": "category"},
-                      {"calculate": f"indexof({names!r}, datum.key)", "as": "order"}],
+        "data": {"values": long},
         "mark": {"type": "area", "interpolate": "step-after", "opacity": 0.85, "clip": True},
         "encoding": {
             "x": xe,
@@ -148,15 +162,15 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
                {"field": "total", "title": f"total ({unit})", "format": ",.2f"}]
     # The total at the nearest timestamp is marked and carries every category's value (plotly's
     # unified hover did the same).
-    hover = {"mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
+    hover = {"data": {"values": _hover_rows(rows, "total")},
+             "mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
              "encoding": {"x": xe, "y": {"field": "total", "type": "quantitative", "title": unit},
                           "tooltip": tooltip,
                           "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
              "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
                                                     "fields": ["time_ms"], "clear": "mouseout"}},
                         {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]}
-    spec: dict[str, Any] = {"data": {"values": rows}, "layer": [stacked, hover] if names else [hover],
-                            "height": 360}
+    spec: dict[str, Any] = {"layer": [stacked, hover] if names else [hover], "height": 360}
     if title:  # SVG text: shown as written, no markup
         spec["title"] = {"text": title, "anchor": "start"}
     return spec

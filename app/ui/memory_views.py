@@ -22,10 +22,10 @@ from app.workspace.signatures import run_signature
 __all__ = ["MAX_POINTS", "TraceMemoryView", "CategoryView", "cached_trace_memory_views",
            "cached_recorded_category_view", "cached_uploaded_category_view"]
 
-MAX_POINTS = 5000
+MAX_POINTS = 2000
 # Eight stacked series of 5,000 points each made the browser fold and stack 40,000 rows; the
 # total's peaks survive min/max downsampling, and 2,000 timestamps are ~2 per pixel of the chart.
-CATEGORY_POINTS = 2000
+CATEGORY_POINTS = 1000
 
 
 @dataclass(frozen=True)

@@ -427,7 +427,7 @@ def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN00
     assert_ok(at)
     assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
     spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
-    assert "activation" in spec["layer"][0]["transform"][0]["fold"]
+    assert "activation" in {r["category"] for r in spec["layer"][0]["data"]["values"]}
     assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
     peak = at.dataframe[-1].value
     assert peak["category"].iloc[0] == "activation"
@@ -502,6 +502,6 @@ def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> 
     assert not at.get("file_uploader"), "a recorded timeline needs no upload"
     assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
     spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
-    assert "activation" in spec["layer"][0]["transform"][0]["fold"]
+    assert "activation" in {r["category"] for r in spec["layer"][0]["data"]["values"]}
     assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
     assert at.dataframe[-1].value["category"].iloc[0] == "activation"

@@ -118,9 +118,10 @@ def test_category_timeline_hand_made() -> None:
 
 
 def _drawn(spec: dict) -> list[tuple[str, str, str]]:
-    """(what, mark, y field) of each layer drawing the spec's rows (the peak's layers carry their own)."""
-    return [(layer["transform"][0]["calculate"].strip("'") if "transform" in layer else "", layer["mark"]["type"],
-             layer["encoding"]["y"]["field"]) for layer in spec["layer"] if "data" not in layer]
+    """(legend entry, mark, y field) of each layer but the peak's two (the hover layer has none)."""
+    return [(layer["encoding"].get("color", {}).get("datum", ""), layer["mark"]["type"],
+             layer["encoding"]["y"]["field"]) for layer in spec["layer"]
+            if layer["mark"].get("shape") != "cross" and layer["mark"]["type"] != "text"]
 
 
 def test_memory_figures(snap: dict) -> None:
@@ -135,7 +136,8 @@ def test_memory_figures(snap: dict) -> None:
     rows = spec["data"]["values"]
     assert len(rows) == len(t) and rows[peak]["allocated"] == pytest.approx(t.at[peak, "allocated_bytes"] / MiB, rel=1e-6)
     assert rows[0]["reserved"] == pytest.approx(t["reserved_bytes"].iloc[0] / MiB, rel=1e-6)
-    mark, label = [layer for layer in spec["layer"] if "data" in layer]
+    assert not any("transform" in layer for layer in spec["layer"])  # no expression per row in the browser
+    mark, label = spec["layer"][-2:]
     assert mark["mark"]["shape"] == "cross" and mark["data"]["values"][0]["y"] == pytest.approx(19 + 512 / MiB)
     assert label["data"]["values"][0]["label"] == f"peak {19 + 512 / MiB:,.2f} MiB"
     assert spec["layer"][0]["encoding"]["y"]["title"] == "MiB"
@@ -152,15 +154,38 @@ def test_memory_figures(snap: dict) -> None:
     cats = compute_category_timeline(raw)
     cat_spec = category_chart(cats, title="<i>rank 0</i>")
     stacked, hover = cat_spec["layer"]
-    assert stacked["transform"][0]["fold"] == ["parameter", "activation"]  # parameters at the bottom
+    assert "transform" not in stacked  # folded here, not by an expression per row in the browser
+    long = stacked["data"]["values"]
+    assert [(r["category"], r["order"], r["held"]) for r in long[-2:]] == [("parameter", 0, 1.0), ("activation", 1, 2.0)]
+    assert stacked["encoding"]["order"]["field"] == "order"  # parameters at the bottom
     assert stacked["encoding"]["y"]["stack"] == "zero" and stacked["encoding"]["y"]["title"] == "MiB"
     assert stacked["encoding"]["color"]["scale"] == {"domain": ["parameter", "activation"],
                                                     "range": ["darkgreen", "red"]}
-    assert cat_spec["data"]["values"][-1] == {"time_ms": pytest.approx(1e-6), "parameter": 1.0, "activation": 2.0,
-                                              "total": 3.0}
+    assert hover["data"]["values"][-1] == {"time_ms": pytest.approx(1e-6), "parameter": 1.0, "activation": 2.0,
+                                           "total": 3.0}
     assert [x["title"] for x in hover["encoding"]["tooltip"]] == ["ms", "parameter (MiB)", "activation (MiB)",
                                                                   "total (MiB)"]
     assert cat_spec["title"]["text"] == "<i>rank 0</i>"
+
+
+def test_memory_hover_layers_are_bounded_and_keep_the_peaks() -> None:
+    # The hover layer's Voronoi diagram over every row cost the browser as much as the areas: it
+    # gets at most HOVER_POINTS rows, and the peak of a long series is among them.
+    from app.charts.memory import HOVER_POINTS, category_chart, memory_timeline_chart
+
+    n = 20_000
+    allocated = np.abs(np.sin(np.arange(n) / 700.0)) * 2**30
+    allocated[12_345] = 3 * 2**30
+    frame = pd.DataFrame({"t": np.arange(n, dtype=np.float64), "allocated_bytes": allocated})
+    spec = memory_timeline_chart(frame, x="t", x_title="t")
+    hover = next(layer for layer in spec["layer"] if "params" in layer)
+    assert len(spec["data"]["values"]) == n and len(hover["data"]["values"]) <= HOVER_POINTS
+    assert max(r["allocated"] for r in hover["data"]["values"]) == pytest.approx(3.0)
+    cats = pd.DataFrame({"time_ms": np.arange(n, dtype=np.float64), "parameter_bytes": allocated / 2,
+                         "activation_bytes": allocated / 2, "total_bytes": allocated})
+    stacked, cat_hover = category_chart(cats)["layer"]
+    assert len(stacked["data"]["values"]) == 2 * n and len(cat_hover["data"]["values"]) <= HOVER_POINTS
+    assert max(r["total"] for r in cat_hover["data"]["values"]) == pytest.approx(3.0)
 
 
 def test_oom_events(snap: dict) -> None:
