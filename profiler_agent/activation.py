@@ -205,10 +205,23 @@ def _at_exit() -> None:
     session = get_session()
     if session is None or session.disabled:
         return
-    missed = getattr(sys, "last_value", None)
-    if missed is not None and missed is not _recorded:  # the exception hook was cut before it recorded
+    missed = _unrecorded_exit_exception()
+    if missed is not None:  # the exception hook was cut before it recorded
         _shielded(lambda: _record_exception(session, missed))
     _shielded(lambda: _stop_finished(session))
+
+
+def _unrecorded_exit_exception() -> BaseException | None:
+    """The exception that ended the main script, when the agent's exception hook did not record it.
+
+    Python sets ``sys.last_value`` for that exception; IPython sets it for every error a cell
+    shows, with a traceback whose outermost frame is its own (not ``__main__``'s, nor runpy's
+    under ``python -m``): those are not the job's end.
+    """
+    exc, tb = getattr(sys, "last_value", None), getattr(sys, "last_traceback", None)
+    if exc is None or exc is _recorded or tb is None:
+        return None
+    return exc if tb.tb_frame.f_globals.get("__name__") in ("__main__", "runpy") else None
 
 
 def _disable_in_child() -> None:

@@ -63,8 +63,9 @@ def memory_timeline_chart(
     steps (a total holds until the next event), allocated filled to zero, in the unit of
     :func:`byte_unit` for the largest value. ``peak_index`` (a row label of ``frame``) gets a cross
     and its value written beside it. Hovering shows the nearest event's x, allocated and reserved
-    (among at most HOVER_POINTS events, the extremes kept); the wheel zooms x. A Vega-Lite spec, not a plotly figure: the Memory tab, opened first in a
-    browser session, then needs no plotly.js (benchmarks/README.md, issue 16).
+    (among at most HOVER_POINTS events, the extremes kept); the wheel zooms x. A Vega-Lite spec,
+    not a plotly figure: the Memory tab, opened first in a browser session, then needs no
+    plotly.js (benchmarks/README.md, issue 16).
     """
     cols = [c for c in ("allocated_bytes", "reserved_bytes") if c in frame.columns and frame[c].notna().any()]
     top = float(frame[cols].max().max()) if cols and len(frame) else 0.0
@@ -98,7 +99,8 @@ def memory_timeline_chart(
     if reserved:
         tooltip.append({"field": "reserved", "title": f"reserved ({unit})", "format": ",.2f"})
     # The nearest event is highlighted and its totals shown (plotly's unified hover did the same).
-    layers.append({"data": {"values": _hover_rows(rows, "allocated")}, "mark": {"type": "point", "filled": True, "size": 40, "color": "#1f77b4", "clip": True},
+    layers.append({"data": {"values": _hover_rows(rows, "allocated")},
+                   "mark": {"type": "point", "filled": True, "size": 40, "color": "#1f77b4", "clip": True},
                    "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "tooltip": tooltip,
                                 "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
                    "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
@@ -128,8 +130,9 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
 
     Values are in the unit of :func:`byte_unit` for the largest total; a category that holds
     nothing is left out. Hovering shows, at the nearest timestamp (among at most HOVER_POINTS,
-    the extremes of the total kept), every category's value and the total; the wheel zooms x. A Vega-Lite spec, not a plotly figure, so that the Memory tab needs
-    no plotly.js in the browser (benchmarks/README.md, issue 16).
+    the extremes of the total kept), every category's value and the total; the wheel zooms x. A
+    Vega-Lite spec, not a plotly figure, so that the Memory tab needs no plotly.js in the browser
+    (benchmarks/README.md, issue 16).
     """
     top = float(categories["total_bytes"].max()) if len(categories) else 0.0
     div, unit = byte_unit(top)

@@ -22,9 +22,12 @@ from app.workspace.signatures import run_signature
 __all__ = ["MAX_POINTS", "TraceMemoryView", "CategoryView", "cached_trace_memory_views",
            "cached_recorded_category_view", "cached_uploaded_category_view"]
 
+# Events of an allocation timeline and timestamps of a memory-by-category chart sent to the
+# browser, picked by min/max so that every peak stays: each row is an item of every layer drawn
+# over it, whose encodings Streamlit's Vega expression interpreter evaluates one by one. 1,000
+# buckets still give one per ~1.3 px of a full-width chart; eight stacked categories make 8 items
+# per timestamp, hence fewer (benchmarks/README.md, "Wave 13").
 MAX_POINTS = 2000
-# Eight stacked series of 5,000 points each made the browser fold and stack 40,000 rows; the
-# total's peaks survive min/max downsampling, and 2,000 timestamps are ~2 per pixel of the chart.
 CATEGORY_POINTS = 1000
 
 

@@ -136,6 +136,24 @@ def test_a_signal_handler_raising_at_the_first_instruction_of_a_hook_loses_nothi
     assert len(read_jsonl(run_dir / layout.METRICS).records) == steps
 
 
+@pytest.mark.fault("job crash")
+def test_an_error_a_shell_showed_is_not_taken_for_the_jobs_end(tmp_path: Path) -> None:
+    # IPython sets sys.last_value for every error a cell shows (its own frame outermost); the exit
+    # hook's stand-in for a cut exception hook must not record it for a job that ended well.
+    shell = textwrap.dedent("""
+        import sys
+        exec("def run_cell():\\n try:\\n  raise ValueError('a cell failed')\\n"
+             " except ValueError:\\n  sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()\\n",
+             shell := {"__name__": "IPython.core.interactiveshell", "sys": sys})
+        shell["run_cell"]()
+    """).replace("\n", "\n    ")
+    script = TRAIN.format(before=shell, batches="[(torch.randn(8, 16), torch.randint(0, 4, (8,)))] * 6")
+    res, run_dir = _wrapped(tmp_path / "runs", script)
+    assert res.returncode == 0 and "trained" in res.stdout, res.stderr
+    assert read_manifest(run_dir).status is RunStatus.FINISHED
+    assert not (run_dir / layout.TRACEBACK_LOG).exists()
+
+
 @pytest.mark.slow
 @pytest.mark.fault("agent failure")
 def test_no_graphviz_and_a_failing_trace_export_leave_the_job_alone(tmp_path: Path) -> None:
