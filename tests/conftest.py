@@ -251,6 +251,14 @@ def copy_store(tmp_path: Path) -> Callable[[Path], Path]:
     return copy
 
 
+@pytest.fixture(autouse=True)
+def _no_tab_prefetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AppTest runs build their tabs in one thread: the Run page's background prefetch of the
+    other tabs (``app.ui.prefetch``) is off unless a test turns it on. Servers the browser tests
+    start run with it, as users do."""
+    monkeypatch.setenv("TORCHSCOPE_PREFETCH", "0")
+
+
 @pytest.fixture
 def no_store_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Remove $TORCHSCOPE_RUNS so a test decides the store itself."""

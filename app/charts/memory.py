@@ -129,51 +129,55 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
     table of ``compute_category_timeline``), parameters at the bottom like torch's own plot.
 
     Values are in the unit of :func:`byte_unit` for the largest total; a category that holds
-    nothing is left out. Hovering shows, at the nearest timestamp (among at most HOVER_POINTS,
-    the extremes of the total kept), every category's value and the total; the wheel zooms x. A
-    Vega-Lite spec, not a plotly figure, so that the Memory tab needs no plotly.js in the browser
-    (benchmarks/README.md, issue 16).
+    nothing is left out. The stack is summed here: each category is an area layer from the top of
+    the one below (``top_<i-1>``) to its own top (``top_<i>``), over one row per timestamp.
+    Hovering shows, at the nearest timestamp (among at most HOVER_POINTS, the extremes of the
+    total kept), every category's value and the total; the wheel zooms x. A Vega-Lite spec, not a
+    plotly figure, so that the Memory tab needs no plotly.js in the browser (benchmarks/README.md,
+    issue 16).
     """
     top = float(categories["total_bytes"].max()) if len(categories) else 0.0
     div, unit = byte_unit(top)
     names = [c for c in CATEGORY_COLOURS if f"{c}_bytes" in categories.columns
              and np.any(categories[f"{c}_bytes"].to_numpy(np.float64))]
-    columns = {"time_ms": pd.to_numeric(categories["time_ms"], errors="coerce").to_numpy(np.float64),
-               **{n: categories[f"{n}_bytes"].to_numpy(np.float64) / div for n in names},
-               "total": categories["total_bytes"].to_numpy(np.float64) / div if len(categories) else np.array([])}
-    rows = [{k: _num(v) for k, v in zip(columns, values)} for values in zip(*columns.values())]
+    time_ms = pd.to_numeric(categories["time_ms"], errors="coerce").to_numpy(np.float64)
+    held = {n: categories[f"{n}_bytes"].to_numpy(np.float64) / div for n in names}
+    total = categories["total_bytes"].to_numpy(np.float64) / div if len(categories) else np.array([])
     labels = [n.replace("_", " ") for n in names]
+    # Stacked here, not by Vega: a stack transform grouped by colour over one row per (timestamp,
+    # category) cost the browser ~0.2 s more at 1,000 timestamps, and every row is an item whose
+    # encodings Streamlit's Vega expression interpreter evaluates one by one.
+    tops = np.cumsum(np.vstack([held[n] for n in names]), axis=0) if names else np.empty((0, len(time_ms)))
+    rows = [{"time_ms": _num(t), **{f"top_{i}": _num(v) for i, v in enumerate(col)}}
+            for t, col in zip(time_ms, tops.T)]
     xe = {"field": "time_ms", "type": "quantitative", "title": "ms since profiling started",
           "scale": {"zero": False, "nice": False}}
-    # One row per (timestamp, category), made here: a fold with a `calculate` per row would be run
-    # by Streamlit's Vega expression interpreter, row by row. The stack order follows CATEGORY_COLOURS.
-    long = [{"time_ms": r["time_ms"], "category": label, "held": r[n], "order": i}
-            for r in rows for i, (n, label) in enumerate(zip(names, labels))]
-    stacked = {
-        "data": {"values": long},
-        "mark": {"type": "area", "interpolate": "step-after", "opacity": 0.85, "clip": True},
-        "encoding": {
-            "x": xe,
-            "y": {"field": "held", "type": "quantitative", "stack": "zero", "title": unit},
-            "color": {"field": "category", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
-                      "scale": {"domain": labels, "range": [CATEGORY_COLOURS[n] for n in names]}},
-            "order": {"field": "order", "type": "quantitative"},
-        },
-    }
+    colour = {"type": "nominal", "title": None, "legend": {"orient": "bottom"},
+              "scale": {"domain": labels, "range": [CATEGORY_COLOURS[n] for n in names]}}
+    layers: list[dict[str, Any]] = []
+    for i, label in enumerate(labels):
+        encoding = {"x": xe, "y": {"field": f"top_{i}", "type": "quantitative", "title": unit, "scale": {"zero": True}},
+                    "color": {**colour, "datum": label}}
+        if i:
+            encoding["y2"] = {"field": f"top_{i - 1}"}
+        layers.append({"mark": {"type": "area", "interpolate": "step-after", "opacity": 0.85, "clip": True},
+                       "encoding": encoding})
+    hover_rows = [{"time_ms": _num(t), **{n: _num(held[n][j]) for n in names}, "total": _num(total[j])}
+                  for j, t in enumerate(time_ms)]
     tooltip = [{"field": "time_ms", "title": "ms", "format": ",.2f"},
                *({"field": n, "title": f"{label} ({unit})", "format": ",.2f"} for n, label in zip(names, labels)),
                {"field": "total", "title": f"total ({unit})", "format": ",.2f"}]
     # The total at the nearest timestamp is marked and carries every category's value (plotly's
     # unified hover did the same).
-    hover = {"data": {"values": _hover_rows(rows, "total")},
-             "mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
-             "encoding": {"x": xe, "y": {"field": "total", "type": "quantitative", "title": unit},
-                          "tooltip": tooltip,
-                          "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
-             "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
-                                                    "fields": ["time_ms"], "clear": "mouseout"}},
-                        {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]}
-    spec: dict[str, Any] = {"layer": [stacked, hover] if names else [hover], "height": 360}
+    layers.append({"data": {"values": _hover_rows(hover_rows, "total")},
+                   "mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
+                   "encoding": {"x": xe, "y": {"field": "total", "type": "quantitative", "title": unit},
+                                "tooltip": tooltip,
+                                "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
+                   "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
+                                                          "fields": ["time_ms"], "clear": "mouseout"}},
+                              {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]})
+    spec: dict[str, Any] = {"data": {"values": rows}, "layer": layers, "height": 360}
     if title:  # SVG text: shown as written, no markup
         spec["title"] = {"text": title, "anchor": "start"}
     return spec

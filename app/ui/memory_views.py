@@ -24,11 +24,11 @@ __all__ = ["MAX_POINTS", "TraceMemoryView", "CategoryView", "cached_trace_memory
 
 # Events of an allocation timeline and timestamps of a memory-by-category chart sent to the
 # browser, picked by min/max so that every peak stays: each row is an item of every layer drawn
-# over it, whose encodings Streamlit's Vega expression interpreter evaluates one by one. 1,000
-# buckets still give one per ~1.3 px of a full-width chart; eight stacked categories make 8 items
-# per timestamp, hence fewer (benchmarks/README.md, "Wave 13").
-MAX_POINTS = 2000
-CATEGORY_POINTS = 1000
+# over it, whose encodings Streamlit's Vega expression interpreter evaluates one by one. 600
+# buckets still give one per ~2 px of a full-width chart; the categories, one area per category
+# over each timestamp, get 300 (one per ~4 px) (benchmarks/README.md, "Wave 14").
+MAX_POINTS = 1200
+CATEGORY_POINTS = 600
 
 
 @dataclass(frozen=True)

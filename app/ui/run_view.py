@@ -14,9 +14,11 @@ from app.data import runs as runs_data
 from app.presentation.units import format_seconds
 from app.ui.cache import cached_run
 from app.ui.layout import md_escape, md_message, record_hint
+from app.ui.prefetch import prefetch_tabs
 from app.ui.store import cached_store_view
 from app.ui.tabs import RunContext, Tab
 from app.workspace.refs import resolve_store_run
+from app.workspace.signatures import run_signature
 from profiler_agent import runformat as rf
 
 __all__ = ["RUN_TAB_SPECS", "TAB_PARAM", "TabSpec", "build_context", "render_rank_selector",
@@ -27,10 +29,13 @@ __all__ = ["RUN_TAB_SPECS", "TAB_PARAM", "TabSpec", "build_context", "render_ran
 class TabSpec:
     """A Run page tab by its label and its module's name under ``app.ui.tabs``: the strip needs
     every label, but only the open tab's module is imported (a first visit does not pay for the
-    advisor, the timeline or the graph); ``TITLE`` of the module equals ``title`` (tested)."""
+    advisor, the timeline or the graph); ``TITLE`` of the module equals ``title`` (tested).
+    ``prefetch``: the module has a ``prefetch(ctx)`` that loads its data in the background once
+    another tab is built (``app.ui.prefetch``)."""
 
     title: str
     module: str
+    prefetch: bool = False
 
     def load(self) -> Tab:
         """The tab module (imported on first use; an ImportError for a missing one)."""
@@ -42,7 +47,7 @@ class TabSpec:
 RUN_TAB_SPECS: tuple[TabSpec, ...] = (
     TabSpec("Overview", "overview"), TabSpec("Findings", "findings"), TabSpec("Metrics", "metrics"),
     TabSpec("Operators", "operators"), TabSpec("Kernels", "kernels"), TabSpec("Timeline", "timeline"),
-    TabSpec("Memory", "memory"), TabSpec("Graph", "graph"), TabSpec("System", "system"), TabSpec("Logs", "logs"),
+    TabSpec("Memory", "memory", prefetch=True), TabSpec("Graph", "graph"), TabSpec("System", "system"), TabSpec("Logs", "logs"),
     TabSpec("Config", "config"),
 )
 
@@ -166,12 +171,15 @@ def render_tabs(ctx: RunContext, tabs: Sequence[TabSpec] = RUN_TAB_SPECS) -> Tab
     Streamlit builds every ``st.tabs`` panel on every run unless the tabs track their state; here
     they do (bound to the ``run_tab`` query parameter), so a visit builds one tab and a tab switch
     reruns the page for the newly opened one only; only that tab's module is imported. A project
-    error in that tab is shown inside it. Returns the tab module that was built.
+    error in that tab is shown inside it. Then the other tabs marked ``prefetch`` start loading
+    their data in the background (``app.ui.prefetch``). Returns the tab module that was built.
     """
     containers = st.tabs([t.title for t in tabs], key=TAB_PARAM, bind="query-params")
     built: Tab | None = None
+    closed: list[TabSpec] = []
     for container, spec in zip(containers, tabs, strict=True):
         if container.open is False:  # None would mean "not tracked": then build it, as before
+            closed.append(spec)
             continue
         built = spec.load()
         with container:
@@ -179,4 +187,6 @@ def render_tabs(ctx: RunContext, tabs: Sequence[TabSpec] = RUN_TAB_SPECS) -> Tab
                 built.render(ctx)
             except rf.TorchscopeError as e:
                 st.error(str(e))
+    if built is not None:
+        prefetch_tabs(ctx, [(s.module, s.load) for s in closed if s.prefetch], run_signature(ctx.run_dir))
     return built if built is not None else tabs[0].load()

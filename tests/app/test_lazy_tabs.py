@@ -64,3 +64,66 @@ def _counting(render, title: str, calls: list[str]):  # noqa: ANN001, ANN202
     return counted
 
 
+
+
+def test_the_memory_tab_is_loaded_in_the_background_while_another_is_open(monkeypatch, make_run,  # noqa: ANN001
+                                                                          shared_data) -> None:  # noqa: ANN001
+    import shutil
+
+    import app.ui.memory_views as memory_views
+    from app.ui import prefetch
+    from profiler_agent.runformat import layout
+
+    run = make_run("prefetched")
+    name = layout.memory_timeline_file_name("host_1_rank0", 1)
+    (run / layout.MEMORY_DIR).mkdir(exist_ok=True)
+    shutil.copy(shared_data / "memory" / "memory_timeline.raw.gz", run / layout.MEMORY_DIR / name)
+    built: list[int] = []
+    original = memory_views._category_view
+    monkeypatch.setattr(memory_views, "_category_view", lambda raw: built.append(len(raw)) or original(raw))
+    monkeypatch.setenv(prefetch.PREFETCH_ENV, "1")
+    at = open_app(monkeypatch, run.parent, run=run.name)
+    assert_clean(at)
+    prefetch.wait_idle()
+    assert len(built) == 1, "the Memory tab's categories were built while the Overview was open"
+    memory = show_tab(at, "Memory")
+    assert_clean(at)
+    assert len(built) == 1, "the switch found them in the cache"
+    assert memory.get("vega_lite_chart"), "and drew them"
+    show_tab(at, "Logs")  # another visit of the same run queues nothing new
+    prefetch.wait_idle()
+    assert len(built) == 1
+
+
+def test_a_failing_prefetch_is_dropped_and_the_next_one_runs(monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    from app.data.runs import RunData
+    from app.ui import prefetch
+    from app.ui.tabs import RunContext
+
+    monkeypatch.setenv(prefetch.PREFETCH_ENV, "0")
+    ctx = RunContext(run_dir=tmp_path / "r0", run=RunData.__new__(RunData))
+    assert prefetch.prefetch_tabs(ctx, [("fine", lambda: object)], signature=(1.0,)) == 0  # turned off
+    monkeypatch.setenv(prefetch.PREFETCH_ENV, "1")
+
+    ran: list[str] = []
+
+    class Broken:
+        @staticmethod
+        def prefetch(ctx: RunContext) -> None:
+            raise OSError("the disk went away")
+
+    class Fine:
+        @staticmethod
+        def prefetch(ctx: RunContext) -> None:
+            ran.append(ctx.run_dir.name)
+
+    ctx = RunContext(run_dir=tmp_path / "r1", run=RunData.__new__(RunData))
+    assert prefetch.prefetch_tabs(ctx, [("broken", lambda: Broken), ("fine", lambda: Fine)], signature=(1.0,)) == 2
+    prefetch.wait_idle()
+    assert ran == ["r1"]
+    assert prefetch.prefetch_tabs(ctx, [("fine", lambda: Fine)], signature=(1.0,)) == 0  # already done
+    assert prefetch.prefetch_tabs(ctx, [("fine", lambda: Fine)], signature=(2.0,)) == 1  # the run changed
+    prefetch.wait_idle()
+    assert ran == ["r1", "r1"]
+    live = RunContext(run_dir=tmp_path / "r2", run=ctx.run, live=True)
+    assert prefetch.prefetch_tabs(live, [("fine", lambda: Fine)], signature=(1.0,)) == 0  # a running job's files move

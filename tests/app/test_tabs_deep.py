@@ -427,8 +427,8 @@ def test_memory_categories_upload(make_run, shared_data) -> None:  # noqa: ANN00
     assert_ok(at)
     assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
     spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
-    assert "activation" in {r["category"] for r in spec["layer"][0]["data"]["values"]}
-    assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
+    assert "activation" in {a["encoding"].get("color", {}).get("datum") for a in spec["layer"]}
+    assert spec["layer"][1]["encoding"]["y2"]["field"] == "top_0"  # stacked on the layer below
     peak = at.dataframe[-1].value
     assert peak["category"].iloc[0] == "activation"
     assert "At the peak" in texts(at.caption)
@@ -502,6 +502,6 @@ def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> 
     assert not at.get("file_uploader"), "a recorded timeline needs no upload"
     assert not at.get("plotly_chart"), "the Memory tab needs no plotly.js"
     spec = json.loads(at.get("vega_lite_chart")[-1].proto.spec)  # the categories, below the timelines
-    assert "activation" in {r["category"] for r in spec["layer"][0]["data"]["values"]}
-    assert spec["layer"][0]["encoding"]["y"]["stack"] == "zero"
+    assert "activation" in {a["encoding"].get("color", {}).get("datum") for a in spec["layer"]}
+    assert spec["layer"][1]["encoding"]["y2"]["field"] == "top_0"  # stacked on the layer below
     assert at.dataframe[-1].value["category"].iloc[0] == "activation"

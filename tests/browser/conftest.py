@@ -14,6 +14,7 @@ from typing import IO
 
 import pytest
 
+from app.ui.prefetch import PREFETCH_ENV
 from profiler_agent.runformat import layout
 from tests.browser.hostile import write_hostile_run, write_planted_run
 from tests.servers import wait_healthy
@@ -70,7 +71,9 @@ def start_server(root: Path, home: Path) -> tuple[subprocess.Popen[bytes], str]:
 
     Its output goes to ``home``/streamlit.log (a pipe nobody reads would block the server once full)."""
     port = _free_port()
-    env = {**os.environ, layout.ROOT_ENV: str(root), "HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT)}
+    # as users run it: the other tabs' data is prefetched in the background (off for AppTests)
+    env = {**os.environ, layout.ROOT_ENV: str(root), "HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT),
+           PREFETCH_ENV: "1"}
     log = home / "streamlit.log"
     with open(log, "wb") as out:
         proc = _popen_server(port, env, out)

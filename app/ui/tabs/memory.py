@@ -34,7 +34,7 @@ from app.ui.tabs import RunContext
 from app.ui.tabs.timeline import has_traces
 from profiler_agent.runformat import layout
 
-__all__ = ["TITLE", "render"]
+__all__ = ["TITLE", "prefetch", "render"]
 
 TITLE = "Memory"
 
@@ -227,6 +227,21 @@ def _render_categories(ctx: RunContext) -> None:
                  hide_index=True, column_config={"share": st.column_config.ProgressColumn(
                      "share", format="percent", min_value=0.0, max_value=1.0)},
                  key=ctx.key("memory_categories_peak"))
+
+
+def prefetch(ctx: RunContext) -> None:
+    """Load what :func:`render` shows first into the caches, with no Streamlit element
+    (``app.ui.prefetch``): the chosen rank's allocation views and largest allocations, and the
+    first recorded memory timeline's categories. CUDA snapshots are left for the tab's own visit
+    (they can be hundreds of MB)."""
+    if has_traces(ctx.run_dir):
+        ranks = [t.rank for t in cached_traces(ctx.run_dir)]
+        index = ranks.index(ctx.rank) if ctx.rank in ranks else 0
+        if cached_trace_memory_views(ctx.run_dir, index):
+            cached_trace_allocations(ctx.run_dir, index, top=200)
+    recorded = layout.list_memory_timeline_files(ctx.run_dir)
+    if recorded:
+        cached_recorded_category_view(str(recorded[0]), ctx.run_dir)
 
 
 def render(ctx: RunContext) -> None:

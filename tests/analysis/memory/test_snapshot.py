@@ -153,14 +153,16 @@ def test_memory_figures(snap: dict) -> None:
                         "category": pd.Categorical(["parameter", "activation"], categories=list(MEMORY_CATEGORIES))})
     cats = compute_category_timeline(raw)
     cat_spec = category_chart(cats, title="<i>rank 0</i>")
-    stacked, hover = cat_spec["layer"]
-    assert "transform" not in stacked  # folded here, not by an expression per row in the browser
-    long = stacked["data"]["values"]
-    assert [(r["category"], r["order"], r["held"]) for r in long[-2:]] == [("parameter", 0, 1.0), ("activation", 1, 2.0)]
-    assert stacked["encoding"]["order"]["field"] == "order"  # parameters at the bottom
-    assert stacked["encoding"]["y"]["stack"] == "zero" and stacked["encoding"]["y"]["title"] == "MiB"
-    assert stacked["encoding"]["color"]["scale"] == {"domain": ["parameter", "activation"],
-                                                    "range": ["darkgreen", "red"]}
+    *areas, hover = cat_spec["layer"]
+    # stacked here: one area per category, parameters at the bottom, each from the top of the one below
+    assert not any("transform" in layer for layer in cat_spec["layer"])  # no expression per row in the browser
+    assert [(a["mark"]["type"], a["encoding"]["color"]["datum"], a["encoding"]["y"]["field"],
+             a["encoding"].get("y2", {}).get("field")) for a in areas] == [
+        ("area", "parameter", "top_0", None), ("area", "activation", "top_1", "top_0")]
+    assert cat_spec["data"]["values"][-1] == {"time_ms": pytest.approx(1e-6), "top_0": 1.0, "top_1": 3.0}
+    assert areas[0]["encoding"]["y"]["title"] == "MiB"
+    assert areas[1]["encoding"]["color"]["scale"] == {"domain": ["parameter", "activation"],
+                                                     "range": ["darkgreen", "red"]}
     assert hover["data"]["values"][-1] == {"time_ms": pytest.approx(1e-6), "parameter": 1.0, "activation": 2.0,
                                            "total": 3.0}
     assert [x["title"] for x in hover["encoding"]["tooltip"]] == ["ms", "parameter (MiB)", "activation (MiB)",
@@ -183,8 +185,9 @@ def test_memory_hover_layers_are_bounded_and_keep_the_peaks() -> None:
     assert max(r["allocated"] for r in hover["data"]["values"]) == pytest.approx(3.0)
     cats = pd.DataFrame({"time_ms": np.arange(n, dtype=np.float64), "parameter_bytes": allocated / 2,
                          "activation_bytes": allocated / 2, "total_bytes": allocated})
-    stacked, cat_hover = category_chart(cats)["layer"]
-    assert len(stacked["data"]["values"]) == 2 * n and len(cat_hover["data"]["values"]) <= HOVER_POINTS
+    cat_spec = category_chart(cats)
+    cat_hover = cat_spec["layer"][-1]
+    assert len(cat_spec["data"]["values"]) == n and len(cat_hover["data"]["values"]) <= HOVER_POINTS
     assert max(r["total"] for r in cat_hover["data"]["values"]) == pytest.approx(3.0)
 
 
