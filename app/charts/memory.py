@@ -13,9 +13,11 @@ from app.analysis.curves.smoothing import minmax_downsample_indices
 __all__ = ["byte_unit", "memory_timeline_chart", "category_chart", "CATEGORY_COLOURS", "HOVER_POINTS"]
 
 # The hover layer (a point per row, found by a Voronoi diagram over all of them) cost the browser
-# about as much as the areas themselves: it gets at most this many rows, picked by min/max so the
-# peaks keep their hover. The areas and lines keep every row they are given.
-HOVER_POINTS = 500
+# about as much as the areas themselves: each of its items has a tooltip and a selection test that
+# Streamlit's Vega expression interpreter evaluates (~0.4 ms an item in Chromium on 2 cores). It
+# gets at most this many rows, picked by min/max so the peaks keep their hover (one per ~5 px of a
+# full-width chart). The areas and lines keep every row they are given.
+HOVER_POINTS = 250
 
 # Same colours as torch.profiler's own memory timeline plot, so users recognise them.
 CATEGORY_COLOURS = {
