@@ -18,9 +18,15 @@ if str(_PROJECT_ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.ui.layout import PAGES, render_sidebar, set_session_defaults  # noqa: E402
+from app.ui.warmup import script_run  # noqa: E402
 
 
 def main() -> None:
+    with script_run():  # the Run page's warm-up waits while a script runs (app.ui.warmup)
+        _run()
+
+
+def _run() -> None:
     st.set_page_config(page_title="Torchscope", page_icon="🔭", layout="wide")
     set_session_defaults()
     pages = [st.Page(p.path, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGES]

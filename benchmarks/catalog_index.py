@@ -20,7 +20,9 @@ every figure is a whole process, timed in this run next to its peer:
   listing; now ``ls --refresh``), index or not;
 - ``ls --refresh``: ``ls --json --refresh``, the full check of every run's files (no change found);
 - ``page``: the Runs page through AppTest in a fresh interpreter, index present: first render
-  (imports included) and the second run in the same process (goal: <= 0.05x the loop);
+  (imports included) and the second run in the same process right after it (goal: <= 0.05x the
+  loop; judged on this one), then a run once the Run-page warm-up (app.ui.warmup) finished, and one
+  past the store view's 2 s age (reused while the index vouches nothing changed);
 - ``query``: ``torchscope query --by batch_size,num_workers`` as a process, and the query itself
   (index refresh + DuckDB) inside one process (goal: well under a second for 1,000 runs).
 
@@ -93,7 +95,16 @@ first, first_cpu = time.perf_counter() - t, time.process_time() - c
 assert not at.exception, [e.value for e in at.exception]
 t, c = time.perf_counter(), time.process_time(); at.run()
 second, second_cpu = time.perf_counter() - t, time.process_time() - c
-print(f"{first:.4f} {second:.4f} {first_cpu:.4f} {second_cpu:.4f} {len(at.dataframe[0].value)}")
+from app.ui.store import VIEW_MAX_AGE_S
+from app.ui.warmup import warm_run_page
+warm_run_page().join()  # the Run page's warm-up, started by the first render, finished
+t, c = time.perf_counter(), time.process_time(); at.run()
+warm, warm_cpu = time.perf_counter() - t, time.process_time() - c
+time.sleep(VIEW_MAX_AGE_S + 0.1)  # past the store view's age: reused only while the index vouches for it
+t, c = time.perf_counter(), time.process_time(); at.run()
+aged, aged_cpu = time.perf_counter() - t, time.process_time() - c
+print(f"{first:.4f} {second:.4f} {first_cpu:.4f} {second_cpu:.4f} {len(at.dataframe[0].value)} "
+      f"{warm:.4f} {warm_cpu:.4f} {aged:.4f} {aged_cpu:.4f}")
 """
 
 QUERY = """
@@ -205,7 +216,7 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
     paired_cpu = [r[1][1] / max(r[0][1], 1e-9) for r in rounds]
     snap_paired = [r[3][0] / r[0][0] for r in rounds]
     page = median_of(repeat, lambda: timed([py, "-c", PAGE, str(store)], env))
-    first, second, first_cpu, second_cpu, shown = (float(x) for x in page[2].split())
+    first, second, first_cpu, second_cpu, shown, warm, warm_cpu, aged, aged_cpu = (float(x) for x in page[2].split())
     query_proc = median_of(repeat, lambda: timed([py, "-m", "app", "query", "--root", str(store), "--by",
                                                   "batch_size,num_workers", "--json"], env))
     query_in = median_of(repeat, lambda: timed([py, "-c", QUERY, str(store)], env))
@@ -231,7 +242,12 @@ def bench_store(n: int, work: Path, repeat: int) -> None:
           f"{first / loop[0]:6.3f}x loop (wall), {first_cpu / max(loop[1], 1e-9):6.3f}x (CPU); "
           f"{int(shown)} rows on the first page")
     print(f"  {'Runs page second render':34s} wall {second:7.3f} s  CPU {second_cpu:7.3f} s   "
-          f"{second / loop[0]:6.3f}x loop (wall), {second_cpu / max(loop[1], 1e-9):6.3f}x (CPU)   goal <= 0.05x")
+          f"{second / loop[0]:6.3f}x loop (wall), {second_cpu / max(loop[1], 1e-9):6.3f}x (CPU)   goal <= 0.05x "
+          "(judged here: the goal's second run, right after the first)")
+    print(f"  {'  after the Run-page warm-up':34s} wall {warm:7.3f} s  CPU {warm_cpu:7.3f} s   "
+          f"{warm / loop[0]:6.3f}x loop (wall), {warm_cpu / max(loop[1], 1e-9):6.3f}x (CPU)")
+    print(f"  {'  past the view age (token)':34s} wall {aged:7.3f} s  CPU {aged_cpu:7.3f} s   "
+          f"{aged / loop[0]:6.3f}x loop (wall), {aged_cpu / max(loop[1], 1e-9):6.3f}x (CPU)")
     line("query --by batch_size,num_workers", query_proc)
     print(f"  {'query in one process':34s} wall {q_s:7.3f} s  CPU {q_cpu:7.3f} s   (index refresh + table + "
           f"DuckDB, after {q_imports:.2f} s of imports; goal well under 1 s at 1,000)")
