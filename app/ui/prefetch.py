@@ -6,7 +6,9 @@ A tab module may expose ``prefetch(ctx: RunContext) -> None``: it loads into the
 :func:`prefetch_tabs` queues the prefetching tabs of that run on one daemon worker, so that
 while the user reads the open tab the server reads the others' data, and a tab switch finds its
 tables and charts ready (the Memory tab's first switch spent ~0.35 s of server time on them,
-benchmarks/README.md, "Wave 14").
+benchmarks/README.md, "Wave 14"). Like the Run page's warm-up, each job starts only once no
+script has run for a moment (``app.ui.warmup.wait_until_idle``), and the worker runs at a lower
+priority, so that it never delays what the user waits for.
 
 Nothing here changes what a tab shows: a prefetch fills the same caches with the same keys its
 ``render`` uses, and Streamlit's per-key compute locks make a switch that arrives while the
@@ -24,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from app.ui.tabs import RunContext
+from app.ui.warmup import wait_until_idle
 
 __all__ = ["PREFETCH_ENV", "prefetch_tabs", "prefetch_enabled", "wait_idle"]
 
@@ -60,6 +63,7 @@ def _work() -> None:
     while True:
         job = _jobs.get()
         try:
+            wait_until_idle()  # each job starts once no script has run for a moment (app.ui.warmup)
             job()
         except Exception:  # noqa: BLE001 - best effort: the tab shows its own error when opened
             _log.debug("prefetch failed", exc_info=True)

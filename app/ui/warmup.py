@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["warm_run_page", "script_run", "WARM_MODULES", "IDLE_S"]
+__all__ = ["warm_run_page", "script_run", "wait_until_idle", "WARM_MODULES", "IDLE_S"]
 
 # What the Run page's first visit imports beyond the Runs page's modules (the Overview tab).
 WARM_MODULES = ("app.ui.run_view", "app.ui.tabs.overview", "app.ui.trace_view", "app.workspace.traces",
@@ -52,7 +52,7 @@ def script_run() -> Iterator[None]:
             _busy.notify_all()
 
 
-def _wait_until_idle() -> None:
+def wait_until_idle() -> None:
     """Return once no script run is in progress and none ended in the last IDLE_S."""
     with _busy:
         while True:
@@ -86,7 +86,7 @@ def _steps() -> list[Callable[[], object]]:
 def _warm() -> None:
     try:
         for step in _steps():
-            _wait_until_idle()
+            wait_until_idle()
             step()
     except Exception:  # noqa: BLE001 - a warm-up only: the page imports what it needs itself, and says why not
         pass
