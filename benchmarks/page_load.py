@@ -64,6 +64,17 @@ _ALL_DRAWN = """() => {
   const plotly = [...panel.querySelectorAll(".js-plotly-plot")];
   return vega.every(c => c.querySelector("svg.marks, canvas.marks")) && plotly.every(c => c.querySelector(".main-svg"));
 }"""
+# The open tab has its first chart drawn, or its rerun has ended with elements but no chart (the
+# Kernels tab of a CPU run): the panel of a tab never opened is empty until its rerun fills it, and
+# the script state reads "running" from before the first element until the run ends.
+_TAB_BUILT = """() => {
+  const panel = [...document.querySelectorAll("[role='tabpanel']")].find(p => p.offsetParent !== null);
+  if (!panel) return false;
+  if (panel.querySelector(".js-plotly-plot, [data-testid='stVegaLiteChart'] :is(svg, canvas).marks")) return true;
+  const state = document.querySelector("[data-testid='stApp']")?.getAttribute("data-test-script-state");
+  return state === "notRunning" && !panel.querySelector("[data-testid='stVegaLiteChart'], [data-testid='stPlotlyChart']")
+    && !!panel.querySelector("[data-testid='stElementContainer']");
+}"""
 _TIMEOUT_MS = 300_000
 # A drawn chart: a plotly figure, or a Vega-Lite chart's rendered marks.
 # Vega-Lite draws on a canvas instead of SVG for large data (the Memory tab's timeline): either counts.
@@ -143,7 +154,7 @@ def _run_page_and_tab(browser, url: str, cpu: Callable[[], float],  # noqa: ANN0
 
         def tab_ready() -> None:  # every chart of the tab drawn; for the Operators tab also its table
             page.get_by_role("tab", name=tab).and_(page.locator("[aria-selected='true']")).wait_for()
-            page.locator(f"[role='tabpanel']:visible :is({_CHART})").first.wait_for()
+            page.wait_for_function(_TAB_BUILT)  # its first chart, or its whole build for a tab without one
             if tab == "Operators":
                 page.locator("[role='tabpanel']:visible [data-testid='stDataFrame']").first.wait_for()
             page.wait_for_selector(_READY)
