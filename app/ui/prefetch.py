@@ -28,11 +28,14 @@ from collections.abc import Callable, Sequence
 from app.ui.tabs import RunContext
 from app.ui.warmup import wait_until_idle
 
-__all__ = ["PREFETCH_ENV", "prefetch_tabs", "prefetch_enabled", "wait_idle"]
+__all__ = ["PREFETCH_ENV", "IDLE_EXIT_S", "prefetch_tabs", "prefetch_enabled", "wait_idle", "wait_stopped"]
 
 PREFETCH_ENV = "TORCHSCOPE_PREFETCH"
 # Keys (run folder, signature, rank, tab module) already queued; the oldest are forgotten first.
 _SEEN_MAX = 256
+# The worker exits once it has had nothing to do for this long (the next visit starts another):
+# no thread is left behind in a process that no longer serves pages.
+IDLE_EXIT_S = 30.0
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -59,9 +62,17 @@ def _lower_priority() -> None:
 
 
 def _work() -> None:
+    global _worker
     _lower_priority()
     while True:
-        job = _jobs.get()
+        try:
+            job = _jobs.get(timeout=IDLE_EXIT_S)
+        except queue.Empty:
+            with _lock:  # jobs are queued under the lock: none can slip in between
+                if _jobs.empty():
+                    _worker = None
+                    return
+            continue
         try:
             wait_until_idle()  # each job starts once no script has run for a moment (app.ui.warmup)
             job()
@@ -106,3 +117,13 @@ def prefetch_tabs(ctx: RunContext, tabs: Sequence[tuple[str, Callable[[], object
 def wait_idle() -> None:
     """Block until every queued prefetch has run (tests and benchmarks)."""
     _jobs.join()
+
+
+def wait_stopped(timeout: float) -> bool:
+    """Block until the worker has exited (it does once idle for IDLE_EXIT_S), at most ``timeout``
+    seconds; True when no worker is left."""
+    with _lock:
+        worker = _worker
+    if worker is not None:
+        worker.join(timeout)
+    return worker is None or not worker.is_alive()

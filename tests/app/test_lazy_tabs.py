@@ -82,6 +82,7 @@ def test_the_memory_tab_is_loaded_in_the_background_while_another_is_open(monkey
     original = memory_views._category_view
     monkeypatch.setattr(memory_views, "_category_view", lambda raw: built.append(len(raw)) or original(raw))
     monkeypatch.setenv(prefetch.PREFETCH_ENV, "1")
+    monkeypatch.setattr(prefetch, "IDLE_EXIT_S", 0.05)
     at = open_app(monkeypatch, run.parent, run=run.name)
     assert_clean(at)
     prefetch.wait_idle()
@@ -93,6 +94,7 @@ def test_the_memory_tab_is_loaded_in_the_background_while_another_is_open(monkey
     show_tab(at, "Logs")  # another visit of the same run queues nothing new
     prefetch.wait_idle()
     assert len(built) == 1
+    assert prefetch.wait_stopped(10), "the worker leaves once idle"
 
 
 def test_a_failing_prefetch_is_dropped_and_the_next_one_runs(monkeypatch, tmp_path) -> None:  # noqa: ANN001
@@ -104,6 +106,7 @@ def test_a_failing_prefetch_is_dropped_and_the_next_one_runs(monkeypatch, tmp_pa
     ctx = RunContext(run_dir=tmp_path / "r0", run=RunData.__new__(RunData))
     assert prefetch.prefetch_tabs(ctx, [("fine", lambda: object)], signature=(1.0,)) == 0  # turned off
     monkeypatch.setenv(prefetch.PREFETCH_ENV, "1")
+    monkeypatch.setattr(prefetch, "IDLE_EXIT_S", 0.05)
 
     ran: list[str] = []
 
@@ -127,3 +130,7 @@ def test_a_failing_prefetch_is_dropped_and_the_next_one_runs(monkeypatch, tmp_pa
     assert ran == ["r1", "r1"]
     live = RunContext(run_dir=tmp_path / "r2", run=ctx.run, live=True)
     assert prefetch.prefetch_tabs(live, [("fine", lambda: Fine)], signature=(1.0,)) == 0  # a running job's files move
+    assert prefetch.wait_stopped(10), "the worker leaves once idle: no thread outlives the pages"
+    assert prefetch.prefetch_tabs(ctx, [("fine", lambda: Fine)], signature=(3.0,)) == 1  # and comes back
+    prefetch.wait_idle()
+    assert ran == ["r1", "r1", "r1"] and prefetch.wait_stopped(10)
