@@ -22,6 +22,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -32,7 +33,9 @@ __all__ = ["PREFETCH_ENV", "IDLE_EXIT_S", "prefetch_tabs", "prefetch_enabled", "
 
 PREFETCH_ENV = "TORCHSCOPE_PREFETCH"
 # Keys (run folder, signature, rank, tab module) already queued; the oldest are forgotten first.
+# A key queued longer ago than REQUEUE_S is queued again: the tabs' caches expire (ttl 600–900 s).
 _SEEN_MAX = 256
+REQUEUE_S = 300.0
 # The worker exits once it has had nothing to do for this long (the next visit starts another):
 # no thread is left behind in a process that no longer serves pages.
 IDLE_EXIT_S = 30.0
@@ -40,7 +43,7 @@ IDLE_EXIT_S = 30.0
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _jobs: queue.Queue[Callable[[], None]] = queue.Queue()
-_seen: OrderedDict[tuple[object, ...], None] = OrderedDict()
+_seen: OrderedDict[tuple[object, ...], float] = OrderedDict()  # key → when queued (monotonic)
 _worker: threading.Thread | None = None
 
 
@@ -92,18 +95,20 @@ def _job(load: Callable[[], object], ctx: RunContext) -> Callable[[], None]:
 
 def prefetch_tabs(ctx: RunContext, tabs: Sequence[tuple[str, Callable[[], object]]], signature: object) -> int:
     """Queue the ``prefetch`` of each ``(module name, loader)`` in ``tabs`` for ``ctx``'s run;
-    a key (run, ``signature``, rank, module) already queued is skipped. Returns how many were
+    a key (run, ``signature``, rank, module) queued in the last REQUEUE_S is skipped. Returns how many were
     queued (0 when turned off). Never waits for them."""
     if not prefetch_enabled() or ctx.live:  # a live run's files change under it: nothing to keep
         return 0
     global _worker
     queued = 0
     with _lock:
+        now = time.monotonic()
         for module, load in tabs:
             key = (str(ctx.run_dir), signature, ctx.rank, module)
-            if key in _seen:
+            if now - _seen.get(key, -REQUEUE_S) < REQUEUE_S:
                 continue
-            _seen[key] = None
+            _seen.pop(key, None)
+            _seen[key] = now
             while len(_seen) > _SEEN_MAX:
                 _seen.popitem(last=False)
             _jobs.put(_job(load, ctx))

@@ -134,3 +134,7 @@ def test_a_failing_prefetch_is_dropped_and_the_next_one_runs(monkeypatch, tmp_pa
     assert prefetch.prefetch_tabs(ctx, [("fine", lambda: Fine)], signature=(3.0,)) == 1  # and comes back
     prefetch.wait_idle()
     assert ran == ["r1", "r1", "r1"] and prefetch.wait_stopped(10)
+    monkeypatch.setattr(prefetch, "REQUEUE_S", 0.0)  # queued long ago: its caches may have expired
+    assert prefetch.prefetch_tabs(ctx, [("fine", lambda: Fine)], signature=(3.0,)) == 1
+    prefetch.wait_idle()
+    assert len(ran) == 4 and prefetch.wait_stopped(10)
