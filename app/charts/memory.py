@@ -130,8 +130,9 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
     """Return a Vega-Lite spec of memory held per category as stacked areas over ``time_ms`` (the
     table of ``compute_category_timeline``), parameters at the bottom like torch's own plot.
 
-    Values are in the unit of :func:`byte_unit` for the largest total; a category that holds
-    nothing is left out. The stack is summed here: each category is an area layer from the top of
+    Values are in the unit of :func:`byte_unit` for the largest total. Every category with a
+    column is drawn and named in the legend, even when it holds nothing at the timestamps kept
+    (min/max of the total can drop every moment a brief one, e.g. temporaries, held memory). The stack is summed here: each category is an area layer from the top of
     the one below (``top_<i-1>``) to its own top (``top_<i>``), over one row per timestamp.
     Hovering shows, at the nearest timestamp (among at most HOVER_POINTS, the extremes of the
     total kept), every category's value and the total; the wheel zooms x. A Vega-Lite spec, not a
@@ -140,8 +141,7 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
     """
     top = float(categories["total_bytes"].max()) if len(categories) else 0.0
     div, unit = byte_unit(top)
-    names = [c for c in CATEGORY_COLOURS if f"{c}_bytes" in categories.columns
-             and np.any(categories[f"{c}_bytes"].to_numpy(np.float64))]
+    names = [c for c in CATEGORY_COLOURS if f"{c}_bytes" in categories.columns]
     time_ms = pd.to_numeric(categories["time_ms"], errors="coerce").to_numpy(np.float64)
     held = {n: categories[f"{n}_bytes"].to_numpy(np.float64) / div for n in names}
     total = categories["total_bytes"].to_numpy(np.float64) / div if len(categories) else np.array([])

@@ -240,3 +240,15 @@ def test_trace_allocations_name_the_op_and_lifetime() -> None:
     assert second["op"] == "aten::relu" and np.isnan(second["lifetime_us"])  # never freed in the trace
     assert got.iloc[2]["device"] == "cpu"
     assert compute_trace_allocations(memory.iloc[0:0], events).empty
+
+
+def test_a_brief_category_stays_in_the_legend_when_the_kept_timestamps_miss_it() -> None:
+    # min/max of the total keeps the peaks; a temporary held between two kept timestamps can be
+    # absent from every kept row: the legend still names it (the chart does not say "none").
+    from app.charts.memory import category_chart
+
+    cats = pd.DataFrame({"time_ms": [0.0, 1.0, 2.0], "parameter_bytes": [2.0**20] * 3,
+                         "temporary_bytes": [0.0, 0.0, 0.0], "total_bytes": [2.0**20] * 3})
+    areas = [layer for layer in category_chart(cats)["layer"] if layer["mark"]["type"] == "area"]
+    assert [a["encoding"]["color"]["datum"] for a in areas] == ["parameter", "temporary"]
+    assert areas[0]["encoding"]["color"]["scale"]["domain"] == ["parameter", "temporary"]
