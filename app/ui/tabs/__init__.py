@@ -4,6 +4,9 @@ A tab is a module ``app/ui/tabs/<name>.py`` exposing::
 
     TITLE: str                               # the label shown on the tab
     def render(ctx: RunContext) -> None: ... # Streamlit calls only; loads through app.ui.cache
+    def prefetch(ctx: RunContext) -> None: ... # optional: fills render's caches, no Streamlit call;
+                                             # run in the background while another tab is open when
+                                             # its RUN_TAB_SPECS entry says prefetch=True (app.ui.prefetch)
 
 The Run page (``app.ui.run_view.RUN_TAB_SPECS``) lists the tabs by label and module name in
 that order; ``run_view.RUN_TABS`` imports them all, so a renamed or missing tab is an ImportError
