@@ -45,10 +45,9 @@ def _num(v: float) -> float | None:
     return float(f"{f:.7g}") if math.isfinite(f) else None
 
 
-def _hover_rows(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    """At most HOVER_POINTS of ``rows``, the minimum and maximum of ``key`` kept in each bucket."""
-    values = np.array([np.nan if r[key] is None else r[key] for r in rows], dtype=np.float64)
-    return [rows[int(i)] for i in minmax_downsample_indices(values, HOVER_POINTS)]
+def _hover_indices(values: np.ndarray) -> np.ndarray:
+    """Positions of at most HOVER_POINTS of ``values``, the minimum and maximum of each bucket kept."""
+    return minmax_downsample_indices(np.asarray(values, dtype=np.float64), HOVER_POINTS)
 
 
 def memory_timeline_chart(
@@ -101,7 +100,7 @@ def memory_timeline_chart(
     if reserved:
         tooltip.append({"field": "reserved", "title": f"reserved ({unit})", "format": ",.2f"})
     # The nearest event is highlighted and its totals shown (plotly's unified hover did the same).
-    layers.append({"data": {"values": _hover_rows(rows, "allocated")},
+    layers.append({"data": {"values": [rows[int(i)] for i in _hover_indices(allocated.to_numpy(np.float64))]},
                    "mark": {"type": "point", "filled": True, "size": 40, "color": "#1f77b4", "clip": True},
                    "encoding": {"x": xe, "y": {**ye, "field": "allocated"}, "tooltip": tooltip,
                                 "opacity": {"condition": {"param": "near", "empty": False, "value": 1}, "value": 0}},
@@ -132,8 +131,9 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
 
     Values are in the unit of :func:`byte_unit` for the largest total. Every category with a
     column is drawn and named in the legend, even when it holds nothing at the timestamps kept
-    (min/max of the total can drop every moment a brief one, e.g. temporaries, held memory). The stack is summed here: each category is an area layer from the top of
-    the one below (``top_<i-1>``) to its own top (``top_<i>``), over one row per timestamp.
+    (min/max of the total can drop every moment a brief one, e.g. temporaries, held memory). The
+    stack is summed here: each category is an area layer from the top of the one below
+    (``top_<i-1>``) to its own top (``top_<i>``), over one row per timestamp.
     Hovering shows, at the nearest timestamp (among at most HOVER_POINTS, the extremes of the
     total kept), every category's value and the total; the wheel zooms x. A Vega-Lite spec, not a
     plotly figure, so that the Memory tab needs no plotly.js in the browser (benchmarks/README.md,
@@ -164,14 +164,14 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
             encoding["y2"] = {"field": f"top_{i - 1}"}
         layers.append({"mark": {"type": "area", "interpolate": "step-after", "opacity": 0.85, "clip": True},
                        "encoding": encoding})
-    hover_rows = [{"time_ms": _num(t), **{n: _num(held[n][j]) for n in names}, "total": _num(total[j])}
-                  for j, t in enumerate(time_ms)]
+    hover_rows = [{"time_ms": _num(time_ms[j]), **{n: _num(held[n][j]) for n in names}, "total": _num(total[j])}
+                  for j in map(int, _hover_indices(total))]
     tooltip = [{"field": "time_ms", "title": "ms", "format": ",.2f"},
                *({"field": n, "title": f"{label} ({unit})", "format": ",.2f"} for n, label in zip(names, labels)),
                {"field": "total", "title": f"total ({unit})", "format": ",.2f"}]
     # The total at the nearest timestamp is marked and carries every category's value (plotly's
     # unified hover did the same).
-    layers.append({"data": {"values": _hover_rows(hover_rows, "total")},
+    layers.append({"data": {"values": hover_rows},
                    "mark": {"type": "point", "filled": True, "size": 40, "color": "#333", "clip": True},
                    "encoding": {"x": xe, "y": {"field": "total", "type": "quantitative", "title": unit},
                                 "tooltip": tooltip,

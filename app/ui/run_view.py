@@ -187,6 +187,7 @@ def render_tabs(ctx: RunContext, tabs: Sequence[TabSpec] = RUN_TAB_SPECS) -> Tab
                 built.render(ctx)
             except rf.TorchscopeError as e:
                 st.error(str(e))
-    if built is not None:
-        prefetch_tabs(ctx, [(s.module, s.load) for s in closed if s.prefetch], run_signature(ctx.run_dir))
+    later = [(s.module, s.load) for s in closed if s.prefetch]
+    if built is not None and later:  # the run's signature (a stat per trace file) only when needed
+        prefetch_tabs(ctx, later, run_signature(ctx.run_dir))
     return built if built is not None else tabs[0].load()

@@ -62,14 +62,19 @@ def _ops_table(ops: pd.DataFrame) -> pd.DataFrame:
         ["relation", "name", "dur_ms", "ended_ms_before", "input_shapes"]]
 
 
+def _default_trace(ctx: RunContext) -> int:
+    """Index of the trace shown first: the chosen rank's, else the first."""
+    ranks = [t.rank for t in cached_traces(ctx.run_dir)]
+    return ranks.index(ctx.rank) if ctx.rank in ranks else 0
+
+
 def _render_trace_memory(ctx: RunContext) -> None:
     st.subheader("Allocated memory over the profiled steps")
     if not has_traces(ctx.run_dir):
         st.info("No profiler trace in this run, so no allocation timeline. " + _NO_MEMORY_HELP)
         return
     traces = cached_traces(ctx.run_dir)
-    ranks = [t.rank for t in traces]
-    index = ranks.index(ctx.rank) if ctx.rank in ranks else 0
+    index = _default_trace(ctx)
     if len(traces) > 1:
         index = st.selectbox("Trace", range(len(traces)), index=index, key=ctx.key("memory_trace"),
                              format_func=lambda i: f"rank {traces[i].rank} · {traces[i].path.name}")
@@ -235,8 +240,7 @@ def prefetch(ctx: RunContext) -> None:
     first recorded memory timeline's categories. CUDA snapshots are left for the tab's own visit
     (they can be hundreds of MB)."""
     if has_traces(ctx.run_dir):
-        ranks = [t.rank for t in cached_traces(ctx.run_dir)]
-        index = ranks.index(ctx.rank) if ctx.rank in ranks else 0
+        index = _default_trace(ctx)
         if cached_trace_memory_views(ctx.run_dir, index):
             cached_trace_allocations(ctx.run_dir, index, top=200)
     recorded = layout.list_memory_timeline_files(ctx.run_dir)
