@@ -17,7 +17,12 @@ __all__ = ["byte_unit", "memory_timeline_chart", "category_chart", "CATEGORY_COL
 # Streamlit's Vega expression interpreter evaluates (~0.4 ms an item in Chromium on 2 cores). It
 # gets at most this many rows, picked by min/max so the peaks keep their hover (one per ~5 px of a
 # full-width chart). The areas and lines keep every row they are given.
-HOVER_POINTS = 250
+HOVER_POINTS = 100
+
+# Both charts are drawn on a canvas: the hover layer's points are then no SVG elements of their own
+# (Vega still hit-tests them for the tooltip), and the views are drawn faster (benchmarks/README.md,
+# issue 16, wave 15). Streamlit passes ``usermeta.embedOptions`` to vega-embed.
+_CANVAS = {"embedOptions": {"renderer": "canvas"}}
 
 # Same colours as torch.profiler's own memory timeline plot, so users recognise them.
 CATEGORY_COLOURS = {
@@ -119,7 +124,7 @@ def memory_timeline_chart(
                                                  "color": "crimson"},
              "encoding": {**enc, "text": {"field": "label"}}},
         ]
-    spec: dict[str, Any] = {"data": {"values": rows}, "layer": layers, "height": 340}
+    spec: dict[str, Any] = {"data": {"values": rows}, "layer": layers, "height": 340, "usermeta": _CANVAS}
     if title:  # SVG text: shown as written, no markup
         spec["title"] = {"text": title, "anchor": "start"}
     return spec
@@ -179,7 +184,7 @@ def category_chart(categories: pd.DataFrame, *, title: str | None = None) -> dic
                    "params": [{"name": "near", "select": {"type": "point", "on": "mouseover", "nearest": True,
                                                           "fields": ["time_ms"], "clear": "mouseout"}},
                               {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}]})
-    spec: dict[str, Any] = {"data": {"values": rows}, "layer": layers, "height": 360}
+    spec: dict[str, Any] = {"data": {"values": rows}, "layer": layers, "height": 360, "usermeta": _CANVAS}
     if title:  # SVG text: shown as written, no markup
         spec["title"] = {"text": title, "anchor": "start"}
     return spec

@@ -505,3 +505,41 @@ def test_memory_categories_from_the_recorded_timeline(make_run, shared_data) -> 
     assert "activation" in {a["encoding"].get("color", {}).get("datum") for a in spec["layer"]}
     assert spec["layer"][1]["encoding"]["y2"]["field"] == "top_0"  # stacked on the layer below
     assert at.dataframe[-1].value["category"].iloc[0] == "activation"
+
+
+def test_memory_zoom_redraws_the_chosen_range_at_full_detail(cpu_profiled_run, make_run, shared_data) -> None:  # noqa: ANN001
+    # The whole range shows at most MAX_POINTS events (by min/max); the slider under the chart
+    # redraws a part of it with up to as many again, and back at the whole range the first spec.
+    from app.ui.memory_views import CATEGORY_POINTS, MAX_POINTS
+
+    at = open_tab(cpu_profiled_run, "memory")
+    assert_ok(at)
+    whole = vega_rows(at.get("vega_lite_chart")[0])
+    zoom = at.slider[0]
+    lo, hi = zoom.value
+    assert (lo, hi) == (zoom.min, zoom.max) and hi > lo and len(whole) <= MAX_POINTS
+    a, b = round(lo + (hi - lo) * 0.30, 2), round(lo + (hi - lo) * 0.32, 2)
+    zoom.set_value((a, b)).run()
+    assert_ok(at)
+    part = vega_rows(at.get("vega_lite_chart")[0])
+    inside = [r for r in part if a <= r["x"] <= b]
+    assert part[0]["x"] <= a and all(r["x"] <= b for r in part)
+    assert len(inside) >= len([r for r in whole if a <= r["x"] <= b])
+    at.slider[0].set_value((lo, hi)).run()
+    assert vega_rows(at.get("vega_lite_chart")[0]) == whole
+
+    run_dir = make_run("zoomed-cats")
+    (run_dir / layout.MEMORY_DIR).mkdir(exist_ok=True)
+    name = layout.memory_timeline_file_name("host_1_rank0", 1)
+    shutil.copy(shared_data / "memory" / "memory_timeline.raw.gz", run_dir / layout.MEMORY_DIR / name)
+    at = open_tab(run_dir, "memory")
+    cats = at.slider[-1]
+    lo, hi = cats.value
+    whole = vega_rows(at.get("vega_lite_chart")[-1])
+    assert len(whole) <= CATEGORY_POINTS
+    a, b = round(lo + (hi - lo) * 0.40, 2), round(lo + (hi - lo) * 0.45, 2)
+    cats.set_value((a, b)).run()
+    assert_ok(at)
+    part = vega_rows(at.get("vega_lite_chart")[-1])
+    assert len([r for r in part if a <= r["time_ms"] <= b]) > 3 * len([r for r in whole if a <= r["time_ms"] <= b])
+    assert at.dataframe[-1].value["category"].iloc[0] == "activation"  # the peak table is the whole run's

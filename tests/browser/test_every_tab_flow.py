@@ -32,13 +32,31 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
         if name == "Timeline":
             _check_timeline(page, panel, prefix)
-        if name == "Memory" and prefix == "agent":  # its allocation timeline: Vega-Lite, no plotly.js
-            panel.locator("[data-testid='stVegaLiteChart'] :is(svg, canvas).marks").first.wait_for()  # drawn
-            assert panel.locator(".js-plotly-plot").count() == 0
+        if name == "Memory" and prefix == "agent":
+            _check_memory(page, panel)
         if name == "Graph" and prefix == "agent":
             _check_graph(page, panel)
         screenshot(page, f"every_tab_{prefix}_{i:02d}_{name.lower().replace(' ', '_')}")
     return names
+
+
+def _check_memory(page, panel) -> None:  # noqa: ANN001
+    """The allocation timeline: Vega-Lite on a canvas (no plotly.js), a tooltip with the nearest
+    event's totals under the pointer, and the zoom slider under it."""
+    marks = panel.locator("[data-testid='stVegaLiteChart'] canvas.marks").first
+    marks.wait_for()  # drawn
+    assert panel.locator(".js-plotly-plot").count() == 0
+    box = marks.bounding_box()
+    assert box is not None
+    tooltip = page.locator("#vg-tooltip-element")
+    for at in (0.5, 0.3, 0.7):  # over the plot, not the legend; the nearest of the hover points
+        page.mouse.move(box["x"] + box["width"] * at, box["y"] + box["height"] * 0.6)
+        page.wait_for_timeout(300)
+        if tooltip.count() and tooltip.is_visible():
+            break
+    assert "allocated (" in tooltip.inner_text() and "ms since trace start" in tooltip.inner_text()
+    page.mouse.move(0, 0)
+    assert panel.get_by_text("Zoom: the range drawn (ms)").first.is_visible()
 
 
 def _check_graph(page, panel) -> None:  # noqa: ANN001

@@ -23,6 +23,7 @@ from app.analysis.trace.timeline import host_ops
 
 __all__ = [
     "SNAPSHOT_TIMELINE_COLUMNS",
+    "window_positions",
     "ALLOCATION_COLUMNS",
     "snapshot_devices",
     "compute_segment_summary",
@@ -213,13 +214,16 @@ def compute_largest_allocations(snapshot: dict[str, Any], device: int, *, top: i
     return frame[ALLOCATION_COLUMNS].reset_index(drop=True)
 
 
-def compute_category_timeline(raw: pd.DataFrame, *, max_points: int = 4000) -> pd.DataFrame:
+def compute_category_timeline(raw: pd.DataFrame, *, max_points: int = 4000,
+                              window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
     """Return memory held per category over time from a raw memory timeline.
 
     One row per distinct timestamp (at most ``max_points``, picked so that the peaks of the
     total survive): ``ts_ns``, ``time_ms`` (since the first timestamped record), one
     ``<category>_bytes`` column per category that appears, and ``total_bytes``. Preexisting
-    memory (time -1) is counted from the first point on.
+    memory (time -1) is counted from the first point on. With ``window_ms`` (first, last ms) only
+    the timestamps in it are kept, plus the last one before it (what was held when the window
+    opens), before the ``max_points`` are picked: a zoomed chart at full detail.
     """
     if raw.empty:
         return pd.DataFrame(columns=["ts_ns", "time_ms", "total_bytes"])
@@ -231,10 +235,19 @@ def compute_category_timeline(raw: pd.DataFrame, *, max_points: int = 4000) -> p
     deltas = pd.DataFrame({f"{c}_bytes": np.where(raw["category"] == c, raw["bytes"], 0) for c in cats})
     held = deltas.cumsum().assign(ts_ns=ts.to_numpy()).groupby("ts_ns", sort=True).last().reset_index()
     held["total_bytes"] = held[[f"{c}_bytes" for c in cats]].sum(axis=1)
-    keep = minmax_downsample_indices(held["total_bytes"].to_numpy(np.float64), max(4, max_points))
-    held = held.iloc[keep].reset_index(drop=True)
     held.insert(1, "time_ms", (held["ts_ns"] - first) / 1e6)
-    return held
+    if window_ms is not None:
+        held = held.iloc[window_positions(held["time_ms"].to_numpy(np.float64), window_ms)]
+    keep = minmax_downsample_indices(held["total_bytes"].to_numpy(np.float64), max(4, max_points))
+    return held.iloc[keep].reset_index(drop=True)
+
+
+def window_positions(times: np.ndarray, window: tuple[float, float]) -> np.ndarray:
+    """Positions of the sorted ``times`` in ``window`` (first, last), with the one just before it: a
+    total drawn as a step holds from that one until the next, so the window opens at its value."""
+    start = int(np.searchsorted(times, window[0], side="right"))
+    stop = int(np.searchsorted(times, window[1], side="right"))
+    return np.arange(max(0, start - 1), max(stop, start))
 
 
 def compute_category_peak(categories: pd.DataFrame) -> pd.DataFrame:

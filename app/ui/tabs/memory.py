@@ -24,12 +24,16 @@ from app.ui.deep_cache import (
     cached_snapshot,
     cached_trace_allocations,
 )
-from app.ui.memory_views import MAX_POINTS as _MAX_POINTS
 from app.ui.memory_views import (
+    CATEGORY_POINTS,
     cached_recorded_category_view,
     cached_trace_memory_views,
     cached_uploaded_category_view,
+    cached_zoomed_recorded_category_spec,
+    cached_zoomed_trace_spec,
+    cached_zoomed_uploaded_category_spec,
 )
+from app.ui.memory_views import MAX_POINTS as _MAX_POINTS
 from app.ui.tabs import RunContext
 from app.ui.tabs.timeline import has_traces
 from profiler_agent.runformat import layout
@@ -60,6 +64,21 @@ def _ops_table(ops: pd.DataFrame) -> pd.DataFrame:
     return ops.assign(dur_ms=ops["dur_us"] / 1000, ended_ms_before=ops["ends_before_us"] / 1000,
                       input_shapes=ops["input_shapes"].map(format_shape))[
         ["relation", "name", "dur_ms", "ended_ms_before", "input_shapes"]]
+
+
+_ZOOM_HELP = ("Drag either end to draw that part of the run again at full detail: the whole range "
+              "shows at most {points} points, picked so that every peak stays; the wheel on the chart "
+              "only magnifies those.")
+
+
+def _zoom(ctx: RunContext, key: str, span: tuple[float, float], points: int) -> tuple[float, float] | None:
+    """A range slider under a chart over ``span`` (ms): the range chosen, or None for the whole span."""
+    lo, hi = round(span[0], 2), round(span[1], 2)
+    if not hi > lo:
+        return None
+    chosen = st.slider("Zoom: the range drawn (ms)", min_value=lo, max_value=hi, value=(lo, hi), step=0.01, key=ctx.key(key),
+                       help=_ZOOM_HELP.format(points=points))
+    return None if tuple(chosen) == (lo, hi) else (float(chosen[0]), float(chosen[1]))
 
 
 def _default_trace(ctx: RunContext) -> int:
@@ -94,7 +113,10 @@ def _render_trace_memory(ctx: RunContext) -> None:
     c[1].metric("Peak reserved", format_bytes(view.peak_reserved_bytes) if view.peak_reserved_bytes is not None
                 else "–", help="Memory the caching allocator holds (CUDA); not reported for CPU.")
     c[2].metric("Peak at", f"{view.peak_ms:,.2f} ms", help="since the trace's first event")
-    st.vega_lite_chart(view.spec, width="stretch", key=ctx.key("memory_trace_fig"))
+    chart = st.container()
+    window = _zoom(ctx, f"memory_trace_zoom_{index}_{device}", view.span_ms, _MAX_POINTS)
+    spec = view.spec if window is None else cached_zoomed_trace_spec(ctx.run_dir, index, device, view, window)
+    chart.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_trace_fig"))
     st.markdown("**Ops around the peak** — running at the peak (outermost first), then the last ops "
                 "that ended before it: the allocation that made the peak is in one of them.")
     ops = view.ops
@@ -212,7 +234,8 @@ def _render_categories(ctx: RunContext) -> None:
         chosen = st.selectbox("Memory timeline (one per profiler window and rank)", names,
                               key=ctx.key("memory_categories_file")) if len(names) > 1 else names[0]
         source = chosen
-        view = cached_recorded_category_view(str(recorded[names.index(chosen)]), ctx.run_dir)
+        path = str(recorded[names.index(chosen)])
+        view = cached_recorded_category_view(path, ctx.run_dir)
     else:
         upload = st.file_uploader("Memory timeline (.json, .json.gz, .raw.json.gz)", type=["json", "gz"],
                                   key=ctx.key("memory_categories_upload"), help=_CATEGORY_HELP)
@@ -220,11 +243,20 @@ def _render_categories(ctx: RunContext) -> None:
             st.info(_CATEGORY_HELP)
             return
         source = upload.name
+        path = None
         view = cached_uploaded_category_view(upload.getvalue(), upload.name)
     if view.spec is None or view.peak is None:
         st.info(f"`{source}` holds no memory records.")
         return
-    st.vega_lite_chart(view.spec, width="stretch", key=ctx.key("memory_categories_fig"))
+    chart = st.container()
+    window = _zoom(ctx, f"memory_categories_zoom_{source}", view.span_ms, CATEGORY_POINTS)
+    if window is None:
+        spec = view.spec
+    elif path is not None:
+        spec = cached_zoomed_recorded_category_spec(path, ctx.run_dir, window)
+    else:
+        spec = cached_zoomed_uploaded_category_spec(upload.getvalue(), upload.name, window)
+    chart.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_categories_fig"))
     peak = view.peak
     st.caption(f"At the peak ({peak['time_ms'].iloc[0]:,.1f} ms, "
                f"{format_bytes(int(peak['bytes'].sum()))}):")

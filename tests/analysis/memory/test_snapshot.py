@@ -252,3 +252,34 @@ def test_a_brief_category_stays_in_the_legend_when_the_kept_timestamps_miss_it()
     areas = [layer for layer in category_chart(cats)["layer"] if layer["mark"]["type"] == "area"]
     assert [a["encoding"]["color"]["datum"] for a in areas] == ["parameter", "temporary"]
     assert areas[0]["encoding"]["color"]["scale"]["domain"] == ["parameter", "temporary"]
+
+
+def test_a_window_of_the_category_timeline_has_full_detail_and_opens_at_the_held_value(shared_data) -> None:
+    # A zoom redraws the range with as many points again: more timestamps inside the window than
+    # the whole timeline kept there, each the same as the full-resolution table, and the window
+    # opens with what was held at its start (the last timestamp before it).
+    raw = load_memory_timeline_raw(shared_data / "memory" / "memory_timeline.raw.gz")
+    full = compute_category_timeline(raw, max_points=10**9).set_index("ts_ns")
+    coarse = compute_category_timeline(raw, max_points=300)
+    lo, hi = float(full["time_ms"].quantile(0.4)), float(full["time_ms"].quantile(0.45))
+    zoomed = compute_category_timeline(raw, max_points=300, window_ms=(lo, hi))
+    inside = zoomed[zoomed["time_ms"] >= lo]
+    assert len(inside) > 3 * ((coarse["time_ms"] >= lo) & (coarse["time_ms"] <= hi)).sum()
+    assert inside["time_ms"].max() <= hi and zoomed["time_ms"].iloc[0] < lo  # the held value at lo
+    assert zoomed["time_ms"].iloc[0] == full.loc[full["time_ms"] < lo, "time_ms"].max()
+    expected = full.loc[zoomed["ts_ns"]].reset_index()[zoomed.columns]
+    pd.testing.assert_frame_equal(zoomed, expected, check_dtype=False)
+    assert len(zoomed) <= 300
+    # outside every timestamp: the last held value alone, never an empty chart
+    late = compute_category_timeline(raw, max_points=300, window_ms=(1e12, 2e12))
+    assert len(late) == 1 and late["ts_ns"].iloc[0] == full.index.max()
+
+
+def test_window_positions_keep_the_step_before_the_window() -> None:
+    from app.analysis.memory.snapshot import window_positions
+
+    times = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert window_positions(times, (1.5, 3.0)).tolist() == [1, 2, 3]
+    assert window_positions(times, (1.0, 1.0)).tolist() == [1]  # a timestamp at the start is its own step
+    assert window_positions(times, (-5.0, 0.5)).tolist() == [0]
+    assert window_positions(times, (9.0, 10.0)).tolist() == [4]
