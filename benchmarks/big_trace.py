@@ -22,10 +22,12 @@ heavy and generates the traces in children, so no child starts from a large pare
   ``git worktree`` of the commit before a change), for before/after pairs in the same rounds.
 
 ``ru_maxrss`` is the largest process of a tree, not the tree's memory: a cold ``analyze`` of one big
-plain trace forks a second process (app.data.trace_split), so each row also has
-``tree_peak_rss_sum_mb``, the sum of the high-water marks (``VmHWM`` in ``/proc``, read every 10 ms)
-of every process of the tree, pages shared after the fork counted in each; the memory goal's ratio
-is given for both.
+plain trace forks a second process (app.data.trace_split), so each row also has, from the
+high-water marks (``VmHWM`` in ``/proc``) read every 10 ms, ``tree_peak_rss_mb``: the largest sum,
+at one sample, of the high-water marks of the processes alive at that sample (what the tree held at
+once, at most; pages shared after the fork counted in each), and ``tree_peak_rss_sum_mb``: the sum
+of every process's own peak, reached at different moments (the helper's peak is while it parses,
+the command's after it ends), a looser upper bound. The memory goal's ratio is given for all three.
 
 ``--source FILE`` is the trace gen_trace replicates (default: the shared A100 trace next to the
 checkout). ``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
@@ -90,6 +92,7 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
                             stderr=subprocess.PIPE)
     deadline = t0 + timeout
     hwm: dict[int, int] = {}  # each process of the tree: its high-water mark of RSS, kB (last read)
+    together = 0  # the largest sum, over one sample, of the high-water marks of the processes alive then
     while True:
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -98,7 +101,7 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
             proc.kill()
             pid, status, ru = os.wait4(proc.pid, 0)
             return {"case": case, "error": f"timed out after {timeout:.0f} s"}
-        _sample_tree(proc.pid, hwm)
+        together = max(together, sum(hwm[p] for p in _sample_tree(proc.pid, hwm)))
         time.sleep(0.01)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -106,10 +109,13 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     out = {"case": case, "wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
     # ru_maxrss is the largest process of the tree, not their sum: a command that forks a helper
-    # (app.data.trace_split) is also charged the sum of every process's peak (shared pages counted
-    # in each), read from /proc every 10 ms.
+    # (app.data.trace_split) is also charged, from /proc read every 10 ms, (1) the tree's peak: the
+    # largest sum, at one moment, of the high-water marks of the processes alive at that moment (an
+    # upper bound of what they held together then: shared pages counted in each), and (2) the sum
+    # of every process's own peak, reached at different moments (an upper bound of (1)).
     kids = {p: v for p, v in hwm.items() if p != proc.pid}
     out["processes"] = 1 + len(kids)
+    out["tree_peak_rss_mb"] = round(max(together, ru.ru_maxrss) / 1024, 1)
     out["tree_peak_rss_sum_mb"] = round((max(hwm.get(proc.pid, 0), 0 if kids else ru.ru_maxrss)
                                          + sum(kids.values())) / 1024, 1)
     if proc.returncode:
@@ -128,19 +134,22 @@ def _hwm_kb(pid: int) -> int:
     return 0
 
 
-def _sample_tree(root: int, hwm: dict[int, int]) -> None:
-    """Note the RSS high-water mark of ``root`` and of every process under it (Linux /proc)."""
-    todo = [root]
+def _sample_tree(root: int, hwm: dict[int, int]) -> list[int]:
+    """Note the RSS high-water mark of ``root`` and of every process under it (Linux /proc);
+    return the processes found alive."""
+    todo, alive = [root], []
     while todo:
         pid = todo.pop()
         kb = _hwm_kb(pid)
         if kb:
             hwm[pid] = max(hwm.get(pid, 0), kb)
+            alive.append(pid)
         try:
             with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
                 todo += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             pass
+    return alive
 
 
 def _gzip(src: Path, dst: Path) -> None:
@@ -201,18 +210,18 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
 
 def _table(rows: list[dict]) -> str:
     orj = {(r["mb"], r.get("round", 1)): r for r in rows if r["case"] == "orjson" and "wall_s" in r}
-    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | tree, sum of peaks MB | peak / size "
+    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | tree at once MB | tree, sum of peaks MB | peak / size "
              "| vs orjson (wall) | vs orjson (CPU) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | | |")
+            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | | | |")
             continue
         o = orj.get((r["mb"], r.get("round", 1)))
         ratio = f"{r['wall_s'] / o['wall_s']:.2f}×" if o and r["case"] != "orjson" else ""
         cpu = f"{r['cpu_s'] / o['cpu_s']:.2f}×" if o and o["cpu_s"] and r["case"] != "orjson" else ""
         lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} "
-                     f"| {r['peak_rss_mb']:.0f} | {r.get('tree_peak_rss_sum_mb', 0):.0f} "
+                     f"| {r['peak_rss_mb']:.0f} | {r.get('tree_peak_rss_mb', 0):.0f} | {r.get('tree_peak_rss_sum_mb', 0):.0f} "
                      f"| {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
     return "\n".join(lines)
 
@@ -240,7 +249,8 @@ def goals(rows: list[dict]) -> list[dict]:
         rounds = [v for k, v in sorted(by.items()) if k[0] == mb]
         doc: dict = {"mb": mb, "rounds": len(rounds)}
         for label, (a, b, kind) in ratios.items():
-            for unit in (("peak_rss_mb", "tree_peak_rss_sum_mb") if kind == "peak" else ("wall_s", "cpu_s")):
+            for unit in (("peak_rss_mb", "tree_peak_rss_mb", "tree_peak_rss_sum_mb") if kind == "peak"
+                         else ("wall_s", "cpu_s")):
                 vals = [r[a][unit] / r[b][unit] for r in rounds if a in r and b in r and r[b].get(unit) and unit in r[a]]
                 if vals:
                     doc[f"{label} ({unit})"] = {"median": round(_median(vals) or 0, 3),
