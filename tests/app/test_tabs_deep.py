@@ -242,6 +242,14 @@ def test_memory_snapshot_views(make_run) -> None:  # noqa: ANN001
     assert metrics["Allocated at snapshot"] == "15.0 MiB" and metrics["Reserved"] == "24.0 MiB"
     spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
     assert spec["title"]["text"].startswith("active memory")
+    whole = vega_rows(at.get("vega_lite_chart")[0])
+    zoom = at.slider[0]  # the snapshot's timeline zooms like the trace's
+    lo, hi = zoom.value
+    cut = round(lo + (hi - lo) / 2, 2)
+    zoom.set_value((cut, hi)).run()
+    assert_ok(at)
+    part = vega_rows(at.get("vega_lite_chart")[0])
+    assert part[0]["x"] <= cut < part[1]["x"] and part[-1]["x"] == whole[-1]["x"] and len(part) < len(whole)
     largest = at.dataframe[0].value
     assert largest["top_frame"].iloc[0] == "train.py:42:build_model"
     assert "No profiler trace" in texts(at.info)

@@ -15,6 +15,7 @@ from app.analysis.memory.snapshot import (
     compute_segment_summary,
     compute_snapshot_timeline,
     snapshot_devices,
+    window_positions,
 )
 from app.charts.memory import memory_timeline_chart
 from app.errors import TorchscopeError
@@ -71,13 +72,16 @@ _ZOOM_HELP = ("Drag either end to draw that part of the run again at full detail
               "only magnifies those.")
 
 
-def _zoom(ctx: RunContext, key: str, span: tuple[float, float], points: int) -> tuple[float, float] | None:
-    """A range slider under a chart over ``span`` (ms): the range chosen, or None for the whole span."""
+def _zoom(ctx: RunContext, key: str, span: tuple[float, float], points: int,
+          unit: str = "ms") -> tuple[float, float] | None:
+    """A range slider under a chart over ``span`` (ms): the range chosen, or None for the whole span.
+    The span is part of the widget's key: a chart of another span (another trace or file) starts
+    from its whole range instead of a range kept from before, which could lie outside it."""
     lo, hi = round(span[0], 2), round(span[1], 2)
     if not hi > lo:
         return None
-    chosen = st.slider("Zoom: the range drawn (ms)", min_value=lo, max_value=hi, value=(lo, hi), step=0.01, key=ctx.key(key),
-                       help=_ZOOM_HELP.format(points=points))
+    chosen = st.slider(f"Zoom: the range drawn ({unit})", min_value=lo, max_value=hi, value=(lo, hi), step=0.01,
+                       key=ctx.key(f"{key}_{lo}_{hi}"), help=_ZOOM_HELP.format(points=points))
     return None if tuple(chosen) == (lo, hi) else (float(chosen[0]), float(chosen[1]))
 
 
@@ -203,16 +207,21 @@ def _render_snapshot_device(ctx: RunContext, snap: dict[str, Any], device: int) 
         st.info("The snapshot has no allocation history (it was taken without "
                 "`torch.cuda.memory._record_memory_history()`): only its end state is shown.")
     else:
-        keep = minmax_downsample_indices(timeline["allocated_bytes"].to_numpy(np.float64), _MAX_POINTS)
-        shown = timeline.iloc[keep]
         peak = int(timeline["allocated_bytes"].idxmax())
         timed = timeline["time_us"].notna().all()
         if timed:
-            shown = shown.assign(time_ms=(shown["time_us"] - timeline["time_us"].iloc[0]) / 1000)
+            timeline = timeline.assign(time_ms=(timeline["time_us"] - timeline["time_us"].iloc[0]) / 1000)
+        x = "time_ms" if timed else "event"
+        xs = timeline[x].to_numpy(np.float64)
+        chart = st.container()
+        window = _zoom(ctx, f"memory_snapshot_zoom_{device}", (float(xs.min()), float(xs.max())), _MAX_POINTS,
+                       "ms" if timed else "allocator event")
+        rows = timeline if window is None else timeline.iloc[window_positions(xs, window)]
+        shown = rows.iloc[minmax_downsample_indices(rows["allocated_bytes"].to_numpy(np.float64), _MAX_POINTS)]
         spec = memory_timeline_chart(
-            shown, x="time_ms" if timed else "event", x_title="ms since first recorded event" if timed
-            else "allocator event", peak_index=peak, title=f"active memory · cuda:{device}")
-        st.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_snapshot_fig"))
+            shown, x=x, x_title="ms since first recorded event" if timed else "allocator event",
+            peak_index=peak, title=f"active memory · cuda:{device}")
+        chart.vega_lite_chart(spec, width="stretch", key=ctx.key("memory_snapshot_fig"))
     largest = compute_largest_allocations(snap, device, top=25)
     if largest.empty:
         return
