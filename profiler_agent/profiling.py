@@ -176,8 +176,9 @@ class ProfilerWindows:
                                       evaluation=bool(record.get("evaluation")),
                                       profiled=bool(record.get("profiled")))
         upcoming = step + 1
+        due = self._options.profile and self._options.schedule.window_start(upcoming)
         if self._prof is not None:
-            if self._options.profile and self._options.schedule.window_start(upcoming):
+            if due:
                 self._scheduled_pending = True
             if self._window is not None and self._prof.current_action in _RECORDING:
                 self._window.steps.append(step)
@@ -190,6 +191,9 @@ class ProfilerWindows:
                 self._finish()
             if self._prof is not None:
                 return
+        if self._requests or slow is not None:
+            # a scheduled window due now follows the window started instead (it was dropped)
+            self._scheduled_pending = self._scheduled_pending or due
         if self._requests:
             self._start(upcoming, self._requests.pop(0), _Window(WindowReason.REQUESTED))
         elif slow is not None:
@@ -200,7 +204,7 @@ class ProfilerWindows:
             sched = self._options.schedule
             self._start(upcoming, ProfileSchedule(wait=0, warmup=min(sched.warmup, 1), active=sched.active),
                         _Window(WindowReason.ANOMALY, detail))
-        elif self._options.profile and (self._scheduled_pending or self._options.schedule.window_start(upcoming)):
+        elif self._options.profile and (self._scheduled_pending or due):
             self._scheduled_pending = False
             reason = WindowReason.SCHEDULED if self._scheduled_started else WindowReason.EARLY
             self._scheduled_started += 1

@@ -244,6 +244,26 @@ def test_a_scheduled_window_whose_start_finds_the_profiler_busy_starts_after_it(
     assert [(w["reason"], w["steps"]) for w in _windows(run_dir)] == [("requested", [1, 2, 3]), ("early", [5, 6])]
 
 
+def test_a_scheduled_window_due_at_the_step_another_window_starts_follows_it(tmp_path: Path) -> None:
+    # The other window (requested here; under load an anomaly window) starts at the very iteration
+    # the early window is due: the early window used to be dropped (the branch that started the
+    # other window never noted it), and the run had no typical window to compare with.
+    run_dir, _ = create_run(tmp_path, "same-step")
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    session = start_session(run_dir, _options(active=2, schedule=ProfileSchedule(wait=0, warmup=1, active=2)))
+    session.windows.request_window(warmup=0, active=3)  # due at iteration 1, as the early window
+    try:
+        for _ in range(9):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    finally:
+        stop_session(session)
+    assert [(w["reason"], w["steps"]) for w in _windows(run_dir)] == [("requested", [1, 2, 3]), ("early", [5, 6])]
+
+
 def test_anomaly_windows_stop_at_their_budget(tmp_path: Path) -> None:
     import time
     # Two slow spells (sleeps of 40 ms against 5 ms steps: a loaded machine's hiccups of a few ms must
