@@ -51,26 +51,47 @@ def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     the last earlier event one level up. Returns None when some child sticks out of its parent.
     """
     n = len(s)
-    pos = np.arange(n)
-    closed = np.searchsorted(np.sort(e), s, side="right")  # events with end <= s_i (any position)
-    # ... minus zero-length events at the same start placed at or after i (they sort last)
+    # events with end <= s_i (any position), minus the zero-length events at the same start
+    # placed at or after i (they sort last); each temporary is freed as soon as it is used: for
+    # the main thread of a 100 MB trace every one is ~2 MB, and together they were the peak of a
+    # cold `analyze` (benchmarks/README.md, issue 13, wave 15)
+    closed = np.searchsorted(np.sort(e), s, side="right")
     zero = (e == s).astype(np.int64)
-    group = np.r_[0, np.cumsum(s[1:] != s[:-1])]
+    group = np.zeros(n, np.int64)
+    np.cumsum(s[1:] != s[:-1], out=group[1:])
     last_in_group = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1][group]
+    del group
     cz = np.cumsum(zero)
-    closed_before = closed - (cz[last_in_group] - cz + zero)
-    depth = pos - closed_before
+    later = cz[last_in_group]
+    del last_in_group
+    later -= cz
+    del cz
+    later += zero
+    del zero
+    closed -= later  # now: the events closed before i
+    del later
+    depth = np.arange(n) - closed
+    del closed
     if (depth < 0).any():
         return None
-    key = depth * (n + 1) + pos
+    key = depth * (n + 1)
+    key += np.arange(n)
     sorted_idx = np.argsort(key, kind="stable")
     sorted_key = key[sorted_idx]
-    want = (depth - 1) * (n + 1) + pos
-    j = np.searchsorted(sorted_key, want) - 1
+    want = key  # (depth - 1) * (n + 1) + pos, in place of key
+    want -= n + 1
+    del key
+    j = np.searchsorted(sorted_key, want)
+    del sorted_key, want
+    j -= 1
     cand = sorted_idx[np.clip(j, 0, None)]
-    has = (depth > 0) & (j >= 0) & (depth[cand] == depth - 1)
-    if (has != (depth > 0)).any():
+    del sorted_idx
+    inner = depth > 0
+    has = inner & (j >= 0) & (depth[cand] == depth - 1)
+    del j
+    if (has != inner).any():
         return None
+    del inner, depth
     par = np.where(has, cand, -1)
     p = par[has]
     if (s[p] > s[has]).any() or (e[has] > e[p] + 1e-6).any():

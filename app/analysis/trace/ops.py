@@ -167,17 +167,21 @@ def _launching_ops(host: pd.DataFrame, rt_pos: np.ndarray, parent: np.ndarray) -
     span contains the call (how torch and tb-profiler link them; it also reaches past user
     annotations nested inside the op), else the innermost enclosing event (older traces, whose
     runtime External ids are correlation ids)."""
+    # Temporaries of one value per host event are dropped as soon as they are used: this runs at
+    # the peak of a cold `analyze` (benchmarks/README.md, issue 13, wave 15).
     ext = host["external_id"].to_numpy(dtype=np.int64, na_value=-1)
-    starts = host["ts_us"].to_numpy(float)
-    ends = starts + host["dur_us"].to_numpy(float)
     is_op = ~is_runtime(host) & (ext >= 0)
     by_ext = pd.Series(np.nonzero(is_op)[0], index=ext[is_op])
+    del is_op
     by_ext = by_ext[~by_ext.index.duplicated()]
     cand = by_ext.reindex(ext[rt_pos]).to_numpy(dtype=float, na_value=np.nan)
+    del by_ext, ext
     found = ~np.isnan(cand)
     c = np.where(found, cand, 0).astype(np.int64)
+    del cand
+    starts = host["ts_us"].to_numpy(float)
     t = starts[rt_pos]
-    found &= (starts[c] <= t) & (t <= ends[c])
+    found &= (starts[c] <= t) & (t <= starts[c] + host["dur_us"].to_numpy(float)[c])  # the op's end
     return np.where(found, c, parent[rt_pos])
 
 
@@ -230,19 +234,23 @@ def compute_annotation_table(traces: TraceSet, *, steps_us: float | None = None)
 
 def _aggregate(traces: TraceSet, rows: Callable[[pd.DataFrame], np.ndarray], group_by: str | None, steps_us: float | None) -> pd.DataFrame:
     frames, total_steps, n_threads = [], 0.0, 0
+    extra = [_GROUP_KEY[group_by]] if group_by else []
+    # only the columns grouped and summed are copied for the kept rows, and the events are freed
+    # first: the copy of every column was the peak of a cold `analyze` (benchmarks/README.md, issue 13)
+    needed = ["name", *extra, "cat", "dur_us", "self_us", "device_self_us", "pid", "tid"]
     for t in traces:
         total, window = _steps_and_window(t)
         ev, _ = compute_op_events_with_scopes(t.events, modules=group_by == "module", window=window)
         keep = rows(ev) & (ev["inside"].to_numpy() if window is not None else True)
         # a thread is (trace, pid, tid): threads of different ranks are different threads
-        kept = ev[keep]
+        kept = ev[needed][keep]
+        del ev
         thread, n = _thread_keys(kept, n_threads)
         frames.append(kept.assign(thread=thread))
         n_threads += n
         total_steps += total if steps_us is None else 0.0
     if steps_us is not None:
         total_steps = steps_us
-    extra = [_GROUP_KEY[group_by]] if group_by else []
     keys, cols = ["name"] + extra, OP_COLUMNS + extra
     if not frames or not sum(len(f) for f in frames):
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "category", *extra) else float)
