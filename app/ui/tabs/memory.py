@@ -80,8 +80,14 @@ def _zoom(ctx: RunContext, key: str, span: tuple[float, float], points: int,
     lo, hi = round(span[0], 2), round(span[1], 2)
     if not hi > lo:
         return None
-    chosen = st.slider(f"Zoom: the range drawn ({unit})", min_value=lo, max_value=hi, value=(lo, hi), step=0.01,
-                       key=ctx.key(f"{key}_{lo}_{hi}"), help=_ZOOM_HELP.format(points=points))
+    widget = ctx.key(f"{key}_{lo}_{hi}")
+    held = st.session_state.get(widget, (lo, hi))
+    shown = "whole range" if tuple(held) == (lo, hi) else f"{held[0]:,.2f}–{held[1]:,.2f} {unit}"
+    # In a popover: the slider is drawn only when opened, not on every visit of the tab (issue 16's
+    # tab switch, benchmarks/README.md wave 15).
+    with st.popover(f"Zoom: {shown}", icon=":material/zoom_in:"):
+        chosen = st.slider(f"The range drawn ({unit})", min_value=lo, max_value=hi, value=(lo, hi), step=0.01,
+                           key=widget, help=_ZOOM_HELP.format(points=points))
     return None if tuple(chosen) == (lo, hi) else (float(chosen[0]), float(chosen[1]))
 
 
