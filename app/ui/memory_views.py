@@ -27,7 +27,7 @@ __all__ = ["MAX_POINTS", "TraceMemoryView", "CategoryView", "cached_trace_memory
 # browser, picked by min/max so that every peak stays: each row is an item of every layer drawn
 # over it, whose encodings Streamlit's Vega expression interpreter evaluates one by one. 600 points
 # (300 buckets) give one bucket per ~4 px of a full-width chart; the categories, one area per
-# category over each timestamp, get 300. A zoom (the slider under each chart) redraws the chosen
+# category over each timestamp, get 300. A zoom (the popover under each chart) redraws the chosen
 # range with as many points again: full detail where the user looks (benchmarks/README.md,
 # issue 16, waves 14-15).
 MAX_POINTS = 600

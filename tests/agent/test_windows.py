@@ -224,15 +224,13 @@ def test_no_evaluation_window_when_switched_off_or_not_profiling(tmp_path: Path)
     assert _windows(run_dir) == [] and layout.list_trace_files(run_dir) == []
 
 
-def test_a_scheduled_window_whose_start_finds_the_profiler_busy_starts_after_it(tmp_path: Path) -> None:
-    # A window that holds the profiler when the early window should start (here a requested one;
-    # under a loaded machine an anomaly window) delays the early window: it used to be dropped,
-    # and with it the typical window an anomaly window is compared with.
-    run_dir, _ = create_run(tmp_path, "deferred")
+def _windows_with_a_request_first(tmp_path: Path, name: str, options: AgentOptions) -> list[tuple[str, list[int]]]:
+    """(reason, steps) of each window of 9 iterations, with a 3-iteration window requested at the start."""
+    run_dir, _ = create_run(tmp_path, name)
     model = nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 4), torch.randn(8, 2)
-    session = start_session(run_dir, _options(active=2))  # the early window: warm-up 2, recorded 3-4
+    session = start_session(run_dir, options)
     session.windows.request_window(warmup=0, active=3)
     try:
         for _ in range(9):
@@ -241,27 +239,24 @@ def test_a_scheduled_window_whose_start_finds_the_profiler_busy_starts_after_it(
             opt.step()
     finally:
         stop_session(session)
-    assert [(w["reason"], w["steps"]) for w in _windows(run_dir)] == [("requested", [1, 2, 3]), ("early", [5, 6])]
+    return [(w["reason"], w["steps"]) for w in _windows(run_dir)]
+
+
+def test_a_scheduled_window_whose_start_finds_the_profiler_busy_starts_after_it(tmp_path: Path) -> None:
+    # A window that holds the profiler when the early window should start (here a requested one;
+    # under a loaded machine an anomaly window) delays the early window: it used to be dropped,
+    # and with it the typical window an anomaly window is compared with.
+    windows = _windows_with_a_request_first(tmp_path, "deferred", _options(active=2))  # early: warm-up 2, 3-4
+    assert windows == [("requested", [1, 2, 3]), ("early", [5, 6])]
 
 
 def test_a_scheduled_window_due_at_the_step_another_window_starts_follows_it(tmp_path: Path) -> None:
     # The other window (requested here; under load an anomaly window) starts at the very iteration
     # the early window is due: the early window used to be dropped (the branch that started the
     # other window never noted it), and the run had no typical window to compare with.
-    run_dir, _ = create_run(tmp_path, "same-step")
-    model = nn.Linear(4, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = torch.randn(8, 4), torch.randn(8, 2)
-    session = start_session(run_dir, _options(active=2, schedule=ProfileSchedule(wait=0, warmup=1, active=2)))
-    session.windows.request_window(warmup=0, active=3)  # due at iteration 1, as the early window
-    try:
-        for _ in range(9):
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-    finally:
-        stop_session(session)
-    assert [(w["reason"], w["steps"]) for w in _windows(run_dir)] == [("requested", [1, 2, 3]), ("early", [5, 6])]
+    early_at_1 = _options(active=2, schedule=ProfileSchedule(wait=0, warmup=1, active=2))  # due with the request
+    windows = _windows_with_a_request_first(tmp_path, "same-step", early_at_1)
+    assert windows == [("requested", [1, 2, 3]), ("early", [5, 6])]
 
 
 def test_anomaly_windows_stop_at_their_budget(tmp_path: Path) -> None:
