@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import FrameType
 
-__all__ = ["Background", "JobProcess", "child_env", "default_run_name", "exit_code", "run_plain", "start_job",
+__all__ = ["Background", "JobProcess", "child_env", "default_run_name", "exit_code", "run_plain", "start_job", "wait_for",
            "BOOTSTRAP_DIR", "PACKAGE_HOME"]
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
@@ -235,7 +235,7 @@ class JobProcess:
         assert self.proc is not None
         copies = [Background(_copy, src, dst) for src, dst in ((self.proc.stdout, sys.stdout),
                                                                 (self.proc.stderr, sys.stderr))]
-        returncode = self.proc.wait()
+        returncode = wait_for(self.proc)
         for thread in copies:
             thread.join(timeout=10)
         return exit_code(returncode)
@@ -250,6 +250,53 @@ class JobProcess:
         elif self.own_group or not (signum in _TERMINAL_SIGNALS and in_terminal_foreground()):
             # In its own group the job got nothing from the group's sender: forward exactly once.
             proc.send_signal(signum)
+
+
+def wait_for(proc: subprocess.Popen[bytes]) -> int:
+    """``proc.wait()`` that never sleeps through a signal to be forwarded; returns the return code.
+
+    A bare ``Popen.wait()`` blocks in ``waitpid``. A signal that arrives after the last point
+    where the interpreter ran handlers and before ``waitpid`` enters the kernel (the main thread
+    is often preempted right there, as it releases the GIL) sets Python's flag but interrupts
+    nothing: its handler -- and so the forward to the job -- then ran only once the job had
+    ended by itself (a job that saves on Ctrl-C slept on, exited 0 and saved nothing). Here the
+    wait is a ``select`` on the job's pidfd and a wakeup pipe that the C-level signal handler
+    writes to, so a signal in that window ends the ``select`` at once and its handler runs.
+    Without pidfds (not Linux, or Linux before 5.3) it polls every 50 ms.
+    """
+    import select
+
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd, or the job was reaped already
+        pidfd = None
+    if pidfd is None:
+        while True:
+            try:
+                return proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                continue
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    try:
+        previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread: no handler of ours runs here, so no window either
+        previous = None
+    try:
+        while proc.poll() is None:
+            select.select([pidfd, wake_r], [], [])
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        return proc.wait()
+    finally:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        for fd in (pidfd, wake_r, wake_w):
+            os.close(fd)
 
 
 def _copy(source: object, terminal: object) -> None:

@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING
 from .environment import describe_launch, read_rank_info
 from .heartbeat import Heartbeat
 from .job_start import BOOTSTRAP_DIR as _BOOTSTRAP_DIR
-from .job_start import Background, JobProcess, default_run_name, exit_code, run_plain, start_job
+from .job_start import Background, JobProcess, default_run_name, exit_code, run_plain, start_job, wait_for
 
 # Submodules, not the package's names: the reader (read_manifest) loads only for --max-steps.
 from .runformat import layout
@@ -200,7 +200,7 @@ class _Job:
                 self.uploader = Uploader(self.run_dir, self.store_url).start()
             tees = [self._tee(proc.stdout, sys.stdout, layout.STDOUT_LOG),
                     self._tee(proc.stderr, sys.stderr, layout.STDERR_LOG)]
-            returncode = proc.wait()
+            returncode = wait_for(proc)  # never sleeps through a signal to forward
             # A background process the job left behind may hold the pipes open: do not wait for it.
             deadline = time.monotonic() + 10
             for tee in tees:

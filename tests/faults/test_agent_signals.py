@@ -180,3 +180,40 @@ def test_sigusr1_reaches_the_job_once_and_is_no_stop(tmp_path: Path, to_group: b
     assert res[False][:2] == res[True][:2] == (0, True), res[True][2]
     assert (tmp_path / "usr1-wrapped.out").read_text() == "1"
     assert _status(tmp_path) is RunStatus.FINISHED
+
+
+@pytest.mark.fault("signals")
+@pytest.mark.parametrize("wait", ["wait_for", "Popen.wait"])
+def test_a_signal_taken_by_another_thread_wakes_the_launchers_wait(wait: str) -> None:
+    # The launcher's race, made certain: the C-level handler runs in a thread other than the main
+    # one (here by pthread_kill; in the launcher, a signal landing just before waitpid blocks), so
+    # nothing interrupts the main thread's wait. wait_for wakes at once and runs the Python handler;
+    # a bare Popen.wait() runs it only when the job ends by itself (the flake this test pins down).
+    import threading
+
+    from profiler_agent.job_start import wait_for
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    handled: list[float] = []
+
+    def handler(signum: int, frame: object) -> None:
+        handled.append(time.monotonic())
+        proc.kill()  # as the launcher forwards a stop: the job ends
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    helper = threading.Thread(target=lambda: (time.sleep(0.3), signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)))
+    try:
+        start = time.monotonic()
+        helper.start()
+        returncode = wait_for(proc) if wait == "wait_for" else proc.wait()
+        took = time.monotonic() - start
+    finally:
+        helper.join()
+        signal.signal(signal.SIGUSR1, previous)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if wait == "wait_for":
+        assert handled and returncode == -signal.SIGKILL and took < 2, (handled, returncode, took)
+    else:  # the control: the same wait without the wakeup sleeps through the signal
+        assert returncode == 0 and took >= 2.5, (handled, returncode, took)
