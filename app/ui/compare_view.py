@@ -180,10 +180,14 @@ def _metric_row(cmp: Comparison) -> None:
     # An inconclusive headline greys the speed tiles too: no green or red the headline does not back.
     doubt = str(getattr(getattr(cmp, "headline", None), "verdict", "")) == HeadlineVerdict.INCONCLUSIVE
     step_colour = "off" if doubt else _colour(cmp.step_verdict, True)
+    # The delta is the change of the medians this tile shows; the judged ratio (of trimmed geometric
+    # means) is in its help and the headline, which says so when the two part (headline._shape_reason).
+    medians = est.candidate / est.baseline if est and est.baseline and est.baseline > 0 else None
     cols[0].metric("Step time (median, steady state)", format_value(est.candidate if est else None, "s"),
-                   _pct(est.ratio if est else None), delta_color=step_colour,
+                   _pct(medians), delta_color=step_colour,
                    help=f"Verdict: {cmp.step_verdict}. Baseline {format_value(est.baseline if est else None, 's')}; "
-                        f"ratio {format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
+                        f"the delta is the medians' change; judged ratio "
+                        f"{format_ratio(est.ratio, est.lo, est.hi) if est else '–'} (95 % CI).")
     unit = cmp.throughput_unit.replace("_per_", "/")
     cols[1].metric(f"Throughput ({unit})", format_value(tp.candidate if tp else None), _pct(tp.ratio if tp else None),
                    delta_color="off" if doubt else _colour(cmp.throughput_verdict, False),

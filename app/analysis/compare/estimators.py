@@ -8,6 +8,7 @@ count below which a verdict is not judged, and the single-run margin of practica
 from __future__ import annotations
 
 from app.analysis.stats.ratio import (
+    METHOD_YUEN,
     MIN_STEPS,
     RUN_TO_RUN_MARGIN,
     RatioEstimate,
@@ -15,7 +16,7 @@ from app.analysis.stats.ratio import (
     hierarchical_ratio,
 )
 
-__all__ = ["MIN_STEPS", "RUN_TO_RUN_MARGIN", "estimate_ratio", "hierarchical_ratio", "estimate_method"]
+__all__ = ["METHOD_YUEN", "MIN_STEPS", "RUN_TO_RUN_MARGIN", "estimate_ratio", "hierarchical_ratio", "estimate_method"]
 
 
 def estimate_method(est: RatioEstimate, default: str) -> str:

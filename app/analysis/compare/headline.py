@@ -171,6 +171,34 @@ def _decide(est: RatioEstimate, limit: float) -> HeadlineVerdict:
     return HeadlineVerdict.SAME
 
 
+# How far the medians' change and the judged ratio may differ before the headline says so: the
+# sentence shows the medians next to the ratio, and a user reads one from the other.
+SHAPE_GAP = 0.10
+
+
+def _shape_reason(est: RatioEstimate, words: str, threshold: float) -> str:
+    """Why the medians shown beside the ratio move otherwise than the ratio, or "" when they agree.
+
+    ``estimate_ratio`` judges the ratio of 20 % trimmed geometric means, which for two sides that
+    differ by one factor is that factor, and so are the medians' ratio. When the sides differ in
+    shape (a contended run: a few steps several times slower, or a bimodal side) the two part,
+    even in sign: a comparison once read "196.77 → 230.68 ms/step; ratio 0.952". Flagged when they
+    point opposite ways beyond the threshold, or differ by more than ``SHAPE_GAP``."""
+    if not (est.baseline and est.candidate and est.baseline > 0 and est.candidate > 0) or \
+            not math.isfinite(est.ratio) or est.ratio <= 0:
+        return ""
+    medians = est.candidate / est.baseline
+    opposite = (medians > 1.0) != (est.ratio > 1.0) and _far(medians, threshold) and _far(est.ratio, threshold)
+    if not opposite and not _far(medians / est.ratio, SHAPE_GAP):
+        return ""
+    what = "20 % trimmed geometric means" if est.method == est_.METHOD_YUEN else f"the {est.method}"
+    how = "point opposite ways" if opposite else "differ"
+    return (f"the medians' change ({(medians - 1.0) * 100:+.1f} %) and the judged ratio ({est.ratio:.3f}, {what}: "
+            f"{(est.ratio - 1.0) * 100:+.1f} %) {how}: the two sides' {words}s differ in shape, not by one factor "
+            "(some steps far slower or faster on one side), so no single number is the change; the step-time "
+            "chart shows which steps moved")
+
+
 @dataclass(frozen=True)
 class _Inputs:
     quantity: HeadlineQuantity
@@ -229,6 +257,9 @@ def compute_headline(
     steps = f"{na} and {nb} steady-state steps" + (f" in {len(runs[0])} and {len(runs[1])} runs" if replicated else "")
     limit, why_limit = _limit(replicated, counts, steps, method, options.threshold)
     reasons.append(why_limit)
+    shape = _shape_reason(est, words, options.threshold)
+    if shape:
+        reasons.append(shape)
     if contention.inconclusive:
         reasons.insert(0, contention.reason)
         return out(HeadlineVerdict.INCONCLUSIVE, est, method)

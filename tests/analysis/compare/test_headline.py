@@ -335,3 +335,38 @@ def test_sign_note_explains_a_waterfall_against_the_headline(tmp_path: Path) -> 
     assert same_sign.headline.verdict == "slower" and "shorter" in same_sign.sign_note
     plain = diff_sides(_side(a, aa, ta), _side(a, aa, ta))
     assert plain.sign_note == "" and not math.isnan(plain.headline.ratio)
+
+
+def _shape(a: np.ndarray, b: np.ndarray) -> str:
+    from app.analysis.compare.headline import _shape_reason
+    from app.analysis.stats.ratio import estimate_ratio
+
+    return _shape_reason(estimate_ratio(a, b), "step time", 0.02)
+
+
+def test_medians_and_ratio_pointing_opposite_ways_are_explained() -> None:
+    # A contended candidate: most steps 10 % faster, 5 of 12 three times slower. The medians rise
+    # while the trimmed geometric means fall: the sentence "196.77 -> 230.68 ms/step; ratio 0.952"
+    # seen on a compare page under load, which read as a contradiction.
+    base = np.array([0.200, 0.196, 0.204, 0.198, 0.202, 0.199, 0.201, 0.197, 0.203, 0.200, 0.198, 0.202])
+    cand = np.array([0.180, 0.540, 0.178, 0.182, 0.546, 0.179, 0.181, 0.538, 0.180, 0.183, 0.542, 0.550])
+    reason = _shape(base, cand)
+    assert "medians' change (-8.8 %)" in reason and "(1.364, 20 % trimmed geometric means: +36.4 %) point opposite ways" \
+        in reason, reason
+    assert "trimmed geometric means" in reason and "differ in shape" in reason
+
+
+def test_shape_note_is_rare_in_a_a_and_absent_for_a_plain_factor() -> None:
+    # A/A and A/B by one factor, many times: the note is for shape, not for noise or a real speedup.
+    rng = np.random.default_rng(0)
+    draws = 400
+    aa = sum(bool(_shape(np.exp(rng.normal(-1.6, 0.15, 12)), np.exp(rng.normal(-1.6, 0.15, 12))))
+             for _ in range(draws))
+    ab = sum(bool(_shape(np.exp(rng.normal(-1.6, 0.05, 12)), 0.74 * np.exp(rng.normal(-1.6, 0.05, 12))))
+             for _ in range(draws))
+    contended = 0
+    for _ in range(draws):
+        b = 0.9 * np.exp(rng.normal(-1.6, 0.05, 12))
+        b[rng.random(12) < 0.45] *= 3
+        contended += bool(_shape(np.exp(rng.normal(-1.6, 0.05, 12)), b))
+    assert aa / draws <= 0.03 and ab == 0 and contended / draws >= 0.8, (aa, ab, contended)
