@@ -45,7 +45,7 @@ class TabSpec:
 
 # The Run page's tabs, in the order shown.
 RUN_TAB_SPECS: tuple[TabSpec, ...] = (
-    TabSpec("Overview", "overview"), TabSpec("Findings", "findings"), TabSpec("Metrics", "metrics"),
+    TabSpec("Overview", "overview"), TabSpec("Findings", "findings", prefetch=True), TabSpec("Metrics", "metrics"),
     TabSpec("Operators", "operators"), TabSpec("Kernels", "kernels"), TabSpec("Timeline", "timeline"),
     TabSpec("Memory", "memory", prefetch=True), TabSpec("Graph", "graph"), TabSpec("System", "system"), TabSpec("Logs", "logs"),
     TabSpec("Config", "config"),

@@ -70,6 +70,9 @@ def test_evidence_numbers_carry_their_units():
     assert _fmt(8.46, "copy_ms_per_step") == "8.46 ms"
     assert _fmt(25.0, "htod_per_step") == "25"
     assert _fmt(1500.0, "comm_us") == "1.50 ms" and _fmt(12.0, "median_kernel_us") == "12.0 µs"
+    # seconds and MiB read as such (they printed as "0.0123" and "0.3155" under "Idle median s", "Param mib")
+    assert _fmt(0.0123, "idle_median_s") == "12.30 ms" and _fmt(1.5, "step_time_s") == "1.500 s"
+    assert _fmt(0.3155, "param_mib") == "0.32 MiB" and _fmt(31.25, "activation_mib_per_step") == "31.25 MiB"
 
 
 def test_evidence_labels_read_as_words():
@@ -82,3 +85,5 @@ def test_evidence_labels_read_as_words():
     assert evidence_label("pageable_htod_per_step") == "Pageable host→device per step"
     assert evidence_label("unused_share") == "Unused share"
     assert evidence_label("num_workers") == "num_workers"  # a setting keeps the name the user types
+    assert evidence_label("param_mib") == "Parameters" and evidence_label("step_growth_mib") == "Step growth"
+    assert evidence_label("idle_median_s") == "Idle median" and evidence_label("step_time_s") == "Step time"

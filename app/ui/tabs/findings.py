@@ -6,17 +6,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from app.analysis.advisor import Advice, Finding, Severity, advise, describe_weight
 from app.errors import TorchscopeError
-from app.presentation.units import format_percent, format_us
+from app.presentation.units import format_percent, format_us, format_value
 from app.ui.cache import cached_run, cached_trace_analysis, cached_traces, run_signature
 from app.ui.tabs import RunContext
 from app.workspace.evidence import load_run_evidence
 
-__all__ = ["TITLE", "render", "render_finding", "cached_advice", "evidence_label"]
+__all__ = ["TITLE", "prefetch", "render", "render_finding", "cached_advice", "evidence_label"]
 
 TITLE = "Findings"
 
@@ -46,10 +45,18 @@ def cached_advice(run_dir: str | Path) -> Advice:
     return _advice(str(run_dir), run_signature(run_dir))
 
 
+def prefetch(ctx: RunContext) -> None:
+    """The run's advice into the cache, with no Streamlit element (``app.ui.prefetch``): the
+    advisor's import and its rules over the run's evidence were ~0.35 s of server CPU on a
+    sample run (0.56-0.97 s in the browser benchmark), the whole of this tab's first switch."""
+    cached_advice(ctx.run_dir)
+
+
 # Words of evidence keys as a reader writes them; unit words go (the value carries its unit).
 _WORDS = {"dataloader": "DataLoader", "htod": "host→device", "dtoh": "device→host", "comm": "communication",
           "cpu": "CPU", "cpus": "CPUs", "gpu": "GPU", "cuda": "CUDA", "ddp": "DDP", "amp": "AMP", "mma": "MMA",
-          "lr": "learning rate", "val": "validation", "ms": "", "us": "", "gib": "", "mb": ""}
+          "lr": "learning rate", "val": "validation", "ms": "", "us": "", "s": "", "gib": "", "mib": "", "mb": "",
+          "param": "parameters"}
 # Words that already say "a duration": "largest gap", not "largest gap time".
 _DURATION_WORDS = {"gap", "time", "idle", "blocked", "wait"}
 # Settings a user types under these names: shown as code, not reworded.
@@ -63,7 +70,7 @@ def evidence_label(key: str) -> str:
     if key in _CODE_NAMES:
         return key
     tokens = [t for t in key.split("_") if t]
-    timed = any(t in ("ms", "us") for t in tokens)
+    timed = any(t in ("ms", "us", "s") for t in tokens)
     words = [_WORDS.get(t, t) for t in tokens]
     words = [w for w in words if w]
     if timed and not _DURATION_WORDS & set(words):
@@ -74,8 +81,8 @@ def evidence_label(key: str) -> str:
 
 
 def _fmt(v: float, key: str = "") -> str:
-    """An evidence number as read: shares in %, *_ms in ms, *_us in µs (ms from 1 ms on), *_gib in
-    GiB, *_mb in MB, *_ratio as ×, counts with separators."""
+    """An evidence number as read: shares in %, *_ms in ms, *_us in µs (ms from 1 ms on), *_s in
+    s/ms/µs, *_gib in GiB, *_mib in MiB, *_mb in MB, *_ratio as ×, counts with separators."""
     f = float(v)
     if f != f:
         return "–"
@@ -85,8 +92,12 @@ def _fmt(v: float, key: str = "") -> str:
         return f"{f:,.2f} ms"
     if key.endswith("_us") or "_us_" in key:
         return format_us(f)
+    if key.endswith("_s") or "_s_" in key:
+        return format_value(f, "s")
     if key.endswith("_gib"):
         return f"{f:,.2f} GiB"
+    if key.endswith("_mib") or "_mib_" in key:
+        return f"{f:,.2f} MiB"
     if key.endswith("_mb") or "_mb_" in key:
         return f"{f:,.2f} MB"
     if key.endswith("_ratio"):
@@ -105,11 +116,8 @@ def render_finding(f: Finding, *, key: str, expanded: bool = False) -> None:
         cols = st.columns(min(4, max(1, len(items))))
         for i, (k, v) in enumerate(items[:4]):
             cols[i].metric(evidence_label(k), _fmt(v, k))
-        if len(items) > 4:
-            rest = items[4:]
-            st.dataframe(pd.DataFrame({"Evidence": [evidence_label(k) for k, _ in rest],
-                                       "Value": [_fmt(v, k) for k, v in rest]}),
-                         hide_index=True, key=f"{key}_evidence")
+        if len(items) > 4:  # the rest as one line of text: a table here drew as an empty box until scrolled to
+            st.markdown("  ·  ".join(f"{_md(evidence_label(k))}: **{_md(_fmt(v, k))}**" for k, v in items[4:]))
         weight = describe_weight(f.weight)
         st.markdown(f"**Expected gain:** {_md(f.expected_gain)}  \n"
                     f"**Where to see it:** {_md(f.chart)}  \n"
@@ -135,8 +143,8 @@ def _render_not_checked(advice: Advice, ctx: RunContext) -> None:
         st.warning(f"Rule {rule_id} failed on this run: {msg}")
     if advice.skipped:
         with st.expander(f"{len(advice.skipped)} rules could not look at this run, {len(advice.checked)} checked"):
-            st.dataframe(pd.DataFrame({"Rule": list(advice.skipped), "Needs": list(advice.skipped.values())}),
-                         hide_index=True, key=ctx.key("findings_skipped"))
+            # Text, not a table: a data grid in a closed expander still costs the browser its canvas.
+            st.markdown("\n".join(f"- `{rule}` needs {_md(str(needs))}" for rule, needs in advice.skipped.items()))
 
 
 def render(ctx: RunContext) -> None:

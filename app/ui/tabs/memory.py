@@ -136,9 +136,9 @@ def _render_trace_memory(ctx: RunContext) -> None:
         st.dataframe(_ops_table(ops), hide_index=True, width="stretch", key=ctx.key("memory_ops"),
                      column_config={
                          "relation": st.column_config.TextColumn("when"),
-                         "dur_ms": st.column_config.NumberColumn("duration (ms)"),
+                         "dur_ms": st.column_config.NumberColumn("duration (ms)", format="%.3f"),
                          "ended_ms_before": st.column_config.NumberColumn(
-                             "ended before the peak (ms)", help="0 for ops still running at the peak"),
+                             "ended before the peak (ms)", format="%.3f", help="0 for ops still running at the peak"),
                          "input_shapes": st.column_config.TextColumn("input shapes"),
                      })
     _render_trace_allocations(ctx, index, device, view.origin_us)
@@ -159,9 +159,9 @@ def _render_trace_allocations(ctx: RunContext, index: int, device: str, origin: 
     })
     st.dataframe(table, hide_index=True, width="stretch", key=ctx.key("memory_trace_allocs"),
                  column_config={
-                     "at_ms": st.column_config.NumberColumn("at (ms)"),
+                     "at_ms": st.column_config.NumberColumn("at (ms)", format="%.3f"),
                      "lived_ms": st.column_config.NumberColumn(
-                         "lived (ms)",
+                         "lived (ms)", format="%.3f",
                          help="Until the same address was freed; empty when still held at the end of the trace"),
                      "input_shapes": st.column_config.TextColumn("input shapes"),
                      "op_stack": st.column_config.TextColumn("op stack"),
