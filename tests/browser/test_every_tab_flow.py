@@ -30,6 +30,9 @@ def _every_tab(page, prefix: str) -> list[str]:  # noqa: ANN001
         assert page.locator('[role="tabpanel"]:not(:visible) [data-testid="stMarkdown"]').count() == 0, name
         assert panel.locator('[data-testid="stElementContainer"]').count() > 0, f"tab {name} is empty"
         assert page.locator(EXCEPTION).count() == 0, f"exception box on tab {name}"
+        charts = panel.locator("[data-testid='stVegaLiteChart']")
+        for j in range(charts.count()):  # every chart drawn before the screenshot (the ranks' Overview was blank)
+            charts.nth(j).locator(".marks").first.wait_for(state="attached")
         if name == "Timeline":
             _check_timeline(page, panel, prefix)
         if name == "Memory" and prefix == "agent":
