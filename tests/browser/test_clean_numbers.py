@@ -18,7 +18,9 @@ RAW_KEYS = re.compile(r"\b(?:lr_\d+|data_time_s|step_time_s|cpu_time_s|[a-z_]+_b
 RAW_NUMBER = re.compile(r"(?<![\d.,])\d{7,}(?![\d.,])")
 DATES = re.compile(r"\b\d{8}-\d{6}\b|\b20\d\d-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?")
 GPU_WORDS = ("Device self", "GPU kernel", "Memcpy", "Memset")
-TABS = ("Overview", "Metrics", "Operators", "System")
+TABS = ("Overview", "Findings", "Metrics", "Operators", "Memory", "System")
+# A unit left in a label as a key's suffix ("Param mib", "Idle median s") instead of on its value.
+RAW_UNIT_WORD = re.compile(r"^[A-Z][a-z ]*\b(?:mib|gib|mb|s|ms|us)$", re.MULTILINE)
 
 
 
@@ -49,4 +51,5 @@ def test_cpu_agent_run_shows_clean_numbers(page, server, browser_store):  # noqa
         problems += [f"{name}: raw key {m!r}" for m in RAW_KEYS.findall(text)]
         problems += [f"{name}: unformatted number {m!r}" for m in RAW_NUMBER.findall(text)]
         problems += [f"{name}: GPU column/legend {w!r}" for w in GPU_WORDS if w in text]
+        problems += [f"{name}: unit word in a label {m!r}" for m in RAW_UNIT_WORD.findall(text)]
     assert not problems, problems
