@@ -87,3 +87,4 @@ def test_evidence_labels_read_as_words():
     assert evidence_label("num_workers") == "num_workers"  # a setting keeps the name the user types
     assert evidence_label("param_mib") == "Parameters" and evidence_label("step_growth_mib") == "Step growth"
     assert evidence_label("idle_median_s") == "Idle median" and evidence_label("step_time_s") == "Step time"
+    assert evidence_label("latency_median_s") == "Latency median"

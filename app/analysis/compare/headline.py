@@ -180,7 +180,7 @@ def _shape_reason(est: RatioEstimate, words: str, threshold: float) -> str:
     """Why the medians shown beside the ratio move otherwise than the ratio, or "" when they agree.
 
     ``estimate_ratio`` judges the ratio of 20 % trimmed geometric means, which for two sides that
-    differ by one factor is that factor, and so are the medians' ratio. When the sides differ in
+    differ by one factor is that factor, and so is the medians' ratio. When the sides differ in
     shape (a contended run: a few steps several times slower, or a bimodal side) the two part,
     even in sign: a comparison once read "196.77 → 230.68 ms/step; ratio 0.952". Flagged when they
     point opposite ways beyond the threshold, or differ by more than ``SHAPE_GAP``."""

@@ -58,7 +58,7 @@ _WORDS = {"dataloader": "DataLoader", "htod": "hostâ†’device", "dtoh": "deviceâ†
           "lr": "learning rate", "val": "validation", "ms": "", "us": "", "s": "", "gib": "", "mib": "", "mb": "",
           "param": "parameters"}
 # Words that already say "a duration": "largest gap", not "largest gap time".
-_DURATION_WORDS = {"gap", "time", "idle", "blocked", "wait"}
+_DURATION_WORDS = {"gap", "time", "idle", "blocked", "wait", "latency"}
 # Settings a user types under these names: shown as code, not reworded.
 _CODE_NAMES = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "weight_decay", "batch_size",
                "max_norm", "intra_op_threads"}
