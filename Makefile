@@ -10,7 +10,7 @@ PORT ?= 8501
 # The editable install puts the checkout on sys.path with a plain .pth line (`compat`): setuptools'
 # default import finder for a flat layout costs every Python start ~20 ms (pathlib, importlib.util),
 # which a user's installed wheel does not pay. Where a setuptools drops `compat`, the default is used.
-$(BIN)/torchscope: requirements.txt pyproject.toml
+$(BIN)/torchscope: requirements.txt pyproject.toml setup.py app/data/_event_scan.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt

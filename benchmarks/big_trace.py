@@ -284,6 +284,8 @@ def main() -> None:
         cases.remove("analyze_cold_base")
     elif args.baseline_root is not None and "analyze_cold_base" not in cases:
         cases.append("analyze_cold_base")
+    if args.workdir is not None:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="torchscope-big-", dir=args.workdir))
     try:
         rows = _measure(args.sizes, set(args.gzip), cases, work, args.timeout, max(1, args.rounds),

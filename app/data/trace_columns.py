@@ -18,7 +18,8 @@ from app.data.trace_decode import EMPTY_RAW, Event
 from app.data.trace_kinds import TABLES
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
-           "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table"]
+           "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table", "encode_text", "int_ids",
+           "small_dict", "shape_text", "id_text"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -69,7 +70,7 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-def _dict(values: Any, none: str = "") -> pa.Array:
+def small_dict(values: Any, none: str = "") -> pa.Array:
     """Dictionary-encode Python values as strings; repeated values are converted once."""
     memo: dict[Any, int] = {}
     setdefault = memo.setdefault
@@ -89,39 +90,47 @@ _NOT_INT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError)
 def _ids(values: Any) -> pa.Array:
     """pid/tid are ints for host threads and strings for devices ("stream 7", "Spans")."""
     try:  # usually all ints: encode in Arrow, without a Python step per event
-        return _int_ids(pa.array(values, pa.int64()))
+        return int_ids(pa.array(values, pa.int64()))
     except _NOT_INT:
-        return _dict(values)
+        return small_dict(values)
 
 
-def _int_ids(ids: pa.Array) -> pa.Array:
+def int_ids(ids: pa.Array) -> pa.Array:
+    """Integer ids (pid, tid) as dictionary-encoded text, in order of first use (nulls stay null)."""
     return ids.dictionary_encode().cast(_STR_DICT)
 
 
 def _strings(values: list[str | None]) -> pa.Array:
     """Dictionary-encode text values (None becomes ""), in Arrow: codes in order of first appearance."""
-    return _encode(pa.array(values, pa.string()))
+    return encode_text(pa.array(values, pa.string()))
 
 
-def _encode(arr: pa.Array) -> pa.Array:
+def encode_text(arr: pa.Array) -> pa.Array:
+    """Text values dictionary-encoded in order of first use; null becomes ""."""
     if arr.null_count:
         arr = arr.fill_null("")
     return arr.dictionary_encode()
 
 
 def _text(raws: Any, squeeze: bool) -> pa.Array:
-    """Raw JSON text of shapes/types, dictionary-encoded; identical texts are decoded once.
+    """Raw JSON text of shapes/types (msgspec.Raw values), dictionary-encoded (``shape_text``).
 
     The raw values are joined into one buffer and viewed as an Arrow binary array (offsets from
-    their lengths), dictionary-encoded in Arrow (no Python object per event); only the distinct
-    texts are then cleaned and decoded in Python."""
+    their lengths), without a Python object per event."""
     n = len(raws)
-    if raws.count(EMPTY_RAW) == n:  # not recorded: every event "" (what _dict gives, without a Python loop)
+    if raws.count(EMPTY_RAW) == n:  # not recorded: every event "" (what shape_text gives, without the join)
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([""], pa.string()))
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.fromiter(map(len, raws), np.int64, n), out=offsets[1:])
     joined = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n,
                                               [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
+    return shape_text(joined, squeeze)
+
+
+def shape_text(joined: pa.Array, squeeze: bool) -> pa.Array:
+    """Raw JSON texts of shapes/types (a binary array; empty where absent), dictionary-encoded;
+    identical texts are decoded once: the array is dictionary-encoded in Arrow, then only the
+    distinct texts are cleaned and decoded in Python ("" for absent or null)."""
     enc = joined.dictionary_encode()
     memo: dict[str, int] = {}
     remap = []
@@ -160,7 +169,7 @@ def _complete_events(xs: list[Event]) -> pa.Table:
         return empty_table(EVENT_SCHEMA)
     try:  # pid and tid are ints for host threads and devices: take them with the other fields
         name, cat, ts, dur, pid, tid = pa.array(list(map(_X_TOP, xs)), _X_TOP_TYPE).flatten()
-        pid, tid = _int_ids(pid), _int_ids(tid)
+        pid, tid = int_ids(pid), int_ids(tid)
     except _NOT_INT:  # a string id ("Spans", "stream 7"): a piece or two per trace
         name, cat, ts, dur = pa.array(list(map(_X_TOP_NO_IDS, xs)), _X_TOP_NO_IDS_TYPE).flatten()
         pid, tid = _ids(list(map(_PID, xs))), _ids(list(map(_TID, xs)))
@@ -170,7 +179,7 @@ def _complete_events(xs: list[Event]) -> pa.Table:
         ext = pc.coalesce(ext, ext_lc)
     dims, dims_lc, types = (list(map(g, args)) for g in _X_RAW)
     cols = [
-        _encode(name), _encode(cat), ts, dur, pid, tid, corr, ext, dev,
+        encode_text(name), encode_text(cat), ts, dur, pid, tid, corr, ext, dev,
         _ints(list(map(_STREAM, args))), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
         nbytes, seq, fwd,
     ]
@@ -196,9 +205,14 @@ _FLOW_TYPE = pa.struct([("cat", pa.string()), ("ph", pa.string()), ("ts", pa.flo
 def _id_text(ids: list[Any]) -> pa.Array:
     """Flow ids as text ("" when absent); usually all ints, formatted by Arrow as str() would."""
     try:
-        return pa.array(ids, pa.int64()).cast(pa.string()).fill_null("")
+        return id_text(pa.array(ids, pa.int64()))
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         return pa.array(["" if v is None else str(v) for v in ids], pa.string())
+
+
+def id_text(ids: pa.Array) -> pa.Array:
+    """Integer flow ids as text, as str() writes them ("" when absent)."""
+    return ids.cast(pa.string()).fill_null("")
 
 
 def _flow_events(fs: list[Event]) -> pa.Table:
@@ -206,7 +220,7 @@ def _flow_events(fs: list[Event]) -> pa.Table:
         return empty_table(FLOW_SCHEMA)
     cat, ph, ts = pa.array(list(map(_FLOW, fs)), _FLOW_TYPE).flatten()
     return pa.Table.from_arrays([
-        _id_text(list(map(_ID, fs))), _encode(cat), _encode(ph), ts,
+        _id_text(list(map(_ID, fs))), encode_text(cat), encode_text(ph), ts,
         _ids(list(map(_PID, fs))), _ids(list(map(_TID, fs))),
     ], schema=FLOW_SCHEMA)
 
@@ -217,7 +231,7 @@ def _thread_events(ms: list[Event]) -> pa.Table:
     if not rows:
         return empty_table(THREAD_SCHEMA)
     pid, tid, kind, name = zip(*rows)
-    return pa.Table.from_arrays([_ids(pid), _ids(tid), _dict(kind), pa.array(name, pa.string())],
+    return pa.Table.from_arrays([_ids(pid), _ids(tid), small_dict(kind), pa.array(name, pa.string())],
                                 schema=THREAD_SCHEMA)
 
 
@@ -249,6 +263,6 @@ def counters_table(rows: list[dict[str, Any]]) -> pa.Table:
     if not rows:
         return empty_table(COUNTER_SCHEMA)
     return pa.Table.from_arrays([
-        _dict([r["name"] for r in rows]), pa.array([r["ts_us"] for r in rows], pa.float64()),
-        _dict([r["pid"] for r in rows]), pa.array([r["value"] for r in rows], pa.float64()),
+        small_dict([r["name"] for r in rows]), pa.array([r["ts_us"] for r in rows], pa.float64()),
+        small_dict([r["pid"] for r in rows]), pa.array([r["value"] for r in rows], pa.float64()),
     ], schema=COUNTER_SCHEMA)

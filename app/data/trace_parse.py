@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from app.data.event_scan import ScannedEvents, scan_tables
 from app.data.trace_columns import COUNTER_SCHEMA, TABLE_SCHEMAS, TABLES, columns_from_events, counters_table
 from app.data.trace_decode import (
     KINETO_FIELDS,
@@ -109,11 +110,14 @@ class _Sink:
         self.bad_ts = 0  # events skipped because their ts is not a number
         self.not_objects: list[int] = []  # absolute byte of each element of traceEvents that is not an object
 
-    def add(self, evs: list[Event], buf: bytearray, end: int) -> None:
-        """Add the decoded events ``evs`` of ``buf[:end]``."""
+    def add(self, evs: list[Event] | ScannedEvents, buf: bytearray, end: int) -> None:
+        """Add the events ``evs`` of ``buf[:end]`` (decoded, or read into tables by the accelerator)."""
         self.n_events += len(evs)
-        self.bad_ts += getattr(evs, "bad_ts", 0)
-        tables, has_counters = columns_from_events(evs)
+        if isinstance(evs, ScannedEvents):
+            tables, has_counters = evs.tables, evs.has_counters
+        else:
+            self.bad_ts += getattr(evs, "bad_ts", 0)
+            tables, has_counters = columns_from_events(evs)
         for kind, table in tables.items():
             if table.num_rows:
                 if self.emit is not None:
@@ -146,10 +150,14 @@ def _closed(buf: bytearray, end: int) -> Iterator[memoryview | bytes]:
         buf[end] = saved
 
 
-def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Event] | None:
+def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Event] | ScannedEvents | None:
     """The events of ``buf[:end] + "]"``, or None when that is not a JSON array (a wrong cut).
-    NotEvents (a non-object element) propagates: the piece is then read element by element."""
+    NotEvents (a non-object element) propagates: the piece is then read element by element.
+    The accelerator (app.data.event_scan) reads the piece when it can; else msgspec decodes it."""
     with _closed(buf, end) as data:
+        scanned = scan_tables(data)
+        if scanned is not None:
+            return scanned
         try:
             return decode_array(data, warnings, path)
         except NotEvents:
@@ -158,7 +166,7 @@ def _try(buf: bytearray, end: int, warnings: list[str], path: Path) -> list[Even
             return None
 
 
-def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Event]]:
+def _cut(buf: bytearray, warnings: list[str], path: Path) -> tuple[int | None, list[Event] | ScannedEvents]:
     """Decode the longest whole-event prefix ending at one of the last boundary candidates."""
     # The last _MAX_BACKOFF boundaries are usually in the last few KB: look there first (the regex
     # over the 1 MB window cost a tenth of the parse). Matches cannot overlap (each starts at a `}`
@@ -192,7 +200,7 @@ def _add_scanned(sink: _Sink, buf: bytearray, sc: Scan, base: int, warnings: lis
 
 
 def _finish(buf: bytearray, is_object: bool, warnings: list[str],
-            path: Path) -> tuple[list[Event], TraceFields, int] | None:
+            path: Path) -> tuple[list[Event] | ScannedEvents, TraceFields, int] | None:
     """At end of input: the events array must close, followed by the object's last fields.
 
     Returns (events, trailing fields, end of the events in ``buf``), or None. The array's end is
