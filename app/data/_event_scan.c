@@ -57,66 +57,24 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     return 0;
 }
 
-/* ---------------------------------------------------------------- the columns */
-
-/* Integer fields of the event and its args, in the order of INT_NAMES below. */
-enum {
-    I_PID, I_TID, I_ID, I_EXT, I_EXT_LC, I_CORR, I_DEVICE, I_STREAM, I_NBYTES, I_MEM_BYTES, I_TOTAL_ALLOC,
-    I_TOTAL_RES, I_ADDR, I_DEVICE_TYPE, I_DEVICE_ID, I_SEQUENCE, I_FWD_TID, N_INTS
-};
-static const char *INT_NAMES[N_INTS] = {
-    "pid", "tid", "id", "external_id", "external_id_lc", "correlation", "device", "stream", "nbytes",
-    "mem_bytes", "total_allocated", "total_reserved", "addr", "device_type", "device_id", "sequence",
-    "fwd_tid"};
-enum { F_TS, F_DUR, N_FLOATS };
-enum { S_NAME, S_CAT, S_ARG_NAME, N_STRS };
-enum { R_DIMS, R_DIMS_LC, R_TYPE, N_RAWS };
+/* ---------------------------------------------------------------- interned strings */
 
 typedef struct {
     const char *s;
     Py_ssize_t len;
 } Span;
 
+/* Distinct byte strings (spans of the input) in order of first use: open addressing. */
 typedef struct {
-    /* fixed-width columns, one value per event, all of capacity ``cap`` */
-    uint8_t *ph;                          /* the ph string's byte when it has one, else 0 */
-    int64_t *ints[N_INTS];
-    uint8_t *int_ok[N_INTS];
-    double *floats[N_FLOATS];
-    uint8_t *float_ok[N_FLOATS];
-    int32_t *strs[N_STRS];                /* codes into the interned strings, -1 for none */
-    int64_t *raw_end[N_RAWS];             /* end offset of each event's raw JSON text in raw_data */
-    Buf raw_data[N_RAWS];
-    Py_ssize_t n, cap;
-    /* interned strings: open addressing over spans of the input */
     Span *words;
     Py_ssize_t n_words, cap_words;
     int32_t *slots;
     Py_ssize_t n_slots;
-} Columns;
+} Interner;
 
-#define GROW(ptr, cap) do { void *q_ = PyMem_RawRealloc((ptr), (size_t)(cap) * sizeof *(ptr)); \
-    if (!q_) return NO_MEMORY; (ptr) = q_; } while (0)
-
-static int columns_grow(Columns *c) {
-    Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
-    GROW(c->ph, cap);
-    for (int i = 0; i < N_INTS; i++) { GROW(c->ints[i], cap); GROW(c->int_ok[i], cap); }
-    for (int i = 0; i < N_FLOATS; i++) { GROW(c->floats[i], cap); GROW(c->float_ok[i], cap); }
-    for (int i = 0; i < N_STRS; i++) GROW(c->strs[i], cap);
-    for (int i = 0; i < N_RAWS; i++) GROW(c->raw_end[i], cap);
-    c->cap = cap;
-    return 0;
-}
-
-static void columns_free(Columns *c) {
-    PyMem_RawFree(c->ph);
-    for (int i = 0; i < N_INTS; i++) { PyMem_RawFree(c->ints[i]); PyMem_RawFree(c->int_ok[i]); }
-    for (int i = 0; i < N_FLOATS; i++) { PyMem_RawFree(c->floats[i]); PyMem_RawFree(c->float_ok[i]); }
-    for (int i = 0; i < N_STRS; i++) PyMem_RawFree(c->strs[i]);
-    for (int i = 0; i < N_RAWS; i++) { PyMem_RawFree(c->raw_end[i]); PyMem_RawFree(c->raw_data[i].data); }
-    PyMem_RawFree(c->words);
-    PyMem_RawFree(c->slots);
+static void interner_free(Interner *t) {
+    PyMem_RawFree(t->words);
+    PyMem_RawFree(t->slots);
 }
 
 static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
@@ -132,46 +90,148 @@ static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
     return h ^ (h >> 32);
 }
 
-static int grow_slots(Columns *c) {
-    Py_ssize_t n = c->n_slots ? c->n_slots * 2 : 1024;
+static int grow_slots(Interner *t) {
+    Py_ssize_t n = t->n_slots ? t->n_slots * 2 : 1024;
     int32_t *slots = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
     if (!slots) return NO_MEMORY;
     for (Py_ssize_t i = 0; i < n; i++) slots[i] = -1;
-    for (Py_ssize_t w = 0; w < c->n_words; w++) {
-        Py_ssize_t i = (Py_ssize_t)(hash_bytes(c->words[w].s, c->words[w].len) & (uint64_t)(n - 1));
+    for (Py_ssize_t w = 0; w < t->n_words; w++) {
+        Py_ssize_t i = (Py_ssize_t)(hash_bytes(t->words[w].s, t->words[w].len) & (uint64_t)(n - 1));
         while (slots[i] >= 0) i = (i + 1) & (n - 1);
         slots[i] = (int32_t)w;
     }
-    PyMem_RawFree(c->slots);
-    c->slots = slots;
-    c->n_slots = n;
+    PyMem_RawFree(t->slots);
+    t->slots = slots;
+    t->n_slots = n;
     return 0;
 }
 
-/* The code of the string s[:n] (its index among the distinct strings, in order of first use). */
-static int32_t intern(Columns *c, const char *s, Py_ssize_t n) {
-    if ((c->n_words + 1) * 2 > c->n_slots && grow_slots(c)) return NO_MEMORY;
-    Py_ssize_t mask = c->n_slots - 1;
+/* The code of the string s[:n]: its index among the distinct strings, in order of first use. */
+static int32_t intern(Interner *t, const char *s, Py_ssize_t n) {
+    if ((t->n_words + 1) * 2 > t->n_slots && grow_slots(t)) return NO_MEMORY;
+    Py_ssize_t mask = t->n_slots - 1;
     Py_ssize_t i = (Py_ssize_t)(hash_bytes(s, n) & (uint64_t)mask);
-    while (c->slots[i] >= 0) {
-        Span *w = &c->words[c->slots[i]];
-        if (w->len == n && memcmp(w->s, s, (size_t)n) == 0) return c->slots[i];
+    while (t->slots[i] >= 0) {
+        Span *w = &t->words[t->slots[i]];
+        if (w->len == n && memcmp(w->s, s, (size_t)n) == 0) return t->slots[i];
         i = (i + 1) & mask;
     }
-    if (c->n_words == c->cap_words) {
-        Py_ssize_t cap = c->cap_words ? c->cap_words * 2 : 256;
-        Span *words = PyMem_RawRealloc(c->words, (size_t)cap * sizeof(Span));
+    if (t->n_words == t->cap_words) {
+        Py_ssize_t cap = t->cap_words ? t->cap_words * 2 : 256;
+        Span *words = PyMem_RawRealloc(t->words, (size_t)cap * sizeof(Span));
         if (!words) return NO_MEMORY;
-        c->words = words;
-        c->cap_words = cap;
+        t->words = words;
+        t->cap_words = cap;
     }
-    c->words[c->n_words].s = s;
-    c->words[c->n_words].len = n;
-    c->slots[i] = (int32_t)c->n_words;
-    return (int32_t)c->n_words++;
+    t->words[t->n_words].s = s;
+    t->words[t->n_words].len = n;
+    t->slots[i] = (int32_t)t->n_words;
+    return (int32_t)t->n_words++;
 }
 
-/* ---------------------------------------------------------------- the JSON reader */
+/* ---------------------------------------------------------------- the columns */
+
+/* Integer fields of the event and its args, in the order of INT_NAMES below. */
+enum {
+    I_PID, I_TID, I_ID, I_EXT, I_EXT_LC, I_CORR, I_DEVICE, I_STREAM, I_NBYTES, I_MEM_BYTES, I_TOTAL_ALLOC,
+    I_TOTAL_RES, I_ADDR, I_DEVICE_TYPE, I_DEVICE_ID, I_SEQUENCE, I_FWD_TID, N_INTS
+};
+static const char *INT_NAMES[N_INTS] = {
+    "pid", "tid", "id", "external_id", "external_id_lc", "correlation", "device", "stream", "nbytes",
+    "mem_bytes", "total_allocated", "total_reserved", "addr", "device_type", "device_id", "sequence",
+    "fwd_tid"};
+enum { F_TS, F_DUR, N_FLOATS };
+static const char *FLOAT_NAMES[N_FLOATS] = {"ts", "dur"};
+enum { S_NAME, S_CAT, S_ARG_NAME, N_STRS };
+enum { R_DIMS, R_DIMS_LC, R_TYPE, N_RAWS };
+/* The kinds of event, each its own table (trace_columns.columns_from_events splits them alike). */
+enum { K_EVENTS, K_MEMORY, K_FLOWS, K_THREADS, N_KINDS };
+static const char *KIND_NAMES[N_KINDS] = {"events", "memory", "flows", "threads"};
+/* name and cat of a kind, dictionary-encoded in the kind's own order of first use (null as "") */
+enum { L_NAME, L_CAT, N_LOCALS };
+static const char *LOCAL_NAMES[N_LOCALS] = {"name", "cat"};
+/* raw texts of complete events, dictionary-encoded: shapes ("Input Dims", else "Input dims"), types */
+enum { T_SHAPES, T_TYPES, N_TEXTS };
+static const char *TEXT_NAMES[N_TEXTS] = {"input_shapes", "input_types"};
+
+typedef struct {
+    Py_ssize_t n, cap;
+    uint8_t *ph;                       /* the ph string's byte */
+    int64_t *ints[N_INTS];
+    uint8_t *int_ok[N_INTS];           /* 0 null or absent, 1 an int, 2 (pid, tid) a string: its word */
+    double *floats[N_FLOATS];
+    uint8_t *float_ok[N_FLOATS];
+    int32_t *strs[N_STRS];             /* word codes, -1 for null */
+    int32_t *local[N_LOCALS];          /* codes into this kind's own dictionary of name, of cat */
+    int32_t *text[N_TEXTS];            /* codes into the texts' dictionaries (complete events) */
+    /* the kind's dictionaries: word code -> local code (-1 unset), and the words in local order */
+    int32_t *local_of[N_LOCALS];
+    Py_ssize_t cap_local_of[N_LOCALS];
+    Buf local_words[N_LOCALS];         /* int32 word codes */
+} Group;
+
+typedef struct {
+    Interner words;                    /* name, cat, args.name, string pid/tid */
+    Interner texts[N_TEXTS];           /* raw JSON texts of complete events */
+    Group groups[N_KINDS];
+    int32_t empty_word;                /* the code of "" (what null becomes in name and cat), -1 unset */
+    Py_ssize_t n_events;
+    int has_counters;
+} Scanner;
+
+#define GROW(ptr, cap) do { void *q_ = PyMem_RawRealloc((ptr), (size_t)(cap) * sizeof *(ptr)); \
+        if (!q_) return NO_MEMORY; \
+        (ptr) = q_; \
+    } while (0)
+
+static int group_grow(Group *g) {
+    Py_ssize_t cap = g->cap ? g->cap * 2 : 1024;
+    GROW(g->ph, cap);
+    for (int i = 0; i < N_INTS; i++) { GROW(g->ints[i], cap); GROW(g->int_ok[i], cap); }
+    for (int i = 0; i < N_FLOATS; i++) { GROW(g->floats[i], cap); GROW(g->float_ok[i], cap); }
+    for (int i = 0; i < N_STRS; i++) GROW(g->strs[i], cap);
+    for (int i = 0; i < N_LOCALS; i++) GROW(g->local[i], cap);
+    for (int i = 0; i < N_TEXTS; i++) GROW(g->text[i], cap);
+    g->cap = cap;
+    return 0;
+}
+
+static void group_free(Group *g) {
+    PyMem_RawFree(g->ph);
+    for (int i = 0; i < N_INTS; i++) { PyMem_RawFree(g->ints[i]); PyMem_RawFree(g->int_ok[i]); }
+    for (int i = 0; i < N_FLOATS; i++) { PyMem_RawFree(g->floats[i]); PyMem_RawFree(g->float_ok[i]); }
+    for (int i = 0; i < N_STRS; i++) PyMem_RawFree(g->strs[i]);
+    for (int i = 0; i < N_LOCALS; i++) {
+        PyMem_RawFree(g->local[i]);
+        PyMem_RawFree(g->local_of[i]);
+        PyMem_RawFree(g->local_words[i].data);
+    }
+    for (int i = 0; i < N_TEXTS; i++) PyMem_RawFree(g->text[i]);
+}
+
+static void scanner_free(Scanner *sc) {
+    interner_free(&sc->words);
+    for (int i = 0; i < N_TEXTS; i++) interner_free(&sc->texts[i]);
+    for (int k = 0; k < N_KINDS; k++) group_free(&sc->groups[k]);
+}
+
+/* The code of word ``w`` in the kind's dictionary of field ``f``, adding it there on first use. */
+static int32_t local_code(Group *g, int f, int32_t w) {
+    if (w >= g->cap_local_of[f]) {
+        Py_ssize_t cap = g->cap_local_of[f] ? g->cap_local_of[f] : 256;
+        while (cap <= w) cap *= 2;
+        int32_t *m = PyMem_RawRealloc(g->local_of[f], (size_t)cap * sizeof(int32_t));
+        if (!m) return NO_MEMORY;
+        for (Py_ssize_t i = g->cap_local_of[f]; i < cap; i++) m[i] = -1;
+        g->local_of[f] = m;
+        g->cap_local_of[f] = cap;
+    }
+    if (g->local_of[f][w] < 0) {
+        g->local_of[f][w] = (int32_t)(g->local_words[f].len / (Py_ssize_t)sizeof(int32_t));
+        if (buf_put(&g->local_words[f], &w, sizeof w)) return NO_MEMORY;
+    }
+    return g->local_of[f][w];
+}
 
 typedef struct {
     const char *p, *end;
@@ -381,12 +441,12 @@ static int read_float(Reader *r, double *v, uint8_t *ok) {
 }
 
 /* A string field (str | None): its code, -1 for null. */
-static int read_str(Reader *r, Columns *c, int32_t *code) {
+static int read_str(Reader *r, Scanner *sc, int32_t *code) {
     if (at_null(r)) { *code = -1; return 0; }
     const char *s;
     Py_ssize_t n;
     if (r->p >= r->end || *r->p != '"' || read_string(r, &s, &n, 1)) return GIVE_UP;
-    int32_t k = intern(c, s, n);
+    int32_t k = intern(&sc->words, s, n);
     if (k == NO_MEMORY) return NO_MEMORY;
     *code = k;
     return 0;
@@ -394,10 +454,10 @@ static int read_str(Reader *r, Columns *c, int32_t *code) {
 
 /* pid and tid (int | str | None): an int (ok 1), a string (ok 2, its code in *v: "Spans", "PyTorch
    Profiler" on the profiler's own events), or null (ok 0). */
-static int read_id(Reader *r, Columns *c, int64_t *v, uint8_t *ok) {
+static int read_id(Reader *r, Scanner *sc, int64_t *v, uint8_t *ok) {
     if (r->p < r->end && *r->p == '"') {
         int32_t code;
-        int rc = read_str(r, c, &code);
+        int rc = read_str(r, sc, &code);
         if (rc) return rc;
         *v = code;
         *ok = 2;
@@ -417,6 +477,7 @@ typedef struct {
     Span raws[N_RAWS];
     uint8_t ph;
 } Event;
+
 
 #define KEY(lit) (n == (Py_ssize_t)(sizeof(lit) - 1) && memcmp(s, lit, sizeof(lit) - 1) == 0)
 
@@ -440,7 +501,7 @@ static int args_int(const char *s, Py_ssize_t n) {
     return -1;
 }
 
-static int read_args(Reader *r, Columns *c, Event *e) {
+static int read_args(Reader *r, Scanner *sc, Event *e) {
     if (r->p >= r->end || *r->p != '{') return GIVE_UP; /* null or another type: not the struct */
     r->p++;
     skip_ws(r);
@@ -470,7 +531,7 @@ static int read_args(Reader *r, Columns *c, Event *e) {
         } else if (KEY("name")) {
             if (seen & (1u << (N_INTS + N_RAWS))) return GIVE_UP;
             seen |= 1u << (N_INTS + N_RAWS);
-            rc = read_str(r, c, &e->strs[S_ARG_NAME]);
+            rc = read_str(r, sc, &e->strs[S_ARG_NAME]);
         } else if (KEY("sort_index")) {
             if (seen & (1u << (N_INTS + N_RAWS + 1))) return GIVE_UP;
             seen |= 1u << (N_INTS + N_RAWS + 1);
@@ -489,7 +550,7 @@ static int read_args(Reader *r, Columns *c, Event *e) {
     }
 }
 
-static int read_event(Reader *r, Columns *c, Event *e) {
+static int read_event(Reader *r, Scanner *sc, Event *e) {
     memset(e, 0, sizeof *e);
     for (int i = 0; i < N_STRS; i++) e->strs[i] = -1;
     r->p++; /* '{' */
@@ -528,14 +589,14 @@ static int read_event(Reader *r, Columns *c, Event *e) {
             rc = 0;
             break;
         }
-        case 1: rc = read_str(r, c, &e->strs[S_CAT]); break;
-        case 2: rc = read_str(r, c, &e->strs[S_NAME]); break;
-        case 3: rc = read_id(r, c, &e->ints[I_PID], &e->int_ok[I_PID]); break;
-        case 4: rc = read_id(r, c, &e->ints[I_TID], &e->int_ok[I_TID]); break;
+        case 1: rc = read_str(r, sc, &e->strs[S_CAT]); break;
+        case 2: rc = read_str(r, sc, &e->strs[S_NAME]); break;
+        case 3: rc = read_id(r, sc, &e->ints[I_PID], &e->int_ok[I_PID]); break;
+        case 4: rc = read_id(r, sc, &e->ints[I_TID], &e->int_ok[I_TID]); break;
         case 5: rc = read_float(r, &e->floats[F_TS], &e->float_ok[F_TS]); break;
         case 6: rc = read_float(r, &e->floats[F_DUR], &e->float_ok[F_DUR]); break;
         case 7: rc = read_int(r, &e->ints[I_ID], &e->int_ok[I_ID]); break;
-        case 8: rc = read_args(r, c, e); break;
+        case 8: rc = read_args(r, sc, e); break;
         default: rc = skip_value(r, 1);
         }
         if (rc) return rc;
@@ -547,22 +608,56 @@ static int read_event(Reader *r, Columns *c, Event *e) {
     }
 }
 
-static int add_event(Columns *c, const Event *e) {
-    if (c->n == c->cap && columns_grow(c)) return NO_MEMORY;
-    Py_ssize_t k = c->n;
-    c->ph[k] = e->ph;
-    for (int i = 0; i < N_INTS; i++) { c->ints[i][k] = e->ints[i]; c->int_ok[i][k] = e->int_ok[i]; }
-    for (int i = 0; i < N_FLOATS; i++) { c->floats[i][k] = e->floats[i]; c->float_ok[i][k] = e->float_ok[i]; }
-    for (int i = 0; i < N_STRS; i++) c->strs[i][k] = e->strs[i];
-    for (int i = 0; i < N_RAWS; i++) {
-        if (e->raws[i].len && buf_put(&c->raw_data[i], e->raws[i].s, e->raws[i].len)) return NO_MEMORY;
-        c->raw_end[i][k] = (int64_t)c->raw_data[i].len;
+
+static int is_word(Scanner *sc, int32_t w, const char *lit, Py_ssize_t n) {
+    return w >= 0 && sc->words.words[w].len == n && memcmp(sc->words.words[w].s, lit, (size_t)n) == 0;
+}
+
+/* Count the event, and add it to the table of its kind (if any), as columns_from_events splits them. */
+static int add_event(Scanner *sc, const Event *e) {
+    int kind;
+    sc->n_events++;
+    switch (e->ph) {
+    case 'X': kind = K_EVENTS; break;
+    case 'i': case 'I': kind = is_word(sc, e->strs[S_NAME], "[memory]", 8) ? K_MEMORY : -1; break;
+    case 's': case 'f': case 't': kind = K_FLOWS; break;
+    case 'M': kind = K_THREADS; break;
+    case 'C': sc->has_counters = 1; kind = -1; break; /* read from the bytes by trace_decode.counters_from */
+    default: kind = -1;
     }
-    c->n++;
+    if (kind < 0) return 0;
+    Group *g = &sc->groups[kind];
+    if (g->n == g->cap && group_grow(g)) return NO_MEMORY;
+    Py_ssize_t k = g->n;
+    g->ph[k] = e->ph;
+    for (int i = 0; i < N_INTS; i++) { g->ints[i][k] = e->ints[i]; g->int_ok[i][k] = e->int_ok[i]; }
+    for (int i = 0; i < N_FLOATS; i++) { g->floats[i][k] = e->floats[i]; g->float_ok[i][k] = e->float_ok[i]; }
+    for (int i = 0; i < N_STRS; i++) g->strs[i][k] = e->strs[i];
+    static const int LOCAL_STR[N_LOCALS] = {S_NAME, S_CAT};
+    for (int f = 0; f < N_LOCALS; f++) {
+        int32_t w = e->strs[LOCAL_STR[f]];
+        if (w < 0) { /* null: "" (trace_columns.encode_text) */
+            if (sc->empty_word < 0 && (sc->empty_word = intern(&sc->words, "", 0)) < 0) return NO_MEMORY;
+            w = sc->empty_word;
+        }
+        int32_t code = local_code(g, f, w);
+        if (code < 0) return NO_MEMORY;
+        g->local[f][k] = code;
+    }
+    if (kind == K_EVENTS) { /* "Input Dims", else "Input dims" (older torch); absent: "" */
+        const Span *shapes = e->raws[R_DIMS].len ? &e->raws[R_DIMS] : &e->raws[R_DIMS_LC];
+        const Span *texts[N_TEXTS] = {shapes, &e->raws[R_TYPE]};
+        for (int t = 0; t < N_TEXTS; t++) {
+            int32_t code = intern(&sc->texts[t], texts[t]->len ? texts[t]->s : "", texts[t]->len);
+            if (code < 0) return NO_MEMORY;
+            g->text[t][k] = code;
+        }
+    }
+    g->n++;
     return 0;
 }
 
-static int read_array(Reader *r, Columns *c) {
+static int read_array(Reader *r, Scanner *sc) {
     skip_ws(r);
     if (r->p >= r->end || *r->p != '[') return GIVE_UP;
     r->p++;
@@ -573,9 +668,9 @@ static int read_array(Reader *r, Columns *c) {
         Event e;
         for (;;) {
             if (r->p >= r->end || *r->p != '{') return GIVE_UP; /* not an object: the Python path says where */
-            int rc = read_event(r, c, &e);
+            int rc = read_event(r, sc, &e);
             if (rc) return rc;
-            if (add_event(c, &e)) return NO_MEMORY;
+            if (add_event(sc, &e)) return NO_MEMORY;
             skip_ws(r);
             if (r->p >= r->end) return GIVE_UP;
             if (*r->p == ',') { r->p++; skip_ws(r); continue; }
@@ -589,8 +684,6 @@ static int read_array(Reader *r, Columns *c) {
 
 /* ---------------------------------------------------------------- the module */
 
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len); }
-
 static PyObject *column(const void *data, Py_ssize_t n, Py_ssize_t width) {
     return PyBytes_FromStringAndSize(data ? (const char *)data : "", n * width);
 }
@@ -602,38 +695,64 @@ static int put(PyObject *d, const char *key, PyObject *v) {
     return rc;
 }
 
-static PyObject *to_dict(Columns *c) {
-    static const char *STR_NAMES[N_STRS] = {"name", "cat", "arg_name"};
-    static const char *RAW_NAMES[N_RAWS] = {"input_dims", "input_dims_lc", "input_type"};
+static PyObject *group_dict(Group *g, int kind) {
+    static const char *STR_NAMES[N_STRS] = {"name_word", "cat_word", "arg_name_word"};
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    Py_ssize_t n = c->n;
-    if (put(d, "n", PyLong_FromSsize_t(n)) || put(d, "ph", column(c->ph, n, 1))) goto fail;
+    Py_ssize_t n = g->n;
+    char key[64];
+    if (put(d, "n", PyLong_FromSsize_t(n)) || put(d, "ph", column(g->ph, n, 1))) goto fail;
     for (int i = 0; i < N_INTS; i++) {
-        char key[64];
-        if (put(d, INT_NAMES[i], column(c->ints[i], n, 8))) goto fail;
         snprintf(key, sizeof key, "%s_ok", INT_NAMES[i]);
-        if (put(d, key, column(c->int_ok[i], n, 1))) goto fail;
+        if (put(d, INT_NAMES[i], column(g->ints[i], n, 8)) || put(d, key, column(g->int_ok[i], n, 1))) goto fail;
     }
-    if (put(d, "ts", column(c->floats[F_TS], n, 8)) || put(d, "ts_ok", column(c->float_ok[F_TS], n, 1)) ||
-        put(d, "dur", column(c->floats[F_DUR], n, 8)) || put(d, "dur_ok", column(c->float_ok[F_DUR], n, 1)))
-        goto fail;
+    for (int i = 0; i < N_FLOATS; i++) {
+        snprintf(key, sizeof key, "%s_ok", FLOAT_NAMES[i]);
+        if (put(d, FLOAT_NAMES[i], column(g->floats[i], n, 8)) || put(d, key, column(g->float_ok[i], n, 1)))
+            goto fail;
+    }
     for (int i = 0; i < N_STRS; i++)
-        if (put(d, STR_NAMES[i], column(c->strs[i], n, 4))) goto fail;
-    for (int i = 0; i < N_RAWS; i++) {
+        if (put(d, STR_NAMES[i], column(g->strs[i], n, 4))) goto fail;
+    for (int f = 0; f < N_LOCALS; f++) {
+        snprintf(key, sizeof key, "%s_words", LOCAL_NAMES[f]);
+        if (put(d, LOCAL_NAMES[f], column(g->local[f], n, 4)) ||
+            put(d, key, column(g->local_words[f].data, g->local_words[f].len, 1)))
+            goto fail;
+    }
+    if (kind == K_EVENTS)
+        for (int t = 0; t < N_TEXTS; t++)
+            if (put(d, TEXT_NAMES[t], column(g->text[t], n, 4))) goto fail;
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *spans_list(Interner *t, int as_text) {
+    PyObject *out = PyList_New(t->n_words);
+    if (!out) return NULL;
+    for (Py_ssize_t w = 0; w < t->n_words; w++) {
+        PyObject *s = as_text ? PyUnicode_DecodeASCII(t->words[w].s, t->words[w].len, NULL)
+                              : PyBytes_FromStringAndSize(t->words[w].s, t->words[w].len);
+        if (!s) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, w, s);
+    }
+    return out;
+}
+
+static PyObject *to_dict(Scanner *sc) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    if (put(d, "n_events", PyLong_FromSsize_t(sc->n_events)) ||
+        put(d, "has_counters", PyBool_FromLong(sc->has_counters)) || put(d, "words", spans_list(&sc->words, 1)))
+        goto fail;
+    for (int t = 0; t < N_TEXTS; t++) {
         char key[64];
-        if (put(d, RAW_NAMES[i], bytes_of(&c->raw_data[i]))) goto fail;
-        snprintf(key, sizeof key, "%s_end", RAW_NAMES[i]);
-        if (put(d, key, column(c->raw_end[i], n, 8))) goto fail;
+        snprintf(key, sizeof key, "%s_texts", TEXT_NAMES[t]);
+        if (put(d, key, spans_list(&sc->texts[t], 0))) goto fail;
     }
-    PyObject *words = PyList_New(c->n_words);
-    if (!words) goto fail;
-    for (Py_ssize_t w = 0; w < c->n_words; w++) {
-        PyObject *s = PyUnicode_DecodeASCII(c->words[w].s, c->words[w].len, NULL);
-        if (!s) { Py_DECREF(words); goto fail; }
-        PyList_SET_ITEM(words, w, s);
-    }
-    if (put(d, "words", words)) goto fail;
+    for (int k = 0; k < N_KINDS; k++)
+        if (put(d, KIND_NAMES[k], group_dict(&sc->groups[k], k))) goto fail;
     return d;
 fail:
     Py_DECREF(d);
@@ -643,23 +762,28 @@ fail:
 PyDoc_STRVAR(scan_doc,
 "scan(data) -> dict | None\n\n"
 "Read a JSON array of trace events (a bytes-like object) into columns, or None when it holds\n"
-"anything the Python path must read (see the module's source). The dict holds, per event:\n"
-"``ph`` (uint8: the ph string's byte when it has one, else 0); for each int field (``pid``,\n"
-"``tid``, ``id``, ``external_id``, ... ``fwd_tid``) int64 values and a uint8 ``<field>_ok`` mask\n"
-"(0 null or absent, 1 an int, 2 for pid and tid: a string, its code into ``words`` as the value);\n"
-"``ts``/``dur`` float64 and masks; ``name``/``cat``/``arg_name`` int32 codes into ``words``\n"
-"(-1: null or absent); ``input_dims``/``input_dims_lc``/``input_type`` the raw JSON texts joined,\n"
-"with ``<field>_end`` int64 end offsets (empty: absent); and ``n``, the number of events.");
+"anything the Python path must read (see the module's source). The dict holds ``n_events``,\n"
+"``has_counters``, ``words`` (the distinct strings), ``input_shapes_texts`` and ``input_types_texts``\n"
+"(the distinct raw JSON texts of complete events, bytes; absent: b\"\"), and per kind of event\n"
+"(``events``, ``memory``, ``flows``, ``threads``) a dict of columns as bytes, one value per event of\n"
+"that kind: ``ph`` (uint8); per int field (``pid``, ``tid``, ``id``, ``external_id``, ... ``fwd_tid``)\n"
+"int64 values and a uint8 ``<field>_ok`` (0 null or absent, 1 an int, 2 for pid and tid a string:\n"
+"its word as the value); ``ts``/``dur`` float64 and ``_ok``; ``name_word``/``cat_word``/\n"
+"``arg_name_word`` int32 word codes (-1 null); ``name``/``cat`` int32 codes into the kind's own\n"
+"dictionary, in order of first use, null as \"\", whose words are ``name_words``/``cat_words``\n"
+"(int32 word codes); for ``events``, ``input_shapes``/``input_types`` int32 codes into the texts.");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
+    (void)self;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Columns c;
-    memset(&c, 0, sizeof c);
+    Scanner sc;
+    memset(&sc, 0, sizeof sc);
+    sc.empty_word = -1;
     Reader r = {(const char *)view.buf, (const char *)view.buf + view.len};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = read_array(&r, &c);
+    rc = read_array(&r, &sc);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (rc == NO_MEMORY) {
@@ -667,9 +791,9 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     } else if (rc) {
         out = Py_NewRef(Py_None);
     } else {
-        out = to_dict(&c);
+        out = to_dict(&sc);
     }
-    columns_free(&c);
+    scanner_free(&sc);
     PyBuffer_Release(&view);
     return out;
 }
@@ -682,6 +806,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_event_scan",
     "Kineto trace events read from JSON bytes into columns (the parse's optional accelerator).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__event_scan(void) {

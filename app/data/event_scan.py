@@ -28,11 +28,10 @@ from app.data.trace_columns import (
     MEMORY_SCHEMA,
     THREAD_SCHEMA,
     empty_table,
-    encode_text,
     id_text,
     int_ids,
-    shape_text,
     small_dict,
+    text_dictionary,
 )
 
 try:
@@ -43,15 +42,6 @@ except ImportError:  # not built (no C compiler at install): the pure-Python par
 __all__ = ["ScannedEvents", "scan_tables", "accelerated", "PURE_PYTHON_ENV"]
 
 PURE_PYTHON_ENV = "TORCHSCOPE_PURE_PYTHON"  # "1": never use the accelerator (comparisons, debugging)
-
-_X, _MEMORY_PH, _FLOW_PH, _META, _COUNTER = ord("X"), (ord("i"), ord("I")), (ord("s"), ord("f"), ord("t")), ord("M"), ord("C")
-
-
-# a flow's ph byte -> its text, by index into _FLOW_WORDS
-_FLOW_WORDS = pa.array([chr(c) for c in _FLOW_PH], pa.string())
-_FLOW_INDEX = np.zeros(256, np.int32)
-_FLOW_INDEX[list(_FLOW_PH)] = np.arange(len(_FLOW_PH), dtype=np.int32)
-
 
 def accelerated() -> bool:
     """Whether pieces are read by the C accelerator (built, and not switched off)."""
@@ -78,124 +68,92 @@ def scan_tables(data: bytes | bytearray | memoryview) -> ScannedEvents | None:
     cols = _event_scan.scan(data)
     if cols is None:
         return None
-    return ScannedEvents(_Columns(cols).tables(), bool((_ph(cols) == _COUNTER).any()), cols["n"])
+    words = pa.array(cols["words"], pa.string())
+    kinds = {kind: _Kind(cols[kind], cols["words"], words) for kind in ("events", "memory", "flows", "threads")}
+    tables = {"events": kinds["events"].complete(cols["input_shapes_texts"], cols["input_types_texts"]),
+              "memory": kinds["memory"].memory(), "flows": kinds["flows"].flows(), "threads": kinds["threads"].threads()}
+    return ScannedEvents(tables, cols["has_counters"], cols["n_events"])
 
 
-def _ph(cols: dict[str, Any]) -> np.ndarray:
-    return np.frombuffer(cols["ph"], np.uint8)
+class _Kind:
+    """The scanner's columns of one kind of event (one value per event of that kind), as Arrow."""
 
+    def __init__(self, cols: dict[str, Any], words: list[str], word_array: pa.Array) -> None:
+        self.cols, self.n, self.words, self.word_array = cols, cols["n"], words, word_array
 
-class _Columns:
-    """The scanner's flat columns, and the rows of each kind of event taken from them."""
+    def _ints(self, key: str) -> pa.Array:
+        ok = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
+        values = np.frombuffer(self.cols[key], np.int64)
+        return pa.array(values, pa.int64()) if ok.all() else pa.array(values, pa.int64(), mask=ok == 0)
 
-    def __init__(self, cols: dict[str, Any]) -> None:
-        self.cols = cols
-        self.n = cols["n"]
-        self.ph = _ph(cols)
-        self.words = pa.array(cols["words"], pa.string())
+    def _floats(self, key: str) -> pa.Array:
+        ok = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
+        values = np.frombuffer(self.cols[key], np.float64)
+        return pa.array(values, pa.float64()) if ok.all() else pa.array(values, pa.float64(), mask=ok == 0)
 
-    def tables(self) -> dict[str, pa.Table]:
-        ph = self.ph
-        name = self._codes("name")
-        memory = np.isin(ph, _MEMORY_PH)
-        if memory.any():
-            word = self.cols["words"].index("[memory]") if "[memory]" in self.cols["words"] else -2
-            memory &= name == word
-        return {"events": self._complete(np.flatnonzero(ph == _X)),
-                "memory": self._memory(np.flatnonzero(memory)),
-                "flows": self._flows(np.flatnonzero(np.isin(ph, _FLOW_PH))),
-                "threads": self._threads(np.flatnonzero(ph == _META))}
-
-    # ---- columns of the rows ``rows`` (an index array)
-
-    def _codes(self, key: str) -> np.ndarray:
-        return np.frombuffer(self.cols[key], np.int32)
-
-    def _ints(self, key: str, rows: np.ndarray) -> pa.Array:
-        values = np.frombuffer(self.cols[key], np.int64)[rows]
-        ok = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)[rows]
-        return pa.array(values, pa.int64(), mask=ok == 0)
-
-    def _ids(self, key: str, rows: np.ndarray) -> pa.Array:
+    def _ids(self, key: str, rows: np.ndarray | None = None) -> pa.Array:
         """pid/tid as trace_columns encodes them: ints, unless some are strings ("Spans")."""
-        kind = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)[rows]
+        kind = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
+        values = np.frombuffer(self.cols[key], np.int64)
+        if rows is not None:
+            kind, values = kind[rows], values[rows]
         if not (kind == 2).any():
-            return int_ids(self._ints(key, rows))
-        values = np.frombuffer(self.cols[key], np.int64)[rows]
-        words = self.cols["words"]
-        return small_dict([None if k == 0 else int(v) if k == 1 else words[v] for k, v in zip(kind, values)])
+            return int_ids(pa.array(values, pa.int64(), mask=kind == 0))
+        return small_dict([None if k == 0 else int(v) if k == 1 else self.words[v] for k, v in zip(kind, values)])
 
-    def _floats(self, key: str, rows: np.ndarray) -> pa.Array:
-        values = np.frombuffer(self.cols[key], np.float64)[rows]
-        ok = np.frombuffer(self.cols[f"{key}_ok"], np.bool_)[rows]
-        return pa.array(values, pa.float64(), mask=~ok)
+    def _text(self, key: str) -> pa.Array:
+        """name or cat, dictionary-encoded in order of first use with null as "" (encode_text)."""
+        codes = np.frombuffer(self.cols[key], np.int32)
+        dictionary = self.word_array.take(pa.array(np.frombuffer(self.cols[f"{key}_words"], np.int32)))
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary)
 
-    def _strings(self, key: str, rows: np.ndarray) -> pa.Array:
-        """Text values (null where absent or null), as the structs' ``str | None`` fields give them."""
-        codes = self._codes(key)[rows]
-        return self.words.take(pa.array(codes, pa.int32(), mask=codes < 0))
-
-    def _raw(self, key: str, rows: np.ndarray) -> pa.Array:
-        """Each row's raw JSON text of ``key`` (empty where absent), as a binary array."""
-        ends = np.frombuffer(self.cols[f"{key}_end"], np.int64)
-        offsets = np.zeros(self.n + 1, np.int64)
-        offsets[1:] = ends
-        whole = pa.LargeBinaryArray.from_buffers(pa.large_binary(), self.n,
-                                                 [None, pa.py_buffer(offsets), pa.py_buffer(self.cols[key])])
-        return whole.take(pa.array(rows))
-
-    def _shapes(self, rows: np.ndarray) -> pa.Array:
-        """``Input Dims``, else ``Input dims`` (older torch), as trace_columns reads them."""
-        dims = self._raw("input_dims", rows)
-        lower = np.frombuffer(self.cols["input_dims_lc_end"], np.int64)
-        if lower.size and lower[-1]:  # some event has "Input dims"
-            dims_lc = self._raw("input_dims_lc", rows)
-            dims = pc.if_else(pc.equal(pc.binary_length(dims), 0), dims_lc, dims)
-        return shape_text(dims, True)
-
-    # ---- the tables
-
-    def _complete(self, rows: np.ndarray) -> pa.Table:
-        if not len(rows):
+    def complete(self, shapes: list[bytes], types: list[bytes]) -> pa.Table:
+        if not self.n:
             return empty_table(EVENT_SCHEMA)
-        ext, ext_lc = self._ints("external_id", rows), self._ints("external_id_lc", rows)
+        ext, ext_lc = self._ints("external_id"), self._ints("external_id_lc")
         if ext_lc.null_count < len(ext_lc):  # older torch writes "external id"; "External id" wins
             ext = pc.coalesce(ext, ext_lc)
         return pa.Table.from_arrays([
-            encode_text(self._strings("name", rows)), encode_text(self._strings("cat", rows)),
-            self._floats("ts", rows), self._floats("dur", rows),
-            self._ids("pid", rows), self._ids("tid", rows),
-            self._ints("correlation", rows), ext, self._ints("device", rows), self._ints("stream", rows),
-            self._shapes(rows), shape_text(self._raw("input_type", rows), False),
-            self._ints("nbytes", rows), self._ints("sequence", rows), self._ints("fwd_tid", rows),
+            self._text("name"), self._text("cat"), self._floats("ts"), self._floats("dur"),
+            self._ids("pid"), self._ids("tid"), self._ints("correlation"), ext, self._ints("device"),
+            self._ints("stream"),
+            text_dictionary(pa.array(np.frombuffer(self.cols["input_shapes"], np.int32), pa.int32()), shapes, True),
+            text_dictionary(pa.array(np.frombuffer(self.cols["input_types"], np.int32), pa.int32()), types, False),
+            self._ints("nbytes"), self._ints("sequence"), self._ints("fwd_tid"),
         ], schema=EVENT_SCHEMA)
 
-    def _memory(self, rows: np.ndarray) -> pa.Table:
-        if not len(rows):
+    def memory(self) -> pa.Table:
+        if not self.n:
             return empty_table(MEMORY_SCHEMA)
         return pa.Table.from_arrays([
-            self._floats("ts", rows), self._ints("device_type", rows), self._ints("device_id", rows),
-            self._ints("addr", rows), self._ints("mem_bytes", rows), self._ints("total_allocated", rows),
-            self._ints("total_reserved", rows), self._ids("pid", rows), self._ids("tid", rows),
+            self._floats("ts"), self._ints("device_type"), self._ints("device_id"), self._ints("addr"),
+            self._ints("mem_bytes"), self._ints("total_allocated"), self._ints("total_reserved"),
+            self._ids("pid"), self._ids("tid"),
         ], schema=MEMORY_SCHEMA)
 
-    def _flows(self, rows: np.ndarray) -> pa.Table:
-        if not len(rows):
+    def flows(self) -> pa.Table:
+        if not self.n:
             return empty_table(FLOW_SCHEMA)
-        ph = _FLOW_WORDS.take(pa.array(_FLOW_INDEX[self.ph[rows]]))
+        ph = np.frombuffer(self.cols["ph"], np.uint8)
+        distinct, first = np.unique(ph, return_index=True)
+        order = distinct[np.argsort(first)]  # the ph letters in order of first use, as encode_text orders them
+        index = np.zeros(256, np.int32)
+        index[order] = np.arange(len(order), dtype=np.int32)
+        ph_text = pa.DictionaryArray.from_arrays(pa.array(index[ph], pa.int32()),
+                                                 pa.array([chr(c) for c in order], pa.string()))
         return pa.Table.from_arrays([
-            id_text(self._ints("id", rows)), encode_text(self._strings("cat", rows)), encode_text(ph),
-            self._floats("ts", rows), self._ids("pid", rows), self._ids("tid", rows),
+            id_text(self._ints("id")), self._text("cat"), ph_text, self._floats("ts"), self._ids("pid"), self._ids("tid"),
         ], schema=FLOW_SCHEMA)
 
-    def _threads(self, rows: np.ndarray) -> pa.Table:
-        words = self.cols["words"]
-        names, arg_names = self._codes("name")[rows], self._codes("arg_name")[rows]
-        keep = [i for i in range(len(rows)) if arg_names[i] >= 0 and names[i] >= 0
+    def threads(self) -> pa.Table:
+        names = np.frombuffer(self.cols["name_word"], np.int32)
+        labels = np.frombuffer(self.cols["arg_name_word"], np.int32)
+        words = self.words
+        keep = [i for i in range(self.n) if labels[i] >= 0 and names[i] >= 0
                 and words[names[i]] in ("process_name", "thread_name")]
         if not keep:
             return empty_table(THREAD_SCHEMA)
-        kept = rows[keep]
+        rows = np.array(keep, np.int64)
         kind = ["process" if words[names[i]] == "process_name" else "thread" for i in keep]
-        return pa.Table.from_arrays([self._ids("pid", kept), self._ids("tid", kept), small_dict(kind),
-                                     pa.array([words[arg_names[i]] for i in keep], pa.string())], schema=THREAD_SCHEMA)
+        return pa.Table.from_arrays([self._ids("pid", rows), self._ids("tid", rows), small_dict(kind),
+                                     pa.array([words[labels[i]] for i in keep], pa.string())], schema=THREAD_SCHEMA)

@@ -19,7 +19,7 @@ from app.data.trace_kinds import TABLES
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
            "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table", "encode_text", "int_ids",
-           "small_dict", "shape_text", "id_text"]
+           "small_dict", "shape_text", "text_dictionary", "id_text"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -128,17 +128,22 @@ def _text(raws: Any, squeeze: bool) -> pa.Array:
 
 
 def shape_text(joined: pa.Array, squeeze: bool) -> pa.Array:
-    """Raw JSON texts of shapes/types (a binary array; empty where absent), dictionary-encoded;
-    identical texts are decoded once: the array is dictionary-encoded in Arrow, then only the
-    distinct texts are cleaned and decoded in Python ("" for absent or null)."""
+    """Raw JSON texts of shapes/types (a binary array; empty where absent), dictionary-encoded:
+    the array is dictionary-encoded in Arrow, then only the distinct texts are cleaned and decoded
+    in Python (``text_dictionary``)."""
     enc = joined.dictionary_encode()
+    return text_dictionary(enc.indices.cast(pa.int32()), enc.dictionary.to_pylist(), squeeze)
+
+
+def text_dictionary(indices: pa.Array, distinct: list[bytes], squeeze: bool) -> pa.Array:
+    """Raw JSON texts as a dictionary array: ``indices`` (int32) into their ``distinct`` texts in
+    order of first use, each cleaned ("" for absent or null; with ``squeeze``, shapes without spaces,
+    so that writers' spacing does not split groups) and decoded once; texts that become equal merge."""
     memo: dict[str, int] = {}
     remap = []
-    for b in enc.dictionary.to_pylist():
-        # shapes hold only digits and brackets: drop spaces so writers' spacing does not split groups
+    for b in distinct:
         t = b.replace(b" ", b"") if squeeze else b
         remap.append(memo.setdefault("" if t in (b"", b"null") else t.decode("utf-8", "replace"), len(memo)))
-    indices = enc.indices.cast(pa.int32())
     if len(memo) < len(remap):  # texts that differ only in spacing (or "" and null) become one
         indices = pc.take(pa.array(remap, pa.int32()), indices)
     return pa.DictionaryArray.from_arrays(indices, pa.array(list(memo), pa.string()))
