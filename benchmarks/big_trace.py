@@ -27,7 +27,10 @@ high-water marks (``VmHWM`` in ``/proc``) read every 10 ms, ``tree_peak_rss_mb``
 at one sample, of the high-water marks of the processes alive at that sample (what the tree held at
 once, at most; pages shared after the fork counted in each), and ``tree_peak_rss_sum_mb``: the sum
 of every process's own peak, reached at different moments (the helper's peak is while it parses,
-the command's after it ends), a looser upper bound. The memory goal's ratio is given for all three.
+the command's after it ends), a looser upper bound; and ``tree_peak_pss_mb``: the largest sum, at one
+sample, of the live processes' proportional set sizes (``Pss`` in ``smaps_rollup``: a page shared by
+n processes, such as the libraries both map, counted 1/n in each), what the tree held in memory. The
+memory goal's ratio is given for all four (the peers' too are sampled the same way).
 
 ``--source FILE`` is the trace gen_trace replicates (default: the shared A100 trace next to the
 checkout). ``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
@@ -93,6 +96,7 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     deadline = t0 + timeout
     hwm: dict[int, int] = {}  # each process of the tree: its high-water mark of RSS, kB (last read)
     together = 0  # the largest sum, over one sample, of the high-water marks of the processes alive then
+    pss = 0  # the largest sum, over one sample, of the processes' proportional set sizes (shared pages split)
     while True:
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -101,7 +105,9 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
             proc.kill()
             pid, status, ru = os.wait4(proc.pid, 0)
             return {"case": case, "error": f"timed out after {timeout:.0f} s"}
-        together = max(together, sum(hwm[p] for p in _sample_tree(proc.pid, hwm)))
+        alive = _sample_tree(proc.pid, hwm)
+        together = max(together, sum(hwm[p] for p in alive))
+        pss = max(pss, sum(_pss_kb(p) for p in alive))
         time.sleep(0.01)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -118,9 +124,25 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     out["tree_peak_rss_mb"] = round(max(together, ru.ru_maxrss) / 1024, 1)
     out["tree_peak_rss_sum_mb"] = round((max(hwm.get(proc.pid, 0), 0 if kids else ru.ru_maxrss)
                                          + sum(kids.values())) / 1024, 1)
+    # (3) the tree's proportional set size at its largest sample: each page shared by n processes
+    # (the libraries both map, what the fork left shared) counted 1/n in each, so once in the sum
+    # (sampled: a peak shorter than 10 ms can be missed; (1) bounds it from above)
+    out["tree_peak_pss_mb"] = round(pss / 1024, 1)
     if proc.returncode:
         out["error"] = err.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
     return out
+
+
+def _pss_kb(pid: int) -> int:
+    """The process's proportional set size (Linux ``smaps_rollup``), kB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _hwm_kb(pid: int) -> int:
@@ -210,19 +232,19 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
 
 def _table(rows: list[dict]) -> str:
     orj = {(r["mb"], r.get("round", 1)): r for r in rows if r["case"] == "orjson" and "wall_s" in r}
-    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | tree at once MB | tree, sum of peaks MB | peak / size "
-             "| vs orjson (wall) | vs orjson (CPU) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| round | trace | case | wall s | CPU s | peak RSS MB | tree at once MB | tree, sum of peaks MB "
+             "| tree PSS MB | peak / size | vs orjson (wall) | vs orjson (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | | | |")
+            lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['error']} | | | | | | | | |")
             continue
         o = orj.get((r["mb"], r.get("round", 1)))
         ratio = f"{r['wall_s'] / o['wall_s']:.2f}×" if o and r["case"] != "orjson" else ""
         cpu = f"{r['cpu_s'] / o['cpu_s']:.2f}×" if o and o["cpu_s"] and r["case"] != "orjson" else ""
         lines.append(f"| {r.get('round', 1)} | {r['trace']} | {r['case']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} "
                      f"| {r['peak_rss_mb']:.0f} | {r.get('tree_peak_rss_mb', 0):.0f} | {r.get('tree_peak_rss_sum_mb', 0):.0f} "
-                     f"| {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
+                     f"| {r.get('tree_peak_pss_mb', 0):.0f} | {r['peak_rss_ratio']:.2f} | {ratio} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -249,7 +271,7 @@ def goals(rows: list[dict]) -> list[dict]:
         rounds = [v for k, v in sorted(by.items()) if k[0] == mb]
         doc: dict = {"mb": mb, "rounds": len(rounds)}
         for label, (a, b, kind) in ratios.items():
-            for unit in (("peak_rss_mb", "tree_peak_rss_mb", "tree_peak_rss_sum_mb") if kind == "peak"
+            for unit in (("peak_rss_mb", "tree_peak_rss_mb", "tree_peak_rss_sum_mb", "tree_peak_pss_mb") if kind == "peak"
                          else ("wall_s", "cpu_s")):
                 vals = [r[a][unit] / r[b][unit] for r in rounds if a in r and b in r and r[b].get(unit) and unit in r[a]]
                 if vals:
