@@ -21,6 +21,8 @@ import gc
 import json
 import os
 import sys
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.cli.ingest_options import add_ingest_arguments, ingest_context
@@ -29,7 +31,7 @@ from app.cli.progress import ProgressBar
 from app.errors import UsageError
 from app.workspace import refs
 from app.workspace.analyze_docs import AnalyzeDocuments
-from app.workspace.ingest import start_cold_parse
+from app.workspace.ingest import parse_cold_head, start_cold_parse
 
 # The analysis, pandas and the presentation modules are imported in the functions that use them:
 # a warm `analyze --json` prints its stored document without them (app.workspace.analyze_docs).
@@ -224,6 +226,43 @@ def _print_run_only(summary: dict[str, Any], as_json: bool, why: str) -> int:
     return 0
 
 
+def _import_analysis() -> None:
+    """pandas, the analysis and the presentation modules (~0.35 s)."""
+    import app.analysis.trace.windows
+    import app.presentation.analyze_json
+    import app.workspace.profiled_windows
+    import app.workspace.run_summary
+    import app.workspace.traces  # noqa: F401
+
+
+def _import_while_parsing(split: Path | None, bar: ProgressBar) -> None:
+    """Import the analysis; with a split trace (``start_cold_parse``), parse this process' part of it
+    meanwhile, here, while another thread imports: the C accelerator reads without the GIL, so the
+    two overlap (~0.1 s of a cold analyze of 100 MB; benchmarks/README.md, issue 13 wave 17).
+
+    The cyclic GC is paused throughout: it would otherwise walk the objects of every module imported
+    so far again and again (~10 % of the imports' CPU). Then those objects (modules, functions,
+    classes: they live as long as the process) are frozen out of the GC's generations: else the
+    first collection after the pause walks all of them (~30 ms) and the next ones again as they are
+    promoted (~25 ms in the analysis)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if split is None:
+            _import_analysis()
+            return
+        importer = threading.Thread(target=_import_analysis, name="torchscope-imports")
+        importer.start()
+        try:
+            parse_cold_head(split, bar)
+        finally:
+            importer.join()
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def run(args: argparse.Namespace) -> int:
     path = refs.pick_tb_run(refs.resolve_path(args.path, getattr(args, "root", None)), getattr(args, "run", None))
     # A warm `--json` of unchanged traces prints the document stored by the last full run.
@@ -238,32 +277,23 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
         # and one malloc arena for every thread: the peak holds no block twice (app.cli.process_memory)
         one_malloc_arena()
+    split = None
     if not args.no_cache and getattr(args, "scheduler", None) is None:
         # one big trace the cache lacks: its tail is parsed by a second process from now on, while
         # this one imports pandas and the analysis, then parses the head (app.data.trace_split)
-        start_cold_parse(path)
-    # pandas and the analysis (~0.35 s): imported with the cyclic GC paused, which would otherwise
-    # walk the objects of every module imported so far again and again (~10 % of the imports' CPU).
-    # Then those objects (modules, functions, classes: they live as long as the process) are frozen
-    # out of the GC's generations: else the first collection after the pause walks all of them
-    # (~30 ms) and the next ones again as they are promoted (~25 ms in the analysis).
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        from app.analysis.trace.windows import compute_window_table
-        from app.presentation.analyze_json import analysis_to_json
-        from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
-        from app.workspace.run_summary import has_traces, load_run_summary
-        from app.workspace.traces import load_trace_set
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
+        split = start_cold_parse(path)
+    bar = ProgressBar("reading traces", force=getattr(args, "progress", False))
+    _import_while_parsing(split, bar)
+    from app.analysis.trace.windows import compute_window_table
+    from app.presentation.analyze_json import analysis_to_json
+    from app.workspace.profiled_windows import analyze_run_traces, read_run_windows
+    from app.workspace.run_summary import has_traces, load_run_summary
+    from app.workspace.traces import load_trace_set
 
     summary = load_run_summary(path, args.rank) if path.is_dir() else None
     if summary is not None and not has_traces(path):
+        bar.close()
         return _print_run_only(summary, args.json, f"{path} has no profiler traces")
-    bar = ProgressBar("reading traces", force=getattr(args, "progress", False))
     try:
         with ingest_context(args):  # many rank files: parsed in parallel (local cores or --scheduler)
             traces = load_trace_set(path, progress=bar, use_cache=not args.no_cache)

@@ -37,7 +37,7 @@ from app.errors import TraceError
 if TYPE_CHECKING:
     from app.data.trace_parse import ParsedTrace
 
-__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "SWITCH_ENV", "start", "take", "cancel_all"]
+__all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "SWITCH_ENV", "start", "parse_head", "take", "cancel_all"]
 
 # Below this the child's own start (its imports of msgspec and pyarrow, ~0.15 s of a core) is not
 # won back; the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
@@ -62,6 +62,7 @@ class _Child:
     cut: int  # the head is bytes [0, cut): it ends with an event's "}"
     pid: int
     fds: dict[str, int]  # the memory files the child writes into: one per table kind, and _INFO
+    head: tuple[ParsedTrace, list[dict[str, Any]]] | None = None  # parsed ahead of take (parse_head)
 
 
 _started: dict[str, _Child] = {}
@@ -236,6 +237,23 @@ def _read_tail(fds: dict[str, int]) -> tuple[ParsedTrace, list[dict[str, Any]]] 
     return out, info["rows"]
 
 
+def parse_head(path: Path, progress: Progress | None = None) -> None:
+    """Parse the head of ``path`` now, ahead of ``take`` (which then only waits for the child and
+    joins), when ``start`` forked a child for it. For a caller with other work for the interpreter
+    meanwhile: the C accelerator reads each piece without the GIL, so another thread's imports go on
+    during the head's parse. A failure here is left for ``take`` (it parses the head again)."""
+    with _lock:
+        child = _started.get(_key(path))
+    if child is None or child.head is not None:
+        return
+    from app.data.trace_parse import parse_trace_part
+
+    try:
+        child.head = parse_trace_part(path, _head_pieces(path, child.cut, child.stat[0], progress))
+    except Exception:  # noqa: BLE001 - an optimisation only: take reads the head again and reports
+        child.head = None
+
+
 def take(path: Path, progress: Progress | None = None) -> ParsedTrace | None:
     """The tables of ``path`` when ``start`` forked a child for it: this process parses the head
     and joins the child's tail. None when no child was started for this file, or when the split
@@ -249,7 +267,7 @@ def take(path: Path, progress: Progress | None = None) -> ParsedTrace | None:
     try:
         if _stat(path) != child.stat:
             return None
-        head, head_rows = parse_trace_part(path, _head_pieces(path, child.cut, child.stat[0], progress))
+        head, head_rows = child.head or parse_trace_part(path, _head_pieces(path, child.cut, child.stat[0], progress))
         if head.warnings:
             return None
         _, status = os.waitpid(child.pid, 0)

@@ -43,7 +43,7 @@ from app.errors import TraceError, UsageError
 if TYPE_CHECKING:
     from app.analysis.trace.ranks import RankStepSummary
 
-__all__ = ["SCHEDULER_ENV", "start_cold_parse", "WORKERS_ENV", "MIN_PARALLEL_FILES", "MIN_PARALLEL_BYTES", "IngestProgress", "IngestMode",
+__all__ = ["SCHEDULER_ENV", "start_cold_parse", "parse_cold_head", "WORKERS_ENV", "MIN_PARALLEL_FILES", "MIN_PARALLEL_BYTES", "IngestProgress", "IngestMode",
            "IngestPlan", "RankIngest", "ingest_settings", "plan_ingest", "ingest_files", "prefetch_traces",
            "ingest_one", "local_workers", "rank_step_summaries"]
 
@@ -334,18 +334,29 @@ def ingest_files(paths: Sequence[Path], *, scheduler: str | None = None, workers
     return sorted(out, key=lambda r: (r.rank, Path(r.path).name))
 
 
-def start_cold_parse(path: Path) -> bool:
+def start_cold_parse(path: Path) -> Path | None:
     """Before a command imports the analysis: when ``path`` (a trace file, or a run or folder with
     one trace file) names one big uncompressed trace that the cache lacks, start parsing part of it
     in a second process (app.data.trace.start_split_parse), so that the parse overlaps the imports
-    and uses two cores. True when that was started; the next load of the trace takes its part."""
+    and uses two cores. The trace file when that was started (the next load of it takes its part;
+    ``parse_cold_head`` may parse this process' part before), else None."""
     from app.data.trace import readable_trace_paths, start_split_parse
 
     try:
         paths = readable_trace_paths(path)
     except (TraceError, UsageError, OSError):
-        return False  # the load reports it
-    return len(paths) == 1 and start_split_parse(paths[0])
+        return None  # the load reports it
+    return paths[0] if len(paths) == 1 and start_split_parse(paths[0]) else None
+
+
+def parse_cold_head(trace: Path, progress: Callable[[int, int], None] | None = None) -> None:
+    """Parse this process' part of the trace ``start_cold_parse`` split, now (while another thread
+    imports the analysis: the C accelerator reads without the GIL); its next load then only joins."""
+    from app.data import trace_split
+    from app.data.trace import system_memory_pool
+
+    with system_memory_pool():
+        trace_split.parse_head(trace, progress)
 
 
 def prefetch_traces(paths: Sequence[Path], *, use_cache: bool = True) -> list[RankIngest]:

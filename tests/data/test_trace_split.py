@@ -19,6 +19,7 @@ import pytest
 
 from app.cli import main
 from app.data import trace_split
+from app.data.event_scan import PURE_PYTHON_ENV
 from app.data.trace import load_trace
 from app.data.trace_kinds import TABLES
 from app.data.trace_parse import ParsedTrace, parse_trace_file
@@ -90,6 +91,25 @@ def test_split_gives_the_tables_of_one_pass(tmp_path: Path, indent: int | None) 
     _assert_same(split, whole)
     assert split.counters is not None and split.memory is not None and split.flows is not None
     assert split.counters.num_rows > 0 and split.memory.num_rows > 0 and split.flows.num_rows > 0
+
+
+@pytest.mark.parametrize("pure_python", ["0", "1"])
+def test_the_head_parsed_ahead_gives_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     pure_python: str) -> None:
+    """``parse_head`` (the command parses its part while another thread imports the analysis) then
+    ``take``: the tables of one pass; a file changed after the head was parsed is not used."""
+    monkeypatch.setenv(PURE_PYTHON_ENV, pure_python)
+    path = _write(tmp_path / "t.json", _events(12_000))
+    assert trace_split.start(path, 1 << 30)
+    trace_split.parse_head(path)
+    split = trace_split.take(path)
+    assert split is not None
+    _assert_same(split, parse_trace_file(path))
+    assert trace_split.start(path, 1 << 30)
+    trace_split.parse_head(path)
+    os.utime(path, ns=(1, 1))
+    assert trace_split.take(path) is None
+    trace_split.parse_head(path)  # nothing was started for it: nothing to do
 
 
 def test_a_cut_inside_a_string_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
