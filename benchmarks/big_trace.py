@@ -133,27 +133,26 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     return out
 
 
-def _pss_kb(pid: int) -> int:
-    """The process's proportional set size (Linux ``smaps_rollup``), kB; 0 when it is gone."""
+def _proc_kb(pid: int, name: str, field: bytes) -> int:
+    """A kB figure of ``/proc/PID/NAME`` (the line that starts with ``field``); 0 when it is gone."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
             for line in f:
-                if line.startswith(b"Pss:"):
+                if line.startswith(field):
                     return int(line.split()[1])
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _pss_kb(pid: int) -> int:
+    """The process's proportional set size (shared pages split among the processes sharing them)."""
+    return _proc_kb(pid, "smaps_rollup", b"Pss:")
 
 
 def _hwm_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
+    """The process's RSS high-water mark."""
+    return _proc_kb(pid, "status", b"VmHWM:")
 
 
 def _sample_tree(root: int, hwm: dict[int, int]) -> list[int]:

@@ -324,27 +324,43 @@ static int skip_literal(Reader *r, const char *word, Py_ssize_t n) {
     return 0;
 }
 
-static int skip_container(Reader *r, int depth, char close, int is_object) {
-    if (depth > MAX_DEPTH) return GIVE_UP;
+/* Members of an object or array: after '{' or '[' (at r->p), whether it closes at once (1), else 0. */
+static int open_container(Reader *r, char close) {
     r->p++;
     skip_ws(r);
-    if (r->p < r->end && *r->p == close) { r->p++; return 0; }
+    if (r->p < r->end && *r->p == close) { r->p++; return 1; }
+    return 0;
+}
+
+/* `"key" :` of an object's member, and the whitespace after it; plain: see read_string. */
+static int read_key(Reader *r, const char **s, Py_ssize_t *n, int plain) {
+    if (r->p >= r->end || *r->p != '"' || read_string(r, s, n, plain)) return GIVE_UP;
+    skip_ws(r);
+    if (r->p >= r->end || *r->p != ':') return GIVE_UP;
+    r->p++;
+    skip_ws(r);
+    return 0;
+}
+
+/* After a member's value: 1 when another member follows (',' read), 0 when ``close`` ends it. */
+static int next_member(Reader *r, char close) {
+    skip_ws(r);
+    if (r->p >= r->end) return GIVE_UP;
+    if (*r->p == ',') { r->p++; skip_ws(r); return 1; }
+    if (*r->p == close) { r->p++; return 0; }
+    return GIVE_UP;
+}
+
+static int skip_container(Reader *r, int depth, char close, int is_object) {
+    if (depth > MAX_DEPTH) return GIVE_UP;
+    if (open_container(r, close)) return 0;
     for (;;) {
-        if (is_object) {
-            const char *s;
-            Py_ssize_t n;
-            if (r->p >= r->end || *r->p != '"' || read_string(r, &s, &n, 0)) return GIVE_UP;
-            skip_ws(r);
-            if (r->p >= r->end || *r->p != ':') return GIVE_UP;
-            r->p++;
-            skip_ws(r);
-        }
+        const char *s;
+        Py_ssize_t n;
+        if (is_object && read_key(r, &s, &n, 0)) return GIVE_UP;
         if (skip_value(r, depth + 1)) return GIVE_UP;
-        skip_ws(r);
-        if (r->p >= r->end) return GIVE_UP;
-        if (*r->p == ',') { r->p++; skip_ws(r); continue; }
-        if (*r->p == close) { r->p++; return 0; }
-        return GIVE_UP;
+        int more = next_member(r, close);
+        if (more <= 0) return more;
     }
 }
 
@@ -369,14 +385,21 @@ static inline int at_null(Reader *r) {
     return 0;
 }
 
+/* A number field's value: 1 for null, 0 for a number (its text in *s, *n), else GIVE_UP. */
+static int number_or_null(Reader *r, const char **s, Py_ssize_t *n, int *is_int) {
+    if (at_null(r)) return 1;
+    if (r->p >= r->end || !(*r->p == '-' || (*r->p >= '0' && *r->p <= '9'))) return GIVE_UP;
+    return read_number(r, s, n, is_int);
+}
+
 /* An int field (int | None in trace_decode's structs): a JSON integer within int64, or null. */
 static int read_int(Reader *r, int64_t *v, uint8_t *ok) {
-    if (at_null(r)) { *ok = 0; *v = 0; return 0; }
     const char *s;
     Py_ssize_t n;
     int is_int;
-    if (r->p >= r->end || !(*r->p == '-' || (*r->p >= '0' && *r->p <= '9'))) return GIVE_UP;
-    if (read_number(r, &s, &n, &is_int) || !is_int) return GIVE_UP;
+    int rc = number_or_null(r, &s, &n, &is_int);
+    if (rc == 1) { *ok = 0; *v = 0; return 0; }
+    if (rc || !is_int) return GIVE_UP;
     int neg = s[0] == '-';
     uint64_t acc = 0;
     for (Py_ssize_t i = neg; i < n; i++) {
@@ -419,12 +442,12 @@ static int fast_decimal(const char *s, Py_ssize_t n, double *v) {
 
 /* A float field (float | None): any JSON number (ints too), or null. */
 static int read_float(Reader *r, double *v, uint8_t *ok) {
-    if (at_null(r)) { *ok = 0; *v = 0.0; return 0; }
     const char *s;
     Py_ssize_t n;
     int is_int;
-    if (r->p >= r->end || !(*r->p == '-' || (*r->p >= '0' && *r->p <= '9'))) return GIVE_UP;
-    if (read_number(r, &s, &n, &is_int)) return GIVE_UP;
+    int rc = number_or_null(r, &s, &n, &is_int);
+    if (rc == 1) { *ok = 0; *v = 0.0; return 0; }
+    if (rc) return GIVE_UP;
     if (is_int && n > 18) return GIVE_UP; /* beyond int64: the Python path's conversion */
     if (fast_decimal(s, n, v)) { *ok = 1; return 0; }
     char tmp[64];
@@ -503,18 +526,12 @@ static int args_int(const char *s, Py_ssize_t n) {
 
 static int read_args(Reader *r, Scanner *sc, Event *e) {
     if (r->p >= r->end || *r->p != '{') return GIVE_UP; /* null or another type: not the struct */
-    r->p++;
-    skip_ws(r);
-    if (r->p < r->end && *r->p == '}') { r->p++; return 0; }
+    if (open_container(r, '}')) return 0;
     uint32_t seen = 0;
     for (;;) {
         const char *s;
         Py_ssize_t n;
-        if (r->p >= r->end || *r->p != '"' || read_string(r, &s, &n, 1)) return GIVE_UP;
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':') return GIVE_UP;
-        r->p++;
-        skip_ws(r);
+        if (read_key(r, &s, &n, 1)) return GIVE_UP;
         int k = args_int(s, n), rc;
         if (k >= 0) {
             if (seen & (1u << k)) return GIVE_UP;
@@ -542,29 +559,20 @@ static int read_args(Reader *r, Scanner *sc, Event *e) {
             rc = skip_value(r, 2);
         }
         if (rc) return rc;
-        skip_ws(r);
-        if (r->p >= r->end) return GIVE_UP;
-        if (*r->p == ',') { r->p++; skip_ws(r); continue; }
-        if (*r->p == '}') { r->p++; return 0; }
-        return GIVE_UP;
+        int more = next_member(r, '}');
+        if (more <= 0) return more;
     }
 }
 
 static int read_event(Reader *r, Scanner *sc, Event *e) {
     memset(e, 0, sizeof *e);
     for (int i = 0; i < N_STRS; i++) e->strs[i] = -1;
-    r->p++; /* '{' */
-    skip_ws(r);
-    if (r->p < r->end && *r->p == '}') { r->p++; return 0; }
+    if (open_container(r, '}')) return 0;
     uint32_t seen = 0;
     for (;;) {
         const char *s;
         Py_ssize_t n;
-        if (r->p >= r->end || *r->p != '"' || read_string(r, &s, &n, 1)) return GIVE_UP;
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':') return GIVE_UP;
-        r->p++;
-        skip_ws(r);
+        if (read_key(r, &s, &n, 1)) return GIVE_UP;
         int bit, rc;
         if (KEY("ph")) bit = 0;
         else if (KEY("cat")) bit = 1;
@@ -600,11 +608,8 @@ static int read_event(Reader *r, Scanner *sc, Event *e) {
         default: rc = skip_value(r, 1);
         }
         if (rc) return rc;
-        skip_ws(r);
-        if (r->p >= r->end) return GIVE_UP;
-        if (*r->p == ',') { r->p++; skip_ws(r); continue; }
-        if (*r->p == '}') { r->p++; return 0; }
-        return GIVE_UP;
+        int more = next_member(r, '}');
+        if (more <= 0) return more;
     }
 }
 
@@ -660,22 +665,16 @@ static int add_event(Scanner *sc, const Event *e) {
 static int read_array(Reader *r, Scanner *sc) {
     skip_ws(r);
     if (r->p >= r->end || *r->p != '[') return GIVE_UP;
-    r->p++;
-    skip_ws(r);
-    if (r->p < r->end && *r->p == ']') {
-        r->p++;
-    } else {
+    if (!open_container(r, ']')) {
         Event e;
         for (;;) {
             if (r->p >= r->end || *r->p != '{') return GIVE_UP; /* not an object: the Python path says where */
             int rc = read_event(r, sc, &e);
             if (rc) return rc;
             if (add_event(sc, &e)) return NO_MEMORY;
-            skip_ws(r);
-            if (r->p >= r->end) return GIVE_UP;
-            if (*r->p == ',') { r->p++; skip_ws(r); continue; }
-            if (*r->p == ']') { r->p++; break; }
-            return GIVE_UP;
+            int more = next_member(r, ']');
+            if (more < 0) return more;
+            if (!more) break;
         }
     }
     skip_ws(r);
