@@ -449,6 +449,7 @@ static int read_float(Reader *r, double *v, uint8_t *ok) {
     if (rc == 1) { *ok = 0; *v = 0.0; return 0; }
     if (rc) return GIVE_UP;
     if (is_int && n > 18) return GIVE_UP; /* beyond int64: the Python path's conversion */
+    if (is_int && n == 2 && s[0] == '-') { *v = 0.0; *ok = 1; return 0; } /* int -0: msgspec reads 0, so +0.0 */
     if (fast_decimal(s, n, v)) { *ok = 1; return 0; }
     char tmp[64];
     if (n >= (Py_ssize_t)sizeof tmp) return GIVE_UP;
