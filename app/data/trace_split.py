@@ -3,9 +3,10 @@
 A cold ``torchscope analyze`` of one trace file spends most of its time in one core: the imports
 (pandas, the analysis), then the parse. When the file is big, uncompressed and read whole
 (``trace.IN_MEMORY_BYTES``), ``start`` cuts it at an event boundary and forks a child that parses
-the tail while this process goes on (imports, then the head); ``take`` parses the head, reads the
-child's tables (Arrow IPC in an anonymous memory file: no copy, no file on disk) and joins them
-(``trace_parse.join_parts``) into the tables one pass over the whole file gives.
+the tail while this process goes on (its imports, and the head: ``parse_head``, from the command's
+main thread while another imports, or in ``take``); ``take`` reads the child's tables (Arrow IPC
+in an anonymous memory file: no copy, no file on disk) and joins them (``trace_parse.join_parts``)
+into the tables one pass over the whole file gives.
 
 The split is only an optimisation and never changes a result: a part is made into a trace of its own
 (the head closed with ``]}``, the tail opened with ``{"traceEvents":[``), and when either part has
