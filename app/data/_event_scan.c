@@ -8,8 +8,7 @@
 
      - a string holding a backslash or a byte >= 0x80, where the string is a key or a kept value
        (escapes in skipped values are checked for validity, except \u, which gives up);
-     - a kept field of another JSON type than the structs of trace_decode accept (a string id or
-       stream; a float where an int is kept; a null ph or args; a bool), or named twice;
+     - a kept field of another JSON type than the structs of trace_decode accept (a string flow id; a float where an int is kept; a null ph or args; a bool), or named twice;
      - an int beyond 64 bits, a float out of range, nesting deeper than MAX_DEPTH;
      - anything that is not a valid JSON array of objects (a wrong cut, a cut file).
 
@@ -449,7 +448,7 @@ static int read_float(Reader *r, double *v, uint8_t *ok) {
     if (rc == 1) { *ok = 0; *v = 0.0; return 0; }
     if (rc) return GIVE_UP;
     if (is_int && n > 18) return GIVE_UP; /* beyond int64: the Python path's conversion */
-    if (is_int && n == 2 && s[0] == '-') { *v = 0.0; *ok = 1; return 0; } /* int -0: msgspec reads 0, so +0.0 */
+    if (is_int && n == 2 && s[0] == '-' && s[1] == '0') { *v = 0.0; *ok = 1; return 0; } /* int -0: msgspec reads 0, so +0.0 */
     if (fast_decimal(s, n, v)) { *ok = 1; return 0; }
     char tmp[64];
     if (n >= (Py_ssize_t)sizeof tmp) return GIVE_UP;
@@ -476,8 +475,8 @@ static int read_str(Reader *r, Scanner *sc, int32_t *code) {
     return 0;
 }
 
-/* pid and tid (int | str | None): an int (ok 1), a string (ok 2, its code in *v: "Spans", "PyTorch
-   Profiler" on the profiler's own events), or null (ok 0). */
+/* pid, tid and args.stream (int | str | None): an int (ok 1), a string (ok 2, its code in *v:
+   "Spans", "PyTorch Profiler" on the profiler's own events, ROCm's "0x0" streams), or null (ok 0). */
 static int read_id(Reader *r, Scanner *sc, int64_t *v, uint8_t *ok) {
     if (r->p < r->end && *r->p == '"') {
         int32_t code;
@@ -537,7 +536,8 @@ static int read_args(Reader *r, Scanner *sc, Event *e) {
         if (k >= 0) {
             if (seen & (1u << k)) return GIVE_UP;
             seen |= 1u << k;
-            rc = read_int(r, &e->ints[k], &e->int_ok[k]);
+            /* stream: int | str (ROCm writes "0x0"), read as trace_columns reads it */
+            rc = k == I_STREAM ? read_id(r, sc, &e->ints[k], &e->int_ok[k]) : read_int(r, &e->ints[k], &e->int_ok[k]);
         } else if (KEY("Input Dims") || KEY("Input dims") || KEY("Input type")) {
             int j = KEY("Input Dims") ? R_DIMS : KEY("Input dims") ? R_DIMS_LC : R_TYPE;
             if (seen & (1u << (N_INTS + j))) return GIVE_UP;

@@ -8,7 +8,7 @@ the same id and shape-text rules), so that the cache, the analysis and every doc
 whichever path read a piece (tests/data/test_event_scan.py compares them table by table).
 
 The extension is built by ``pip install`` where a C compiler is found (setup.py; optional). Without
-it, or with ``TORCHSCOPE_PURE_PYTHON=1``, or for a piece it gives up on (a string stream or flow id, an escaped
+it, or with ``TORCHSCOPE_PURE_PYTHON=1``, or for a piece it gives up on (a string flow id, an escaped
 name, a field of an odd type, a wrong cut: the list in the C file's header), the piece is read by
 the Python path, which knows every leniency and warning.
 """
@@ -30,6 +30,7 @@ from app.data.trace_columns import (
     empty_table,
     id_text,
     int_ids,
+    lenient_ints,
     small_dict,
     text_dictionary,
 )
@@ -91,15 +92,25 @@ class _Kind:
         values = np.frombuffer(self.cols[key], np.float64)
         return pa.array(values, pa.float64()) if ok.all() else pa.array(values, pa.float64(), mask=ok == 0)
 
-    def _ids(self, key: str, rows: np.ndarray | None = None) -> pa.Array:
-        """pid/tid as trace_columns encodes them: ints, unless some are strings ("Spans")."""
+    def _values(self, key: str, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, list[Any] | None]:
+        """(kinds, int values, and the Python values when some are strings: ints, words, None)."""
         kind = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
         values = np.frombuffer(self.cols[key], np.int64)
         if rows is not None:
             kind, values = kind[rows], values[rows]
         if not (kind == 2).any():
-            return int_ids(pa.array(values, pa.int64(), mask=kind == 0))
-        return small_dict([None if k == 0 else int(v) if k == 1 else self.words[v] for k, v in zip(kind, values)])
+            return kind, values, None
+        return kind, values, [None if k == 0 else int(v) if k == 1 else self.words[v] for k, v in zip(kind, values)]
+
+    def _ids(self, key: str, rows: np.ndarray | None = None) -> pa.Array:
+        """pid/tid as trace_columns encodes them: ints, unless some are strings ("Spans")."""
+        kind, values, mixed = self._values(key, rows)
+        return int_ids(pa.array(values, pa.int64(), mask=kind == 0)) if mixed is None else small_dict(mixed)
+
+    def _stream(self) -> pa.Array:
+        """args.stream as trace_columns reads it: ints, with text as ``int(v, 0)`` (ROCm's "0x0")."""
+        kind, values, mixed = self._values("stream", None)
+        return pa.array(values, pa.int64(), mask=kind == 0) if mixed is None else lenient_ints(mixed)
 
     def _text(self, key: str) -> pa.Array:
         """name or cat, dictionary-encoded in order of first use with null as "" (encode_text)."""
@@ -116,7 +127,7 @@ class _Kind:
         return pa.Table.from_arrays([
             self._text("name"), self._text("cat"), self._floats("ts"), self._floats("dur"),
             self._ids("pid"), self._ids("tid"), self._ints("correlation"), ext, self._ints("device"),
-            self._ints("stream"),
+            self._stream(),
             text_dictionary(pa.array(np.frombuffer(self.cols["input_shapes"], np.int32), pa.int32()), shapes, True),
             text_dictionary(pa.array(np.frombuffer(self.cols["input_types"], np.int32), pa.int32()), types, False),
             self._ints("nbytes"), self._ints("sequence"), self._ints("fwd_tid"),

@@ -19,7 +19,7 @@ from app.data.trace_kinds import TABLES
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
            "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table", "encode_text", "int_ids",
-           "small_dict", "shape_text", "text_dictionary", "id_text"]
+           "small_dict", "shape_text", "text_dictionary", "id_text", "lenient_ints"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -155,7 +155,8 @@ def _first(a: Sequence[Any], b: Sequence[Any], empty: Any = None) -> Any:
     return [x if x is not empty else y for x, y in zip(a, b)]
 
 
-def _ints(values: Sequence[Any]) -> Any:
+def lenient_ints(values: Sequence[Any]) -> Any:
+    """Ints, null, or text read as ``int(v, 0)`` (ROCm's stream \"0x0\"; null when it is not a number)."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
@@ -185,7 +186,7 @@ def _complete_events(xs: list[Event]) -> pa.Table:
     dims, dims_lc, types = (list(map(g, args)) for g in _X_RAW)
     cols = [
         encode_text(name), encode_text(cat), ts, dur, pid, tid, corr, ext, dev,
-        _ints(list(map(_STREAM, args))), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
+        lenient_ints(list(map(_STREAM, args))), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
         nbytes, seq, fwd,
     ]
     return pa.Table.from_arrays(cols, schema=EVENT_SCHEMA)

@@ -196,9 +196,14 @@ def test_the_scanner_reads_the_usual_fields_and_gives_up_on_the_odd_ones() -> No
     ok = b'[{"ph": "X", "name": "aten::mm", "pid": 1, "tid": "PyTorch Profiler", "ts": 1.5, "dur": 2,' \
          b' "args": {"External id": 3, "Input Dims": [[2, 3]], "Input type": ["float"], "Call stack": "a\\nb"}}]'
     assert _assert_same(ok) is not None
-    assert _assert_same(b'[{"ph": "X", "ts": -0, "dur": -0}, {"ph": "X", "ts": -0.0, "dur": -0e0}]') is not None
-    for odd in (b'[{"ph": "X", "args": {"stream": "0x0"}}]',  # ROCm: read leniently by the Python path
-                b'[{"ph": "X", "name": "caf\\u00e9"}]', b'[{"ph": "X", "name": "a\\"b"}]',
+    numbers = ["-0", "0", "-0.0", "-0e0", "-1", "-9", "1", "10", "-10", "0.5", "-0.5", "1e3", "1E-3", "-2.5e+2",
+               "1661203462598509", "9007199254740993", "9007199254740993.5", "123456789012345678", "0.1", "3.14159",
+               "1212075548353.304", "-1212075548353.304", "0.000000000000000000001", "1.7976931348623157e308"]
+    many = ", ".join(f'{{"ph": "X", "ts": {t}, "dur": {d}}}' for t, d in zip(numbers, reversed(numbers)))
+    assert _assert_same(f"[{many}]".encode()) is not None  # bit for bit, each number as msgspec reads it
+    rocm = b'[{"ph": "X", "args": {"stream": "0x0"}}, {"ph": "X", "args": {"stream": 7}}, {"ph": "X", "args": {"stream": "x"}}]'
+    assert _assert_same(rocm) is not None  # ROCm's text streams, read as int(v, 0) as the Python path reads them
+    for odd in (b'[{"ph": "X", "name": "caf\\u00e9"}]', b'[{"ph": "X", "name": "a\\"b"}]',
                 b'[{"ph": "X", "pid": 1.0}]', b'[{"ph": "X", "ts": "12"}]', b'[{"ph": null}]', b'[{"args": null}]',
                 b'[{"ph": "X", "ts": 1, "ts": 2}]', b'[{"ph": "X", "id": "7"}]', b'[{"ph": "X", "pid": true}]',
                 b'[{"ph": "X", "args": {"correlation": 99999999999999999999}}]', b'[{"ph": "X"}, 5]', b'[{"ph": "X"},]',
