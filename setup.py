@@ -1,7 +1,7 @@
 """The parse's optional C accelerator (app/data/_event_scan.c); everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler is found, the install goes on without it and every trace
-is read by the pure-Python parse (same tables, slower: docs/trace-engine.md, "The accelerator").
+is read by the pure-Python parse (same tables, slower: docs/trace-engine.md, "The C accelerator").
 """
 from setuptools import Extension, setup
 

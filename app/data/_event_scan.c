@@ -642,7 +642,7 @@ static int add_event(Scanner *sc, const Event *e) {
     static const int LOCAL_STR[N_LOCALS] = {S_NAME, S_CAT};
     for (int f = 0; f < N_LOCALS; f++) {
         int32_t w = e->strs[LOCAL_STR[f]];
-        if (w < 0) { /* null: "" (trace_columns.encode_text) */
+        if (w < 0) { /* null: "" (trace_columns._encode) */
             if (sc->empty_word < 0 && (sc->empty_word = intern(&sc->words, "", 0)) < 0) return NO_MEMORY;
             w = sc->empty_word;
         }

@@ -44,6 +44,7 @@ __all__ = ["ScannedEvents", "scan_tables", "accelerated", "PURE_PYTHON_ENV"]
 
 PURE_PYTHON_ENV = "TORCHSCOPE_PURE_PYTHON"  # "1": never use the accelerator (comparisons, debugging)
 
+
 def accelerated() -> bool:
     """Whether pieces are read by the C accelerator (built, and not switched off)."""
     return _event_scan is not None and os.environ.get(PURE_PYTHON_ENV, "") != "1"
@@ -82,15 +83,20 @@ class _Kind:
     def __init__(self, cols: dict[str, Any], words: list[str], word_array: pa.Array) -> None:
         self.cols, self.n, self.words, self.word_array = cols, cols["n"], words, word_array
 
-    def _ints(self, key: str) -> pa.Array:
+    def _numbers(self, key: str, dtype: type[np.generic], arrow: pa.DataType) -> pa.Array:
+        """A number column, null where the scanner's ``<key>_ok`` is 0."""
         ok = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
-        values = np.frombuffer(self.cols[key], np.int64)
-        return pa.array(values, pa.int64()) if ok.all() else pa.array(values, pa.int64(), mask=ok == 0)
+        values = np.frombuffer(self.cols[key], dtype)
+        return pa.array(values, arrow) if ok.all() else pa.array(values, arrow, mask=ok == 0)
+
+    def _ints(self, key: str) -> pa.Array:
+        return self._numbers(key, np.int64, pa.int64())
 
     def _floats(self, key: str) -> pa.Array:
-        ok = np.frombuffer(self.cols[f"{key}_ok"], np.uint8)
-        values = np.frombuffer(self.cols[key], np.float64)
-        return pa.array(values, pa.float64()) if ok.all() else pa.array(values, pa.float64(), mask=ok == 0)
+        return self._numbers(key, np.float64, pa.float64())
+
+    def _codes(self, key: str) -> pa.Array:
+        return pa.array(np.frombuffer(self.cols[key], np.int32), pa.int32())
 
     def _values(self, key: str, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, list[Any] | None]:
         """(kinds, int values, and the Python values when some are strings: ints, words, None)."""
@@ -113,10 +119,9 @@ class _Kind:
         return pa.array(values, pa.int64(), mask=kind == 0) if mixed is None else lenient_ints(mixed)
 
     def _text(self, key: str) -> pa.Array:
-        """name or cat, dictionary-encoded in order of first use with null as "" (encode_text)."""
-        codes = np.frombuffer(self.cols[key], np.int32)
-        dictionary = self.word_array.take(pa.array(np.frombuffer(self.cols[f"{key}_words"], np.int32)))
-        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary)
+        """name or cat, dictionary-encoded in order of first use with null as "" (trace_columns._encode)."""
+        dictionary = self.word_array.take(self._codes(f"{key}_words"))
+        return pa.DictionaryArray.from_arrays(self._codes(key), dictionary)
 
     def complete(self, shapes: list[bytes], types: list[bytes]) -> pa.Table:
         if not self.n:
@@ -128,8 +133,8 @@ class _Kind:
             self._text("name"), self._text("cat"), self._floats("ts"), self._floats("dur"),
             self._ids("pid"), self._ids("tid"), self._ints("correlation"), ext, self._ints("device"),
             self._stream(),
-            text_dictionary(pa.array(np.frombuffer(self.cols["input_shapes"], np.int32), pa.int32()), shapes, True),
-            text_dictionary(pa.array(np.frombuffer(self.cols["input_types"], np.int32), pa.int32()), types, False),
+            text_dictionary(self._codes("input_shapes"), shapes, True),
+            text_dictionary(self._codes("input_types"), types, False),
             self._ints("nbytes"), self._ints("sequence"), self._ints("fwd_tid"),
         ], schema=EVENT_SCHEMA)
 
@@ -147,7 +152,7 @@ class _Kind:
             return empty_table(FLOW_SCHEMA)
         ph = np.frombuffer(self.cols["ph"], np.uint8)
         distinct, first = np.unique(ph, return_index=True)
-        order = distinct[np.argsort(first)]  # the ph letters in order of first use, as encode_text orders them
+        order = distinct[np.argsort(first)]  # the ph letters in order of first use, as trace_columns._encode orders them
         index = np.zeros(256, np.int32)
         index[order] = np.arange(len(order), dtype=np.int32)
         ph_text = pa.DictionaryArray.from_arrays(pa.array(index[ph], pa.int32()),

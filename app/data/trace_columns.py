@@ -18,8 +18,8 @@ from app.data.trace_decode import EMPTY_RAW, Event
 from app.data.trace_kinds import TABLES
 
 __all__ = ["TABLES", "TABLE_SCHEMAS", "EVENT_SCHEMA", "MEMORY_SCHEMA", "FLOW_SCHEMA", "COUNTER_SCHEMA",
-           "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table", "encode_text", "int_ids",
-           "small_dict", "shape_text", "text_dictionary", "id_text", "lenient_ints"]
+           "THREAD_SCHEMA", "columns_from_events", "counters_table", "empty_table", "int_ids", "small_dict",
+           "text_dictionary", "id_text", "lenient_ints"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -102,35 +102,29 @@ def int_ids(ids: pa.Array) -> pa.Array:
 
 def _strings(values: list[str | None]) -> pa.Array:
     """Dictionary-encode text values (None becomes ""), in Arrow: codes in order of first appearance."""
-    return encode_text(pa.array(values, pa.string()))
+    return _encode(pa.array(values, pa.string()))
 
 
-def encode_text(arr: pa.Array) -> pa.Array:
-    """Text values dictionary-encoded in order of first use; null becomes ""."""
+def _encode(arr: pa.Array) -> pa.Array:
     if arr.null_count:
         arr = arr.fill_null("")
     return arr.dictionary_encode()
 
 
 def _text(raws: Any, squeeze: bool) -> pa.Array:
-    """Raw JSON text of shapes/types (msgspec.Raw values), dictionary-encoded (``shape_text``).
+    """Raw JSON text of shapes/types (msgspec.Raw values), dictionary-encoded; identical texts are
+    decoded once.
 
     The raw values are joined into one buffer and viewed as an Arrow binary array (offsets from
-    their lengths), without a Python object per event."""
+    their lengths), dictionary-encoded in Arrow (no Python object per event); only the distinct
+    texts are then cleaned and decoded in Python (``text_dictionary``)."""
     n = len(raws)
-    if raws.count(EMPTY_RAW) == n:  # not recorded: every event "" (what shape_text gives, without the join)
+    if raws.count(EMPTY_RAW) == n:  # not recorded: every event "" (what the rest gives, without the join)
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([""], pa.string()))
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.fromiter(map(len, raws), np.int64, n), out=offsets[1:])
     joined = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n,
                                               [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
-    return shape_text(joined, squeeze)
-
-
-def shape_text(joined: pa.Array, squeeze: bool) -> pa.Array:
-    """Raw JSON texts of shapes/types (a binary array; empty where absent), dictionary-encoded:
-    the array is dictionary-encoded in Arrow, then only the distinct texts are cleaned and decoded
-    in Python (``text_dictionary``)."""
     enc = joined.dictionary_encode()
     return text_dictionary(enc.indices.cast(pa.int32()), enc.dictionary.to_pylist(), squeeze)
 
@@ -156,7 +150,7 @@ def _first(a: Sequence[Any], b: Sequence[Any], empty: Any = None) -> Any:
 
 
 def lenient_ints(values: Sequence[Any]) -> Any:
-    """Ints, null, or text read as ``int(v, 0)`` (ROCm's stream \"0x0\"; null when it is not a number)."""
+    """Ints, null, or text read as ``int(v, 0)`` (ROCm's stream "0x0"; null when it is not a number)."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
@@ -185,7 +179,7 @@ def _complete_events(xs: list[Event]) -> pa.Table:
         ext = pc.coalesce(ext, ext_lc)
     dims, dims_lc, types = (list(map(g, args)) for g in _X_RAW)
     cols = [
-        encode_text(name), encode_text(cat), ts, dur, pid, tid, corr, ext, dev,
+        _encode(name), _encode(cat), ts, dur, pid, tid, corr, ext, dev,
         lenient_ints(list(map(_STREAM, args))), _text(_first(dims, dims_lc, EMPTY_RAW), True), _text(types, False),
         nbytes, seq, fwd,
     ]
@@ -226,7 +220,7 @@ def _flow_events(fs: list[Event]) -> pa.Table:
         return empty_table(FLOW_SCHEMA)
     cat, ph, ts = pa.array(list(map(_FLOW, fs)), _FLOW_TYPE).flatten()
     return pa.Table.from_arrays([
-        _id_text(list(map(_ID, fs))), encode_text(cat), encode_text(ph), ts,
+        _id_text(list(map(_ID, fs))), _encode(cat), _encode(ph), ts,
         _ids(list(map(_PID, fs))), _ids(list(map(_TID, fs))),
     ], schema=FLOW_SCHEMA)
 

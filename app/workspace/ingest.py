@@ -42,6 +42,7 @@ from app.errors import TraceError, UsageError
 # argument parsing imports this module for its names, and must stay light.
 if TYPE_CHECKING:
     from app.analysis.trace.ranks import RankStepSummary
+    from app.data.trace_kinds import Progress
 
 __all__ = ["SCHEDULER_ENV", "start_cold_parse", "parse_cold_head", "WORKERS_ENV", "MIN_PARALLEL_FILES", "MIN_PARALLEL_BYTES", "IngestProgress", "IngestMode",
            "IngestPlan", "RankIngest", "ingest_settings", "plan_ingest", "ingest_files", "prefetch_traces",
@@ -349,7 +350,7 @@ def start_cold_parse(path: Path) -> Path | None:
     return paths[0] if len(paths) == 1 and start_split_parse(paths[0]) else None
 
 
-def parse_cold_head(trace: Path, progress: Callable[[int, int], None] | None = None) -> None:
+def parse_cold_head(trace: Path, progress: Progress | None = None) -> None:
     """Parse this process' part of the trace ``start_cold_parse`` split, now (while another thread
     imports the analysis: the C accelerator reads without the GIL); its next load then only joins."""
     from app.data import trace_split
