@@ -232,11 +232,14 @@ class ProfilerWindows:
         with self._failures.guard("out-of-memory capture"):
             self.oom.on_exception(exc)
 
-    def close(self) -> None:
-        """Stop a window that is still open (the job ended inside it); its trace is saved."""
+    def close(self, *, in_progress: bool = True) -> None:
+        """Stop a window that is still open (the job ended inside it); its trace is saved. The
+        iteration in progress is one of its steps when ``in_progress`` says it did something (a
+        forward, an evaluation), not when the job simply ended after its last step: that step
+        has no metrics line (the suite under load saw a window end at step 60 of a 60-step job)."""
         if self._prof is not None:
-            if self._window is not None and self._prof.current_action in _RECORDING:
-                self._window.steps.append(self._last_step + 1)  # the iteration in progress
+            if self._window is not None and self._prof.current_action in _RECORDING and in_progress:
+                self._window.steps.append(self._last_step + 1)
             self._finish()
 
     # -- internals -------------------------------------------------------------------------

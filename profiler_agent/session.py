@@ -288,13 +288,16 @@ class Session(InferenceSteps):
                 if self._inference_pending():  # the job ended right after its RECOGNISE_CALLS-th call
                     self._recognise_inference()
                 self._end_inference()
+            # the iteration in progress did something (a forward, an evaluation): an open profiler
+            # window records it; a job that simply ended after its last step has none
+            in_progress = self._trained_this_iteration or self.evaluation.active
             with self.failures.guard("evaluation loss"):
                 self._end_evaluation(last=True)  # an evaluation after the last step
             self.closed = True
         self.evaluation.uninstall()
         self._step_cpu.close()
         with self.failures.guard("close profiler"):
-            self.windows.close()
+            self.windows.close(in_progress=in_progress)
         with self.failures.guard("close metrics"):
             self.metrics.close()
         if self.rank == 0:

@@ -216,6 +216,19 @@ def test_an_evaluation_after_the_last_step_is_profiled_until_the_end(tmp_path: P
     assert len(layout.list_trace_files(run_dir)) == 2
 
 
+def test_a_window_open_when_the_job_ends_lists_only_iterations_that_ran(tmp_path: Path) -> None:
+    # The window records 3.. and is still open at the end: the job simply ended after step 5, so
+    # there is no step 6 (no metrics line; the suite under load saw step 60 of a 60-step job listed)
+    run_dir = _loop(tmp_path / "a", _options(active=5), eval_before=set(), iters=6)
+    assert [(w["reason"], w["steps"]) for w in _windows(run_dir)] == [("early", [3, 4, 5])]
+    lines = {r["step"] for r in read_jsonl(run_dir / layout.METRICS).records}
+    assert {s for w in _windows(run_dir) for s in w["steps"]} <= lines
+    # ... unless something ran in it: an evaluation after the last step is recorded as step 6
+    run_dir = _loop(tmp_path / "b", _options(active=5), eval_before={6}, iters=6)
+    assert [(w["reason"], w["steps"], w.get("evaluation", False)) for w in _windows(run_dir)] == [
+        ("early", [3, 4, 5, 6], True)]
+
+
 def test_no_evaluation_window_when_switched_off_or_not_profiling(tmp_path: Path) -> None:
     off = _options(active=1, evaluation_window=False)
     assert [w["reason"] for w in _windows(_loop(tmp_path / "a", off, eval_before={6}))] == ["early"]
