@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SPLIT_MIN_BYTES", "TAIL_SHARE", "IDLE_MARGIN", "SWITCH_ENV", "start", "parse_head", "take", "cancel_all"]
 
-# Below this the child's own start (its imports of msgspec and pyarrow, ~0.15 s of a core) is not
-# won back; the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
+# Below this the split's own costs (the fork, a second pass's setup, the join) are not won back;
+# the upper bound is trace.IN_MEMORY_BYTES (a bigger trace streams in bounded memory).
 SPLIT_MIN_BYTES = 24 << 20
 # The share of the file the child parses: it starts while this process still imports pandas and the
 # analysis (~0.35 s), so it takes the larger part (measured: benchmarks/README.md, issue 13 wave 10).
@@ -80,9 +80,10 @@ def _stat(path: Path) -> tuple[int, int, int]:
 
 
 def _can_fork() -> bool:
-    """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.3 s
-    more CPU than one pass (the child's imports, two parses sharing caches and memory bandwidth),
-    so with every core busy (the load average within IDLE_MARGIN of the cores) it would be slower."""
+    """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.2 s
+    more CPU than one pass at 100 MB (pages copied after the fork, two parses sharing caches and
+    memory bandwidth, the join), so with every core busy (the load average within IDLE_MARGIN of
+    the cores) it would be slower."""
     if os.environ.get(SWITCH_ENV) == "0":  # the user prefers one process (memory over wall time)
         return False
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or threading.active_count() != 1:
@@ -135,6 +136,12 @@ def start(path: Path, max_bytes: int) -> bool:
     if where is None:
         return False
     cut, tail_from = where
+    # The modules the child parses with (numpy, pyarrow, the parser: ~0.2 s of a core) are imported
+    # here, before the fork: the child inherits them instead of importing them again, and this process
+    # needs them for its own part anyway. A cold analyze at 100 MB: 0.89x the wall time of importing
+    # them after the fork (benchmarks/README.md, issue 13 wave 18).
+    import app.data.trace_parse  # noqa: F401
+
     fds = {kind: os.memfd_create(f"torchscope-trace-{kind}") for kind in (*_PIECE_KINDS, _INFO)}
     pid = os.fork()
     if pid == 0:  # the child: parse, write, and leave without running the parent's exit handlers
