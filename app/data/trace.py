@@ -251,7 +251,8 @@ def load_trace(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
                 if isinstance(streamed, trace_cache.CachedTrace):
                     return TraceTables(path=p, rank=trace_rank(p, streamed.meta), meta=streamed.meta,
                                        warnings=list(streamed.warnings), n_events=streamed.n_events,
-                                       from_cache=False, cache_entry=entry, loader=_cached_loader(p, entry))
+                                       from_cache=False, cache_entry=entry,
+                                       loader=_cached_loader(p, entry, dict(streamed.tables)))
                 cached = streamed[0]  # the cache could not be written: the tables are in memory
             else:
                 cached = _ingest(p, progress)
@@ -311,7 +312,9 @@ def _ingest_whole_into(path: Path, entry: Path,
     cleaned and sorted, then written to the entry. Returns what ``_ingest_into`` returns."""
     cached = _ingest(path, progress)
     if trace_cache.write_cached(entry, cached.tables, cached.meta, cached.warnings, cached.n_events):
-        return trace_cache.CachedTrace({}, cached.meta, cached.warnings, cached.n_events)
+        # the events, which every analysis reads first, are kept rather than read back from the entry
+        return trace_cache.CachedTrace({"events": cached.tables["events"]}, cached.meta, cached.warnings,
+                                       cached.n_events)
     return (cached,)
 
 
@@ -386,16 +389,20 @@ def system_memory_pool() -> Iterator[None]:
                 _pool_saved = None
 
 
-def _cached_loader(p: Path, entry: Path) -> Callable[[str], pd.DataFrame]:
-    """Read one table of a cache entry; if the entry has gone since it was opened (the file
-    changed, or the cache was cleaned), parse the file again and serve every table from that."""
+def _cached_loader(p: Path, entry: Path, held: dict[str, pa.Table] | None = None) -> Callable[[str], pd.DataFrame]:
+    """Read one table of a cache entry (a table in ``held``, the entry's just written, is converted
+    from memory instead, once); if the entry has gone since it was opened (the file changed, or the
+    cache was cleaned), parse the file again and serve every table from that."""
     fresh: dict[str, pa.Table] = {}
+    held = held if held is not None else {}
 
     def load(name: str) -> pd.DataFrame:
         with system_memory_pool():
             return _load(name)
 
     def _load(name: str) -> pd.DataFrame:
+        if name in held:
+            return _to_pandas(held, name)
         if name not in fresh:
             table = trace_cache.read_cached_table(entry, name)
             if table is not None:

@@ -86,6 +86,24 @@ def test_cache_is_used_and_rebuilt_when_the_file_changes(tmp_path: Path, _cache:
     assert len(list(_cache.rglob("meta.json"))) == 1  # the stale entry was removed
 
 
+def test_a_fresh_ingest_serves_its_events_from_memory_and_the_rest_from_the_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The events just written to the cache are converted from the tables in memory, once (not read
+    back); every other table is read from the entry; all equal what a cached open gives."""
+    f = tmp_path / "t.pt.trace.json.gz"
+    shutil.copy(TINY, f)
+    fresh = load_trace(f)
+    reads: list[str] = []
+    read = trace_cache.read_cached_table
+    monkeypatch.setattr(trace_cache, "read_cached_table", lambda entry, name: reads.append(name) or read(entry, name))
+    cached = load_trace(f)
+    names = ("events", "memory", "flows", "counters", "threads")
+    for name in names:
+        assert getattr(fresh, name).equals(getattr(cached, name)), name
+    # the cached open reads each table; the fresh one every table but the events
+    assert reads == ["events", "memory", "memory", "flows", "flows", "counters", "counters", "threads", "threads"]
+
+
 def test_run_folder_caches_inside_the_run(tmp_path: Path) -> None:
     run = tmp_path / "run1"
     (run / layout.TRACES_DIR).mkdir(parents=True)

@@ -161,3 +161,38 @@ def test_pure_analysis_writes_no_cache(_cache: Path) -> None:
     a = trace_summary.analyze_traces(load_traces(TINY))
     assert not a.from_cache and not _analysis_dirs(_cache)
     _same(a, analyze_traces(load_traces(TINY)))
+
+
+
+def _comes_back_identical(df: pd.DataFrame) -> bool:
+    """The reference: pandas' own exact comparison of ``df`` with its Arrow round trip."""
+    import pyarrow as pa
+
+    try:
+        pd.testing.assert_frame_equal(df, pa.Table.from_pandas(df).to_pandas(), check_exact=True)
+    except (AssertionError, pa.ArrowException, ValueError, TypeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("table", [
+    pd.DataFrame({"a": pd.Series([1, 2], dtype=object)}),  # comes back int64
+    pd.DataFrame({"a": pd.Series([1, "x"], dtype=object)}),  # Arrow refuses the mixed column
+    pd.DataFrame({"a": [1.0, 2.0]}, index=pd.Index([3, 4], dtype="int32")),
+    pd.DataFrame({"a": [1, 2]}, index=pd.Index([0.0, 1.0])),  # a float index whose values equal a range's
+    pd.DataFrame({"a": [1, 2]}, index=pd.RangeIndex(2)),
+    pd.DataFrame({"a": ["x", None], "b": [float("nan"), -0.0], "c": pd.array([1, None], "Int64")}),
+    pd.DataFrame({"a": pd.Categorical(["x", "y", "x"])}),
+    pd.DataFrame(columns=["name", "calls"]),  # empty, object columns
+], ids=["object-ints", "mixed", "int32-index", "float-index", "range-index", "nulls", "category", "empty"])
+def test_a_table_is_cached_only_when_it_comes_back_identical(tmp_path: Path, table: pd.DataFrame) -> None:
+    """The cache's promise (a hit returns exactly what was computed) is checked on each table, and
+    agrees with pandas' exact comparison: when Arrow would give back another dtype, index or value,
+    nothing is written."""
+    folder = tmp_path / "entry" / f"{tac.PREFIX}v1-set"
+    folder.parent.mkdir()
+    identical = _comes_back_identical(table)
+    written = tac.write_analysis(folder, {"t": table, "ok": pd.DataFrame({"b": [1.5, float("nan")]})})
+    assert written == identical == folder.is_dir()
+    if written:
+        pd.testing.assert_frame_equal(tac.read_analysis(folder, ["t"])["t"], table, check_exact=True)
