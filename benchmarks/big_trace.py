@@ -30,7 +30,11 @@ of every process's own peak, reached at different moments (the helper's peak is 
 the command's after it ends), a looser upper bound; and ``tree_peak_pss_mb``: the largest sum, at one
 sample, of the live processes' proportional set sizes (``Pss`` in ``smaps_rollup``: a page shared by
 n processes, such as the libraries both map, counted 1/n in each), what the tree held in memory. The
-memory goal's ratio is given for all four (the peers' too are sampled the same way).
+memory goal's ratio is given for all four (the peers' too are sampled the same way). Reading
+``/proc`` so often costs the driver a few percent of a core, which a command using both cores
+feels and a one-process peer does not: so each case runs twice in its round, first timed (the
+seconds and ``ru_maxrss`` of the row) with nothing read meanwhile, then again from the same cache
+state for the tree figures (its wall time is kept as ``sampled_wall_s``).
 
 ``--source FILE`` is the trace gen_trace replicates (default: the shared A100 trace next to the
 checkout). ``--peer-path DIR`` puts DIR on the peers' ``PYTHONPATH`` only (HTA installed with ``pip install
@@ -54,6 +58,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ["orjson", "ingest", "analyze_cold", "analyze_warm", "hta_json", "hta_ijson_batch_and_compress",
@@ -86,7 +91,11 @@ def _command(case: str, trace: Path) -> list[str]:
 
 
 def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str | None = None,
-         base_root: Path | None = None) -> dict:
+         base_root: Path | None = None, sample: bool = True) -> dict:
+    """One process of ``case``: wall and CPU seconds, peak RSS, and with ``sample`` the tree's
+    memory read from /proc every 10 ms (that reading costs the driver ~0.7 ms of a core per
+    process and sample, which a command using both cores of the machine feels: timed runs go
+    without it)."""
     root = base_root if case == "analyze_cold_base" and base_root is not None else ROOT
     path = os.pathsep.join(filter(None, [peer_path if case in HTA_CASES else None, str(root)]))
     env = {**os.environ, "TORCHSCOPE_CACHE": str(cache), "PYTHONPATH": path}
@@ -105,6 +114,9 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
             proc.kill()
             pid, status, ru = os.wait4(proc.pid, 0)
             return {"case": case, "error": f"timed out after {timeout:.0f} s"}
+        if not sample:
+            time.sleep(0.005)
+            continue
         alive = _sample_tree(proc.pid, hwm)
         together = max(together, sum(hwm[p] for p in alive))
         pss = max(pss, sum(_pss_kb(p) for p in alive))
@@ -114,6 +126,10 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = {"case": case, "wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
+    if proc.returncode:
+        out["error"] = err.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    if not sample:
+        return out
     # ru_maxrss is the largest process of the tree, not their sum: a command that forks a helper
     # (app.data.trace_split) is also charged, from /proc read every 10 ms, (1) the tree's peak: the
     # largest sum, at one moment, of the high-water marks of the processes alive at that moment (an
@@ -128,9 +144,29 @@ def _run(case: str, trace: Path, cache: Path, timeout: float, *, peer_path: str 
     # (the libraries both map, what the fork left shared) counted 1/n in each, so once in the sum
     # (sampled: a peak shorter than 10 ms can be missed; (1) bounds it from above)
     out["tree_peak_pss_mb"] = round(pss / 1024, 1)
-    if proc.returncode:
-        out["error"] = err.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
     return out
+
+
+_TREE = ("processes", "tree_peak_rss_mb", "tree_peak_rss_sum_mb", "tree_peak_pss_mb")
+
+
+def _run_twice(case: str, trace: Path, cache: Path, timeout: float, **kw: Any) -> dict:
+    """``case`` timed without sampling, then again (from the same cache state) sampled for the
+    tree's memory: the row has the first run's seconds and peak RSS and the second's tree figures
+    (its wall seconds as ``sampled_wall_s``)."""
+    cold = case != "analyze_warm"
+    if cold:
+        shutil.rmtree(cache, ignore_errors=True)
+    timed = _run(case, trace, cache, timeout, sample=False, **kw)
+    if "error" in timed:
+        return timed
+    if cold:
+        shutil.rmtree(cache, ignore_errors=True)
+    sampled = _run(case, trace, cache, timeout, **kw)
+    if "error" in sampled:
+        return sampled
+    timed.update({k: sampled[k] for k in _TREE}, sampled_wall_s=sampled["wall_s"])
+    return timed
 
 
 def _proc_kb(pid: int, name: str, field: bytes) -> int:
@@ -212,9 +248,7 @@ def _measure(sizes: list[float], gz: set[float], cases: list[str], work: Path, t
             for rnd, case in ((r, c) for r in range(1, rounds + 1) for c in wanted):
                 # analyze_warm reuses analyze_cold's cache; ingest and the baseline have their own
                 c = work / f"cache-{case}" if case in ("ingest", "analyze_cold_base") else cache
-                if case != "analyze_warm":  # cold: an empty cache
-                    shutil.rmtree(c, ignore_errors=True)
-                r = _run(case, f, c, timeout, peer_path=peer_path, base_root=base_root)
+                r = _run_twice(case, f, c, timeout, peer_path=peer_path, base_root=base_root)
                 r.update(round=rnd, trace=f.name, mb=mb, events=n, uncompressed_bytes=size, file_bytes=f.stat().st_size,
                          load_avg=_load_avg())
                 if "peak_rss_mb" in r:
