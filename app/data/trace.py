@@ -280,8 +280,8 @@ IN_MEMORY_BYTES = 128 << 20
 
 def start_split_parse(path: Path) -> bool:
     """Before the caller's imports: when ``path`` is one big uncompressed trace file that the cache
-    lacks and that is read whole (IN_MEMORY_BYTES), start parsing its tail in a forked child
-    (app.data.trace_split); its next ``load_trace`` parses only the head and joins the two. True
+    lacks, start parsing its tail in a forked child (app.data.trace_split); its next ``load_trace``
+    parses only the head and joins the two (in memory up to IN_MEMORY_BYTES, streamed above). True
     when a child was started."""
     from app.data import trace_split
 
@@ -326,9 +326,11 @@ def _ingest_into(path: Path, entry: Path,
     entry cannot be written, ``(CachedTrace,)`` with the tables in memory.
 
     Same tables, warnings and metadata as ``_ingest`` (tests/data/test_trace_spill.py)."""
+    from app.data import trace_split
     from app.data.trace_parse import parse_trace_file
 
-    parsed = parse_trace_file(path, progress, spill=True)
+    # a child forked by start_split_parse may be parsing the file's tail already (trace_split)
+    parsed = trace_split.take_spilled(path, progress) or parse_trace_file(path, progress, spill=True)
     spilled = parsed.spilled
     assert spilled is not None
     try:

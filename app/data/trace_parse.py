@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,14 +242,14 @@ def parse_trace_file(path: Path, progress: Progress | None = None, *, spill: boo
     return _parse(_Pass(path, progress, spill))[0]
 
 
-def parse_trace_part(path: Path, pieces: Iterator[bytes], *,
-                     emit: Callable[[str, pa.Table], None] | None = None) -> tuple[ParsedTrace, list[dict[str, Any]]]:
+def parse_trace_part(path: Path, pieces: Iterator[bytes], *, emit: Callable[[str, pa.Table], None] | None = None,
+                     spill: bool = False) -> tuple[ParsedTrace, list[dict[str, Any]]]:
     """Parse ``pieces``, one part of ``path``'s bytes made into a trace of its own (app.data.trace_split:
     the head of the file closed with ``]}``, or its tail opened with ``{"traceEvents":[``); return
-    its tables and its counter rows, which ``join_parts`` joins with the other part's. With ``emit``,
-    each piece's non-empty tables are given to ``emit(kind, table)`` as they are made, in order, and
-    the tables returned are empty."""
-    return _parse(_Pass(path, None, pieces=pieces, emit=emit))
+    its tables and its counter rows, which ``join_parts`` (or, with ``spill``, ``join_spilled``)
+    joins with the other part's. With ``emit``, each piece's non-empty tables are given to
+    ``emit(kind, table)`` as they are made, in order, and the tables returned are empty."""
+    return _parse(_Pass(path, None, spill, pieces=pieces, emit=emit))
 
 
 def _parse(p: _Pass) -> tuple[ParsedTrace, list[dict[str, Any]]]:
@@ -275,9 +275,27 @@ def join_parts(head: ParsedTrace, head_rows: list[dict[str, Any]], tail: ParsedT
         parts = [t for t in (a, b) if t is not None and t.num_rows]
         table = pa.concat_tables(parts).unify_dictionaries() if parts else TABLE_SCHEMAS[kind].empty_table()
         setattr(out, kind, table)
-    rows = head_rows + tail_rows
-    out.counters = counters_table(rows) if rows else COUNTER_SCHEMA.empty_table()
+    out.counters = _counters(head_rows + tail_rows)
     return out
+
+
+def join_spilled(head: ParsedTrace, head_rows: list[dict[str, Any]], tail: Mapping[str, Iterable[pa.RecordBatch]],
+                 tail_meta: TraceFields, tail_n_events: int, tail_rows: list[dict[str, Any]]) -> ParsedTrace:
+    """``join_parts`` for a head parsed with ``spill``: the tail's record batches (by kind, in file
+    order) are added to the head's spilled tables, a batch at a time, which then hold the pieces of
+    the whole file as one spilled pass over it does (dictionaries grow head first). Returns ``head``."""
+    assert head.spilled is not None
+    for kind, batches in tail.items():
+        for batch in batches:
+            head.spilled[kind].add(pa.Table.from_batches([batch]))
+    head.meta = {**head.meta, **tail_meta}
+    head.n_events += tail_n_events
+    head.counters = _counters(head_rows + tail_rows)
+    return head
+
+
+def _counters(rows: list[dict[str, Any]]) -> pa.Table:
+    return counters_table(rows) if rows else COUNTER_SCHEMA.empty_table()
 
 
 class _Pass:
@@ -453,7 +471,7 @@ def _done(out: ParsedTrace, sink: _Sink, path: Path) -> ParsedTrace:
         table = pa.concat_tables(parts).unify_dictionaries() if parts else TABLE_SCHEMAS[kind].empty_table()
         sink.parts[kind] = []
         setattr(out, kind, table)
-    out.counters = counters_table(sink.counter_rows) if sink.counter_rows else COUNTER_SCHEMA.empty_table()
+    out.counters = _counters(sink.counter_rows)
     out.n_events = sink.n_events
     if sink.bad_ts:
         out.warnings.append(f"{path}: skipped {sink.bad_ts:,} event{'s' if sink.bad_ts > 1 else ''} "

@@ -112,13 +112,84 @@ def test_the_head_parsed_ahead_gives_the_same_tables(tmp_path: Path, monkeypatch
     trace_split.parse_head(path)  # nothing was started for it: nothing to do
 
 
+def _spilled_tables(parsed: ParsedTrace) -> dict[str, pa.Table]:
+    """A spilled pass's tables as they stand in its pieces (file order, dictionaries as they grew)."""
+    assert parsed.spilled is not None
+    try:
+        return {kind: t.to_table() for kind, t in parsed.spilled.items()}
+    finally:
+        for t in parsed.spilled.values():
+            t.close()
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("pure_python", ["0", "1"])
+def test_a_streamed_split_gives_the_pieces_of_one_spilled_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool, pure_python: str) -> None:
+    """Above the in-memory size the head is spilled and the child's compressed pieces are added to
+    it: the same pieces, dictionaries (in order of first use), counters and metadata as one spilled
+    pass over the file; the progress only grows, to the file's size."""
+    monkeypatch.setenv(PURE_PYTHON_ENV, pure_python)
+    path = _write(tmp_path / "t.json", _events(12_000))
+    size = path.stat().st_size
+    assert trace_split.start(path, size - 1)
+    seen: list[tuple[int, int]] = []
+    if ahead:
+        trace_split.parse_head(path, lambda d, t: seen.append((d, t)))
+    assert trace_split.take(path) is None  # a streamed split is not taken whole (and is stopped)
+    seen.clear()
+    assert trace_split.start(path, size - 1)
+    if ahead:
+        trace_split.parse_head(path, lambda d, t: seen.append((d, t)))
+    split = trace_split.take_spilled(path, lambda d, t: seen.append((d, t)))
+    assert split is not None
+    whole = parse_trace_file(path, spill=True)
+    assert split.warnings == whole.warnings == []
+    assert list(split.meta.items()) == list(whole.meta.items()) and split.n_events == whole.n_events
+    assert split.counters is not None and whole.counters is not None and split.counters.equals(whole.counters)
+    a, b = _spilled_tables(split), _spilled_tables(whole)
+    for kind in a:
+        assert a[kind].equals(b[kind]), kind
+        for col in a[kind].column_names:
+            if pa.types.is_dictionary(a[kind].schema.field(col).type):
+                assert a[kind][col].chunk(0).dictionary.equals(b[kind][col].chunk(0).dictionary), (kind, col)
+    assert a["events"].num_rows and a["memory"].num_rows and a["flows"].num_rows and split.counters.num_rows
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and seen[-1] == (size, size) and {t for _, t in seen} == {size}
+
+
+def test_a_streamed_split_falls_back_and_loads_the_same_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed trace (above ``trace.IN_MEMORY_BYTES``) loads the same with a split, with a failed
+    child (the whole spilled pass instead), and without a split."""
+    from app.data import trace, trace_parse
+
+    path = _write(tmp_path / "t.json", _events(8_000))
+    monkeypatch.setattr(trace, "IN_MEMORY_BYTES", path.stat().st_size // 2)
+    joined: list[int] = []
+    real_join = trace_parse.join_spilled
+    monkeypatch.setattr(trace_parse, "join_spilled", lambda *a: joined.append(1) or real_join(*a))
+    assert trace.start_split_parse(path)
+    split = load_trace(path, cache_dir=tmp_path / "c1")
+    assert joined == [1]  # the split was used
+    monkeypatch.setattr(trace_split, "_child", lambda *a: os._exit(3))
+    assert trace_split.start(path, trace.IN_MEMORY_BYTES)
+    assert trace_split.take_spilled(path) is None
+    assert trace_split.start(path, trace.IN_MEMORY_BYTES)
+    failed = load_trace(path, cache_dir=tmp_path / "c2")
+    whole = load_trace(path, cache_dir=tmp_path / "c3")
+    for name in TABLES:
+        assert getattr(split, name).equals(getattr(whole, name)), name
+        assert getattr(failed, name).equals(getattr(whole, name)), name
+    assert split.warnings == failed.warnings == whole.warnings == []
+
+
 def test_a_cut_inside_a_string_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     evs = _events(6_000)
     evs[3_000]["name"] = 'odd}, {"name": "x'
     path = _write(tmp_path / "t.json", evs)
     data = path.read_bytes()
     inside = data.index(b'odd}, {') + 3  # a boundary that is not one: inside the name
-    monkeypatch.setattr(trace_split, "_cut", lambda _p, _s: (inside + 1, inside + 3))
+    monkeypatch.setattr(trace_split, "_cut", lambda _p, _s, _share: (inside + 1, inside + 3))
     assert trace_split.start(path, 1 << 30)
     assert trace_split.take(path) is None  # the halves have warnings: not used
     assert trace_split.start(path, 1 << 30)
@@ -145,7 +216,6 @@ def test_what_is_not_split(tmp_path: Path) -> None:
     bare.write_text(json.dumps(_events(2_000)), encoding="utf-8")
     assert not trace_split.start(gz, 1 << 30)  # compressed: streamed from the gzip
     assert not trace_split.start(bare, 1 << 30)  # a bare array of events
-    assert not trace_split.start(plain, 100)  # above the whole-in-memory size
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
