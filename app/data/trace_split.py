@@ -435,6 +435,7 @@ def _cancel(child: _Child) -> None:
     for fd in child.fds.values():
         os.close(fd)
     child.fds = {}
+    child.done.close()
     if child.head is not None:  # parsed ahead, never taken
         _close_spilled(child.head[0])
         child.head = None
