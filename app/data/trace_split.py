@@ -86,7 +86,7 @@ class _Child:
 
     def progress(self) -> int:
         """Bytes of the file parsed so far: the child's, and the head's once it is parsed."""
-        return _DONE.unpack_from(self.done)[0] + (self.cut if self.head_done else 0)
+        return int(_DONE.unpack_from(self.done)[0]) + (self.cut if self.head_done else 0)
 
 
 _started: dict[str, _Child] = {}
@@ -338,25 +338,7 @@ def take(path: Path, progress: Progress | None = None) -> ParsedTrace | None:
     """The tables of ``path`` when ``start`` forked a child for it: this process parses the head
     and joins the child's tail. None when no child was started for this file, or when the split
     cannot stand for the whole file (then parse it whole, as usual)."""
-    child = _claim(path, spill=False)
-    if child is None:
-        return None
-    from app.data.trace_parse import join_parts
-
-    try:
-        head, head_rows = _head(child, path, progress)
-        if head.warnings or not _wait(child, progress):
-            return None
-        tail = _read_tail(child.fds)
-        if tail is None:
-            return None
-        if progress is not None:
-            progress(child.stat[0], child.stat[0])
-        return join_parts(head, head_rows, *tail)
-    except Exception:  # noqa: BLE001 - an optimisation only: the whole-file parse reports any problem
-        return None
-    finally:
-        _cancel(child)
+    return _take(path, progress, spill=False)
 
 
 def take_spilled(path: Path, progress: Progress | None = None) -> ParsedTrace | None:
@@ -364,22 +346,22 @@ def take_spilled(path: Path, progress: Progress | None = None) -> ParsedTrace | 
     into spilled tables (``trace_spill``), then the child's pieces are added to them in order, read
     a record batch at a time from its compressed file, so that memory stays bounded. The result is
     what ``parse_trace_file(path, spill=True)`` gives. None as for ``take``."""
-    child = _claim(path, spill=True)
+    return _take(path, progress, spill=True)
+
+
+def _take(path: Path, progress: Progress | None, *, spill: bool) -> ParsedTrace | None:
+    child = _claim(path, spill=spill)
     if child is None:
         return None
-    from app.data.trace_parse import join_spilled
-
     head = None
     try:
         head, head_rows = _head(child, path, progress)
         if head.warnings or not _wait(child, progress):
             return None
-        info = _read_info(child.fds)
-        if info is None:
+        joined = (_join_spilled if spill else _join)(child, head, head_rows)
+        if joined is None:
             return None
-        tables = {kind: _stream(child.fds[kind]) for kind in info["kinds"]}
-        joined = join_spilled(head, head_rows, tables, info["meta"], info["n_events"], info["rows"])
-        head = None  # the caller owns (and closes) its spilled tables now
+        head = None  # the joined trace holds the head's tables now (a spilled head's files too)
         if progress is not None:
             progress(child.stat[0], child.stat[0])
         return joined
@@ -389,6 +371,23 @@ def take_spilled(path: Path, progress: Progress | None = None) -> ParsedTrace | 
         if head is not None:
             _close_spilled(head)
         _cancel(child)
+
+
+def _join(child: _Child, head: ParsedTrace, head_rows: list[dict[str, Any]]) -> ParsedTrace | None:
+    from app.data.trace_parse import join_parts
+
+    tail = _read_tail(child.fds)
+    return None if tail is None else join_parts(head, head_rows, *tail)
+
+
+def _join_spilled(child: _Child, head: ParsedTrace, head_rows: list[dict[str, Any]]) -> ParsedTrace | None:
+    from app.data.trace_parse import join_spilled
+
+    info = _read_info(child.fds)
+    if info is None:
+        return None
+    tables = {kind: _stream(child.fds[kind]) for kind in info["kinds"]}
+    return join_spilled(head, head_rows, tables, info["meta"], info["n_events"], info["rows"])
 
 
 def _claim(path: Path, *, spill: bool) -> _Child | None:
