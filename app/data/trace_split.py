@@ -21,13 +21,14 @@ The split is only an optimisation and never changes a result: a part is made int
 anything to say (any warning: a cut that was not a real boundary always gives one, since its head
 then ends inside an unclosed value), when the child fails, or when the file changed, ``take`` returns
 None and the caller parses the whole file itself, as without a split. It is used only where a fork
-is safe and pays: POSIX with ``memfd_create``, one thread in the process, two cores or more, and
-a 1-minute load average that leaves a core idle.
+is safe and pays: POSIX with ``memfd_create``, one thread in the process, two cores or more, and a
+core idle (by the 1-minute load average, or by the threads running right now: ``_can_fork``).
 """
 from __future__ import annotations
 
 import atexit
 import importlib.abc
+import math
 import mmap
 import os
 import pickle
@@ -61,7 +62,8 @@ TAIL_SHARE = 0.6
 # spills its head while it imports, then adds the child's pieces to its own (``take_spilled``, ~0.13 s
 # at 300 MB). At 0.5 the head ended ~0.3 s after the child at 300 MB; 0.65 evens them out.
 SPILL_TAIL_SHARE = 0.65
-# No split when the 1-minute load average is above the cores less this: no core is idle (_can_fork).
+# No split when the 1-minute load average and the threads running now are both above the cores less
+# this: no core is idle (_can_fork).
 IDLE_MARGIN = 0.25
 SWITCH_ENV = "TORCHSCOPE_SPLIT_PARSE"  # "0": never split (one process, the lower summed peak)
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -105,8 +107,10 @@ def _stat(path: Path) -> tuple[int, int, int]:
 def _can_fork() -> bool:
     """Whether a fork is safe (one thread, POSIX) and pays: a core is idle. The split costs ~0.2 s
     more CPU than one pass at 100 MB (pages copied after the fork, two parses sharing caches and
-    memory bandwidth, the join), so with every core busy (the load average within IDLE_MARGIN of
-    the cores) it would be slower."""
+    memory bandwidth, the join), so with every core busy it would be slower. Busy: the 1-minute
+    load average within IDLE_MARGIN of the cores, unless fewer threads than that run right now. The
+    average lags: for a minute after a training job (or the benchmark's previous case) ends it
+    still counts it, while the cores are idle."""
     if os.environ.get(SWITCH_ENV) == "0":  # the user prefers one process (memory over wall time)
         return False
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or threading.active_count() != 1:
@@ -115,7 +119,17 @@ def _can_fork() -> bool:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return cores >= 2 and os.getloadavg()[0] < cores - IDLE_MARGIN
+    return cores >= 2 and min(os.getloadavg()[0], _others_running()) < cores - IDLE_MARGIN
+
+
+def _others_running() -> float:
+    """Threads that other processes have running or ready to run right now (Linux: the running count
+    of ``/proc/loadavg``, less this thread); infinity where it cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return math.inf
 
 
 def _cut(path: Path, size: int, share: float) -> tuple[int, int] | None:

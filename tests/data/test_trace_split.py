@@ -234,9 +234,23 @@ def test_no_split_when_switched_off(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_no_split_when_no_core_is_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Busy: the load average says so and as many threads run right now. An average that still
+    counts a job that just ended (the threads running now are fewer) does not stop the split."""
     plain = _write(tmp_path / "t.json", _events(2_000))
     monkeypatch.setattr(os, "getloadavg", lambda: (2 - trace_split.IDLE_MARGIN, 0.0, 0.0))
+    monkeypatch.setattr(trace_split, "_others_running", lambda: 2)
     assert not trace_split.start(plain, 1 << 30)
+    monkeypatch.setattr(trace_split, "_others_running", lambda: 0)
+    assert trace_split.start(plain, 1 << 30)
+    trace_split.cancel_all()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))  # idle on average, two threads busy now
+    monkeypatch.setattr(trace_split, "_others_running", lambda: 2)
+    assert trace_split.start(plain, 1 << 30)
+
+
+def test_the_threads_running_now_are_read_from_proc() -> None:
+    n = trace_split._others_running()
+    assert n == float("inf") if not os.path.exists("/proc/loadavg") else 0 <= n < 10_000
 
 
 def test_an_unclaimed_child_is_reaped(tmp_path: Path) -> None:
