@@ -238,7 +238,7 @@ def _tail_pieces(path: Path, tail_from: int, done: mmap.mmap) -> Iterator[bytes]
 
 def _head_pieces(child: _Child, path: Path, progress: Progress | None) -> Iterator[bytes]:
     size = child.stat[0]
-    report = None if progress is None else (lambda d, _t: progress(d + _DONE.unpack_from(child.done)[0], size))
+    report = None if progress is None else (lambda d, _t: progress(d + child.progress(), size))
     yield from _pieces(path, 0, child.cut, report)
     yield _CLOSE
 
