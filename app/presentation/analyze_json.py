@@ -7,7 +7,7 @@
      "ranks": [{step, ranks, slowest_rank, slowest_us, fastest_rank, fastest_us, spread_us}],
      "rank_summary": [{rank, steps, step_time_s, compute_s, communication_s, overlap_s, overlap_share,
                        dataloader_s, host_s, other_s, straggler_score, last_share, late_s, sync_points,
-                       basis, clock_offset_s, cause, cause_excess_s}],
+                       basis, straggler_p, evidence_steps, clock_offset_s, cause, cause_excess_s}],
      "windows": [{reason, label, detail, rank, trace, evaluation, typical, steps, first_step, last_step,
                   median_step_us, ratio_to_typical}]}
 

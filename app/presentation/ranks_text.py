@@ -11,7 +11,13 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison
-from app.analysis.trace.ranks import diff_stragglers, find_straggler
+from app.analysis.trace.ranks import (
+    STRAGGLER_MIN,
+    STRAGGLER_MIN_LATE,
+    diff_stragglers,
+    find_straggler,
+    leading_rank,
+)
 from app.presentation.units import MISSING, format_percent, format_seconds
 
 __all__ = ["CAUSE_WORDS", "straggler_sentence", "rank_text_rows", "RANK_TEXT_HEADERS", "rank_display_table",
@@ -54,22 +60,40 @@ def ranks_by_score(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 def straggler_sentence(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """One sentence naming the straggler, how often and how late it arrives and its cause; a
-    sentence saying there is none when ranks were compared; None with fewer than two ranks."""
+    sentence saying there is none when ranks were compared (and, when the leading rank looked late
+    but not consistently, that more steps could tell); None with fewer than two ranks."""
     if sum(r.get("straggler_score") is not None for r in rows) < 2:
         return None
     top = find_straggler(rows)
     if top is None:
-        best = ranks_by_score(rows)[0]
-        return (f"No straggler: no rank is consistently the last to arrive (highest score {_score(best['straggler_score'])}, "
-                f"rank {best['rank']}).")
+        return _no_straggler(rows)
     where = "collectives" if top["basis"] == "collective" else "step boundaries"
     text = (f"Rank {top['rank']} is the straggler (score {_score(top['straggler_score'])}): last to arrive at "
             f"{_share(top['last_share'])} of {top['sync_points']} {where}, {_s(top['late_s'])} after the median rank "
-            "on average")
+            f"on average, consistently over {top['evidence_steps']} steps (p = {_p(top['straggler_p'])})")
     if top.get("cause") is not None:
         text += (f"; it spends {_s(top['cause_excess_s'])} more per step in "
                  f"{CAUSE_WORDS.get(top['cause'], top['cause'])} than the other ranks' median")
     return text + "."
+
+
+def _no_straggler(rows: Sequence[Mapping[str, Any]]) -> str:
+    best = leading_rank(rows)
+    assert best is not None  # two scored ranks (straggler_sentence)
+    late_enough = (best.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (best.get("step_time_s") or 0.0)
+    if best["straggler_score"] < STRAGGLER_MIN or not late_enough:
+        return (f"No straggler: no rank is consistently the last to arrive (highest score "
+                f"{_score(best['straggler_score'])}, rank {best['rank']}).")
+    steps = best.get("evidence_steps") or 0
+    return (f"No straggler shown: rank {best['rank']} arrived last most often (score {_score(best['straggler_score'])}, "
+            f"{_s(best['late_s'])} late on average), but over {steps} step{'s' if steps != 1 else ''} identical ranks "
+            f"look this late by chance (p = {_p(best.get('straggler_p'))}); profile more steps to tell.")
+
+
+def _p(v: Any) -> str:
+    if v is None:
+        return MISSING
+    return "< 0.001" if float(v) < 0.001 else f"{float(v):.2g}"
 
 
 def rank_text_rows(rows: Sequence[Mapping[str, Any]], top: int | None = None) -> list[list[str]]:

@@ -13,7 +13,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["mann_whitney_lower_count", "normal_quantile", "t_quantile"]
+__all__ = ["mann_whitney_lower_count", "normal_quantile", "t_quantile", "t_upper_tail"]
 
 # m * n up to this uses the exact null distribution of U (C(200, 100) ~ 1e59 fits a float).
 _EXACT_MAX_CELLS = 10_000
@@ -63,6 +63,16 @@ def _betainc(a: float, b: float, x: float) -> float:
 def _t_cdf(t: float, df: float) -> float:
     tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
     return 1.0 - tail if t > 0 else tail
+
+
+def t_upper_tail(t: float, df: float) -> float:
+    """P(T >= t) for Student's t with ``df`` (> 0) degrees of freedom: a one-sided p-value."""
+    if math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t > 0 else 1.0 - tail
 
 
 def _t_pdf(t: float, df: float) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.analysis.stats.dist import t_upper_tail
 from app.analysis.trace.categories import (
     ANNOTATION_CATS,
     COMM_OP_NAMES,
@@ -34,8 +35,9 @@ from app.analysis.trace.step_views import device_view
 from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["CollectiveArrival", "StepTimes", "RankStepSummary", "COLLECTIVE_COLUMNS", "compute_collective_table",
-           "summaries_from_tables", "summarize_rank", "rank_summary", "find_straggler", "diff_stragglers",
-           "STRAGGLER_MIN", "STRAGGLER_MIN_LATE", "CAUSES", "RANK_SUMMARY_KEYS"]
+           "summaries_from_tables", "summarize_rank", "rank_summary", "find_straggler", "leading_rank",
+           "diff_stragglers",
+           "STRAGGLER_MIN", "STRAGGLER_MIN_LATE", "STRAGGLER_MAX_P", "CAUSES", "RANK_SUMMARY_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -183,10 +185,11 @@ def summarize_rank(trace: TraceTables) -> RankStepSummary | None:
 
 STRAGGLER_MIN = 0.5  # the highest score names "the straggler" only from this on ...
 STRAGGLER_MIN_LATE = 0.02  # ... and only when it is late by this share of its step time on average
+STRAGGLER_MAX_P = 0.05  # ... and consistently so: chance alone makes some rank look this late at most this often
 CAUSES = ("dataloader", "compute", "host")
 RANK_SUMMARY_KEYS = ["rank", "steps", "step_time_s", "compute_s", "communication_s", "overlap_s", "overlap_share",
                      "dataloader_s", "host_s", "other_s", "straggler_score", "last_share", "late_s", "sync_points",
-                     "basis", "clock_offset_s", "cause", "cause_excess_s"]
+                     "basis", "straggler_p", "evidence_steps", "clock_offset_s", "cause", "cause_excess_s"]
 
 
 def _per_step_means(s: RankStepSummary) -> dict[str, float]:
@@ -219,7 +222,8 @@ def _step_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
 
 
 def _lateness(sync: pd.DataFrame, floor_us: float) -> pd.DataFrame:
-    """Per rank: straggler score, how often last, mean lateness, instances (see the module docstring)."""
+    """Per rank: straggler score, how often last, mean lateness, instances and the evidence's
+    p-value (see the module docstring and ``_evidence``)."""
     g = sync.groupby("key")["wait_us"]
     med, low = g.transform("median"), g.transform("min")
     late = (med - sync["wait_us"]).clip(lower=0.0)
@@ -229,7 +233,49 @@ def _lateness(sync: pd.DataFrame, floor_us: float) -> pd.DataFrame:
     per = t.groupby("rank").agg(late=("late", "sum"), denom=("denom", "sum"), last=("last", "mean"),
                                 n=("late", "size"), mean_late=("late", "mean"))
     per["score"] = (per["late"] / per["denom"]).clip(0.0, 1.0)
+    p, units = _evidence(sync.assign(signed=med - sync["wait_us"]))
+    per["p"] = p.reindex(per.index)
+    per["units"] = units.reindex(per.index).fillna(0).astype(int)
     return per
+
+
+def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per rank, (the p-value that chance alone makes some rank look as consistently late as this
+    one, the steps it rests on).
+
+    The unit is the step: a rank held up in a step is late to every collective after that point of
+    the step, so the collectives of one step are not independent evidence. Per step, the rank's
+    lateness is its mean signed lateness (median wait − its wait) over the step's sync points, minus
+    the median of the other ranks' lateness in that step; a one-sided Student's t-test over the
+    steps asks whether that difference is above 0, with the rank's own spread (a rank that is late
+    once by a lot, e.g. descheduled, is not a straggler), and the p-value is multiplied by the number
+    of ranks tested (Bonferroni: the straggler is picked among them). With one step there is no
+    spread to judge by: p is 1."""
+    unit = sync["step"] if "step" in sync.columns else sync["key"]
+    per_unit = sync.assign(unit=unit).pivot_table(index="unit", columns="rank", values="signed", aggfunc="mean")
+    ranks = list(per_unit.columns)
+    values = per_unit.to_numpy(float)
+    p_values, units = {}, {}
+    for i, r in enumerate(ranks):
+        others = np.delete(values, i, axis=1)
+        with np.errstate(all="ignore"):
+            ref = np.nanmedian(others, axis=1) if others.shape[1] else np.full(len(values), np.nan)
+        x = values[:, i] - ref
+        x = x[np.isfinite(x)]
+        units[r] = len(x)
+        p_values[r] = min(1.0, len(ranks) * _one_sided_p(x))
+    return pd.Series(p_values, dtype=float), pd.Series(units, dtype=int)
+
+
+def _one_sided_p(x: np.ndarray) -> float:
+    """p-value of a one-sided one-sample t-test of mean(x) > 0 (1 with fewer than two values)."""
+    n = len(x)
+    if n < 2:
+        return 1.0
+    mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
+    if sd <= 1e-9 * max(abs(mean), 1.0):
+        return 0.0 if mean > 0 else 1.0
+    return t_upper_tail(mean / (sd / np.sqrt(n)), n - 1)
 
 
 def _clock_offsets(sync: pd.DataFrame) -> dict[int, float]:
@@ -299,6 +345,8 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
             "late_s": float(late.at[r, "mean_late"]) / 1e6 if has else None,
             "sync_points": int(late.at[r, "n"]) if has else 0,
             "basis": basis if has else None,
+            "straggler_p": float(late.at[r, "p"]) if has else None,
+            "evidence_steps": int(late.at[r, "units"]) if has else 0,
             "clock_offset_s": offsets[r] / 1e6 if r in offsets else None,
             "cause": cause, "cause_excess_s": excess,
         })
@@ -306,15 +354,25 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
 
 
 def find_straggler(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The row of rank_summary with the highest straggler score, when that is at least STRAGGLER_MIN
-    and the rank is on average late by at least STRAGGLER_MIN_LATE of its step time (so that
-    noise between balanced ranks names nobody)."""
+    """The row of rank_summary with the highest straggler score, when that is at least STRAGGLER_MIN,
+    the rank is on average late by at least STRAGGLER_MIN_LATE of its step time, and its
+    ``straggler_p`` is at most STRAGGLER_MAX_P (so that noise between balanced ranks names nobody);
+    else None (``leading_rank`` says who came closest)."""
+    top = leading_rank(rows)
+    if top is None:
+        return None
+    late_enough = (top.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (top.get("step_time_s") or 0.0)
+    p = top.get("straggler_p")
+    consistent = p is not None and p <= STRAGGLER_MAX_P
+    return top if top["straggler_score"] >= STRAGGLER_MIN and late_enough and consistent else None
+
+
+def leading_rank(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The row with the highest straggler score (lowest rank on ties); None with fewer than two scored ranks."""
     scored = [r for r in rows if r.get("straggler_score") is not None]
     if len(scored) < 2:
         return None
-    top = max(scored, key=lambda r: (r["straggler_score"], -r["rank"]))
-    late_enough = (top.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (top.get("step_time_s") or 0.0)
-    return top if top["straggler_score"] >= STRAGGLER_MIN and late_enough else None
+    return max(scored, key=lambda r: (r["straggler_score"], -r["rank"]))
 
 
 def diff_stragglers(baseline: Sequence[Mapping[str, Any]], candidate: Sequence[Mapping[str, Any]],
