@@ -12,11 +12,12 @@ Two studies, both through the same functions `analyze` uses (`rank_summary`, the
   half of them (``intermittent``). ``basis step``: the same jobs without their collectives (the
   verdict then reads step boundaries).
 - **Real** (``--real-runs N``): ``torchscope run -- torchrun --nproc_per_node 4
-  tests/agent/ddp_job.py`` (gloo on CPU, 3 profiled steps), ``N`` times per ``--slow-ms`` value (0 is
-  A/A: four identical ranks, on however many cores the machine has).
+  tests/agent/ddp_job.py`` (gloo on CPU, ``--active`` profiled steps, 3 by default), ``N`` times per
+  ``--slow-ms`` value (0 is A/A: four identical ranks, on however many cores the machine has).
 
 Reports, per case: the false-positive rate (A/A: any rank named) or the power (the slowed rank
-named), and how often another rank was named instead, with Wilson 95 % intervals.
+named), and how often another rank was named instead, with Wilson 95 % intervals; ``before``: the
+same for the verdict without its consistency test (score ≥ 0.5 and lateness ≥ 2 % of a step only).
 
     python -m benchmarks.straggler_power --out benchmarks/results/straggler_power.json
     python -m benchmarks.straggler_power --trials 0 --real-runs 12 --slow-ms 0 2 5 20 --out r.json
@@ -39,10 +40,13 @@ from typing import Any
 import numpy as np
 
 from app.analysis.trace.ranks import (
+    STRAGGLER_MIN,
+    STRAGGLER_MIN_LATE,
     CollectiveArrival,
     RankStepSummary,
     StepTimes,
     find_straggler,
+    leading_rank,
     rank_summary,
 )
 
@@ -128,6 +132,14 @@ def wilson(hits: int, n: int) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def _verdicts(rows: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """(the rank named now, the rank the verdict named before its consistency test: score and lateness only)."""
+    top, lead = find_straggler(rows), leading_rank(rows)
+    before = lead is not None and lead["straggler_score"] >= STRAGGLER_MIN and (
+        (lead["late_s"] or 0.0) >= STRAGGLER_MIN_LATE * (lead["step_time_s"] or 0.0))
+    return (None if top is None else int(top["rank"]), int(lead["rank"]) if before and lead is not None else None)
+
+
 def _tally(named: list[int | None], slow_rank: int | None) -> dict[str, Any]:
     n = len(named)
     right = sum(r is not None and r == slow_rank for r in named)
@@ -155,32 +167,36 @@ def run_simulated(trials: int, quick: bool) -> list[dict[str, Any]]:
     rows = []
     for case in simulated_cases(quick):
         slow_rank = case.ranks // 3 if case.slow else None
-        named = []
+        named, before = [], []
         for seed in range(trials):
-            top = find_straggler(rank_summary(simulate(case, seed)))
-            named.append(None if top is None else int(top["rank"]))
-        rows.append({"case": case.label(), **case.__dict__, **_tally(named, slow_rank)})
+            now, then = _verdicts(rank_summary(simulate(case, seed)))
+            named.append(now)
+            before.append(then)
+        rows.append({"case": case.label(), **case.__dict__, **_tally(named, slow_rank),
+                     "before": _tally(before, slow_rank)})
         _print_row(rows[-1])
     return rows
 
 
+def _outcome(t: dict[str, Any]) -> str:
+    if t.get("false_positive_rate") is not None:
+        lo, hi = t["fpr_ci95"]
+        return f"false positives {t['false_positives']}/{t['trials']} ({lo:.0%}–{hi:.0%})"
+    lo, hi = t["power_ci95"]
+    return f"found {t['found']}/{t['trials']} ({lo:.0%}–{hi:.0%}), wrong rank {t['named_wrong_rank']}"
+
+
 def _print_row(row: dict[str, Any]) -> None:
-    if row.get("false_positive_rate") is not None:
-        lo, hi = row["fpr_ci95"]
-        what = f"false positives {row['false_positives']}/{row['trials']} ({lo:.0%}–{hi:.0%})"
-    else:
-        lo, hi = row["power_ci95"]
-        what = f"found {row['found']}/{row['trials']} ({lo:.0%}–{hi:.0%}), wrong rank {row['named_wrong_rank']}"
-    print(f"{row['case']:<58} {what}", flush=True)
+    print(f"{row['case']:<58} {_outcome(row):<42} before: {_outcome(row['before'])}", flush=True)
 
 
-def _record(store: Path, slow_ms: float, i: int) -> Path:
-    """One real 4-rank run (rank 2 slowed by ``slow_ms`` per step); returns its folder."""
+def _record(store: Path, slow_ms: float, i: int, active: int) -> Path:
+    """One real 4-rank run (rank 2 slowed by ``slow_ms`` per step, ``active`` profiled steps); returns its folder."""
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(ROOT)}
     args = [sys.executable, "-m", "app", "run", "--root", str(store), "--name", f"ms{slow_ms:g}-{i}", "--wait", "1",
-            "--warmup", "1", "--active", "3", "--", str(torchrun), "--standalone", "--nproc_per_node", "4",
-            str(ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", "6", "--lr", "0.2", "--slow-rank", "2",
+            "--warmup", "1", "--active", str(active), "--", str(torchrun), "--standalone", "--nproc_per_node", "4",
+            str(ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", str(active + 3), "--lr", "0.2", "--slow-rank", "2",
             "--slow-ms", str(slow_ms)]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     if proc.returncode != 0:
@@ -195,18 +211,20 @@ def _rank_rows(run: Path) -> list[dict[str, Any]]:
     return list(json.loads(out)["rank_summary"])
 
 
-def run_real(n: int, slow_values: list[float], store: Path) -> list[dict[str, Any]]:
+def run_real(n: int, slow_values: list[float], store: Path, active: int) -> list[dict[str, Any]]:
     rows = []
     for slow_ms in slow_values:
-        named, steps, t0 = [], [], time.perf_counter()
+        named, before, steps, t0 = [], [], [], time.perf_counter()
         for i in range(n):
-            ranks = _rank_rows(_record(store, slow_ms, i))
-            top = find_straggler(ranks)
-            named.append(None if top is None else int(top["rank"]))
+            ranks = _rank_rows(_record(store, slow_ms, i, active))
+            now, then = _verdicts(ranks)
+            named.append(now)
+            before.append(then)
             steps.append(float(np.median([r["step_time_s"] for r in ranks])))
-        row = {"case": f"real torchrun, 4 ranks, 3 steps, {'A/A' if slow_ms == 0 else f'rank 2 +{slow_ms:g} ms'}",
-               "slow_ms": slow_ms, "median_step_s": float(np.median(steps)), "named": named,
-               "wall_s": time.perf_counter() - t0, **_tally(named, 2 if slow_ms else None)}
+        row = {"case": f"real torchrun, 4 ranks, {active} steps, {'A/A' if slow_ms == 0 else f'rank 2 +{slow_ms:g} ms'}",
+               "slow_ms": slow_ms, "active": active, "median_step_s": float(np.median(steps)), "named": named,
+               "wall_s": time.perf_counter() - t0, **_tally(named, 2 if slow_ms else None),
+               "before": _tally(before, 2 if slow_ms else None), "named_before": before}
         rows.append(row)
         _print_row(row)
     return rows
@@ -218,13 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer simulated cases")
     p.add_argument("--real-runs", type=int, default=0, help="real torchrun runs per --slow-ms value")
     p.add_argument("--slow-ms", type=float, nargs="+", default=[0.0, 2.0, 5.0, 20.0])
+    p.add_argument("--active", type=int, default=3, help="profiled steps of each real run")
     p.add_argument("--store", type=Path, default=None, help="where the real runs are recorded (default: a temporary folder)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     result: dict[str, Any] = {"simulated": run_simulated(args.trials, args.quick) if args.trials else []}
     if args.real_runs:
         with tempfile.TemporaryDirectory() as tmp:
-            result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp))
+            result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp), args.active)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

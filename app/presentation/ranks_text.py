@@ -87,7 +87,8 @@ def _no_straggler(rows: Sequence[Mapping[str, Any]]) -> str:
     steps = best.get("evidence_steps") or 0
     return (f"No straggler shown: rank {best['rank']} arrived last most often (score {_score(best['straggler_score'])}, "
             f"{_s(best['late_s'])} late on average), but over {steps} step{'s' if steps != 1 else ''} identical ranks "
-            f"look this late by chance (p = {_p(best.get('straggler_p'))}); profile more steps to tell.")
+            f"look this late by chance (p = {_p(best.get('straggler_p'))}); profile more steps to tell "
+            "(torchscope run --active 10).")
 
 
 def _p(v: Any) -> str:
