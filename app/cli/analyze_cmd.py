@@ -193,8 +193,14 @@ def format_windows(windows: pd.DataFrame) -> str:
         return "" if pd.isna(v) else f"{v:.2f}×"
     rows = windows.assign(step_range=[f"{a}–{b}" if a != b else f"{a}" for a, b in
                                       zip(windows["first_step"], windows["last_step"])])
+    # each rank records its own windows: with several, a rank column tells their rows apart
+    by_rank: list[tuple[str, str, Any]] = (
+        [("RANK", "rank", lambda v: "" if pd.isna(v) else str(int(v)))]
+        if "rank" in rows.columns and rows["rank"].nunique(dropna=True) > 1 else [])
+    if by_rank:
+        rows = rows.sort_values("rank", kind="stable", na_position="first")
     out = ["Profiler windows", _table(rows, [
-        ("REASON", "label", str), ("STEPS", "step_range", str),
+        *by_rank, ("REASON", "label", str), ("STEPS", "step_range", str),
         ("MEDIAN STEP", "median_step_us", lambda v: "" if pd.isna(v) else format_us(v)),
         ("× TYPICAL", "ratio_to_typical", ratio)])]
     if (~windows["typical"]).any() and windows["typical"].any():
