@@ -40,13 +40,12 @@ from typing import Any
 import numpy as np
 
 from app.analysis.trace.ranks import (
-    STRAGGLER_MIN,
-    STRAGGLER_MIN_LATE,
     CollectiveArrival,
     RankStepSummary,
     StepTimes,
     find_straggler,
     leading_rank,
+    looks_late,
     rank_summary,
 )
 
@@ -135,8 +134,7 @@ def wilson(hits: int, n: int) -> tuple[float, float]:
 def _verdicts(rows: list[dict[str, Any]]) -> tuple[int | None, int | None]:
     """(the rank named now, the rank the verdict named before its consistency test: score and lateness only)."""
     top, lead = find_straggler(rows), leading_rank(rows)
-    before = lead is not None and lead["straggler_score"] >= STRAGGLER_MIN and (
-        (lead["late_s"] or 0.0) >= STRAGGLER_MIN_LATE * (lead["step_time_s"] or 0.0))
+    before = lead is not None and looks_late(lead)
     return (None if top is None else int(top["rank"]), int(lead["rank"]) if before and lead is not None else None)
 
 

@@ -11,13 +11,7 @@ from typing import Any
 import pandas as pd
 
 from app.analysis.compare.comparison import Comparison
-from app.analysis.trace.ranks import (
-    STRAGGLER_MIN,
-    STRAGGLER_MIN_LATE,
-    diff_stragglers,
-    find_straggler,
-    leading_rank,
-)
+from app.analysis.trace.ranks import diff_stragglers, find_straggler, leading_rank, looks_late
 from app.presentation.units import MISSING, format_percent, format_seconds
 
 __all__ = ["CAUSE_WORDS", "straggler_sentence", "rank_text_rows", "RANK_TEXT_HEADERS", "rank_display_table",
@@ -80,8 +74,7 @@ def straggler_sentence(rows: Sequence[Mapping[str, Any]]) -> str | None:
 def _no_straggler(rows: Sequence[Mapping[str, Any]]) -> str:
     best = leading_rank(rows)
     assert best is not None  # two scored ranks (straggler_sentence)
-    late_enough = (best.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (best.get("step_time_s") or 0.0)
-    if best["straggler_score"] < STRAGGLER_MIN or not late_enough:
+    if not looks_late(best):
         return (f"No straggler: no rank is consistently the last to arrive (highest score "
                 f"{_score(best['straggler_score'])}, rank {best['rank']}).")
     steps = best.get("evidence_steps") or 0

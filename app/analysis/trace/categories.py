@@ -2,11 +2,12 @@
 masks over its events table, and the categories of the step breakdown (analysis layer, pure)."""
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
+
+from app.analysis.trace.table_memo import last_table
 
 __all__ = [
     "DEVICE_CATEGORIES", "LOOP_CATEGORIES", "LOOP_PHASES", "KERNEL_CATS", "MEMCPY_CATS", "MEMSET_CATS",
@@ -86,36 +87,19 @@ def dataloader_mask(ev: pd.DataFrame) -> np.ndarray:
     return np.asarray(cat_in(ev, OP_CATS | ANNOTATION_CATS) & name_mask(ev, _is_dataloader_name), dtype=bool)
 
 
-# The last events table's communication masks, by ``by_name``: the step table, the overlap and the
-# collectives each ask for them (~10 ms each at 374,000 events). A weak reference, as in
-# step_spans.find_steps: an analysis' tables are not changed once made; the masks are read-only.
-_last_comm: tuple[weakref.ref[pd.DataFrame], dict[bool, np.ndarray]] | None = None
-
-
+@last_table  # the step table, the overlap and the collectives each ask (~10 ms each at 374,000 events)
 def communication_kernel_mask(ev: pd.DataFrame, by_name: bool = True) -> np.ndarray:
     """Kernels launched by a collective op (tb-profiler's rule), or named nccl*/rccl* (our addition,
     off with ``by_name=False``: newer torch launches collectives from ``record_param_comms``, which
-    tb-profiler's name list misses). Read-only (shared by the callers of the same table)."""
-    global _last_comm
-    last = _last_comm
-    if last is None or last[0]() is not ev:
-        last = _last_comm = (weakref.ref(ev), {})
-    masks = last[1]
-    if by_name not in masks:
-        mask = _communication_kernel_mask(ev, by_name)
-        mask.flags.writeable = False
-        masks[by_name] = mask
-    return masks[by_name]
-
-
-def _communication_kernel_mask(ev: pd.DataFrame, by_name: bool) -> np.ndarray:
+    tb-profiler's name list misses). Read-only: the callers of one table share it (table_memo)."""
     kern = is_kernel(ev)
     comm_ops = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"}) & name_mask(ev, COMM_OP_NAMES.__contains__)
     ext = set(ev.loc[comm_ops, "external_id"].dropna().astype(int))
     by_ext = ev["external_id"].isin(ext).to_numpy() if ext else np.zeros(len(ev), bool)
-    if not by_name:
-        return np.array(kern & by_ext, dtype=bool)
-    return np.array(kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl"))), dtype=bool)
+    mask = kern & by_ext if not by_name else kern & (by_ext | name_mask(ev, lambda n: n[:4].lower() in ("nccl", "rccl")))
+    mask = np.asarray(mask, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def unknown_category_notes(ev: pd.DataFrame) -> list[str]:

@@ -36,7 +36,7 @@ from app.data.trace import TraceSet, TraceTables
 
 __all__ = ["CollectiveArrival", "StepTimes", "RankStepSummary", "COLLECTIVE_COLUMNS", "compute_collective_table",
            "summaries_from_tables", "summarize_rank", "rank_summary", "find_straggler", "leading_rank",
-           "diff_stragglers",
+           "looks_late", "diff_stragglers",
            "STRAGGLER_MIN", "STRAGGLER_MIN_LATE", "STRAGGLER_MAX_P", "CAUSES", "RANK_SUMMARY_KEYS"]
 
 
@@ -354,17 +354,22 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
 
 
 def find_straggler(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The row of rank_summary with the highest straggler score, when that is at least STRAGGLER_MIN,
-    the rank is on average late by at least STRAGGLER_MIN_LATE of its step time, and its
+    """The row of rank_summary with the highest straggler score, when it ``looks_late`` and its
     ``straggler_p`` is at most STRAGGLER_MAX_P (so that noise between balanced ranks names nobody);
     else None (``leading_rank`` says who came closest)."""
     top = leading_rank(rows)
-    if top is None:
+    if top is None or not looks_late(top):
         return None
-    late_enough = (top.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (top.get("step_time_s") or 0.0)
     p = top.get("straggler_p")
-    consistent = p is not None and p <= STRAGGLER_MAX_P
-    return top if top["straggler_score"] >= STRAGGLER_MIN and late_enough and consistent else None
+    return top if p is not None and p <= STRAGGLER_MAX_P else None
+
+
+def looks_late(row: Mapping[str, Any]) -> bool:
+    """Whether a rank's score is at least STRAGGLER_MIN and it is on average late by at least
+    STRAGGLER_MIN_LATE of its step time: the straggler's tests before its consistency (``straggler_p``)."""
+    score = row.get("straggler_score")
+    late_enough = (row.get("late_s") or 0.0) >= STRAGGLER_MIN_LATE * (row.get("step_time_s") or 0.0)
+    return score is not None and score >= STRAGGLER_MIN and late_enough
 
 
 def leading_rank(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -16,7 +16,6 @@ Step boundaries follow torch-tb-profiler's Overview (``event_parser.StepParser``
 from __future__ import annotations
 
 import sys
-import weakref
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from app.analysis.trace.categories import is_device_activity, is_host_op, is_runtime, name_mask
+from app.analysis.trace.table_memo import last_table
 
 __all__ = ["StepSource", "StepSpans", "find_steps"]
 
@@ -179,23 +179,13 @@ def _unmatched_device_ends(ev: pd.DataFrame, matched_corr: np.ndarray) -> np.nda
     return np.asarray(ends[~np.isin(corr, matched_corr)], dtype=float)
 
 
-# The steps of the last events table asked about: one analysis asks for the same table's steps from
-# the step table, the op table's window and the collectives (~40 ms each at 374,000 events). Keyed by
-# the table itself (a weak reference: an analysis' tables are not changed once made); the arrays
-# handed out are read-only, since every caller shares them.
-_last_steps: tuple[weakref.ref[pd.DataFrame], StepSpans] | None = None
-
-
+@last_table  # the step table, the op table's window and the collectives each ask (~40 ms each at 374,000 events)
 def find_steps(events: pd.DataFrame) -> StepSpans:
-    """Return the steps of one trace's events table (see the module docstring for the rules)."""
-    global _last_steps
-    last = _last_steps
-    if last is not None and last[0]() is events:
-        return last[1]
+    """Return the steps of one trace's events table (see the module docstring for the rules).
+    Read-only arrays: the callers of one table share them (table_memo)."""
     spans = _find_steps(events)
     for a in (spans.steps, spans.host_start, spans.host_end, spans.start, spans.end):
         a.flags.writeable = False
-    _last_steps = (weakref.ref(events), spans)
     return spans
 
 
