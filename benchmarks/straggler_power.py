@@ -8,7 +8,9 @@ Two studies, both through the same functions `analyze` uses (`rank_summary`, the
   clock offset. Noise models: ``gauss`` (each bucket's compute varies, CV 5 %), ``heavy`` (CV 2 %,
   and in 5 % of a rank's steps a hiccup of 20–60 % of a step, as a descheduled process or a page
   fault storm gives), ``sched`` (an oversubscribed CPU: each bucket waits an exponential time, mean
-  10 % of a bucket). A slowed rank computes ``δ`` longer in every step (``constant``) or ``2δ`` in
+  10 % of a bucket), ``exit`` (as ``gauss``, and in 10 % of a rank's steps one of its exits is
+  recorded 20–60 % of a step late, as a profiler thread descheduled after the collective ended
+  gives; the rank itself goes on). A slowed rank computes ``δ`` longer in every step (``constant``) or ``2δ`` in
   half of them (``intermittent``). ``basis step``: the same jobs without their collectives (the
   verdict then reads step boundaries).
 - **Real** (``--real-runs N``): ``torchscope run -- torchrun --nproc_per_node 4
@@ -53,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP_US = 10_000.0  # the compute of one step
 COMM_US = 300.0  # one bucket's all-reduce once every rank has arrived
 OPT_US = 500.0  # the optimizer step after the last all-reduce
-NOISES = ("gauss", "heavy", "sched")
+NOISES = ("gauss", "heavy", "sched", "exit")
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Case:
 def _compute(rng: np.random.Generator, noise: str, ranks: int, buckets: int) -> np.ndarray:
     """(ranks, buckets) compute times of one step, µs."""
     per = STEP_US / buckets
-    if noise == "gauss":
+    if noise in ("gauss", "exit"):
         return per * np.clip(1 + 0.05 * rng.standard_normal((ranks, buckets)), 0.5, None)
     if noise == "heavy":
         c = per * np.clip(1 + 0.02 * rng.standard_normal((ranks, buckets)), 0.5, None)
@@ -107,11 +109,14 @@ def simulate(case: Case, seed: int, slow_rank: int | None = None) -> dict[int, R
             last = max(float(arrive[:, k].max()), last) + COMM_US
             exits[k] = last
         leave = exits[None, :] + rng.uniform(0, 5.0, (r_n, k_n))  # exits are simultaneous, to a few µs
+        wait = np.sum(leave - arrive, axis=1)
+        if case.noise == "exit":  # a rank's exit recorded late now and then; its thread goes on
+            hit = rng.random(r_n) < 0.1
+            leave[hit, rng.integers(0, k_n, r_n)[hit]] += STEP_US * rng.uniform(0.2, 0.6, int(hit.sum()))
         end = exits[-1] + OPT_US * (1 + 0.02 * rng.standard_normal(r_n))
         for r in range(r_n):
-            wait = float(np.sum(leave[r] - arrive[r]))
             steps[r].append(StepTimes(step=s + 1, start_us=start[r] + offsets[r], end_us=end[r] + offsets[r],
-                                      compute_us=float(c[r].sum()), communication_us=wait, overlap_us=0.0,
+                                      compute_us=float(c[r].sum()), communication_us=float(wait[r]), overlap_us=0.0,
                                       dataloader_us=0.0, host_us=OPT_US, other_us=0.0))
             if case.basis == "collective":
                 colls[r] += [CollectiveArrival("allreduce", s + 1, k, float(arrive[r, k] + offsets[r]),

@@ -202,8 +202,8 @@ def record_ddp_store(root: Path, torchrun: str) -> None:
     """Record the 4-rank DDP job of ``ddp_store`` into ``root``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "ddp", "--wait", "1", "--warmup", "1",
-            "--active", "3", "--", torchrun, "--standalone", "--nproc_per_node", "4",
-            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", "6", "--lr", "0.2",
+            "--active", "5", "--", torchrun, "--standalone", "--nproc_per_node", "4",
+            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", "8", "--lr", "0.2",
             "--slow-rank", str(SLOW_DDP_RANK), "--slow-ms", str(SLOW_DDP_MS)]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
     if proc.returncode != 0:
@@ -213,7 +213,7 @@ def record_ddp_store(root: Path, torchrun: str) -> None:
 @pytest.fixture(scope="session")
 def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(store root, run folder) of a real 4-rank job: ``torchscope run -- torchrun --nproc_per_node 4
-    tests/agent/ddp_job.py`` (gloo on CPU, 6 steps, 3 profiled) with rank SLOW_DDP_RANK slowed,
+    tests/agent/ddp_job.py`` (gloo on CPU, 8 steps, 5 profiled) with rank SLOW_DDP_RANK slowed,
     recorded once per session for all xdist workers (tests/once.py): read-only, copy it to change it.
 
     Skips when torchrun is not installed next to this python.

@@ -201,39 +201,41 @@ def _per_step_means(s: RankStepSummary) -> dict[str, float]:
 
 
 def _collective_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
-    """One row per (rank, collective instance present on ≥ 2 ranks): ``wait_us`` = exit − entry
-    on the rank's own clock, ``end_us``, and the instance ``key``."""
+    """One row per (rank, collective instance present on ≥ 2 ranks): ``arrival_us`` = entry minus
+    the rank's clock offset (``_clock_offsets``), ``end_us``, and the instance ``key``."""
     rows = [(r, -1 if c.step is None else c.step, c.name, c.index, c.start_us, c.end_us)
             for r, s in per_rank.items() for c in s.collectives]
     df = pd.DataFrame(rows, columns=["rank", "step", "name", "index", "start_us", "end_us"])
     if df.empty:
-        return df.assign(key=pd.Series(dtype=int), wait_us=pd.Series(dtype=float))
+        return df.assign(key=pd.Series(dtype=int), arrival_us=pd.Series(dtype=float))
     df["key"] = df.groupby(["step", "name", "index"], sort=False).ngroup()
     df = df[df.groupby("key")["rank"].transform("nunique") >= 2]
-    return df.assign(wait_us=df["end_us"] - df["start_us"])
+    offsets = _clock_offsets(df)
+    return df.assign(arrival_us=df["start_us"] - df["rank"].map(offsets).fillna(0.0))
 
 
 def _step_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
     """Without collectives, the step boundaries: a rank that is busy longer (step − communication)
-    reaches the boundary later, so ``wait_us`` is minus its busy time (clock-free too)."""
-    rows = [(r, t.step, -(t.duration_us - t.communication_us)) for r, s in per_rank.items() for t in s.steps]
-    df = pd.DataFrame(rows, columns=["rank", "key", "wait_us"])
+    reaches the boundary later, so ``arrival_us`` is its busy time (clock-free)."""
+    rows = [(r, t.step, t.duration_us - t.communication_us) for r, s in per_rank.items() for t in s.steps]
+    df = pd.DataFrame(rows, columns=["rank", "key", "arrival_us"])
     return df[df.groupby("key")["rank"].transform("nunique") >= 2] if len(df) else df
 
 
 def _lateness(sync: pd.DataFrame, floor_us: float) -> pd.DataFrame:
     """Per rank: straggler score, how often last, mean lateness, instances and the evidence's
     p-value (see the module docstring and ``_evidence``)."""
-    g = sync.groupby("key")["wait_us"]
-    med, low = g.transform("median"), g.transform("min")
-    late = (med - sync["wait_us"]).clip(lower=0.0)
-    denom = np.maximum(med - low, floor_us)
-    last = (sync["wait_us"] == low) & (med - low >= floor_us)
+    g = sync.groupby("key")["arrival_us"]
+    med, high = g.transform("median"), g.transform("max")
+    signed = sync["arrival_us"] - med
+    late = signed.clip(lower=0.0)
+    denom = np.maximum(high - med, floor_us)
+    last = (sync["arrival_us"] == high) & (high - med >= floor_us)
     t = pd.DataFrame({"rank": sync["rank"], "late": late, "denom": denom, "last": last.astype(float)})
     per = t.groupby("rank").agg(late=("late", "sum"), denom=("denom", "sum"), last=("last", "mean"),
                                 n=("late", "size"), mean_late=("late", "mean"))
     per["score"] = (per["late"] / per["denom"]).clip(0.0, 1.0)
-    p, units = _evidence(sync.assign(signed=med - sync["wait_us"]))
+    p, units = _evidence(sync.assign(signed=signed))
     per["p"] = p.reindex(per.index)
     per["units"] = units.reindex(per.index).fillna(0).astype(int)
     return per
@@ -245,7 +247,7 @@ def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
     The unit is the step: a rank held up in a step is late to every collective after that point of
     the step, so the collectives of one step are not independent evidence. Per step, the rank's
-    lateness is its mean signed lateness (median wait − its wait) over the step's sync points, minus
+    lateness is its mean signed lateness (its arrival − the median arrival) over the step's sync points, minus
     the median of the other ranks' lateness in that step; a one-sided Student's t-test over the
     steps asks whether that difference is above 0, with the rank's own spread (a rank that is late
     once by a lot, e.g. descheduled, is not a straggler), and the p-value is multiplied by the number

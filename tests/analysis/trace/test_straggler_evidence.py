@@ -55,15 +55,16 @@ def test_power_grows_with_steps() -> None:
     assert many > few and many >= 30, (few, many)
 
 
-def _summary(rank: int, late_us: list[float]) -> RankStepSummary:
-    """A rank whose arrival at each step's one all-reduce is ``late_us[i]`` after the others'."""
+def _summary(rank: int, late_us: list[float], exit_late_us: list[float] | None = None) -> RankStepSummary:
+    """A rank whose arrival at each step's one all-reduce is ``late_us[i]`` after the others', and
+    whose exit from it is recorded ``exit_late_us[i]`` after the others' exit."""
     steps, colls = [], []
-    for i, late in enumerate(late_us):
+    for i, (late, exit_late) in enumerate(zip(late_us, exit_late_us or [0.0] * len(late_us), strict=True)):
         t0 = i * 20_000.0
         steps.append(StepTimes(step=i + 1, start_us=t0, end_us=t0 + 20_000.0, compute_us=10_000.0 + late,
                                communication_us=6_000.0 - late, overlap_us=0.0, dataloader_us=0.0, host_us=0.0,
                                other_us=0.0))
-        colls.append(CollectiveArrival("allreduce", i + 1, 0, t0 + 10_000.0 + late, t0 + 16_000.0))
+        colls.append(CollectiveArrival("allreduce", i + 1, 0, t0 + 10_000.0 + late, t0 + 16_000.0 + exit_late))
     return RankStepSummary(rank=rank, steps=tuple(steps), collectives=tuple(colls), device=True)
 
 
@@ -105,3 +106,31 @@ def test_one_sided_p() -> None:
     t = x.mean() / (x.std(ddof=1) / np.sqrt(3))
     assert _one_sided_p(x) == pytest.approx(t_upper_tail(t, 2))
     assert t_upper_tail(t_quantile(0.95, 2), 2) == pytest.approx(0.05)
+
+
+JITTER = [[0.0, 30.0, -20.0, 10.0], [15.0, -10.0, 5.0, -25.0], [-5.0, 0.0, 10.0, 20.0]]
+
+
+def test_a_late_recorded_exit_does_not_hide_the_straggler() -> None:
+    # A real 4-rank gloo job on a loaded 2-core machine: the slowed rank's all-reduce "ended" 330 ms
+    # after the others' in one step (its thread descheduled once the collective was over). Read as
+    # exit - entry, that step made it look early and the verdict withdrew (p = 1); its arrival (entry
+    # less its clock offset, estimated from the exits) is late in every step.
+    late = [5_000.0, 5_100.0, 4_900.0, 5_050.0]
+    per = {r: _summary(r, JITTER[r]) for r in range(3)} | {3: _summary(3, late, [0.0, 0.0, 30_000.0, 0.0])}
+    top = find_straggler(rank_summary(per))
+    assert top is not None and top["rank"] == 3 and top["straggler_p"] <= STRAGGLER_MAX_P
+
+
+def test_a_clock_offset_and_an_exit_recorded_late_every_time_are_nobodys_lateness() -> None:
+    # rank 1's clock runs 40 ms ahead and its exits are always recorded 3 ms late: both are its
+    # clock offset, not an early or late arrival
+    per = {r: _summary(r, JITTER[r]) for r in range(3)} | {3: _summary(3, [-10.0, 5.0, 0.0, 12.0])}
+    skewed = per[1]
+    per[1] = RankStepSummary(rank=1, steps=skewed.steps, device=True, collectives=tuple(
+        CollectiveArrival(c.name, c.step, c.index, c.start_us + 40_000.0, c.end_us + 43_000.0)
+        for c in skewed.collectives))
+    rows = rank_summary(per)
+    assert find_straggler(rows) is None
+    assert max(r["straggler_score"] for r in rows) < 0.5
+    assert abs(rows[1]["clock_offset_s"] - 0.043) < 1e-4
