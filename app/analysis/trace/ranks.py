@@ -98,11 +98,23 @@ class RankStepSummary:
 COLLECTIVE_COLUMNS = ["rank", "name", "step", "index", "start_us", "end_us"]
 
 
+def _point_to_point(name: str) -> bool:
+    """An NCCL/RCCL send/receive kernel (``ncclKernel_SendRecv_…``, ``ncclDevKernel_SendRecv``,
+    ``ncclKernel_Send…``): it pairs two ranks, and the pair's exits are not simultaneous (a pipeline
+    stage's send ends when its peer has taken the data), so it is no sync point of the group."""
+    head = name[:40].lower()
+    return head.startswith(("nccl", "rccl")) and any(t in head for t in ("sendrecv", "_send", "_recv"))
+
+
 def _collective_mask(ev: pd.DataFrame) -> np.ndarray:
     """Collective kernels when the trace has any (a rank waits for its peers inside the kernel),
-    else collective host ops (``gloo:all_reduce``…: a CPU job waits inside them)."""
+    else collective host ops (``gloo:all_reduce``…: a CPU job waits inside them). Point-to-point
+    kernels are left out (``_point_to_point``), and with them a device trace may have none."""
     kern = communication_kernel_mask(ev)
-    if kern.any():
+    if kern.any():  # a device trace: its host collective ops only launch the kernels
+        names = ev["name"].to_numpy()[kern]
+        kern = kern.copy()
+        kern[kern] = [not _point_to_point(str(n)) for n in names]
         return kern
     host = cat_in(ev, OP_CATS | ANNOTATION_CATS | {"python"})
     return np.asarray(host & name_mask(ev, COMM_OP_NAMES.__contains__), dtype=bool)

@@ -10,10 +10,13 @@ from app.analysis.trace.ranks import (
     CollectiveArrival,
     RankStepSummary,
     StepTimes,
+    _point_to_point,
     diff_stragglers,
     find_straggler,
     rank_summary,
+    summarize_rank,
 )
+from app.data.trace import load_traces
 from app.presentation.ranks_text import rank_display_table, straggler_change_sentence, straggler_sentence
 
 STEP_US = 10_000.0
@@ -132,3 +135,25 @@ def test_display_table_puts_the_straggler_first() -> None:
     assert table["Rank"].iloc[0] == 3 and table["Straggler score"].iloc[0] == pytest.approx(1.0)
     assert "compute" in table["Cause"].iloc[0]
     assert "Rank 3 is the straggler" in straggler_sentence(rows)
+
+
+@pytest.mark.parametrize(("name", "p2p"), [
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", True),
+    ("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", True),
+    ("ncclKernel_Send_RING_SIMPLE", True),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", False),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", False),
+    ("rcclKernel_Recv", True),
+])
+def test_point_to_point_kernels_are_told_apart(name: str, p2p: bool) -> None:
+    assert _point_to_point(name) is p2p
+
+
+def test_send_recv_kernels_are_no_sync_points(shared_data) -> None:  # noqa: ANN001
+    # A two-stage pipeline's ranks: their only communication kernels are SendRecv, whose exits were
+    # 21 ms apart (median) after the clock offset, as far apart as the entries: no sync point. The
+    # ranks are compared at the step boundaries instead.
+    per = {t.rank: summarize_rank(t) for t in load_traces(shared_data / "traces" / "two_ranks")}
+    assert all(s is not None and not s.collectives for s in per.values())
+    rows = rank_summary({r: s for r, s in per.items() if s is not None})
+    assert [r["basis"] for r in rows] == ["step", "step"]
