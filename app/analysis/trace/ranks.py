@@ -112,7 +112,7 @@ def _collective_mask(ev: pd.DataFrame) -> np.ndarray:
     kernels are left out (``_point_to_point``), and with them a device trace may have none."""
     kern = communication_kernel_mask(ev)
     if kern.any():  # a device trace: its host collective ops only launch the kernels
-        names = ev["name"].to_numpy()[kern]
+        names = ev["name"][kern]  # the names of these few events only (the column is categorical)
         kern = kern.copy()
         kern[kern] = [not _point_to_point(str(n)) for n in names]
         return kern
