@@ -153,6 +153,29 @@ def _warn_unranked(traces: list[TraceTables]) -> None:
         t.warnings.append(f"{t.path}: {msg}")
 
 
+def _world_size(meta: TraceFields) -> int | None:
+    info = meta.get("distributedInfo")
+    ws = info.get("world_size") if isinstance(info, dict) else None
+    return ws if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0 else None
+
+
+def _warn_world_sizes(traces: list[TraceTables]) -> None:
+    """Say so when the traces record different world sizes (``distributedInfo.world_size``): they
+    cannot be the ranks of one job. They are still read, with the warning on each one."""
+    sizes: dict[int, list[str]] = {}
+    for t in traces:
+        ws = _world_size(t.meta)
+        if ws is not None:
+            sizes.setdefault(ws, []).append(t.path.name)
+    if len(sizes) < 2:
+        return
+    said = "; ".join(f"{ws} ({', '.join(names)})" for ws, names in sorted(sizes.items()))
+    for t in traces:
+        if _world_size(t.meta) is not None:
+            t.warnings.append(f"{t.path}: the traces record different world sizes: {said}; they are not the ranks "
+                              "of one job (to compare two runs: torchscope diff A B)")
+
+
 def load_memory_timeline_raw(path: str | os.PathLike[str]) -> pd.DataFrame:
     """``export_memory_timeline``'s raw records of ``path`` (app.data.trace_memory, imported when used)."""
     from app.data.trace_memory import load_memory_timeline_raw as load
@@ -503,6 +526,7 @@ def load_traces(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
         out.append(load_trace(f, cache_dir=cache_dir, progress=sub, use_cache=use_cache))
         done += size
     _warn_unranked(out)
+    _warn_world_sizes(out)
     for t in out:
         t.warnings.extend(outside)
     out = sorted(out, key=lambda t: (t.rank, t.path.name))

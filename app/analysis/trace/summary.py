@@ -120,7 +120,7 @@ _TABLES: dict[str, Callable[[list[TraceTables], pd.DataFrame], pd.DataFrame]] = 
     "rank_skew": lambda traces, steps: compute_rank_skew(steps),
     "overlap": compute_overlap,
     "collectives": compute_collective_table,
-    "notes": lambda traces, steps: _analysis_notes(traces),
+    "notes": lambda traces, steps: _analysis_notes(traces, steps),
 }
 
 
@@ -139,10 +139,30 @@ def compute_analysis_tables(traces: Sequence[TraceTables], names: Sequence[str] 
     return {name: out[name] for name in names}
 
 
-def _analysis_notes(traces: Sequence[TraceTables]) -> pd.DataFrame:
-    """Per rank, what the analysis could not count (unknown event categories), as warnings."""
+def _analysis_notes(traces: Sequence[TraceTables], steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, what the analysis could not count (unknown event categories), and steps that
+    several traces of the rank record (two captures of one rank), as warnings."""
     rows = [{"rank": int(t.rank), "message": m} for t in traces for m in unknown_category_notes(t.events)]
+    rows += [{"rank": r, "message": m} for r, m in _repeated_steps(traces, steps)]
     return pd.DataFrame(rows, columns=["rank", "message"])
+
+
+def _repeated_steps(traces: Sequence[TraceTables], steps: pd.DataFrame) -> list[tuple[int, str]]:
+    """(rank, sentence) for each rank whose step numbers occur more than once: the windows of one
+    job record different iterations, so these are traces of different jobs or runs (or a copy)."""
+    if steps.empty or not {"rank", "step"} <= set(steps.columns):
+        return []
+    dup = steps[steps.duplicated(["rank", "step"], keep=False)]
+    out = []
+    for rank, g in dup.groupby("rank", sort=True):
+        names = ", ".join(t.path.name for t in traces if int(t.rank) == int(rank))
+        numbers = sorted(set(g["step"].astype(int)))
+        where = f"step {numbers[0]}" if len(numbers) == 1 else f"steps {numbers[0]}–{numbers[-1]}"
+        out.append((int(rank), f"rank {int(rank)}: {where} are recorded by more than one trace ({names}); "
+                    "one job's windows record different steps, so these are captures of different runs and "
+                    "their steps are counted together: analyze them one at a time, or compare two with "
+                    "torchscope diff A B"))
+    return out
 
 
 def analyze_traces(traces: Sequence[TraceTables]) -> TraceAnalysis:
