@@ -156,9 +156,9 @@ def _tally(named: list[int | None], slow_rank: int | None) -> dict[str, Any]:
     return out
 
 
-def simulated_cases(quick: bool) -> Iterator[Case]:
-    for ranks, steps in ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5)) if not quick else ((4, 3), (8, 5)):
-        for noise in NOISES:
+def simulated_cases(quick: bool, noises: tuple[str, ...] = NOISES) -> Iterator[Case]:
+    for ranks, steps in ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5)) if not quick else ((4, 3), (4, 10), (8, 5)):
+        for noise in noises:
             for slow in (0.0, 0.02, 0.05, 0.1, 0.3):
                 yield Case(ranks, steps, noise, slow)
             yield Case(ranks, steps, noise, 0.1, pattern="intermittent")
@@ -166,9 +166,9 @@ def simulated_cases(quick: bool) -> Iterator[Case]:
             yield Case(ranks, steps, noise, 0.1, basis="step")
 
 
-def run_simulated(trials: int, quick: bool) -> list[dict[str, Any]]:
+def run_simulated(trials: int, quick: bool, noises: tuple[str, ...] = NOISES) -> list[dict[str, Any]]:
     rows = []
-    for case in simulated_cases(quick):
+    for case in simulated_cases(quick, noises):
         slow_rank = case.ranks // 3 if case.slow else None
         named, before = [], []
         for seed in range(trials):
@@ -236,14 +236,15 @@ def run_real(n: int, slow_values: list[float], store: Path, active: int) -> list
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--trials", type=int, default=400, help="simulated rank sets per case (0: none)")
-    p.add_argument("--quick", action="store_true", help="fewer simulated cases")
+    p.add_argument("--quick", action="store_true", help="fewer simulated cases (4 ranks x 3 and 10 steps, 8 x 5)")
+    p.add_argument("--noise", nargs="+", choices=NOISES, default=list(NOISES), help="simulated noise models")
     p.add_argument("--real-runs", type=int, default=0, help="real torchrun runs per --slow-ms value")
     p.add_argument("--slow-ms", type=float, nargs="+", default=[0.0, 2.0, 5.0, 20.0])
     p.add_argument("--active", type=int, default=3, help="profiled steps of each real run")
     p.add_argument("--store", type=Path, default=None, help="where the real runs are recorded (default: a temporary folder)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
-    result: dict[str, Any] = {"simulated": run_simulated(args.trials, args.quick) if args.trials else []}
+    result: dict[str, Any] = {"simulated": run_simulated(args.trials, args.quick, tuple(args.noise)) if args.trials else []}
     if args.real_runs:
         with tempfile.TemporaryDirectory() as tmp:
             result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp), args.active)

@@ -196,6 +196,7 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # The 4-rank DDP job of the torchrun tests: rank SLOW_DDP_RANK computes this much longer each step.
 SLOW_DDP_RANK = 2
 SLOW_DDP_MS = 150
+DDP_STEPS = 8  # of which 5 are profiled: the straggler's consistency test has steps to go by
 
 
 def record_ddp_store(root: Path, torchrun: str) -> None:
@@ -203,7 +204,7 @@ def record_ddp_store(root: Path, torchrun: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
     args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "ddp", "--wait", "1", "--warmup", "1",
             "--active", "5", "--", torchrun, "--standalone", "--nproc_per_node", "4",
-            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", "8", "--lr", "0.2",
+            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", str(DDP_STEPS), "--lr", "0.2",
             "--slow-rank", str(SLOW_DDP_RANK), "--slow-ms", str(SLOW_DDP_MS)]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
     if proc.returncode != 0:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from app.data.trace_parse import ParsedTrace
     from app.data.trace_spill import SpilledTable
 
-__all__ = ["TraceTables", "TraceSet", "trace_rank", "load_trace", "load_traces", "start_split_parse", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
+__all__ = ["TraceTables", "TraceSet", "trace_rank", "known_rank", "load_trace", "load_traces", "start_split_parse", "list_trace_paths", "readable_trace_paths", "trace_run_folders", "rank_from_name",
            "Progress", "load_memory_timeline_raw"]
 
 
@@ -114,7 +114,7 @@ class TraceTables:
 TraceSet: TypeAlias = Sequence[TraceTables]  # one trace or many (one per rank): always a sequence in analysis
 
 
-def _known_rank(path: Path, meta: TraceFields) -> int | None:
+def known_rank(path: Path, meta: TraceFields) -> int | None:
     """``distributedInfo.rank``, else the rank in the file name, else None (no rank information)."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict):
@@ -126,7 +126,7 @@ def _known_rank(path: Path, meta: TraceFields) -> int | None:
 
 def trace_rank(path: Path, meta: dict[str, Any]) -> int:
     """The rank load_traces gives the trace ``path`` whose metadata is ``meta`` (0 when unknown)."""
-    found = _known_rank(path, meta)
+    found = known_rank(path, meta)
     return found if found is not None else 0
 
 
@@ -139,7 +139,7 @@ def _warn_unranked(traces: list[TraceTables]) -> None:
     Distinct ranks are not invented (file order says nothing about ranks)."""
     if len(traces) < 2:
         return
-    unranked = [t for t in traces if _known_rank(t.path, t.meta) is None]
+    unranked = [t for t in traces if known_rank(t.path, t.meta) is None]
     zero = [t for t in traces if t.rank == 0]
     if not unranked or len(zero) < 2:
         return

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from profiler_agent.runformat import RunStatus, layout, read_jsonl, read_manifest
+from tests.conftest import DDP_STEPS
 
 from .helpers import only_run, torchscope
 
@@ -18,13 +19,13 @@ DDP_JOB = Path(__file__).with_name("ddp_job.py")
 
 @pytest.mark.slow
 def test_torchrun_ranks_write_into_one_run(ddp_store: tuple[Path, Path]) -> None:
-    _, run_dir = ddp_store  # 4 ranks, 6 steps, --lr 0.2, one rank slowed (tests/conftest.py)
+    _, run_dir = ddp_store  # 4 ranks, DDP_STEPS steps, --lr 0.2, one rank slowed (tests/conftest.py)
     m = read_manifest(run_dir)
     assert m.status is RunStatus.FINISHED and m.world_size == 4
     assert m.config["lr"] == 0.2 and "nproc_per_node" not in m.config  # the job's args, not torchrun's
     rows = [r for r in read_jsonl(run_dir / layout.METRICS).records if "loss" in r]
     for rank in range(4):
-        assert [r["step"] for r in rows if r["rank"] == rank] == list(range(6))
+        assert [r["step"] for r in rows if r["rank"] == rank] == list(range(DDP_STEPS))
     assert all(r["samples"] == 6 for r in rows)
     traces = layout.list_trace_files(run_dir)
     ranks = sorted(layout.rank_from_worker(layout.TRACE_FILE_RE.match(t.name)["worker"]) for t in traces)

@@ -23,7 +23,7 @@ from app.analysis.trace.kernels import compute_kernel_table
 from app.analysis.trace.ops import compute_op_table
 from app.analysis.trace.ranks import compute_collective_table, rank_summary, summaries_from_tables
 from app.analysis.trace.steps import compute_steps
-from app.data.trace import TraceTables
+from app.data.trace import TraceTables, known_rank
 
 __all__ = ["TraceAnalysis", "StepAnalysis", "analyze_traces", "compute_analysis_tables", "analysis_from_tables",
            "steps_from_tables", "ANALYSIS_TABLES", "STEP_TABLES", "ANALYSIS_VERSION", "ANALYSIS_MODULES"]
@@ -149,16 +149,21 @@ def _analysis_notes(traces: Sequence[TraceTables], steps: pd.DataFrame) -> pd.Da
 
 def _repeated_steps(traces: Sequence[TraceTables], steps: pd.DataFrame) -> list[tuple[int, str]]:
     """(rank, sentence) for each rank whose step numbers occur more than once: the windows of one
-    job record different iterations, so these are traces of different jobs or runs (or a copy)."""
+    job record different iterations, so these are traces of different jobs or runs (or a copy).
+    Ranks that traces without rank information were given are left out (load_traces warns of those:
+    they may be different ranks of one job)."""
     if steps.empty or not {"rank", "step"} <= set(steps.columns):
         return []
     dup = steps[steps.duplicated(["rank", "step"], keep=False)]
+    guessed = {int(t.rank) for t in traces if known_rank(t.path, t.meta) is None}
     out = []
     for rank, g in dup.groupby("rank", sort=True):
+        if int(rank) in guessed:
+            continue
         names = ", ".join(t.path.name for t in traces if int(t.rank) == int(rank))
         numbers = sorted(set(g["step"].astype(int)))
-        where = f"step {numbers[0]}" if len(numbers) == 1 else f"steps {numbers[0]}–{numbers[-1]}"
-        out.append((int(rank), f"rank {int(rank)}: {where} are recorded by more than one trace ({names}); "
+        where = f"step {numbers[0]} is" if len(numbers) == 1 else f"steps {numbers[0]}–{numbers[-1]} are"
+        out.append((int(rank), f"rank {int(rank)}: {where} recorded by more than one trace ({names}); "
                     "one job's windows record different steps, so these are captures of different runs and "
                     "their steps are counted together: analyze them one at a time, or compare two with "
                     "torchscope diff A B"))
