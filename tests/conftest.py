@@ -282,6 +282,17 @@ def module_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 # --- No process left behind: the suite fails when something it started outlives it ---------------
 
 
+# Modules whose code forks (app.data.trace_split forks only in a one-thread process) and that check
+# no child is left: run first in each xdist worker, before session fixtures start Streamlit servers,
+# browsers and S3 servers, whose threads and processes live until the session ends. (xdist hands each
+# worker its first tests in collection order.)
+FORK_FIRST = ("tests/data/test_trace_split.py",)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(FORK_FIRST))  # stable: the rest keep their order
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Mark everything this session starts (the variable is inherited), so a server orphaned to
     init is still known as the suite's at the end."""

@@ -25,16 +25,41 @@ from app.data.trace_kinds import TABLES
 from app.data.trace_parse import ParsedTrace, parse_trace_file
 
 
+OTHERS_RUNNING = trace_split._others_running  # the fixture replaces it; one test reads the real one
+
+
+def _children() -> list[str]:
+    """This process's children, zombies included, as "pid state command"."""
+    out = []
+    for f in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in f.read_text().split():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+            except OSError:
+                stat, cmd = "?", "?"
+            out.append(f"{pid} {stat} {cmd}")
+    return out
+
+
 @pytest.fixture(autouse=True)
 def small_split(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Split traces of any size (the test traces are small), and reap every child afterwards."""
+    """Split traces of any size (the test traces are small), and reap every child afterwards.
+
+    trace_split forks only in a one-thread process, and these tests check that no child is left:
+    tests/conftest.py runs this module first in each worker, before session fixtures start servers
+    and browsers (their threads and processes live until the session ends)."""
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not threads and not _children(), (
+        f"this test process already runs threads {threads} and children {_children()} (an earlier test's "
+        "fixtures): trace_split would not fork, and no child left could be told from theirs")
     monkeypatch.setattr(trace_split, "SPLIT_MIN_BYTES", 0)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else the machine runs
+    monkeypatch.setattr(trace_split, "_others_running", lambda: 0)  # nor what runs right now
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})  # a one-core runner too
     yield
     trace_split.cancel_all()
-    with pytest.raises(ChildProcessError):  # no child of this process is left, not even a zombie
-        os.waitpid(-1, os.WNOHANG)
+    assert _children() == []  # no child of this process is left, not even a zombie
 
 
 def _events(n: int, seed: int = 1) -> list[dict]:
@@ -249,7 +274,7 @@ def test_no_split_when_no_core_is_idle(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_the_threads_running_now_are_read_from_proc() -> None:
-    n = trace_split._others_running()
+    n = OTHERS_RUNNING()
     assert n == float("inf") if not os.path.exists("/proc/loadavg") else 0 <= n < 10_000
 
 
