@@ -24,7 +24,6 @@ from app.data.trace import load_trace
 from app.data.trace_kinds import TABLES
 from app.data.trace_parse import ParsedTrace, parse_trace_file
 
-
 OTHERS_RUNNING = trace_split._others_running  # the fixture replaces it; one test reads the real one
 
 
