@@ -63,13 +63,22 @@ def device_view(ev: pd.DataFrame, spans: StepSpans, *, nccl_by_name: bool = True
 
 
 def _launch_times(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Device events with the start time of the runtime call that launched them."""
-    dev = ev[is_device_activity(ev) & ev["correlation"].notna().to_numpy()]
-    rt = ev[is_runtime(ev) & ev["correlation"].notna().to_numpy()].drop_duplicates("correlation")
-    launch = dev["correlation"].map(pd.Series(rt["ts_us"].to_numpy(), index=rt["correlation"].to_numpy()))
-    ok = launch.notna().to_numpy()
-    s = dev["ts_us"].to_numpy(float)[ok]
-    return launch.to_numpy(float)[ok], s, s + dev["dur_us"].to_numpy(float)[ok]
+    """Device events (in table order) with the start time of the runtime call that launched them:
+    the first runtime call of the same correlation id; events without one are left out."""
+    has = ev["correlation"].notna().to_numpy()
+    corr = ev["correlation"].to_numpy(dtype=np.int64, na_value=-1)
+    ts = ev["ts_us"].to_numpy(float)
+    rt = np.flatnonzero(is_runtime(ev) & has)
+    ids, first = np.unique(corr[rt], return_index=True)  # the first call of each id, as drop_duplicates
+    dev = np.flatnonzero(is_device_activity(ev) & has)
+    if len(ids) == 0 or len(dev) == 0:
+        empty = np.zeros(0)
+        return empty, empty, empty
+    pos = np.minimum(np.searchsorted(ids, corr[dev]), len(ids) - 1)
+    ok = ids[pos] == corr[dev]
+    dev, pos = dev[ok], pos[ok]
+    s = ts[dev]
+    return ts[rt[first[pos]]], s, s + ev["dur_us"].to_numpy(float)[dev]
 
 
 def _inside(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
