@@ -10,10 +10,11 @@ PORT ?= 8501
 # The editable install puts the checkout on sys.path with a plain .pth line (`compat`): setuptools'
 # default import finder for a flat layout costs every Python start ~20 ms (pathlib, importlib.util),
 # which a user's installed wheel does not pay. Where a setuptools drops `compat`, the default is used.
-$(BIN)/torchscope: requirements.txt pyproject.toml setup.py app/data/_event_scan.c
+# constraints.txt holds the versions the suite last passed with (requirements.txt keeps the ranges).
+$(BIN)/torchscope: requirements.txt constraints.txt pyproject.toml setup.py app/data/_event_scan.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
 	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat \
 	  || $(BIN)/pip install -q --no-deps -e .
 	touch $@
