@@ -156,8 +156,13 @@ def _tally(named: list[int | None], slow_rank: int | None) -> dict[str, Any]:
     return out
 
 
-def simulated_cases(quick: bool, noises: tuple[str, ...] = NOISES) -> Iterator[Case]:
-    for ranks, steps in ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5)) if not quick else ((4, 3), (4, 10), (8, 5)):
+SHAPES = ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5))  # (ranks, steps)
+QUICK_SHAPES = ((4, 3), (4, 10), (8, 5))
+
+
+def simulated_cases(quick: bool, noises: tuple[str, ...] = NOISES,
+                    shapes: tuple[tuple[int, int], ...] | None = None) -> Iterator[Case]:
+    for ranks, steps in shapes or (QUICK_SHAPES if quick else SHAPES):
         for noise in noises:
             for slow in (0.0, 0.02, 0.05, 0.1, 0.3):
                 yield Case(ranks, steps, noise, slow)
@@ -166,9 +171,10 @@ def simulated_cases(quick: bool, noises: tuple[str, ...] = NOISES) -> Iterator[C
             yield Case(ranks, steps, noise, 0.1, basis="step")
 
 
-def run_simulated(trials: int, quick: bool, noises: tuple[str, ...] = NOISES) -> list[dict[str, Any]]:
+def run_simulated(trials: int, quick: bool, noises: tuple[str, ...] = NOISES,
+                  shapes: tuple[tuple[int, int], ...] | None = None) -> list[dict[str, Any]]:
     rows = []
-    for case in simulated_cases(quick, noises):
+    for case in simulated_cases(quick, noises, shapes):
         slow_rank = case.ranks // 3 if case.slow else None
         named, before = [], []
         for seed in range(trials):
@@ -233,18 +239,34 @@ def run_real(n: int, slow_values: list[float], store: Path, active: int) -> list
     return rows
 
 
+def _shapes(p: argparse.ArgumentParser, given: list[str] | None) -> tuple[tuple[int, int], ...] | None:
+    if not given:
+        return None
+    try:
+        out = tuple((int(r), int(s)) for r, s in (g.lower().split("x") for g in given))
+    except ValueError:
+        p.error(f"--shape takes RANKSxSTEPS, e.g. 64x5 (got {' '.join(given)})")
+    if any(r < 2 or s < 1 for r, s in out):
+        p.error("--shape needs at least 2 ranks and 1 step")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--trials", type=int, default=400, help="simulated rank sets per case (0: none)")
     p.add_argument("--quick", action="store_true", help="fewer simulated cases (4 ranks x 3 and 10 steps, 8 x 5)")
     p.add_argument("--noise", nargs="+", choices=NOISES, default=list(NOISES), help="simulated noise models")
+    p.add_argument("--shape", nargs="+", default=None, metavar="RANKSxSTEPS",
+                   help="simulated rank sets, e.g. 64x5 (default: 2x3 4x3 4x10 8x5 64x5; --quick: 4x3 4x10 8x5)")
     p.add_argument("--real-runs", type=int, default=0, help="real torchrun runs per --slow-ms value")
     p.add_argument("--slow-ms", type=float, nargs="+", default=[0.0, 2.0, 5.0, 20.0])
     p.add_argument("--active", type=int, default=3, help="profiled steps of each real run")
     p.add_argument("--store", type=Path, default=None, help="where the real runs are recorded (default: a temporary folder)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
-    result: dict[str, Any] = {"simulated": run_simulated(args.trials, args.quick, tuple(args.noise)) if args.trials else []}
+    shapes = _shapes(p, args.shape)
+    simulated = run_simulated(args.trials, args.quick, tuple(args.noise), shapes) if args.trials else []
+    result: dict[str, Any] = {"simulated": simulated}
     if args.real_runs:
         with tempfile.TemporaryDirectory() as tmp:
             result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp), args.active)
