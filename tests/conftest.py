@@ -199,16 +199,30 @@ SLOW_DDP_MS = 150
 DDP_STEPS = 8  # of which 5 are profiled: the straggler's consistency test has steps to go by
 
 
-def record_ddp_store(root: Path, torchrun: str) -> None:
-    """Record the 4-rank DDP job of ``ddp_store`` into ``root``."""
+def torchrun_path() -> str:
+    """The torchrun next to this python; skips the test when there is none."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not installed next to this python")
+    return torchrun
+
+
+def record_torchrun(root: Path, name: str, job: str, *job_args: str, torchrun: str | None = None) -> None:
+    """``torchscope run --wait 1 --warmup 1 --active 5 -- torchrun --standalone --nproc_per_node 4
+    tests/agent/<job> <job_args>`` into the store ``root`` (the user's TORCHSCOPE_* settings left out)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
-    args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", "ddp", "--wait", "1", "--warmup", "1",
-            "--active", "5", "--", torchrun, "--standalone", "--nproc_per_node", "4",
-            str(PROJECT_ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", str(DDP_STEPS), "--lr", "0.2",
-            "--slow-rank", str(SLOW_DDP_RANK), "--slow-ms", str(SLOW_DDP_MS)]
+    args = [sys.executable, "-m", "app", "run", "--root", str(root), "--name", name, "--wait", "1", "--warmup", "1",
+            "--active", "5", "--", torchrun or torchrun_path(), "--standalone", "--nproc_per_node", "4",
+            str(PROJECT_ROOT / "tests" / "agent" / job), *job_args]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"torchscope run -- torchrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def record_ddp_store(root: Path, torchrun: str) -> None:
+    """Record the 4-rank DDP job of ``ddp_store`` into ``root``."""
+    record_torchrun(root, "ddp", "ddp_job.py", "--steps", str(DDP_STEPS), "--lr", "0.2",
+                    "--slow-rank", str(SLOW_DDP_RANK), "--slow-ms", str(SLOW_DDP_MS), torchrun=torchrun)
 
 
 @pytest.fixture(scope="session")
@@ -219,9 +233,7 @@ def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     Skips when torchrun is not installed next to this python.
     """
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this python")
+    torchrun = torchrun_path()
     root = build_once(tmp_path_factory, "ddp_store", lambda folder: record_ddp_store(folder, torchrun))
     runs = rf.list_runs(root).runs
     assert len(runs) == 1, f"expected one run in {root}, found {[p.name for p, _ in runs]}"

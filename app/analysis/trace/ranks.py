@@ -197,8 +197,9 @@ def summarize_rank(trace: TraceTables) -> RankStepSummary | None:
 
 STRAGGLER_MIN_LATE = 0.02  # the straggler is late by this share of its step time on average ...
 STRAGGLER_MAX_P = 0.05  # ... and consistently so: chance alone makes some rank look this late at most this often
-STRAGGLER_MIN = 0.5  # a leading rank (highest score) from this score on, late enough but not consistently so, is
-# said to be "not shown" rather than absent (looks_late): more steps could tell
+# The rank with the highest score, from this score on and late enough but not consistently so, is
+# said to be "not shown" rather than absent (looks_late): more steps could tell.
+STRAGGLER_MIN = 0.5
 CAUSES = ("dataloader", "compute", "host")
 RANK_SUMMARY_KEYS = ["rank", "steps", "step_time_s", "compute_s", "communication_s", "overlap_s", "overlap_share",
                      "dataloader_s", "host_s", "other_s", "straggler_score", "last_share", "late_s", "sync_points",
@@ -213,18 +214,18 @@ def _per_step_means(s: RankStepSummary) -> dict[str, float]:
             "dataloader": mean("dataloader_us"), "host": mean("host_us"), "other": mean("other_us")}
 
 
-def _collective_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
+def _collective_sync(per_rank: Mapping[int, RankStepSummary]) -> tuple[pd.DataFrame, dict[int, float]]:
     """One row per (rank, collective instance present on ≥ 2 ranks): ``arrival_us`` = entry minus
-    the rank's clock offset (``_clock_offsets``), ``end_us``, and the instance ``key``."""
+    the rank's clock offset, ``end_us``, and the instance ``key``; and the offsets (``_clock_offsets``)."""
     rows = [(r, -1 if c.step is None else c.step, c.name, c.index, c.start_us, c.end_us)
             for r, s in per_rank.items() for c in s.collectives]
     df = pd.DataFrame(rows, columns=["rank", "step", "name", "index", "start_us", "end_us"])
     if df.empty:
-        return df.assign(key=pd.Series(dtype=int), arrival_us=pd.Series(dtype=float))
+        return df.assign(key=pd.Series(dtype=int), arrival_us=pd.Series(dtype=float)), {}
     df["key"] = df.groupby(["step", "name", "index"], sort=False).ngroup()
     df = df[df.groupby("key")["rank"].transform("nunique") >= 2]
     offsets = _clock_offsets(df)
-    return df.assign(arrival_us=df["start_us"] - df["rank"].map(offsets).fillna(0.0))
+    return df.assign(arrival_us=df["start_us"] - df["rank"].map(offsets).fillna(0.0)), offsets
 
 
 def _step_sync(per_rank: Mapping[int, RankStepSummary]) -> pd.DataFrame:
@@ -296,7 +297,7 @@ def _one_sided_p(x: np.ndarray) -> float:
 def _clock_offsets(sync: pd.DataFrame) -> dict[int, float]:
     """Per rank, the median of (its exit − the instance's median exit) over collective instances:
     exits are simultaneous on every rank, so this is its clock's offset (µs)."""
-    if sync.empty or "end_us" not in sync:
+    if sync.empty:
         return {}
     dev = sync["end_us"] - sync.groupby("key")["end_us"].transform("median")
     return {int(r): float(v) for r, v in dev.groupby(sync["rank"]).median().items()}
@@ -335,11 +336,10 @@ def rank_summary(per_rank: Mapping[int, RankStepSummary], *, min_spread_frac: fl
     per_rank = {int(r): s for r, s in per_rank.items() if s.steps}
     durations = [t.duration_us for s in per_rank.values() for t in s.steps]
     floor_us = max(min_spread_frac * float(np.median(durations)), 1.0) if durations else 1.0
-    sync, basis = _collective_sync(per_rank), "collective"
-    if sync.empty:
-        sync, basis = _step_sync(per_rank), "step"
+    (sync, offsets), basis = _collective_sync(per_rank), "collective"
+    if sync.empty:  # the step boundaries compare no clocks: no offsets
+        (sync, offsets), basis = (_step_sync(per_rank), {}), "step"
     late = _lateness(sync, floor_us) if len(sync) else pd.DataFrame()
-    offsets = _clock_offsets(sync)
     means = {r: _per_step_means(s) for r, s in per_rank.items()}
     causes = _causes(means, floor_us * 2 / 1e6)
     rows = []

@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
-from tests.conftest import PROJECT_ROOT, SLOW_DDP_RANK
+from tests.conftest import SLOW_DDP_RANK, record_torchrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("module_trace_cache")]
 
@@ -44,15 +40,7 @@ def test_analyze_text_has_the_rank_table(ddp_store: tuple[Path, Path], capsys: p
 def test_a_rank_slow_to_load_data_is_found_with_its_cause(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Another style of job: a hand-written loop, a functional loss, and rank 1's DataLoader reading
     slowly (it sleeps: waiting, not computing); the other ranks wait for it in DDP's all-reduce."""
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this python")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(PROJECT_ROOT)}
-    args = [sys.executable, "-m", "app", "run", "--root", str(tmp_path), "--name", "data", "--wait", "1",
-            "--warmup", "1", "--active", "5", "--", torchrun, "--standalone", "--nproc_per_node", "4",
-            str(PROJECT_ROOT / "tests" / "agent" / "ddp_data_job.py"), "--steps", "8", "--slow-rank", "1"]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    record_torchrun(tmp_path, "data", "ddp_data_job.py", "--steps", "8", "--slow-rank", "1")
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert main(["analyze", str(run_dir), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rank_summary"]
