@@ -18,6 +18,8 @@ heavy and generates the traces in children, so no child starts from a large pare
   (``pip install -r benchmarks/requirements.txt``), else left out and said so;
 - ``hta_ijson_batch_and_compress``: HTA's leanest backend (the lowest peak in "Trace ingest"), the
   reference of the memory goal;
+- ``imports``: a process that imports what a cold ``analyze`` imports (the CLI, numpy, pyarrow, the
+  parser, pandas, the analysis) and reads nothing: the floor of any analysis written on pandas;
 - ``analyze_cold_base``: ``analyze_cold`` run from another checkout (``--baseline-root DIR``, e.g. a
   ``git worktree`` of the commit before a change), for before/after pairs in the same rounds.
 
@@ -62,12 +64,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ["orjson", "ingest", "analyze_cold", "analyze_warm", "hta_json", "hta_ijson_batch_and_compress",
-         "analyze_cold_base"]
+         "analyze_cold_base", "imports"]
 HTA_CASES = ("hta_json", "hta_ijson_batch_and_compress")
 
 _SNIPPETS = {
     "orjson": "import orjson,sys; orjson.loads(open(sys.argv[1],'rb').read())",
     "ingest": "import sys; from app.data.trace import load_trace; load_trace(sys.argv[1])",
+    # what a cold analyze imports (the CLI, numpy, pyarrow, the parser, pandas, the analysis), and nothing else
+    "imports": "import gc; gc.disable(); import app.cli.analyze_cmd as a, app.data.trace_parse; a._import_analysis()",
 }
 _HTA = ("import sys, logging; logging.disable(logging.WARNING)\n"
         "from hta.common.trace_parser import parse_trace_dataframe\n"
@@ -302,6 +306,7 @@ def goals(rows: list[dict]) -> list[dict]:
         if hta:
             cases["hta_fastest"] = {u: min(r[u] for r in hta) for u in ("wall_s", "cpu_s")}
     ratios = {"hta_fastest / analyze_cold": ("hta_fastest", "analyze_cold", "num"),
+              "hta_fastest / imports": ("hta_fastest", "imports", "num"),
               "hta_json / analyze_cold": ("hta_json", "analyze_cold", "num"),
               "analyze_cold / orjson": ("analyze_cold", "orjson", "num"),
               "analyze_cold_base / analyze_cold": ("analyze_cold_base", "analyze_cold", "num"),

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from profiler_agent.runformat import RunStatus, layout, read_jsonl, read_manifest
-from tests.conftest import DDP_STEPS
+from tests.conftest import DDP_STEPS, torchrun_path
 
 from .helpers import only_run, torchscope
 
@@ -38,9 +36,7 @@ def test_torchrun_ranks_write_into_one_run(ddp_store: tuple[Path, Path]) -> None
 
 @pytest.mark.slow
 def test_torchrun_ranks_stop_at_max_steps(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this python")
+    torchrun = torchrun_path()
     proc = torchscope("run", "--root", str(tmp_path), "--name", "ddp", "--group", "ddp", "--max-steps", "3",
                       "--no-profile", "--no-graph", "--", torchrun, "--standalone", "--nproc_per_node", "2",
                       str(DDP_JOB), "--steps", "50")

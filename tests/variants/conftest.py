@@ -23,7 +23,6 @@ import functools
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ import pytest
 from app.analysis.advisor import Advice, RunEvidence, advise
 from app.workspace.evidence import load_evidence
 from profiler_agent import runformat as rf
+from tests.conftest import torchrun_path
 from tests.once import build_once
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -113,18 +113,10 @@ def _env() -> dict[str, str]:
                   "OMP_NUM_THREADS": "1"}
 
 
-def torchrun() -> str:
-    """The torchrun next to this python; skips the test when there is none."""
-    found = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.skip("torchrun not installed next to this python")
-    return found
-
-
 def programs(spec: PairSpec) -> dict[str, list[str]]:
     """side → the command ``torchscope run`` wraps."""
     script = str(PROJECT_ROOT / "sample_models" / "variants" / spec.script)
-    fixed_launcher = [torchrun(), "--standalone", "--nproc_per_node", "2"] if spec.torchrun_fixed else [sys.executable]
+    fixed_launcher = [torchrun_path(), "--standalone", "--nproc_per_node", "2"] if spec.torchrun_fixed else [sys.executable]
     return {"problem": [sys.executable, script, *spec.args, *spec.problem],
             "fixed": [*fixed_launcher, script, *spec.args, *spec.fixed]}
 
@@ -182,7 +174,7 @@ def variant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Va
         if name not in seen:
             spec = PAIRS[name]
             if spec.torchrun_fixed:
-                torchrun()  # skip before taking the lock
+                torchrun_path()  # skip before taking the lock
 
             def build(folder: Path) -> None:
                 record_pair(folder, name, spec)
