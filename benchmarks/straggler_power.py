@@ -156,7 +156,7 @@ def _tally(named: list[int | None], slow_rank: int | None) -> dict[str, Any]:
     return out
 
 
-SHAPES = ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5))  # (ranks, steps)
+SHAPES = ((2, 3), (4, 3), (4, 10), (8, 5), (64, 5), (256, 5))  # (ranks, steps)
 QUICK_SHAPES = ((4, 3), (4, 10), (8, 5))
 
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer simulated cases (4 ranks x 3 and 10 steps, 8 x 5)")
     p.add_argument("--noise", nargs="+", choices=NOISES, default=list(NOISES), help="simulated noise models")
     p.add_argument("--shape", nargs="+", default=None, metavar="RANKSxSTEPS",
-                   help="simulated rank sets, e.g. 64x5 (default: 2x3 4x3 4x10 8x5 64x5; --quick: 4x3 4x10 8x5)")
+                   help="simulated rank sets, e.g. 64x5 (default: 2x3 4x3 4x10 8x5 64x5 256x5; --quick: 4x3 4x10 8x5)")
     p.add_argument("--real-runs", type=int, default=0, help="real torchrun runs per --slow-ms value")
     p.add_argument("--slow-ms", type=float, nargs="+", default=[0.0, 2.0, 5.0, 20.0])
     p.add_argument("--active", type=int, default=3, help="profiled steps of each real run")

@@ -11,11 +11,14 @@ import pytest
 
 from app.analysis.stats.dist import t_quantile, t_upper_tail
 from app.analysis.trace.ranks import (
+    RANK_TEST_MIN_RANKS,
     STRAGGLER_MAX_P,
     CollectiveArrival,
     RankStepSummary,
     StepTimes,
     _one_sided_p,
+    _position_p,
+    _position_tail,
     find_straggler,
     leading_rank,
     rank_summary,
@@ -144,3 +147,65 @@ def test_a_consistent_straggler_among_many_ranks_with_hiccups_is_found() -> None
     named = _named(case)
     assert sum(r == case.ranks // 3 for r in named) >= 24, named  # ≥ 60 % of 40 (measured 81 of 100)
     assert all(r in (None, case.ranks // 3) for r in named)
+
+
+def test_a_rank_slowed_by_a_tenth_of_a_step_among_256_ranks_is_found() -> None:
+    # 5 steps: the t-test on the rank's own spread (4 degrees of freedom), Bonferroni over 256 ranks,
+    # asked t > 11 and named it in 29 of 100 sets; its positions among the ranks name it in 100 of 100
+    case = Case(ranks=256, steps=5, noise="gauss", slow=0.1)
+    named = [find_straggler(rank_summary(simulate(case, seed))) for seed in range(10)]
+    assert sum(r is not None and r["rank"] == case.ranks // 3 for r in named) >= 9, named
+    assert all(r is None or r["rank"] == case.ranks // 3 for r in named)
+
+
+def test_among_many_ranks_one_bad_step_is_still_not_a_straggler() -> None:
+    # 16 ranks: rank 5 was last once, by half a step; a step counts at most 1 in the rank test
+    jitter = np.random.default_rng(3).normal(0.0, 20.0, (16, 5))
+    per = {r: _summary(r, list(jitter[r])) for r in range(16)}
+    per[5] = _summary(5, [10_000.0, *jitter[5][1:]])
+    rows = rank_summary(per)
+    assert leading_rank(rows)["rank"] == 5
+    assert find_straggler(rows) is None
+    per[5] = _summary(5, list(jitter[5] + 3_000.0))  # late in every step: named
+    top = find_straggler(rank_summary(per))
+    assert top is not None and top["rank"] == 5
+
+
+@pytest.mark.parametrize("draw", ["exponential", "normal"])
+def test_the_rank_test_names_identical_ranks_at_most_as_often_as_its_level(draw: str) -> None:
+    # identical ranks, 64 of them, 5 steps of skewed or normal lateness: the smallest Bonferroni p
+    # of the set is <= 0.05 in about 5 % of sets (the t-test's level needs normal noise; this one not)
+    rng = np.random.default_rng(11)
+    ranks = list(range(64))
+    hits = 0
+    for _ in range(600):
+        values = getattr(rng, draw)(size=(5, 64))
+        hits += min(_position_p(values, ranks).values()) <= 0.05
+    assert 0.02 <= hits / 600 <= 0.08, hits
+
+
+def test_the_rank_test_needs_enough_ranks() -> None:
+    assert RANK_TEST_MIN_RANKS == 8
+    # 8 ranks, rank 7 last in every one of 5 steps: p = 8 x (1/8)^5
+    values = np.tile(np.arange(8.0), (5, 1))
+    p = _position_p(values, list(range(8)))
+    assert p[7] == pytest.approx(8 * (1 / 8) ** 5)
+    assert p[0] == 1.0
+    # a rank absent from a step is left out of it (rank 3 from steps 2-5: rank 7 is then last of 7
+    # there); one step is no evidence
+    values[0, 7] = np.nan
+    values[1:, 3] = np.nan
+    p = _position_p(values, list(range(8)))
+    assert p[7] == pytest.approx(8 * (1 / 7) ** 4)
+    assert p[3] == 1.0
+
+
+def test_position_tail_is_the_exact_distribution_of_summed_positions() -> None:
+    assert list(_position_tail((2,))) == [1.0, 0.5]
+    assert _position_tail((3, 5)) == pytest.approx([1, 14 / 15, 12 / 15, 9 / 15, 6 / 15, 3 / 15, 1 / 15])
+    tail = _position_tail((8,) * 5)
+    assert tail[-1] == pytest.approx(8.0 ** -5) and tail[-2] == pytest.approx(6 * 8.0 ** -5)
+    sums = np.random.default_rng(0).integers(0, 8, (200_000, 5)).sum(axis=1)
+    for k in (10, 20, 25, 30):
+        assert tail[k] == pytest.approx(float(np.mean(sums >= k)), abs=3e-3)
+    assert _position_tail((1024,) * 8)[-1] == pytest.approx(1024.0 ** -8, rel=1e-9, abs=0)  # no digits lost
