@@ -14,8 +14,8 @@ Two studies, both through the same functions `analyze` uses (`rank_summary`, the
   half of them (``intermittent``). ``basis step``: the same jobs without their collectives (the
   verdict then reads step boundaries).
 - **Real** (``--real-runs N``): ``torchscope run -- torchrun --nproc_per_node 4
-  tests/agent/ddp_job.py`` (gloo on CPU, ``--active`` profiled steps, 3 by default), ``N`` times per
-  ``--slow-ms`` value (0 is A/A: four identical ranks, on however many cores the machine has).
+  tests/agent/ddp_job.py`` (``--real-ranks`` processes instead of 4; gloo on CPU, ``--active`` profiled steps, 3 by default), ``N`` times per
+  ``--slow-ms`` value (0 is A/A: identical ranks, on however many cores the machine has).
 
 Reports, per case: the false-positive rate (A/A: any rank named) or the power (the slowed rank
 named), and how often another rank was named instead, with Wilson 95 % intervals; ``before``: the
@@ -199,12 +199,13 @@ def _print_row(row: dict[str, Any]) -> None:
     print(f"{row['case']:<58} {_outcome(row):<42} before: {_outcome(row['before'])}", flush=True)
 
 
-def _record(store: Path, slow_ms: float, i: int, active: int) -> Path:
-    """One real 4-rank run (rank 2 slowed by ``slow_ms`` per step, ``active`` profiled steps); returns its folder."""
+def _record(store: Path, slow_ms: float, i: int, active: int, ranks: int = 4) -> Path:
+    """One real run of ``ranks`` ranks (rank 2 slowed by ``slow_ms`` per step, ``active`` profiled steps); returns its folder."""
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHSCOPE_")} | {"PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "app", "run", "--root", str(store), "--name", f"ms{slow_ms:g}-{i}", "--wait", "1",
-            "--warmup", "1", "--active", str(active), "--", str(torchrun), "--standalone", "--nproc_per_node", "4",
+    args = [sys.executable, "-m", "app", "run", "--root", str(store), "--name", f"r{ranks}-ms{slow_ms:g}-{i}",
+            "--wait", "1", "--warmup", "1", "--active", str(active), "--", str(torchrun), "--standalone",
+            "--nproc_per_node", str(ranks),
             str(ROOT / "tests" / "agent" / "ddp_job.py"), "--steps", str(active + 3), "--lr", "0.2", "--slow-rank", "2",
             "--slow-ms", str(slow_ms)]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
@@ -220,17 +221,17 @@ def _rank_rows(run: Path) -> list[dict[str, Any]]:
     return list(json.loads(out)["rank_summary"])
 
 
-def run_real(n: int, slow_values: list[float], store: Path, active: int) -> list[dict[str, Any]]:
+def run_real(n: int, slow_values: list[float], store: Path, active: int, n_ranks: int = 4) -> list[dict[str, Any]]:
     rows = []
     for slow_ms in slow_values:
         named, before, steps, t0 = [], [], [], time.perf_counter()
         for i in range(n):
-            ranks = _rank_rows(_record(store, slow_ms, i, active))
+            ranks = _rank_rows(_record(store, slow_ms, i, active, n_ranks))
             now, then = _verdicts(ranks)
             named.append(now)
             before.append(then)
             steps.append(float(np.median([r["step_time_s"] for r in ranks])))
-        row = {"case": f"real torchrun, 4 ranks, {active} steps, {'A/A' if slow_ms == 0 else f'rank 2 +{slow_ms:g} ms'}",
+        row = {"case": f"real torchrun, {n_ranks} ranks, {active} steps, {'A/A' if slow_ms == 0 else f'rank 2 +{slow_ms:g} ms'}",
                "slow_ms": slow_ms, "active": active, "median_step_s": float(np.median(steps)), "named": named,
                "wall_s": time.perf_counter() - t0, **_tally(named, 2 if slow_ms else None),
                "before": _tally(before, 2 if slow_ms else None), "named_before": before}
@@ -261,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-runs", type=int, default=0, help="real torchrun runs per --slow-ms value")
     p.add_argument("--slow-ms", type=float, nargs="+", default=[0.0, 2.0, 5.0, 20.0])
     p.add_argument("--active", type=int, default=3, help="profiled steps of each real run")
+    p.add_argument("--real-ranks", type=int, default=4, help="ranks (torchrun processes) of each real run")
     p.add_argument("--store", type=Path, default=None, help="where the real runs are recorded (default: a temporary folder)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -269,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"simulated": simulated}
     if args.real_runs:
         with tempfile.TemporaryDirectory() as tmp:
-            result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp), args.active)
+            result["real"] = run_real(args.real_runs, args.slow_ms, args.store or Path(tmp), args.active,
+                                      args.real_ranks)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

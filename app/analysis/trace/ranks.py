@@ -203,6 +203,8 @@ STRAGGLER_MAX_P = 0.05  # ... and consistently so: chance alone makes some rank 
 STRAGGLER_MIN = 0.5
 # From this many ranks on, a rank's consistency is judged by its positions among the ranks (_evidence).
 RANK_TEST_MIN_RANKS = 8
+# The rank test's share of the level given to the summed positions (the rest: the steps last in).
+POSITION_WEIGHT = 0.8
 CAUSES = ("dataloader", "compute", "host")
 RANK_SUMMARY_KEYS = ["rank", "steps", "step_time_s", "compute_s", "communication_s", "overlap_s", "overlap_share",
                      "dataloader_s", "host_s", "other_s", "straggler_score", "last_share", "late_s", "sync_points",
@@ -272,14 +274,13 @@ def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     spread to judge by: p is 1.
 
     Among RANK_TEST_MIN_RANKS ranks or more the test is a rank test instead (``_position_p``): per
-    step, the rank's position among the ranks by lateness, summed over its steps, against the exact
-    distribution of a sum of uniform positions, Bonferroni-corrected. Its level holds whatever the
-    noise's shape, and it needs
-    no spread estimated from the rank's own few steps: with 5 steps the t-test's spread rests on 4
-    degrees of freedom, and Bonferroni over 256 ranks then asked t > 11, so that a rank slowed by
-    10 % of a step was named in 29 of 100 simulated 256-rank sets (benchmarks/README.md, "The
-    straggler among 256 ranks"). A step counts at most 1 there, so one hiccup still cannot make a
-    straggler. With fewer ranks the positions are too coarse (4 ranks, 3 steps: p ≥ 0.0625)."""
+    step, the rank's position among the ranks by lateness; its positions summed, and the steps in
+    which it was last, each against their exact distribution under exchangeable ranks. Its level
+    holds whatever the noise's shape, and it needs no spread estimated from the rank's own few
+    steps: with 5 steps the t-test's spread rests on 4 degrees of freedom, and Bonferroni over 256
+    ranks then asked t > 11, so that a rank slowed by 10 % of a step was named in 29 of 100
+    simulated 256-rank sets (benchmarks/README.md, "The straggler among 256 ranks"). With fewer
+    ranks the positions are too coarse (4 ranks, 3 steps: p ≥ 0.0625)."""
     unit = sync["step"] if "step" in sync.columns else sync["key"]
     per_unit = sync.assign(unit=unit).pivot_table(index="unit", columns="rank", values="signed", aggfunc="mean")
     ranks = list(per_unit.columns)
@@ -301,13 +302,20 @@ def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 def _position_p(values: np.ndarray, ranks: Sequence[int]) -> dict[int, float]:
     """Per rank, the Bonferroni-corrected p-value that it is among the late ranks more consistently
-    than chance: per step (a row of ``values``, one column per rank; NaN where a rank is absent)
-    its position among the ranks present, 1 (earliest) to m (latest), summed over its steps. Under
-    exchangeable ranks each position is uniform on 1…m, independently from step to step, whatever
-    the noise's shape: the sum's exact distribution (``_position_tail``) gives the p-value. A step
-    counts at most one position of m, so one late step (a hiccup) cannot make a straggler. Ties
-    (equal lateness) take the lower position: the p-value can only grow."""
-    positions = pd.DataFrame(values).rank(axis=1, method="min").to_numpy(float)
+    than chance. Per step (a row of ``values``, one column per rank; NaN where a rank is absent)
+    the rank has a position among the ranks present, 0 (earliest) to m − 1 (latest). Under
+    exchangeable ranks each position is uniform, independently from step to step, whatever the
+    noise's shape, and two exact tests follow:
+
+    - the positions summed over the rank's steps (``_position_tail``): a rank late in every step;
+      a step counts at most m − 1, so one late step (a hiccup) cannot make a straggler;
+    - the steps in which it was the very last (``_last_tail``): a rank late by a lot in some steps
+      only (every other step), which the sum dilutes.
+
+    Weighted Bonferroni over the two (POSITION_WEIGHT to the sum) and over the ranks: p = the
+    smaller of p_sum / w and p_last / (1 − w), times the ranks. Ties (equal lateness) take the
+    lower position: a p-value can only grow."""
+    positions = pd.DataFrame(values).rank(axis=1, method="min").to_numpy(float) - 1.0
     present = np.isfinite(values)
     sizes = present.sum(axis=1)
     out = {}
@@ -316,10 +324,22 @@ def _position_p(values: np.ndarray, ranks: Sequence[int]) -> dict[int, float]:
         if rows.sum() < 2:
             out[r] = 1.0
             continue
-        tail = _position_tail(tuple(int(m) for m in sizes[rows]))
-        total = int(positions[rows, i].sum()) - int(rows.sum())  # positions counted from 0
-        out[r] = min(1.0, len(ranks) * float(tail[total]))
+        m = tuple(int(k) for k in sizes[rows])
+        pos = positions[rows, i]
+        p_sum = float(_position_tail(m)[int(pos.sum())])
+        p_last = float(_last_tail(m)[int(np.sum(pos == np.array(m) - 1))])
+        out[r] = min(1.0, len(ranks) * min(p_sum / POSITION_WEIGHT, p_last / (1.0 - POSITION_WEIGHT)))
     return out
+
+
+@lru_cache(maxsize=64)
+def _last_tail(sizes: tuple[int, ...]) -> np.ndarray:
+    """P(last in at least k of the steps) for k = 0 … n, the rank being last in step i with
+    probability 1/mᵢ independently (``sizes`` = the mᵢ): a Poisson-binomial distribution."""
+    pmf = np.ones(1)
+    for m in sizes:
+        pmf = np.convolve(pmf, [1.0 - 1.0 / m, 1.0 / m])
+    return np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0)
 
 
 @lru_cache(maxsize=64)
