@@ -279,12 +279,17 @@ def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     holds whatever the noise's shape, and it needs no spread estimated from the rank's own few
     steps: with 5 steps the t-test's spread rests on 4 degrees of freedom, and Bonferroni over 256
     ranks then asked t > 11, so that a rank slowed by 10 % of a step was named in 29 of 100
-    simulated 256-rank sets (benchmarks/README.md, "The straggler among 256 ranks"). With fewer
-    ranks the positions are too coarse (4 ranks, 3 steps: p ≥ 0.0625)."""
+    simulated 256-rank sets (benchmarks/README.md, "The straggler among 256 ranks"). Below that,
+    the t-test's Bonferroni is mild, and the positions are coarse: the smallest p the rank test can
+    give is ranks^(1 − steps) / 0.8, 0.078 for 4 ranks profiled for 3 steps."""
     unit = sync["step"] if "step" in sync.columns else sync["key"]
     per_unit = sync.assign(unit=unit).pivot_table(index="unit", columns="rank", values="signed", aggfunc="mean")
     ranks = list(per_unit.columns)
     values = per_unit.to_numpy(float)
+    if len(ranks) >= RANK_TEST_MIN_RANKS:
+        present = np.isfinite(values)
+        units = {r: int(present[:, i].sum()) for i, r in enumerate(ranks)}
+        return pd.Series(_position_p(values, ranks), dtype=float), pd.Series(units, dtype=int)
     xs = {}
     for i, r in enumerate(ranks):
         others = np.delete(values, i, axis=1)
@@ -292,42 +297,44 @@ def _evidence(sync: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
             ref = np.nanmedian(others, axis=1) if others.shape[1] else np.full(len(values), np.nan)
         x = values[:, i] - ref
         xs[r] = x[np.isfinite(x)]
-    if len(ranks) >= RANK_TEST_MIN_RANKS:
-        p_values = _position_p(values, ranks)
-    else:
-        p_values = {r: min(1.0, len(ranks) * _one_sided_p(x)) for r, x in xs.items()}
+    p_values = {r: min(1.0, len(ranks) * _one_sided_p(x)) for r, x in xs.items()}
     units = {r: len(x) for r, x in xs.items()}
     return pd.Series(p_values, dtype=float), pd.Series(units, dtype=int)
 
 
 def _position_p(values: np.ndarray, ranks: Sequence[int]) -> dict[int, float]:
     """Per rank, the Bonferroni-corrected p-value that it is among the late ranks more consistently
-    than chance. Per step (a row of ``values``, one column per rank; NaN where a rank is absent)
-    the rank has a position among the ranks present, 0 (earliest) to m − 1 (latest). Under
-    exchangeable ranks each position is uniform, independently from step to step, whatever the
-    noise's shape, and two exact tests follow:
+    than chance. Per step (a row of ``values``, one column per rank; NaN or ±inf where a rank is
+    absent) the rank has a position among the ranks present, 0 (earliest) to m − 1 (latest). The
+    null is that the ranks are alike and the steps independent: then each position is uniform,
+    independently from step to step, whatever the noise's shape, and two tests are exact:
 
     - the positions summed over the rank's steps (``_position_tail``): a rank late in every step;
       a step counts at most m − 1, so one late step (a hiccup) cannot make a straggler;
     - the steps in which it was the very last (``_last_tail``): a rank late by a lot in some steps
-      only (every other step), which the sum dilutes.
+      only (every other step), which the sum dilutes. Two hiccups can be enough among very many
+      ranks (last in 2 of 5 steps among 1,024: p = 0.049); the lateness floor of find_straggler
+      (STRAGGLER_MIN_LATE) still applies.
 
     Weighted Bonferroni over the two (POSITION_WEIGHT to the sum) and over the ranks: p = the
     smaller of p_sum / w and p_last / (1 − w), times the ranks. Ties (equal lateness) take the
-    lower position: a p-value can only grow."""
-    positions = pd.DataFrame(values).rank(axis=1, method="min").to_numpy(float) - 1.0
+    lower position, and a rank tied for last is not last: with ties the tests are conservative.
+    Not "alike": one rank consistently early moves every other rank's positions up; so did it
+    their t-tests, and the lateness floor is what keeps the others unnamed then."""
     present = np.isfinite(values)
+    positions = pd.DataFrame(np.where(present, values, np.nan)).rank(axis=1, method="min").to_numpy(float) - 1.0
     sizes = present.sum(axis=1)
     out = {}
     for i, r in enumerate(ranks):
         rows = present[:, i]
-        if rows.sum() < 2:
+        if rows.sum() < 2:  # one step: p >= ranks / (0.8 m) >= 1.25 anyway
             out[r] = 1.0
             continue
-        m = tuple(int(k) for k in sizes[rows])
+        m = sizes[rows]
         pos = positions[rows, i]
-        p_sum = float(_position_tail(m)[int(pos.sum())])
-        p_last = float(_last_tail(m)[int(np.sum(pos == np.array(m) - 1))])
+        key = tuple(sorted(int(k) for k in m))  # both distributions ignore the steps' order
+        p_sum = float(_position_tail(key)[int(pos.sum())])
+        p_last = float(_last_tail(key)[int(np.sum(pos == m - 1))])
         out[r] = min(1.0, len(ranks) * min(p_sum / POSITION_WEIGHT, p_last / (1.0 - POSITION_WEIGHT)))
     return out
 
@@ -339,7 +346,7 @@ def _last_tail(sizes: tuple[int, ...]) -> np.ndarray:
     pmf = np.ones(1)
     for m in sizes:
         pmf = np.convolve(pmf, [1.0 - 1.0 / m, 1.0 / m])
-    return np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0)
+    return _read_only(np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0))
 
 
 @lru_cache(maxsize=64)
@@ -351,7 +358,12 @@ def _position_tail(sizes: tuple[int, ...]) -> np.ndarray:
     pmf = np.ones(1)
     for m in sizes:
         pmf = np.convolve(pmf, np.full(m, 1.0 / m))
-    return np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0)
+    return _read_only(np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False  # cached (lru_cache): shared by every caller
+    return a
 
 
 def _one_sided_p(x: np.ndarray) -> float:

@@ -187,7 +187,6 @@ def test_the_rank_test_names_identical_ranks_at_most_as_often_as_its_level(draw:
 
 
 def test_the_rank_test_needs_enough_ranks() -> None:
-    assert RANK_TEST_MIN_RANKS == 8
     # 8 ranks, rank 7 last in every one of 5 steps: summed positions and steps last in both give
     # (1/8)^5; weighted Bonferroni gives the sum POSITION_WEIGHT of the level, then x 8 ranks
     values = np.tile(np.arange(8.0), (5, 1))
@@ -195,12 +194,34 @@ def test_the_rank_test_needs_enough_ranks() -> None:
     assert p[7] == pytest.approx(8 * (1 / 8) ** 5 / POSITION_WEIGHT)
     assert p[0] == 1.0
     # a rank absent from a step is left out of it (rank 3 from steps 2-5: rank 7 is then last of 7
-    # there); one step is no evidence
+    # there); a rank present in one step only has no evidence, even when last there (rank 6)
     values[0, 7] = np.nan
     values[1:, 3] = np.nan
+    values[1:, 6] = np.inf  # absent too (an infinite lateness is no reading)
     p = _position_p(values, list(range(8)))
-    assert p[7] == pytest.approx(8 * (1 / 7) ** 4 / POSITION_WEIGHT)
-    assert p[3] == 1.0
+    assert p[7] == pytest.approx(8 * (1 / 6) ** 4 / POSITION_WEIGHT)
+    assert p[6] == 1.0 and p[3] == 1.0
+
+
+def test_below_eight_ranks_the_t_test_judges() -> None:
+    # 7 ranks: rank 6 late by ~3 ms in each of 4 steps; its p is the Bonferroni t-test's on its own steps
+    jitter = np.random.default_rng(2).normal(0.0, 20.0, (7, 4))
+    late = [2_900.0, 3_100.0, 3_000.0, 2_950.0]
+    per = {r: _summary(r, list(jitter[r])) for r in range(6)} | {6: _summary(6, late)}
+    rows = {r["rank"]: r for r in rank_summary(per)}
+    others = np.array([jitter[r] for r in range(6)])
+    x = np.array(late) - np.median(others, axis=0)
+    assert rows[6]["straggler_p"] == pytest.approx(7 * _one_sided_p(x), rel=1e-6)
+    assert RANK_TEST_MIN_RANKS == 8  # with one more rank the positions would judge it
+
+
+def test_ties_make_the_rank_test_conservative() -> None:
+    # every rank equal in every step: nobody is late, nobody is last
+    assert set(_position_p(np.zeros((5, 8)), list(range(8))).values()) == {1.0}
+    # ranks 6 and 7 tied for last in every step: each takes the lower position, neither counts as last
+    values = np.tile(np.r_[np.arange(6.0), 9.0, 9.0], (5, 1))
+    p = _position_p(values, list(range(8)))
+    assert p[6] == p[7] == pytest.approx(8 * float(_position_tail((8,) * 5)[30]) / POSITION_WEIGHT)
 
 
 def test_last_in_some_steps_only_is_judged_by_the_steps_last_in() -> None:
