@@ -14,8 +14,9 @@ Two studies, both through the same functions `analyze` uses (`rank_summary`, the
   half of them (``intermittent``). ``basis step``: the same jobs without their collectives (the
   verdict then reads step boundaries).
 - **Real** (``--real-runs N``): ``torchscope run -- torchrun --nproc_per_node 4
-  tests/agent/ddp_job.py`` (``--real-ranks`` processes instead of 4; gloo on CPU, ``--active`` profiled steps, 3 by default), ``N`` times per
-  ``--slow-ms`` value (0 is A/A: identical ranks, on however many cores the machine has).
+  tests/agent/ddp_job.py`` (``--real-ranks`` processes instead of 4; gloo on CPU, ``--active``
+  profiled steps, 3 by default), ``N`` times per ``--slow-ms`` value (0 is A/A: identical ranks, on
+  however many cores the machine has).
 
 Reports, per case: the false-positive rate (A/A: any rank named) or the power (the slowed rank
 named), and how often another rank was named instead, with Wilson 95 % intervals; ``before``: the
