@@ -80,6 +80,16 @@ def _job_pid(launcher: int) -> int | None:
     return None
 
 
+def _wait_job_pid(launcher: subprocess.Popen[str], timeout: float = 30) -> int:
+    """The job's pid once the launcher has started it. A job-kill case must kill the job: under load
+    the launcher may not have forked it yet at the case's moment, and killing the launcher instead
+    (as this matrix once fell back to) tests another case, in the window before run.json exists."""
+    deadline = time.monotonic() + timeout
+    while (pid := _job_pid(launcher.pid)) is None and launcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return pid if pid is not None else launcher.pid
+
+
 def _kill_at(case: Case, script: Path, root: Path) -> Case:
     proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--root", str(root), "--name", f"k{case.index:02d}",
                              *SCHEDULE, "--", sys.executable, str(script)],
@@ -101,7 +111,7 @@ def _kill_at(case: Case, script: Path, root: Path) -> Case:
         if case.marker:
             reached.wait(timeout=120)
         time.sleep(case.delay)
-        target = proc.pid if case.kill_launcher else (_job_pid(proc.pid) or proc.pid)
+        target = proc.pid if case.kill_launcher else _wait_job_pid(proc)
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
         case.code = proc.wait(timeout=60)
